@@ -1,0 +1,99 @@
+"""The document index stored beside each binarized split.
+
+File ``{split}.{src}-{tgt}.docs`` in the data directory, UTF-8 text, one line per document
+in corpus order::
+
+    <document id> TAB <number of sentences>
+
+The sentences of a split are the lines of fairseq's binarized ``.bin/.idx`` files, in order,
+so document ``d`` covers sentences ``offsets[d] .. offsets[d] + lengths[d] - 1``. Nothing is
+duplicated per context window: context is looked up through this index at batching time.
+"""
+import os
+from dataclasses import dataclass
+from typing import List, Sequence
+
+import numpy as np
+
+DOC_INDEX_SUFFIX = "docs"
+MANIFEST_NAME = "docctx.json"
+
+
+def doc_index_path(data_path: str, split: str, src: str, tgt: str) -> str:
+    return os.path.join(data_path, f"{split}.{src}-{tgt}.{DOC_INDEX_SUFFIX}")
+
+
+@dataclass
+class DocIndex:
+    """Documents of one split: ids and sentence counts, plus per-sentence lookups."""
+
+    doc_ids: List[str]
+    lengths: np.ndarray  # int64 [num_docs]
+
+    def __post_init__(self):
+        self.lengths = np.asarray(self.lengths, dtype=np.int64)
+        if len(self.doc_ids) != len(self.lengths):
+            raise ValueError("doc_ids and lengths differ in length")
+        self.offsets = np.zeros(len(self.lengths), dtype=np.int64)
+        if len(self.lengths):
+            self.offsets[1:] = np.cumsum(self.lengths)[:-1]
+        n = int(self.lengths.sum())
+        #: document number of every sentence
+        self.sent_doc = np.repeat(np.arange(len(self.lengths), dtype=np.int64), self.lengths)
+        #: position of every sentence inside its document (0 = first sentence)
+        self.sent_pos = np.arange(n, dtype=np.int64) - self.offsets[self.sent_doc]
+
+    @property
+    def num_sentences(self) -> int:
+        return int(self.lengths.sum())
+
+    def __len__(self):
+        return len(self.doc_ids)
+
+    @classmethod
+    def from_sentence_doc_ids(cls, sentence_doc_ids: Sequence[str]) -> "DocIndex":
+        """Build from one document id per sentence (ids must form contiguous runs)."""
+        doc_ids, lengths = [], []
+        for d in sentence_doc_ids:
+            if doc_ids and doc_ids[-1] == d:
+                lengths[-1] += 1
+            else:
+                doc_ids.append(d)
+                lengths.append(1)
+        return cls(doc_ids, np.array(lengths, dtype=np.int64))
+
+    @classmethod
+    def concat(cls, parts: Sequence["DocIndex"]) -> "DocIndex":
+        ids, lens = [], []
+        for p in parts:
+            ids.extend(p.doc_ids)
+            lens.extend(p.lengths.tolist())
+        return cls(ids, np.array(lens, dtype=np.int64))
+
+    def write(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            for d, n in zip(self.doc_ids, self.lengths.tolist()):
+                if "\t" in d or "\n" in d:
+                    raise ValueError(f"document id {d!r} contains a tab or newline")
+                f.write(f"{d}\t{n}\n")
+
+    @classmethod
+    def read(cls, path: str) -> "DocIndex":
+        ids, lens = [], []
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                line = line.rstrip("\n")
+                parts = line.split("\t")
+                if len(parts) != 2 or not parts[1].isdigit() or int(parts[1]) < 1:
+                    raise ValueError(
+                        f"{path}:{lineno}: malformed document index line {line!r} "
+                        "(expected '<doc id>\\t<number of sentences>')"
+                    )
+                ids.append(parts[0])
+                lens.append(int(parts[1]))
+        return cls(ids, np.array(lens, dtype=np.int64))
+
+    @classmethod
+    def single_sentence_documents(cls, n: int) -> "DocIndex":
+        """Every sentence its own document (for data without a document index)."""
+        return cls([str(i) for i in range(n)], np.ones(n, dtype=np.int64))

@@ -1,0 +1,1 @@
+from . import concat_transformer  # noqa: F401

@@ -1,0 +1,234 @@
+"""The ``document_translation`` task: fairseq's ``translation`` plus document context.
+
+With ``--context-size 0`` (or ``--context-sides none``) it is exactly fairseq's translation
+task: same datasets, same batches, same loss. Otherwise every batch also carries the K
+previous sentences of each sentence (see :mod:`fairseq_docctx.data.document_dataset`).
+"""
+import logging
+import os
+from dataclasses import dataclass, field
+
+from fairseq import utils
+from fairseq.data import data_utils, iterators
+from fairseq.dataclass import ChoiceEnum
+from fairseq.tasks import register_task
+from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+from ..data.doc_index import DocIndex, doc_index_path
+from ..data.document_dataset import CONTEXT_SIDES, DocumentPairDataset
+
+logger = logging.getLogger(__name__)
+
+TARGET_CONTEXT_CHOICES = ("reference", "hypothesis")
+
+
+@dataclass
+class DocumentTranslationConfig(TranslationConfig):
+    context_size: int = field(
+        default=3,
+        metadata={"help": "number K of previous sentences of the same document given as "
+                  "context (0 = sentence-level translation)"},
+    )
+    context_sides: ChoiceEnum(CONTEXT_SIDES) = field(
+        default="source",
+        metadata={"help": "which sides of the previous sentences are context"},
+    )
+    target_context: ChoiceEnum(TARGET_CONTEXT_CHOICES) = field(
+        default="reference",
+        metadata={"help": "where target-side context comes from: the references "
+                  "(training, oracle analysis) or the model's own previous translations "
+                  "(document-order inference)"},
+    )
+    context_separator: str = field(
+        default="<sep>",
+        metadata={"help": "token joining context sentences for concatenation models; "
+                  "added to the dictionaries if missing"},
+    )
+    doc_run_length: int = field(
+        default=16,
+        metadata={"help": "batches keep runs of up to this many consecutive sentences of a "
+                  "document together, so shared context is encoded once per batch"},
+    )
+
+
+def model_reads_context(model) -> bool:
+    """A model consumes ``net_input["context"]`` if it says so (``reads_document_context``)."""
+    return bool(getattr(model, "reads_document_context", False))
+
+
+@register_task("document_translation", dataclass=DocumentTranslationConfig)
+class DocumentTranslationTask(TranslationTask):
+    """Translate documents sentence by sentence with the previous sentences as context.
+
+    Models that read context set ``reads_document_context = True`` and accept a
+    ``context`` keyword (a dict of tensors) in their forward and encoder forward; for all
+    other models (fairseq's ``transformer``, ``lstm``, ...) the context is removed from the
+    batch, so they train and generate at sentence level through this task.
+    """
+
+    cfg: DocumentTranslationConfig
+
+    def __init__(self, cfg, src_dict, tgt_dict):
+        super().__init__(cfg, src_dict, tgt_dict)
+        if cfg.context_size < 0:
+            raise ValueError("--context-size must be >= 0")
+
+    @property
+    def uses_context(self) -> bool:
+        return self.cfg.context_size > 0 and self.cfg.context_sides != "none"
+
+    @classmethod
+    def setup_task(cls, cfg, **kwargs):
+        task = super().setup_task(cfg, **kwargs)
+        if cfg.context_size > 0 and cfg.context_sides != "none":
+            sep = cfg.context_separator
+            for d in {id(task.src_dict): task.src_dict, id(task.tgt_dict): task.tgt_dict}.values():
+                if sep not in d.indices:
+                    logger.warning(
+                        f"context separator {sep} is not in the dictionary: adding it "
+                        "(docctx-prepare puts it there for you)"
+                    )
+                    d.add_symbol(sep)
+        return task
+
+    # ------------------------------------------------------------------ data
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        pair = self.datasets[split]
+        paths = utils.split_paths(self.cfg.data)
+        if split != self.cfg.train_subset:
+            paths = paths[:1]
+        data_path = paths[(epoch - 1) % len(paths)]
+        docs = self.load_doc_index(data_path, split, len(pair), combine)
+        self.datasets[split] = DocumentPairDataset(
+            pair,
+            docs,
+            context_size=self.cfg.context_size,
+            context_sides=self.cfg.context_sides,
+            shuffle=(split != "test"),
+            run_length=self.cfg.doc_run_length,
+        )
+
+    def load_doc_index(self, data_path, split, num_sentences, combine) -> DocIndex:
+        """The document index of ``split`` (shards ``split1``, ``split2``... concatenated
+        like fairseq concatenates the binarized shards)."""
+        src, tgt = self.cfg.source_lang, self.cfg.target_lang
+        parts, k = [], 0
+        while True:
+            split_k = split + (str(k) if k > 0 else "")
+            found = [
+                p
+                for p in (
+                    doc_index_path(data_path, split_k, src, tgt),
+                    doc_index_path(data_path, split_k, tgt, src),
+                )
+                if os.path.exists(p)
+            ]
+            if not found:
+                break
+            parts.append(DocIndex.read(found[0]))
+            k += 1
+            if not combine:
+                break
+        if not parts:
+            if self.uses_context:
+                raise FileNotFoundError(
+                    f"no document index {doc_index_path(data_path, split, src, tgt)}: "
+                    "prepare the data with docctx-prepare (or write one line "
+                    "'<doc id>\\t<number of sentences>' per document), or train with "
+                    "--context-size 0"
+                )
+            return DocIndex.single_sentence_documents(num_sentences)
+        docs = DocIndex.concat(parts)
+        if docs.num_sentences != num_sentences:
+            raise ValueError(
+                f"{data_path}: the document index of '{split}' covers "
+                f"{docs.num_sentences} sentences, the binarized data has {num_sentences}"
+            )
+        return docs
+
+    def get_batch_iterator(self, dataset, max_tokens=None, max_sentences=None,
+                           max_positions=None, ignore_invalid_inputs=False,
+                           required_batch_size_multiple=1, seed=1, num_shards=1,
+                           shard_id=0, num_workers=0, epoch=1, data_buffer_size=0,
+                           disable_iterator_cache=False, skip_remainder_batch=False,
+                           grouped_shuffling=False, update_epoch_batch_itr=False, **kwargs):
+        if not (isinstance(dataset, DocumentPairDataset) and dataset.has_context):
+            return super().get_batch_iterator(
+                dataset, max_tokens=max_tokens, max_sentences=max_sentences,
+                max_positions=max_positions, ignore_invalid_inputs=ignore_invalid_inputs,
+                required_batch_size_multiple=required_batch_size_multiple, seed=seed,
+                num_shards=num_shards, shard_id=shard_id, num_workers=num_workers,
+                epoch=epoch, data_buffer_size=data_buffer_size,
+                disable_iterator_cache=disable_iterator_cache,
+                skip_remainder_batch=skip_remainder_batch,
+                grouped_shuffling=grouped_shuffling,
+                update_epoch_batch_itr=update_epoch_batch_itr,
+            )
+        # Document batching: runs are re-drawn every epoch, so the batch sampler is a
+        # callable that EpochBatchIterator calls once per epoch.
+        dataset.set_epoch(epoch)
+
+        def make_batches(dataset, epoch):
+            with data_utils.numpy_seed(seed + epoch):
+                indices = dataset.ordered_indices()
+            if max_positions is not None:
+                indices = self.filter_indices_by_size(
+                    indices, dataset, max_positions, ignore_invalid_inputs
+                )
+            return dataset.batch_by_size(
+                indices, max_tokens=max_tokens, max_sentences=max_sentences,
+                required_batch_size_multiple=required_batch_size_multiple,
+            )
+
+        return iterators.EpochBatchIterator(
+            dataset=dataset,
+            collate_fn=dataset.collater,
+            batch_sampler=make_batches,
+            seed=seed,
+            num_shards=num_shards,
+            shard_id=shard_id,
+            num_workers=num_workers,
+            epoch=epoch,
+            buffer_size=data_buffer_size,
+            skip_remainder_batch=skip_remainder_batch,
+            grouped_shuffling=grouped_shuffling,
+        )
+
+    # ---------------------------------------------------------------- models
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint)
+        if self.uses_context and not model_reads_context(model):
+            logger.info(
+                f"{model.__class__.__name__} does not read document context: it is "
+                "trained and decoded at sentence level"
+            )
+        return model
+
+    def _for_model(self, sample, model_or_models):
+        """Remove the context from the batch for models that do not read it."""
+        if sample is None or "net_input" not in sample or "context" not in sample["net_input"]:
+            return sample
+        models = model_or_models if isinstance(model_or_models, (list, tuple)) else [model_or_models]
+        readers = [model_reads_context(m) for m in models]
+        if all(readers):
+            return sample
+        if any(readers):
+            raise ValueError("an ensemble must not mix context-aware and sentence-level models")
+        net_input = {k: v for k, v in sample["net_input"].items() if k != "context"}
+        return {**sample, "net_input": net_input}
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        return super().train_step(
+            self._for_model(sample, model), model, criterion, optimizer, update_num, ignore_grad
+        )
+
+    def valid_step(self, sample, model, criterion):
+        return super().valid_step(self._for_model(sample, model), model, criterion)
+
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        return super().inference_step(
+            generator, models, self._for_model(sample, models),
+            prefix_tokens=prefix_tokens, constraints=constraints,
+        )
+

@@ -1,0 +1,17 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="fairseq_docctx",
+    version="0.1.0",
+    description="Document-level (context-aware) NMT as a fairseq --user-dir plugin",
+    packages=find_packages(include=["fairseq_docctx", "fairseq_docctx.*"]),
+    python_requires=">=3.10",
+    # fairseq (the ve-fairseq fork) is installed with --no-deps by the Makefile.
+    install_requires=["sentencepiece", "sacrebleu", "numpy", "torch"],
+    entry_points={
+        "console_scripts": [
+            "docctx-prepare = fairseq_docctx.cli.prepare:cli_main",
+            "docctx-probe = fairseq_docctx.cli.probe:cli_main",
+        ]
+    },
+)

@@ -1,0 +1,124 @@
+"""DocumentPairDataset: context tables, document runs, batching that drops nothing."""
+import numpy as np
+import pytest
+import torch
+from fairseq.data import Dictionary, LanguagePairDataset
+
+from fairseq_docctx.data.doc_index import DocIndex
+from fairseq_docctx.data.document_dataset import DocumentPairDataset
+
+DOC_LENGTHS = [1, 5, 2, 9, 1, 3, 7, 4]
+
+
+def make_dataset(context_size=3, sides="both", shuffle=True, run_length=4, seed=0):
+    rng = np.random.RandomState(seed)
+    d = Dictionary()
+    for i in range(50):
+        d.add_symbol(f"w{i}")
+    n = sum(DOC_LENGTHS)
+    # sentence i starts with a token that encodes i, so rows can be traced back
+    src = [torch.LongTensor([d.index(f"w{i}")] + list(rng.randint(5, 40, rng.randint(1, 8))) + [d.eos()]) for i in range(n)]
+    tgt = [torch.LongTensor([d.index(f"w{i}")] + list(rng.randint(5, 40, rng.randint(1, 8))) + [d.eos()]) for i in range(n)]
+    pair = LanguagePairDataset(src, [len(s) for s in src], d, tgt, [len(t) for t in tgt], d, shuffle=shuffle)
+    docs = DocIndex([f"d{i}" for i in range(len(DOC_LENGTHS))], np.array(DOC_LENGTHS))
+    return DocumentPairDataset(pair, docs, context_size, sides, shuffle=shuffle, run_length=run_length), d, src, tgt
+
+
+def strip(t, pad):
+    return t[t.ne(pad)].tolist()
+
+
+def test_context_tables_follow_documents_and_are_unique():
+    ds, d, src, tgt = make_dataset()
+    ids = list(range(len(ds)))
+    batch = ds.collater([ds[i] for i in ids])
+    ctx = batch["net_input"]["context"]
+    order = batch["id"].tolist()
+    assert sorted(order) == ids
+    for side, sents in (("src", src), ("tgt", tgt)):
+        table, index, self_ = ctx[side + "_tokens"], ctx[side + "_index"], ctx[side + "_self"]
+        rows = [tuple(strip(r, d.pad())) for r in table]
+        assert len(rows) == len(set(rows)), "a sentence is stored twice in the table"
+        assert index.shape == (len(order), 3)
+        for b, i in enumerate(order):
+            assert strip(table[self_[b]], d.pad()) == sents[i].tolist()
+            pos = int(ds.docs.sent_pos[i])
+            for k in range(3):
+                if k < pos:  # the (k+1)-th previous sentence of the same document
+                    assert strip(table[index[b, k]], d.pad()) == sents[i - k - 1].tolist()
+                else:  # before the document start: masked, not borrowed
+                    assert index[b, k] == -1
+
+
+def test_first_sentence_of_document_has_no_context():
+    ds, *_ = make_dataset()
+    first = ds.docs.offsets  # first sentence of every document
+    prev = ds.context_rows(first)
+    assert (prev == -1).all()
+    # a sentence right after a document boundary never sees the other document
+    assert (ds.context_rows(first[1:] )[:, 0] == -1).all()
+
+
+@pytest.mark.parametrize("mult", [1, 3, 8])
+@pytest.mark.parametrize("context_size", [0, 2])
+def test_batching_drops_no_sentence(mult, context_size):
+    ds, *_ = make_dataset(context_size=context_size)
+    indices = ds.ordered_indices()
+    batches = ds.batch_by_size(indices, max_tokens=40, required_batch_size_multiple=mult)
+    got = np.sort(np.concatenate(batches))
+    assert got.tolist() == list(range(len(ds)))
+
+
+def test_max_tokens_counts_context_tables():
+    ds, d, *_ = make_dataset(context_size=3, sides="both")
+    max_tokens = 60
+    for b in ds.batch_by_size(ds.ordered_indices(), max_tokens=max_tokens):
+        batch = ds.collater([ds[int(i)] for i in b])
+        ctx = batch["net_input"]["context"]
+        held = max(ctx["src_tokens"].numel(), ctx["tgt_tokens"].numel())
+        assert held <= max_tokens or len(b) == 1, (held, len(b))
+
+
+def test_runs_keep_documents_together_and_are_reshuffled():
+    ds, *_ = make_dataset(context_size=2, run_length=3)
+    with_seed = []
+    for epoch in (1, 2):
+        np.random.seed(epoch)
+        order = ds.ordered_indices()
+        runs = ds.doc_runs(order)
+        assert max(len(r) for r in runs) <= 3
+        for r in runs:  # consecutive sentences of one document
+            assert (np.diff(r) == 1).all() and len(set(ds.docs.sent_doc[r])) == 1
+        with_seed.append(order.tolist())
+    assert with_seed[0] != with_seed[1]
+
+
+def test_unique_table_saves_encodings():
+    """With document runs, the table holds far fewer rows than (1 + context) per sentence."""
+    ds, *_ = make_dataset(context_size=3, sides="source", run_length=16)
+    batches = ds.batch_by_size(np.arange(len(ds)), max_tokens=10_000)
+    table = naive = current = 0
+    for b in batches:
+        ctx = ds.collater([ds[int(i)] for i in b])["net_input"]["context"]
+        table += ctx["src_tokens"].size(0)
+        naive += len(b) + int((ctx["src_index"] >= 0).sum())
+        current += len(b)
+    assert table < naive
+    assert table <= 1.3 * current + 3 * len(DOC_LENGTHS)
+
+
+def test_sentence_level_is_plain_language_pair_dataset():
+    ds, *_ = make_dataset(context_size=0)
+    batch = ds.collater([ds[i] for i in range(5)])
+    assert "context" not in batch["net_input"]
+    np.random.seed(3)
+    a = ds.ordered_indices()
+    np.random.seed(3)
+    b = ds.pair.ordered_indices()
+    assert a.tolist() == b.tolist()
+
+
+def test_index_and_data_must_agree():
+    ds, *_ = make_dataset()
+    with pytest.raises(ValueError, match="covers"):
+        DocumentPairDataset(ds.pair, DocIndex(["a"], np.array([3])), 3, "source")

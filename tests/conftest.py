@@ -23,3 +23,53 @@ def shared_data():
     if not SHARED_DATA.is_dir():
         pytest.skip(f"needs the shared corpora at {SHARED_DATA}")
     return SHARED_DATA
+
+
+def run(cmd, cwd=None, timeout=900, check=True):
+    """Run a command (list) with the venv's scripts on PATH; fail with its output."""
+    import subprocess
+
+    p = subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, env=venv_env(), capture_output=True, text=True,
+        timeout=timeout,
+    )
+    if check and p.returncode != 0:
+        raise AssertionError(
+            f"command failed ({p.returncode}): {' '.join(map(str, cmd))}\n"
+            f"--- stdout\n{p.stdout[-4000:]}\n--- stderr\n{p.stderr[-6000:]}"
+        )
+    return p
+
+
+def write_toy_documents(out_dir, seed=0, docs=(60, 8, 8)):
+    """Small random parallel documents in the docids format (src -> tgt = upper-cased
+    source words), for task and batching tests that need real fairseq data quickly."""
+    import random
+
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(30)]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for split, n in zip(("train", "valid", "test"), docs):
+        src, tgt, ids = [], [], []
+        for d in range(n):
+            for _ in range(rng.randint(1, 9)):
+                s = [rng.choice(words) for _ in range(rng.randint(2, 10))]
+                src.append(" ".join(s))
+                tgt.append(" ".join(w.upper() for w in s))
+                ids.append(f"{split}-doc{d}")
+        for ext, lines in (("src", src), ("tgt", tgt), ("docids", ids)):
+            (out_dir / f"{split}.{ext}").write_text("\n".join(lines) + "\n")
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def toy_bin(tmp_path_factory):
+    """Toy documents prepared with docctx-prepare (no SentencePiece)."""
+    root = tmp_path_factory.mktemp("toy")
+    raw = write_toy_documents(root / "raw")
+    dest = root / "bin"
+    run(["docctx-prepare", "-s", "src", "-t", "tgt", "--trainpref", raw / "train",
+         "--validpref", raw / "valid", "--testpref", raw / "test", "--destdir", dest,
+         "--joined-dictionary", "--workers", "1"])
+    return dest

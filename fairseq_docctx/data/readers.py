@@ -1,0 +1,478 @@
+"""Readers for raw parallel documents (pure Python; no fairseq import).
+
+Formats (see ``docs/prepare.md``):
+
+* ``docids``  one sentence a line in ``PREFIX.LANG`` plus one document id a line in
+  ``PREFIX.docids``;
+* ``blank``   one sentence a line, an empty line between documents;
+* ``marker``  one sentence a line, a line ``<d>`` before each document;
+* ``xml``     IWSLT/WMT XML or SGML, ``<doc docid=..>`` containing ``<seg id=..>``.
+
+Every error is a :class:`DocumentFormatError` whose message starts with ``FILE:LINE:``
+(1-based line).  Sentences are returned with CR/LF and surrounding whitespace removed; a
+stray carriage return inside a sentence becomes a space (it would split the line later).
+"""
+import bisect
+import html
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+FORMATS = ("docids", "blank", "marker", "xml")
+INPUT_FORMATS = ("auto",) + FORMATS
+XML_EXTENSIONS = (".xml", ".sgm", ".sgml")
+DOCIDS = "docids"
+_XML_STARTS = ("<?xml", "<mteval", "<srcset", "<refset", "<tstset", "<doc")
+
+
+class DocumentFormatError(ValueError):
+    """Bad input documents; ``str(err)`` is ``FILE:LINE: message``."""
+
+    def __init__(self, path: str, line: int, message: str):
+        self.path, self.line, self.message = path, line, message
+        super().__init__(f"{path}:{line}: {message}")
+
+
+@dataclass
+class Document:
+    """One document of one side: id, sentences, and the 1-based file line of each."""
+
+    doc_id: str
+    sentences: List[str]
+    lines: List[int]
+    path: str
+    seg_ids: Optional[List[str]] = None  # xml: the <seg id=...> of each sentence
+    start: int = 0  # line where the document starts (xml: its <doc>)
+
+    def __len__(self):
+        return len(self.sentences)
+
+
+@dataclass
+class ParallelDocuments:
+    """The documents of one prefix, source and target aligned document by document and
+    sentence by sentence (``src[i].sentences[j]`` translates to ``tgt[i].sentences[j]``)."""
+
+    src: List[Document]
+    tgt: List[Document]
+    src_path: str
+    tgt_path: str
+    format: str
+    docids_path: Optional[str] = None
+    formats: Dict[str, str] = field(default_factory=dict)  # file -> format
+
+    @property
+    def num_sentences(self) -> int:
+        return sum(len(d) for d in self.src)
+
+
+# ------------------------------------------------------------------------------------------
+# prefixes and paths
+
+
+def has_placeholders(prefix: str) -> bool:
+    return "{lang}" in prefix or "{other}" in prefix
+
+
+def side_path(prefix: str, lang: Optional[str], other: Optional[str] = None) -> str:
+    """File of one side: ``PREFIX.LANG`` (fairseq style), or, when the prefix contains
+    ``{lang}``/``{other}``, the prefix with those substituted and nothing appended.
+    ``lang=None``: the prefix is the file itself."""
+    if lang is None:
+        return prefix
+    if has_placeholders(prefix):
+        return _subst(prefix, lang, other)
+    return f"{prefix}.{lang}"
+
+
+def _subst(s: str, lang: str, other: Optional[str]) -> str:
+    return s.replace("{lang}", lang).replace("{other}", other or "")
+
+
+def docids_path(prefix: str, lang: Optional[str], other: Optional[str] = None) -> str:
+    """The document-id file of a prefix: ``PREFIX.docids``; with placeholders, the
+    ``lang`` side's path with its *last* ``{lang}`` replaced by ``docids`` (so
+    ``dev_{lang}.txt`` -> ``dev_docids.txt``, ``d/{lang}-{other}/f.{lang}`` ->
+    ``d/en-de/f.docids``); ``lang=None``: the file with its extension replaced by
+    ``.docids``."""
+    if lang is None:
+        return os.path.splitext(prefix)[0] + "." + DOCIDS
+    if "{lang}" in prefix:
+        head, _, tail = prefix.rpartition("{lang}")
+        return _subst(head, lang, other) + DOCIDS + _subst(tail, lang, other)
+    if has_placeholders(prefix):
+        return _subst(prefix, lang, other) + "." + DOCIDS
+    return f"{prefix}.{DOCIDS}"
+
+
+def prefix_name(prefix: str) -> str:
+    """Short name of a prefix for generated document ids (``NAME:N``): its base name
+    without placeholders (``dev_{lang}.txt`` -> ``dev.txt``)."""
+    name = re.sub(r"[._-]?\{(?:lang|other)\}", "", os.path.basename(prefix))
+    return name.strip("._-") or "doc"
+
+
+# ------------------------------------------------------------------------------------------
+# low-level file access
+
+
+def read_lines(path: str) -> List[str]:
+    """The lines of a UTF-8 file (BOM dropped, ``\\n`` or ``\\r\\n`` endings removed)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no such file: {path}") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise DocumentFormatError(path, line, f"not valid UTF-8 ({e.reason})") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline ends the last line, it does not start a new one
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
+def _clean(sentence: str) -> str:
+    return sentence.replace("\r", " ").strip()
+
+
+def detect_format(path: str, docids: Optional[str] = None) -> str:
+    """Guess the format of one file (see the module docstring for the rules)."""
+    if path.lower().endswith(XML_EXTENSIONS):
+        return "xml"
+    lines = read_lines(path)
+    head = "\n".join(lines[:5]).lstrip().lower()
+    if head.startswith(_XML_STARTS):
+        return "xml"
+    if docids is not None and os.path.exists(docids):
+        return "docids"
+    first = next((ln.strip() for ln in lines if ln.strip()), None)
+    if first == "<d>":
+        return "marker"
+    if any(not ln.strip() for ln in lines):
+        return "blank"
+    raise DocumentFormatError(
+        path, 1,
+        "cannot tell where documents start: no XML, no <d> markers, no blank lines and "
+        f"no document-id file {docids or ''}; give --input-format or a .docids file",
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# one file, one format
+
+
+def read_docids_file(path: str) -> List[Tuple[str, int]]:
+    """``(doc_id, line)`` per line of a document-id file; each id one contiguous run."""
+    out, seen = [], {}
+    for i, line in enumerate(read_lines(path), 1):
+        d = line.strip()
+        if not d:
+            raise DocumentFormatError(path, i, "empty document id")
+        if "\t" in d:
+            raise DocumentFormatError(path, i, f"document id {d!r} contains a tab")
+        if out and out[-1][0] != d and d in seen:
+            raise DocumentFormatError(
+                path, i,
+                f"document id {d!r} reappears after another document (its first run "
+                f"starts at line {seen[d]}); a document must be one contiguous run of lines",
+            )
+        seen.setdefault(d, i)
+        out.append((d, i))
+    return out
+
+
+def _read_docids_format(path: str, docids: str) -> List[Document]:
+    ids = read_docids_file(docids)
+    lines = read_lines(path)
+    if len(lines) != len(ids):
+        _count_mismatch(path, len(lines), docids, len(ids))
+    docs: List[Document] = []
+    for i, (line, (d, _)) in enumerate(zip(lines, ids), 1):
+        s = _clean(line)
+        if not s:
+            raise DocumentFormatError(path, i, f"empty sentence in document {d!r}")
+        if not docs or docs[-1].doc_id != d:
+            docs.append(Document(d, [], [], path))
+        docs[-1].sentences.append(s)
+        docs[-1].lines.append(i)
+    return docs
+
+
+def _read_blank(path: str, name: str) -> List[Document]:
+    docs: List[Document] = []
+    new_doc = True
+    for i, line in enumerate(read_lines(path), 1):
+        s = _clean(line)
+        if not s:
+            new_doc = True
+            continue
+        if new_doc:
+            docs.append(Document(f"{name}:{len(docs) + 1}", [], [], path))
+            new_doc = False
+        docs[-1].sentences.append(s)
+        docs[-1].lines.append(i)
+    return docs
+
+
+def _read_marker(path: str, name: str) -> List[Document]:
+    docs: List[Document] = []
+    marker_line = 0
+    for i, line in enumerate(read_lines(path), 1):
+        s = _clean(line)
+        if s == "<d>":
+            if docs and not docs[-1].sentences:
+                raise DocumentFormatError(path, marker_line, "empty document (<d> followed by <d>)")
+            docs.append(Document(f"{name}:{len(docs) + 1}", [], [], path))
+            marker_line = i
+        elif not s:
+            raise DocumentFormatError(path, i, "empty sentence (a blank line in a <d>-marker file)")
+        elif not docs:
+            raise DocumentFormatError(path, i, "text before the first <d> marker")
+        else:
+            docs[-1].sentences.append(s)
+            docs[-1].lines.append(i)
+    if docs and not docs[-1].sentences:
+        raise DocumentFormatError(path, marker_line, "empty document (<d> at the end of the file)")
+    return docs
+
+
+_XML_TOKEN = re.compile(
+    r"<!--.*?-->|<!\[CDATA\[.*?\]\]>|<[?!][^>]*>|<(/?)([A-Za-z][\w.:-]*)((?:[^>\"']|\"[^\"]*\"|'[^']*')*)>",
+    re.S,
+)
+_CDATA = re.compile(r"<!\[CDATA\[(.*?)\]\]>", re.S)
+_XML_ATTR = re.compile(r"([A-Za-z_][\w.:-]*)\s*=\s*(\"[^\"]*\"|'[^']*'|[^\s>\"']+)")
+
+
+def _attrs(s: str) -> Dict[str, str]:
+    return {k.lower(): html.unescape(v.strip("\"'")) for k, v in _XML_ATTR.findall(s)}
+
+
+def _read_xml(path: str) -> List[Document]:
+    """IWSLT/WMT XML or SGML, read tolerantly (unquoted attributes, bare ``&``) but strictly
+    in structure: every ``<seg>`` has an id and is closed inside an open ``<doc>``."""
+    text = "\n".join(read_lines(path))
+    line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+
+    def line_of(pos: int) -> int:
+        return bisect.bisect_right(line_starts, pos)
+
+    docs: List[Document] = []
+    doc_lines: Dict[str, int] = {}
+    doc: Optional[Document] = None
+    doc_line = 0
+    seg: Optional[Tuple[str, int, int]] = None  # (id, line, text start)
+    seg_ids: Dict[str, int] = {}
+    for m in _XML_TOKEN.finditer(text):
+        closing, tag = m.group(1), (m.group(2) or "").lower()
+        if not tag:
+            continue  # comment, processing instruction, doctype, CDATA outside a seg
+        ln = line_of(m.start())
+        if seg is not None:
+            if tag == "seg" and closing:
+                sid, sline, start = seg
+                s = _CDATA.sub(lambda c: html.escape(c.group(1)), text[start:m.start()])
+                s = _clean(html.unescape(re.sub(r"\s+", " ", _XML_TOKEN.sub(" ", s))))
+                if not s:
+                    raise DocumentFormatError(path, sline, f"empty segment id={sid} in document {doc.doc_id!r}")
+                doc.sentences.append(s)
+                doc.lines.append(sline)
+                seg = None
+                continue
+            if tag not in ("seg", "doc"):
+                continue  # inline markup inside a segment: dropped, its text kept
+            raise DocumentFormatError(
+                path, seg[1], f"<seg id={seg[0]}> is not closed (found <{'/' * bool(closing)}{tag}> at line {ln})"
+            )
+        if tag == "doc":
+            if closing:
+                if doc is None:
+                    raise DocumentFormatError(path, ln, "</doc> without an open <doc>")
+                if not doc.sentences:
+                    raise DocumentFormatError(path, doc_line, f"document {doc.doc_id!r} has no <seg>")
+                doc = None
+                continue
+            if doc is not None:
+                raise DocumentFormatError(
+                    path, doc_line, f"<doc docid={doc.doc_id}> is not closed (next <doc> at line {ln})"
+                )
+            docid = _attrs(m.group(3)).get("docid", "").strip()
+            if not docid:
+                raise DocumentFormatError(path, ln, "<doc> without a docid attribute")
+            if "\t" in docid:
+                raise DocumentFormatError(path, ln, f"docid {docid!r} contains a tab")
+            if docid in doc_lines:
+                raise DocumentFormatError(
+                    path, ln, f"docid {docid!r} appears twice (first at line {doc_lines[docid]})"
+                )
+            doc_lines[docid] = doc_line = ln
+            doc = Document(docid, [], [], path, [], ln)
+            docs.append(doc)
+            seg_ids = {}
+        elif tag == "seg":
+            if closing:
+                raise DocumentFormatError(path, ln, "</seg> without an open <seg>")
+            if doc is None:
+                raise DocumentFormatError(path, ln, "<seg> outside a <doc>")
+            sid = _attrs(m.group(3)).get("id", "").strip()
+            if not sid:
+                raise DocumentFormatError(path, ln, f"<seg> without an id in document {doc.doc_id!r}")
+            if sid in seg_ids:
+                raise DocumentFormatError(
+                    path, ln, f"seg id={sid} appears twice in document {doc.doc_id!r} (first at line {seg_ids[sid]})"
+                )
+            seg_ids[sid] = ln
+            doc.seg_ids.append(sid)
+            seg = (sid, ln, m.end())
+    if seg is not None:
+        raise DocumentFormatError(path, seg[1], f"<seg id={seg[0]}> is not closed before the end of the file")
+    if doc is not None:
+        raise DocumentFormatError(path, doc_line, f"<doc docid={doc.doc_id}> is not closed before the end of the file")
+    if not docs:
+        raise DocumentFormatError(path, 1, "no <doc docid=...> element found")
+    return docs
+
+
+def read_file(path: str, input_format: str = "auto", docids: Optional[str] = None,
+              name: Optional[str] = None) -> Tuple[List[Document], str]:
+    """Read the documents of one file; returns ``(documents, format)``.
+
+    ``docids``: the document-id file (``docids`` format, and for auto-detection);
+    ``name``: prefix of generated ids ``NAME:N`` (``blank``/``marker``; default: the
+    file's base name)."""
+    fmt = detect_format(path, docids) if input_format == "auto" else input_format
+    name = name or prefix_name(path)
+    if fmt == "docids":
+        if docids is None:
+            raise ValueError("the docids format needs the document-id file")
+        if not os.path.exists(docids):
+            raise FileNotFoundError(f"no such file: {docids} (document ids for {path})")
+        docs = _read_docids_format(path, docids)
+    elif fmt == "blank":
+        docs = _read_blank(path, name)
+    elif fmt == "marker":
+        docs = _read_marker(path, name)
+    elif fmt == "xml":
+        docs = _read_xml(path)
+    else:
+        raise ValueError(f"unknown input format {fmt!r} (choose from {', '.join(INPUT_FORMATS)})")
+    return docs, fmt
+
+
+def read_documents(prefix: str, lang: Optional[str] = None, other: Optional[str] = None,
+                   input_format: str = "auto") -> List[Document]:
+    """The documents of one side of a prefix (e.g. raw input for translation).
+
+    ``read_documents("corpus/test", "en")`` reads ``corpus/test.en`` (+ ``corpus/test.docids``);
+    ``read_documents("talk.en.xml")`` reads that file."""
+    path = side_path(prefix, lang, other)
+    docs, _ = read_file(path, input_format, docids_path(prefix, lang, other), prefix_name(prefix))
+    return docs
+
+
+# ------------------------------------------------------------------------------------------
+# two sides
+
+
+def _count_mismatch(path_a: str, n_a: int, path_b: str, n_b: int):
+    longer, shorter = (path_a, path_b) if n_a > n_b else (path_b, path_a)
+    raise DocumentFormatError(
+        longer, min(n_a, n_b) + 1,
+        f"line counts differ: {path_a} has {n_a} lines, {path_b} has {n_b} lines "
+        f"(this line has no counterpart in {shorter})",
+    )
+
+
+def _span(doc: Document) -> str:
+    return f"lines {doc.lines[0]}-{doc.lines[-1]}"
+
+
+def _match_structure(src: List[Document], tgt: List[Document]):
+    """blank/marker: same number of documents with the same sentence counts."""
+    for k, (a, b) in enumerate(zip(src, tgt), 1):
+        if len(a) != len(b):
+            raise DocumentFormatError(
+                a.path, a.lines[0],
+                f"document {k} has {len(a)} sentences here ({_span(a)}) but {len(b)} in "
+                f"{b.path} ({_span(b)})",
+            )
+    if len(src) != len(tgt):
+        longer, other = (src, tgt) if len(src) > len(tgt) else (tgt, src)
+        extra = longer[len(other)]
+        raise DocumentFormatError(
+            extra.path, extra.lines[0],
+            f"document {len(other) + 1} has no counterpart: {src[0].path if src else '?'} has "
+            f"{len(src)} documents, {tgt[0].path if tgt else '?'} has {len(tgt)}",
+        )
+
+
+def _match_xml(src: List[Document], tgt: List[Document]) -> List[Document]:
+    """Reorder the target documents/segments to the source's docids and seg ids."""
+    spath, tpath = src[0].path, tgt[0].path
+    by_id = {d.doc_id: d for d in tgt}
+    src_ids = {d.doc_id for d in src}
+    for d in tgt:
+        if d.doc_id not in src_ids:
+            raise DocumentFormatError(tpath, d.start, f"docid {d.doc_id!r} is in {tpath} but not in {spath}")
+    out = []
+    for d in src:
+        t = by_id.get(d.doc_id)
+        if t is None:
+            raise DocumentFormatError(spath, d.start, f"docid {d.doc_id!r} is in {spath} but not in {tpath}")
+        tsegs = {sid: (s, ln) for sid, s, ln in zip(t.seg_ids, t.sentences, t.lines)}
+        src_segs = set(d.seg_ids)
+        extra = [(sid, ln) for sid, ln in zip(t.seg_ids, t.lines) if sid not in src_segs]
+        if extra:
+            raise DocumentFormatError(
+                tpath, extra[0][1],
+                f"seg id(s) {', '.join(s for s, _ in extra)} of docid {d.doc_id!r} are in {tpath} but not in {spath}",
+            )
+        missing = [(sid, ln) for sid, ln in zip(d.seg_ids, d.lines) if sid not in tsegs]
+        if missing:
+            raise DocumentFormatError(
+                spath, missing[0][1],
+                f"seg id(s) {', '.join(s for s, _ in missing)} of docid {d.doc_id!r} are in {spath} but not in {tpath}",
+            )
+        pairs = [tsegs[sid] for sid in d.seg_ids]
+        out.append(Document(t.doc_id, [s for s, _ in pairs], [ln for _, ln in pairs], tpath, list(d.seg_ids), t.start))
+    return out
+
+
+def read_parallel(prefix: str, src: str, tgt: str, input_format: str = "auto") -> ParallelDocuments:
+    """Read both sides of one prefix and align them (see :class:`ParallelDocuments`)."""
+    spath, tpath = side_path(prefix, src, tgt), side_path(prefix, tgt, src)
+    docids = docids_path(prefix, src, tgt)
+    for p in (spath, tpath):
+        if not os.path.exists(p):
+            raise FileNotFoundError(f"no such file: {p} (from prefix {prefix})")
+    if input_format == "auto":
+        sfmt, tfmt = detect_format(spath, docids), detect_format(tpath, docids)
+        if sfmt != tfmt:
+            raise DocumentFormatError(
+                tpath, 1, f"looks like format {tfmt!r} but {spath} looks like {sfmt!r}; give --input-format"
+            )
+        fmt = sfmt
+    else:
+        fmt = input_format
+    name = prefix_name(prefix)
+    if fmt == "docids":
+        if not os.path.exists(docids):
+            raise FileNotFoundError(f"no such file: {docids} (document ids for prefix {prefix})")
+        n_src, n_tgt = len(read_lines(spath)), len(read_lines(tpath))
+        if n_src != n_tgt:
+            _count_mismatch(spath, n_src, tpath, n_tgt)
+    sdocs, _ = read_file(spath, fmt, docids, name)
+    tdocs, _ = read_file(tpath, fmt, docids, name)
+    if fmt in ("blank", "marker"):
+        _match_structure(sdocs, tdocs)
+    elif fmt == "xml":
+        tdocs = _match_xml(sdocs, tdocs)
+    formats = {spath: fmt, tpath: fmt}
+    if fmt == "docids":
+        formats[docids] = "docids"
+    return ParallelDocuments(sdocs, tdocs, spath, tpath, fmt,
+                             docids if fmt == "docids" else None, formats)

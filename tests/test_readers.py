@@ -1,0 +1,272 @@
+"""fairseq_docctx.data.readers: the four raw formats, auto-detection and their errors."""
+import re
+
+import pytest
+
+from fairseq_docctx.data.readers import (
+    DocumentFormatError,
+    detect_format,
+    docids_path,
+    prefix_name,
+    read_documents,
+    read_parallel,
+    side_path,
+)
+
+
+def w(path, text, crlf=False):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if crlf:
+        text = text.replace("\n", "\r\n")
+    path.write_bytes(text.encode("utf-8"))
+    return path
+
+
+def err(excinfo, path, line):
+    """The error names FILE:LINE at its start."""
+    assert isinstance(excinfo.value, DocumentFormatError)
+    assert str(excinfo.value).startswith(f"{path}:{line}: "), str(excinfo.value)
+    assert (excinfo.value.path, excinfo.value.line) == (str(path), line)
+
+
+def sents(docs):
+    return [d.sentences for d in docs]
+
+
+# ------------------------------------------------------------------------------ paths
+
+
+def test_paths_and_placeholders():
+    assert side_path("c/train", "en", "de") == "c/train.en"
+    assert side_path("c/dev_{lang}.txt", "de", "en") == "c/dev_de.txt"
+    p = "X/{lang}-{other}/T.tst2016.{lang}-{other}.{lang}.xml"
+    assert side_path(p, "en", "de") == "X/en-de/T.tst2016.en-de.en.xml"
+    assert side_path(p, "de", "en") == "X/de-en/T.tst2016.de-en.de.xml"
+    assert docids_path("c/train", "en", "de") == "c/train.docids"
+    assert docids_path("c/dev_{lang}.txt", "en", "de") == "c/dev_docids.txt"
+    assert docids_path(p, "en", "de") == "X/en-de/T.tst2016.en-de.docids.xml"
+    assert docids_path("c/test.en", None) == "c/test.docids"
+    assert prefix_name("c/dev_{lang}.txt") == "dev.txt"
+    assert prefix_name(p) == "T.tst2016.xml"
+    assert prefix_name("c/train") == "train"
+
+
+# ------------------------------------------------------------------------------ docids
+
+
+def test_docids_crlf_and_trailing_spaces(tmp_path):
+    w(tmp_path / "c.en", "a b   \nc d\ne f \n", crlf=True)
+    w(tmp_path / "c.de", "A B\nC D\nE F\n")
+    w(tmp_path / "c.docids", "d1\nd1\nd2\n", crlf=True)
+    p = read_parallel(str(tmp_path / "c"), "en", "de")
+    assert p.format == "docids" and p.docids_path == str(tmp_path / "c.docids")
+    assert [d.doc_id for d in p.src] == ["d1", "d2"] == [d.doc_id for d in p.tgt]
+    assert sents(p.src) == [["a b", "c d"], ["e f"]]
+    assert sents(p.tgt) == [["A B", "C D"], ["E F"]]
+    assert [d.lines for d in p.src] == [[1, 2], [3]]
+
+
+def test_docids_reappearing_id(tmp_path):
+    w(tmp_path / "c.en", "a\nb\nc\nd\n")
+    w(tmp_path / "c.de", "a\nb\nc\nd\n")
+    w(tmp_path / "c.docids", "x\ny\ny\nx\n")
+    with pytest.raises(DocumentFormatError, match="reappears") as e:
+        read_parallel(str(tmp_path / "c"), "en", "de")
+    err(e, tmp_path / "c.docids", 4)
+
+
+def test_docids_line_counts(tmp_path):
+    w(tmp_path / "c.en", "a\nb\nc\n")
+    w(tmp_path / "c.de", "a\nb\n")
+    w(tmp_path / "c.docids", "x\nx\nx\n")
+    with pytest.raises(DocumentFormatError) as e:
+        read_parallel(str(tmp_path / "c"), "en", "de")
+    err(e, tmp_path / "c.en", 3)
+    msg = str(e.value)
+    assert f"{tmp_path / 'c.en'} has 3 lines" in msg and f"{tmp_path / 'c.de'} has 2 lines" in msg
+    w(tmp_path / "c.de", "a\nb\nc\n")
+    w(tmp_path / "c.docids", "x\nx\n")
+    with pytest.raises(DocumentFormatError, match="c.docids has 2 lines") as e:
+        read_parallel(str(tmp_path / "c"), "en", "de")
+    err(e, tmp_path / "c.en", 3)
+
+
+def test_docids_empty_segment(tmp_path):
+    w(tmp_path / "c.en", "a\n   \nc\n", crlf=True)
+    w(tmp_path / "c.de", "a\nb\nc\n")
+    w(tmp_path / "c.docids", "x\nx\nx\n")
+    with pytest.raises(DocumentFormatError, match="empty sentence") as e:
+        read_parallel(str(tmp_path / "c"), "en", "de", "docids")
+    err(e, tmp_path / "c.en", 2)
+
+
+# ------------------------------------------------------------------------------ blank / marker
+
+
+def test_blank(tmp_path):
+    w(tmp_path / "c.en", "\n\na\nb\n\n\n\nc\n\n")
+    w(tmp_path / "c.de", "A\nB\n \nC\n", crlf=True)
+    p = read_parallel(str(tmp_path / "c"), "en", "de")
+    assert p.format == "blank"
+    assert [d.doc_id for d in p.src] == ["c:1", "c:2"]
+    assert sents(p.src) == [["a", "b"], ["c"]] and sents(p.tgt) == [["A", "B"], ["C"]]
+
+
+def test_blank_mismatch(tmp_path):
+    w(tmp_path / "c.en", "a\nb\n\nc\n\nd\n")
+    w(tmp_path / "c.de", "A\nB\n\nC\nD\n")
+    with pytest.raises(DocumentFormatError, match="document 2 has 1 sentences") as e:
+        read_parallel(str(tmp_path / "c"), "en", "de")
+    err(e, tmp_path / "c.en", 4)
+    assert "lines 4-5" in str(e.value) and str(tmp_path / "c.de") in str(e.value)
+
+
+def test_marker_maruf_style(tmp_path):
+    w(tmp_path / "dev_en.txt", "<d>\nHello .   \nWorld .  \n<d>\nBye .\n", crlf=True)
+    w(tmp_path / "dev_de.txt", "<d>\nHallo .\nWelt .\n <d> \nTschüss .\n", crlf=True)
+    p = read_parallel(str(tmp_path / "dev_{lang}.txt"), "en", "de")
+    assert p.format == "marker"
+    assert [d.doc_id for d in p.src] == ["dev.txt:1", "dev.txt:2"]
+    assert sents(p.src) == [["Hello .", "World ."], ["Bye ."]]
+    assert sents(p.tgt) == [["Hallo .", "Welt ."], ["Tschüss ."]]
+
+
+@pytest.mark.parametrize(
+    "text,line,what",
+    [
+        ("<d>\na\n  \nb\n", 3, "empty sentence"),
+        ("x\n<d>\na\n", 1, "before the first"),
+        ("<d>\n<d>\na\n", 1, "empty document"),
+    ],
+)
+def test_marker_errors(tmp_path, text, line, what):
+    w(tmp_path / "m.en", text, crlf=True)
+    w(tmp_path / "m.de", "<d>\na\nb\n")
+    with pytest.raises(DocumentFormatError, match=what) as e:
+        read_parallel(str(tmp_path / "m"), "en", "de", "marker")
+    err(e, tmp_path / "m.en", line)
+
+
+# ------------------------------------------------------------------------------ xml
+
+IWSLT = """<?xml version="1.0" encoding="UTF-8"?>
+<mteval>
+<srcset setid="t" srclang="english">
+<doc docid="7" genre="lectures">
+<url>http://x</url>
+<keywords>a, b</keywords>
+<speaker>S</speaker>
+<talkid>7</talkid>
+<title>T &amp; t</title>
+<description>desc</description>
+<reviewer></reviewer>
+<translator></translator>
+<seg id="1"> One &amp; two &lt;3.    </seg>
+<seg id="2"> Three.</seg>
+</doc>
+<doc docid="9" genre="lectures">
+<seg id="1">Nine.</seg>
+</doc>
+</srcset>
+</mteval>
+"""
+
+SGML = """<refset setid="n" srclang="any" trglang="de">
+<doc docid=9 sysid=ref>
+<p>
+<seg id=1>Neun & so.</seg>
+</p>
+</doc>
+<doc sysid="ref" docid="7">
+<seg id=2>Drei.</seg>
+<seg id=1>Eins
+ &amp; zwei.</seg>
+</doc>
+</refset>
+"""
+
+
+def test_xml_matching(tmp_path):
+    w(tmp_path / "en" / "t.xml", IWSLT)
+    w(tmp_path / "de" / "t.xml", SGML, crlf=True)
+    p = read_parallel(str(tmp_path / "{lang}" / "t.xml"), "en", "de")
+    assert p.format == "xml"
+    assert [d.doc_id for d in p.src] == ["7", "9"] == [d.doc_id for d in p.tgt]
+    assert sents(p.src) == [["One & two <3.", "Three."], ["Nine."]]
+    # target reordered into the source's document and segment order
+    assert sents(p.tgt) == [["Eins & zwei.", "Drei."], ["Neun & so."]]
+    assert p.src[0].lines == [13, 14] and p.tgt[0].lines == [9, 8]
+
+
+def _xml_pair(tmp_path, en, de):
+    w(tmp_path / "en" / "t.xml", en)
+    w(tmp_path / "de" / "t.xml", de)
+    return str(tmp_path / "{lang}" / "t.xml")
+
+
+@pytest.mark.parametrize(
+    "en,line,what",
+    [
+        (IWSLT.replace('<seg id="2">', "<seg>"), 14, "without an id"),
+        (IWSLT.replace(" Three.</seg>", " Three."), 14, "not closed"),
+        (IWSLT.replace("</doc>\n<doc docid=\"9\"", "<doc docid=\"9\""), 4, "not closed"),
+        (IWSLT.replace("</seg>\n</doc>\n</srcset>", "</seg>\n</srcset>"), 16, "not closed"),
+        (IWSLT.replace('docid="9"', 'docid="7"'), 16, "appears twice"),
+        (IWSLT.replace(" Three.", "   "), 14, "empty segment"),
+        (IWSLT.replace('<doc docid="9" genre="lectures">', "<doc>"), 16, "without a docid"),
+    ],
+)
+def test_xml_errors(tmp_path, en, line, what):
+    pref = _xml_pair(tmp_path, en, IWSLT)
+    with pytest.raises(DocumentFormatError, match=what) as e:
+        read_parallel(pref, "en", "de")
+    err(e, tmp_path / "en" / "t.xml", line)
+
+
+def test_xml_ids_on_one_side(tmp_path):
+    pref = _xml_pair(tmp_path, IWSLT, IWSLT.replace('docid="9"', 'docid="10"'))
+    with pytest.raises(DocumentFormatError, match="'10' is in") as e:
+        read_parallel(pref, "en", "de")
+    err(e, tmp_path / "de" / "t.xml", 16)
+    assert str(tmp_path / "en" / "t.xml") in str(e.value)
+    pref = _xml_pair(tmp_path, IWSLT, IWSLT.replace('<seg id="2">', '<seg id="3">'))
+    with pytest.raises(DocumentFormatError, match=r"seg id\(s\) 3 of docid '7'") as e:
+        read_parallel(pref, "en", "de")
+    err(e, tmp_path / "de" / "t.xml", 14)
+    pref = _xml_pair(tmp_path, IWSLT, re.sub(r'<seg id="2">.*\n', "", IWSLT))
+    with pytest.raises(DocumentFormatError, match=r"seg id\(s\) 2 of docid '7'") as e:
+        read_parallel(pref, "en", "de")
+    err(e, tmp_path / "en" / "t.xml", 14)
+
+
+# ------------------------------------------------------------------------------ auto
+
+
+def test_detect_format(tmp_path):
+    assert detect_format(str(w(tmp_path / "a.sgm", "junk\n"))) == "xml"
+    assert detect_format(str(w(tmp_path / "a.txt", "\ufeff  <mteval>\n"))) == "xml"
+    assert detect_format(str(w(tmp_path / "b.txt", "<d>\na\n"))) == "marker"
+    assert detect_format(str(w(tmp_path / "c.txt", "a\n\nb\n"))) == "blank"
+    d = w(tmp_path / "d.docids", "x\n")
+    assert detect_format(str(w(tmp_path / "d.txt", "a\n\nb\n")), str(d)) == "docids"
+    with pytest.raises(DocumentFormatError, match="--input-format") as e:
+        detect_format(str(w(tmp_path / "e.txt", "a\nb\n")))
+    err(e, tmp_path / "e.txt", 1)
+
+
+def test_invalid_utf8(tmp_path):
+    (tmp_path / "u.en").write_bytes(b"<d>\nok\nbad \xff\n")
+    w(tmp_path / "u.de", "<d>\na\nb\n")
+    with pytest.raises(DocumentFormatError, match="UTF-8") as e:
+        read_parallel(str(tmp_path / "u"), "en", "de")
+    err(e, tmp_path / "u.en", 3)
+
+
+def test_read_documents_single_side(tmp_path):
+    w(tmp_path / "x.en", "a\nb\nc\n")
+    w(tmp_path / "x.docids", "1\n2\n2\n")
+    docs = read_documents(str(tmp_path / "x"), "en")
+    assert [(d.doc_id, d.sentences) for d in docs] == [("1", ["a"]), ("2", ["b", "c"])]
+    assert [d.sentences for d in read_documents(str(tmp_path / "x.en"))] == [["a"], ["b", "c"]]
+    w(tmp_path / "y.txt", "<d>\na\n")
+    assert read_documents(str(tmp_path / "y.txt"))[0].doc_id == "y.txt:1"

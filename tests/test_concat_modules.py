@@ -89,3 +89,27 @@ def test_decoder_prefix_is_read_but_not_scored():
         # and the prefix changes the output (it is read)
         no_ctx, _ = model(src, torch.tensor([3, 3]), prev)
         assert not torch.allclose(no_ctx[0], out[0])
+
+
+def test_prefix_decoding_under_beam_search_matches_training_pass():
+    """fairseq's beam search calls the decoder with an incremental state and all tokens so
+    far; with a target prefix the last position must equal the teacher-forced output."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    model, d = _tiny_concat_model()
+    eos, pad = d.eos(), d.pad()
+    src = torch.tensor([[10, 11, eos], [12, 13, eos]])
+    ctx = {"tgt_tokens": torch.tensor([[17, 18, eos], [19, eos, pad]]),
+           "tgt_index": torch.tensor([[1, 0], [-1, -1]])}
+    enc = model.encoder(src, src_lengths=torch.tensor([3, 3]), context=ctx)
+    prev = torch.tensor([[eos, 14, 15], [eos, 16, 9]])
+    with torch.no_grad():
+        full, _ = model.decoder(prev, encoder_out=enc)
+        for t in range(1, 4):
+            step, _ = model.decoder(prev[:, :t], encoder_out=enc, incremental_state={})
+            torch.testing.assert_close(step[:, -1], full[:, t - 1])
+        # and the whole of fairseq's beam search runs with the prefix, beam reordering included
+        gen = SequenceGenerator([model], d, beam_size=3, max_len_b=5)
+        sample = {"net_input": {"src_tokens": src, "src_lengths": torch.tensor([3, 3]), "context": ctx}}
+        hyps = gen.generate([model], sample)
+        assert len(hyps) == 2 and all(len(h) == 3 for h in hyps)

@@ -66,12 +66,10 @@ class ConcatContextDecoder(TransformerDecoderBase):
         prefix = encoder_out.get("tgt_prefix") if encoder_out is not None else None
         if not prefix:
             return super().forward(prev_output_tokens, encoder_out, incremental_state, **kwargs)
-        if incremental_state is not None:
-            raise NotImplementedError(
-                "decoding with target-side context needs document-order inference "
-                "(--target-context hypothesis), which this version does not provide yet; "
-                "decode with --context-sides source"
-            )
+        # With a prefix the decoder always runs over prefix + all tokens so far: under beam
+        # search (incremental_state given) fairseq passes every token generated so far and
+        # keeps the output of the last position, so ignoring the cache is exact, at
+        # quadratic cost in the sentence length.
         pad = self.padding_idx
         width = prev_output_tokens.size(1)
         cur_len = prev_output_tokens.ne(pad).sum(1)

@@ -15,13 +15,20 @@ Every collated batch is what ``LanguagePairDataset`` produces, plus
     row of the table holding the current source sentence of batch row ``b``.
 ``tgt_tokens``, ``tgt_lengths``, ``tgt_index``, ``tgt_self``
     the same for target sentences (right-padded, ending in EOS) when target context is
-    used. ``tgt_self`` (the current reference) is there so a model can teacher-force each
-    sentence once per batch; it must never be read to predict that sentence.
+    used and the split has references. ``tgt_self`` (the current reference) is there so a
+    model can teacher-force each sentence once per batch; it must never be read to predict
+    that sentence. In document-order inference the task replaces these with the model's own
+    translations (``tgt_self`` then is absent).
+``ids`` ``[B, K]``
+    corpus indices of the context sentences (``-1`` if none).
 
 Context never crosses a document boundary; a document's first sentence has an all ``-1``
 row (masked, not filled with other text).
 
-Batching (:meth:`batch_by_size`) keeps *runs* of consecutive sentences of a document
+With ``position_major`` (document-order inference) batch ``t`` holds sentence ``t`` of many
+documents, so every sentence comes after the sentences it takes context from.
+
+Training batching (:meth:`batch_by_size`) keeps *runs* of consecutive sentences of a document
 together, so that sentence ``j`` is usually both a current sentence and the context of
 ``j+1 .. j+K`` in the same batch and is encoded once. Runs are re-drawn and shuffled every
 epoch. ``--max-tokens`` counts the padded tokens of the tables a batch really holds. No
@@ -61,6 +68,7 @@ class DocumentPairDataset(FairseqDataset):
         context_sides: str = "source",
         shuffle: bool = True,
         run_length: int = 16,
+        position_major: bool = False,
     ):
         if doc_index.num_sentences != len(pair):
             raise ValueError(
@@ -80,11 +88,14 @@ class DocumentPairDataset(FairseqDataset):
         self.shuffle = shuffle
         self.run_length = run_length
         self.use_source = context_size > 0 and context_sides in ("source", "both")
-        self.use_target = (
-            context_size > 0 and context_sides in ("target", "both") and pair.tgt is not None
-        )
-        if context_size > 0 and context_sides in ("target", "both") and pair.tgt is None:
-            logger.warning("no target side in this split: target context is left out")
+        self.use_target = context_size > 0 and context_sides in ("target", "both")
+        #: document order for inference: batch t holds sentence t of many documents
+        self.position_major = position_major
+        if self.use_target and pair.tgt is None and not position_major:
+            logger.warning(
+                "no references in this split: target context can only come from the "
+                "model's own translations (document-order inference)"
+            )
         self.epoch = 1
 
     # ------------------------------------------------------------------ basics
@@ -191,12 +202,13 @@ class DocumentPairDataset(FairseqDataset):
     def collate_context(self, ids) -> dict:
         ids = np.asarray(ids, dtype=np.int64)
         prev = self.context_rows(ids)
-        ctx = {}
+        # corpus ids of the context sentences: inference fills target context from them
+        ctx = {"ids": torch.from_numpy(prev)}
         pad, eos = self.pair.src_dict.pad(), self.pair.eos
         if self.use_source:
             t = self._table(ids, prev, "source", pad, eos, self.pair.left_pad_source)
             ctx.update({"src_" + k: v for k, v in t.items()})
-        if self.use_target:
+        if self.use_target and self.pair.tgt is not None:
             t = self._table(ids, prev, "target", pad, eos, False)
             ctx.update({"tgt_" + k: v for k, v in t.items()})
         return ctx
@@ -229,6 +241,8 @@ class DocumentPairDataset(FairseqDataset):
         corpus order inside."""
         if not self.has_context:
             return self.pair.ordered_indices()
+        if self.position_major:  # by position in the document, then by length
+            return np.lexsort((self.pair.num_tokens_vec(np.arange(len(self))), self.docs.sent_pos))
         runs = self.doc_runs(np.arange(len(self), dtype=np.int64))
         order = np.arange(len(runs))
         if self.shuffle:
@@ -246,6 +260,14 @@ class DocumentPairDataset(FairseqDataset):
                 indices, max_tokens, max_sentences, required_batch_size_multiple
             )
             return _restore_dropped(batches, indices)
+        if self.position_major:  # a batch never mixes positions
+            indices = indices[np.argsort(self.docs.sent_pos[indices], kind="stable")]
+            cuts = np.flatnonzero(np.diff(self.docs.sent_pos[indices])) + 1
+            return [
+                b
+                for group in np.split(indices, cuts)
+                for b in self._pack_runs(group, max_tokens, max_sentences)
+            ]
         return self._pack_runs(indices, max_tokens, max_sentences)
 
     def _pack_runs(self, indices, max_tokens, max_sentences) -> List[np.ndarray]:

@@ -6,6 +6,8 @@ previous sentences of each sentence (see :mod:`fairseq_docctx.data.document_data
 """
 import logging
 import os
+
+import torch
 from dataclasses import dataclass, field
 
 from fairseq import utils
@@ -34,10 +36,10 @@ class DocumentTranslationConfig(TranslationConfig):
         metadata={"help": "which sides of the previous sentences are context"},
     )
     target_context: ChoiceEnum(TARGET_CONTEXT_CHOICES) = field(
-        default="reference",
-        metadata={"help": "where target-side context comes from: the references "
-                  "(training, oracle analysis) or the model's own previous translations "
-                  "(document-order inference)"},
+        default="hypothesis",
+        metadata={"help": "where target-side context comes from at inference: the model's "
+                  "own previous translations, decoded in document order (hypothesis), or "
+                  "the references (oracle analysis). Training always uses references"},
     )
     context_separator: str = field(
         default="<sep>",
@@ -72,6 +74,18 @@ class DocumentTranslationTask(TranslationTask):
         super().__init__(cfg, src_dict, tgt_dict)
         if cfg.context_size < 0:
             raise ValueError("--context-size must be >= 0")
+        #: best translation (target token ids, ending in EOS) of every sentence decoded so
+        #: far in document order, by corpus index: the target context of later sentences
+        self.hypotheses = {}
+
+    @property
+    def hypothesis_context(self) -> bool:
+        """Target context at inference comes from the model's own translations."""
+        return (
+            self.cfg.context_size > 0
+            and self.cfg.context_sides in ("target", "both")
+            and self.cfg.target_context == "hypothesis"
+        )
 
     @property
     def uses_context(self) -> bool:
@@ -107,6 +121,8 @@ class DocumentTranslationTask(TranslationTask):
             context_sides=self.cfg.context_sides,
             shuffle=(split != "test"),
             run_length=self.cfg.doc_run_length,
+            # inference reads its own translations: decode in document order
+            position_major=(split != self.cfg.train_subset and self.hypothesis_context),
         )
 
     def load_doc_index(self, data_path, split, num_sentences, combine) -> DocIndex:
@@ -164,6 +180,11 @@ class DocumentTranslationTask(TranslationTask):
                 skip_remainder_batch=skip_remainder_batch,
                 grouped_shuffling=grouped_shuffling,
                 update_epoch_batch_itr=update_epoch_batch_itr,
+            )
+        if dataset.position_major and num_shards > 1:
+            raise ValueError(
+                "document-order inference (--target-context hypothesis) runs in one process: "
+                "a sentence needs the translations of the previous ones"
             )
         # Document batching: runs are re-drawn every epoch, so the batch sampler is a
         # callable that EpochBatchIterator calls once per epoch.
@@ -227,8 +248,42 @@ class DocumentTranslationTask(TranslationTask):
         return super().valid_step(self._for_model(sample, model), model, criterion)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
-        return super().inference_step(
-            generator, models, self._for_model(sample, models),
-            prefix_tokens=prefix_tokens, constraints=constraints,
+        sample = self._for_model(sample, models)
+        from_hypotheses = self.hypothesis_context and "context" in sample.get("net_input", {})
+        if from_hypotheses:
+            sample = self.with_hypothesis_context(sample)
+        hypos = super().inference_step(
+            generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
         )
+        if from_hypotheses:
+            for i, sent_id in enumerate(sample["id"].tolist()):
+                self.hypotheses[sent_id] = hypos[i][0]["tokens"]
+        return hypos
+
+    def with_hypothesis_context(self, sample):
+        """Replace the target context of a batch by the model's own translations of those
+        sentences (decoded earlier: batches come in document order)."""
+        ctx = sample["net_input"]["context"]
+        ids = ctx["ids"]
+        needed = torch.unique(ids[ids >= 0])
+        missing = [i for i in needed.tolist() if i not in self.hypotheses]
+        if missing:
+            raise RuntimeError(
+                f"document-order inference: sentence {missing[0]} is context of this batch "
+                "but has not been translated yet (batches must come in document order: "
+                "use --target-context reference for oracle context)"
+            )
+        rows = [self.hypotheses[i] for i in needed.tolist()]
+        pad, eos = self.tgt_dict.pad(), self.tgt_dict.eos()
+        new = {k: v for k, v in ctx.items() if not k.startswith("tgt_")}
+        if rows:
+            new["tgt_tokens"] = data_utils.collate_tokens(rows, pad, eos, left_pad=False).to(ids.device)
+            new["tgt_lengths"] = torch.tensor([len(r) for r in rows], device=ids.device)
+        else:  # no sentence of the batch has context (first sentences of documents)
+            new["tgt_tokens"] = ids.new_full((1, 1), pad)
+            new["tgt_lengths"] = ids.new_zeros(1)
+        new["tgt_index"] = torch.where(
+            ids >= 0, torch.searchsorted(needed, ids.clamp(min=0).contiguous()), ids.new_tensor(-1)
+        )
+        return {**sample, "net_input": {**sample["net_input"], "context": new}}
 

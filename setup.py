@@ -12,6 +12,7 @@ setup(
         "console_scripts": [
             "docctx-prepare = fairseq_docctx.cli.prepare:cli_main",
             "docctx-probe = fairseq_docctx.cli.probe:cli_main",
+            "docctx-translate = fairseq_docctx.cli.translate:cli_main",
         ]
     },
 )

@@ -73,3 +73,23 @@ def toy_bin(tmp_path_factory):
          "--validpref", raw / "valid", "--testpref", raw / "test", "--destdir", dest,
          "--joined-dictionary", "--workers", "1"])
     return dest
+
+
+TINY_MODEL = [
+    "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32",
+    "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim",
+    "64", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+    "--share-all-embeddings", "--optimizer", "adam", "--lr", "3e-3", "--cpu", "--seed", "1",
+    "--log-format", "simple", "--num-workers", "0",
+]
+
+
+@pytest.fixture(scope="session")
+def concat_both_ckpt(toy_bin, tmp_path_factory):
+    """concat_transformer with source and target context (K=2) trained on the toy data."""
+    save = tmp_path_factory.mktemp("concat_both")
+    run(["fairseq-train", toy_bin, "--user-dir", REPO / "fairseq_docctx",
+         "--task", "document_translation", "--context-size", "2", "--context-sides", "both",
+         "--arch", "concat_transformer", *TINY_MODEL, "--max-tokens", "600",
+         "--max-epoch", "6", "--no-epoch-checkpoints", "--save-dir", save])
+    return save / "checkpoint_last.pt"

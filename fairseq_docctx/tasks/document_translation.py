@@ -230,7 +230,10 @@ class DocumentTranslationTask(TranslationTask):
         """Remove the context from the batch for models that do not read it."""
         if sample is None or "net_input" not in sample or "context" not in sample["net_input"]:
             return sample
-        models = model_or_models if isinstance(model_or_models, (list, tuple)) else [model_or_models]
+        if isinstance(model_or_models, (list, tuple, torch.nn.ModuleList)):
+            models = list(model_or_models)
+        else:
+            models = [model_or_models]
         readers = [model_reads_context(m) for m in models]
         if all(readers):
             return sample

@@ -67,8 +67,8 @@ def test_changing_a_sentence_changes_only_its_documents_later_context(hub):
     original = task.inference_step
 
     def spy(generator, models, sample, **kw):
-        hypos = original(generator, models, sample, **kw)
         ctx = task.with_hypothesis_context(sample)["net_input"]["context"]
+        hypos = original(generator, models, sample, **kw)
         for b, i in enumerate(sample["id"].tolist()):
             rows = []
             for side in ("src", "tgt"):
@@ -149,3 +149,39 @@ def test_docctx_translate_bad_input_names_file_and_line(tmp_path, toy_bin, conca
             check=False)
     assert p.returncode == 2
     assert f"{bad}:3:" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_model_cache_protocol_delivers_entries_of_context_sentences(hub):
+    """A model that declares ``document_cache_entries`` gets back, for every batch, the
+    entries it kept for the batch's context sentences (aligned with the target table),
+    and the task forgets a sentence once it can no longer be context."""
+    model, task = hub.models[0], hub.task
+    received = []
+    encoder_forward = model.encoder.forward
+
+    def keep(sample, hypos):  # what a model would cache: here, its own sentence id
+        return [{"id": i} for i in sample["id"].tolist()]
+
+    def record(*args, context=None, **kw):
+        if context is not None and "cache" in context:
+            received.append((context["ids"].clone(), context["tgt_index"].clone(), list(context["cache"])))
+        return encoder_forward(*args, context=context, **kw)
+
+    model.document_cache_entries = keep
+    model.encoder.forward = record
+    try:
+        docs = toy_docs([6, 3, 5], seed=2)
+        hub.translate_documents(docs, beam=2, max_len_b=6)
+    finally:
+        del model.document_cache_entries
+        model.encoder.forward = encoder_forward
+    checked = 0
+    for ids, index, cache in received:
+        for b in range(ids.size(0)):
+            for k in range(ids.size(1)):
+                if ids[b, k] >= 0:
+                    assert cache[index[b, k]] == {"id": int(ids[b, k])}
+                    checked += 1
+    assert checked == sum(max(0, n - 1) + max(0, n - 2) for n in (6, 3, 5))
+    # memory is bounded: only the last K=2 sentences of each document are left
+    assert len(task.hypotheses) <= 2 * 3 and len(task.model_cache) <= 2 * 3

@@ -74,9 +74,12 @@ class DocumentTranslationTask(TranslationTask):
         super().__init__(cfg, src_dict, tgt_dict)
         if cfg.context_size < 0:
             raise ValueError("--context-size must be >= 0")
-        #: best translation (target token ids, ending in EOS) of every sentence decoded so
-        #: far in document order, by corpus index: the target context of later sentences
+        #: document-order inference memory, by corpus index of a decoded sentence: its best
+        #: translation (target token ids ending in EOS), the target context of the next
+        #: sentences, and whatever the model caches (see :meth:`inference_step`). A sentence
+        #: is forgotten once the sentence K positions later has been decoded.
         self.hypotheses = {}
+        self.model_cache = {}
 
     @property
     def hypothesis_context(self) -> bool:
@@ -181,11 +184,14 @@ class DocumentTranslationTask(TranslationTask):
                 grouped_shuffling=grouped_shuffling,
                 update_epoch_batch_itr=update_epoch_batch_itr,
             )
-        if dataset.position_major and num_shards > 1:
-            raise ValueError(
-                "document-order inference (--target-context hypothesis) runs in one process: "
-                "a sentence needs the translations of the previous ones"
-            )
+        if dataset.position_major:
+            if num_shards > 1:
+                raise ValueError(
+                    "document-order inference (--target-context hypothesis) runs in one "
+                    "process: a sentence needs the translations of the previous ones"
+                )
+            self.hypotheses.clear()
+            self.model_cache.clear()
         # Document batching: runs are re-drawn every epoch, so the batch sampler is a
         # callable that EpochBatchIterator calls once per epoch.
         dataset.set_epoch(epoch)
@@ -251,21 +257,44 @@ class DocumentTranslationTask(TranslationTask):
         return super().valid_step(self._for_model(sample, model), model, criterion)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        """Beam search; in document-order inference (``--target-context hypothesis``) the
+        batch's target context is first replaced by the model's own translations.
+
+        Caching protocol: a model may define ``document_cache_entries(sample, hypos)``
+        returning one entry (anything, e.g. a dict of tensors) per batch row: the context
+        representation of that sentence it wants to keep. The entries of a batch's context
+        sentences then come back to it in ``net_input["context"]["cache"]``, a list aligned
+        with the rows of ``tgt_tokens``, instead of the model re-running the network over
+        those sentences. Single models only (an ensemble recomputes).
+        """
         sample = self._for_model(sample, models)
         from_hypotheses = self.hypothesis_context and "context" in sample.get("net_input", {})
+        cacher = None
+        if from_hypotheses and len(models) == 1:
+            cacher = getattr(models[0], "document_cache_entries", None)
         if from_hypotheses:
-            sample = self.with_hypothesis_context(sample)
+            sample = self.with_hypothesis_context(sample, with_cache=cacher is not None)
         hypos = super().inference_step(
             generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
         )
         if from_hypotheses:
-            for i, sent_id in enumerate(sample["id"].tolist()):
+            ids = sample["id"].tolist()
+            entries = cacher(sample, hypos) if cacher is not None else [None] * len(ids)
+            for i, sent_id in enumerate(ids):
                 self.hypotheses[sent_id] = hypos[i][0]["tokens"]
+                if entries[i] is not None:
+                    self.model_cache[sent_id] = entries[i]
+            # the farthest context sentence of each row is no one's context any more
+            ctx_ids = sample["net_input"]["context"]["ids"]
+            for old in ctx_ids[:, -1][ctx_ids[:, -1] >= 0].tolist():
+                self.hypotheses.pop(old, None)
+                self.model_cache.pop(old, None)
         return hypos
 
-    def with_hypothesis_context(self, sample):
+    def with_hypothesis_context(self, sample, with_cache=False):
         """Replace the target context of a batch by the model's own translations of those
-        sentences (decoded earlier: batches come in document order)."""
+        sentences (decoded earlier: batches come in document order), and add the model's
+        cached entries for them if asked."""
         ctx = sample["net_input"]["context"]
         ids = ctx["ids"]
         needed = torch.unique(ids[ids >= 0])
@@ -285,6 +314,8 @@ class DocumentTranslationTask(TranslationTask):
         else:  # no sentence of the batch has context (first sentences of documents)
             new["tgt_tokens"] = ids.new_full((1, 1), pad)
             new["tgt_lengths"] = ids.new_zeros(1)
+        if with_cache:
+            new["cache"] = [self.model_cache.get(i) for i in needed.tolist()]
         new["tgt_index"] = torch.where(
             ids >= 0, torch.searchsorted(needed, ids.clamp(min=0).contiguous()), ids.new_tensor(-1)
         )

@@ -1,0 +1,211 @@
+"""Capsule-network building blocks for the QCN model (Yang et al., 2019; SPEC §3.1).
+
+Everything is batched and vectorised; the only Python loop is over routing iterations.
+
+Shapes and conventions (batch first, unlike fairseq's ``T x B x C``):
+
+* ``B`` batch rows, ``N`` input capsules (e.g. the words of the context sentences),
+  ``M`` output capsules, ``D`` capsule dimension.
+* ``mask``: ``[B, N]`` bool, **True = real input**, False = padding (the opposite of
+  fairseq's ``key_padding_mask``). Padded inputs take no part: their coupling coefficients
+  ``c`` and query correlations ``p`` are 0 and their predictions are zeroed before any sum,
+  so whatever values padding holds (even inf/NaN) cannot leak in. A row with no real input
+  (a document's first sentence) yields ``v = 0`` with finite gradients.
+* Half-precision inputs are routed in float32 (norms, softmax, divisions) and cast back.
+"""
+import math
+from typing import Optional, Tuple, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def squash(s: Tensor, dim: int = -1, eps: float = 0.0) -> Tensor:
+    """Eq. 8: ``squash(s) = ‖s‖²/(1+‖s‖²) · s/‖s‖ = s · ‖s‖/(1+‖s‖²)`` along ``dim``.
+
+    The second form has no division, so it is exact and ``squash(0) = 0``; the gradient is
+    finite everywhere (torch's norm has subgradient 0 at 0). Output norms lie in [0, 1) and
+    the direction of ``s`` is kept. ``eps > 0`` optionally smooths the norm,
+    ``‖s‖ -> sqrt(‖s‖² + eps)`` (never needed for finiteness).
+    """
+    if eps > 0:
+        sq = s.pow(2).sum(dim, keepdim=True)
+        return s * (sq / ((1.0 + sq) * torch.sqrt(sq + eps)))
+    n = torch.linalg.vector_norm(s, dim=dim, keepdim=True)
+    return s * (n / (1.0 + n * n))
+
+
+_PCC_EPS = 1e-6
+
+
+def pearson(a: Tensor, b: Tensor, dim: int = -1, eps: float = _PCC_EPS) -> Tensor:
+    """Centred Pearson correlation (the PCC of Eq. 7 in the centred form SPEC §3.1 asks for).
+
+    ``PCC(a, b) = (a-ā)·(b-b̄) / (‖a-ā‖ ‖b-b̄‖ + eps)``, means taken along ``dim``; leading
+    dims broadcast. ``eps`` sits in the denominator only, so a constant vector gives exactly
+    0 (and finite gradients) instead of 0/0.
+    """
+    a, b = torch.broadcast_tensors(a, b)
+    ac = a - a.mean(dim, keepdim=True)
+    bc = b - b.mean(dim, keepdim=True)
+    num = (ac * bc).sum(dim)
+    den = torch.linalg.vector_norm(ac, dim=dim) * torch.linalg.vector_norm(bc, dim=dim)
+    return num / (den + eps)
+
+
+def _compute_dtype(x: Tensor) -> torch.dtype:
+    return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+
+
+def _mask_inputs(u_hat: Tensor, mask: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """Zero the predictions of padded inputs; return them and a ``[B, N, 1]`` float mask."""
+    B, N = u_hat.shape[:2]
+    if mask is None:
+        return u_hat, u_hat.new_ones(B, N, 1)
+    mask = mask.to(device=u_hat.device, dtype=torch.bool)
+    u_hat = torch.where(mask[:, :, None, None], u_hat, u_hat.new_zeros(()))
+    return u_hat, mask[:, :, None].to(u_hat.dtype)
+
+
+def dynamic_routing(
+    u_hat: Tensor, mask: Optional[Tensor] = None, iters: int = 3, return_history: bool = False
+) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """Routing-by-agreement of Sabour et al. (2017).
+
+    ``u_hat``: ``[B, N, M, D]`` predictions ``û_{j|i}``; ``mask``: ``[B, N]`` (True = real).
+    ``b_ij = 0``; repeat ``iters`` times: ``c_i = softmax_j(b_i)``;
+    ``s_j = Σ_i c_ij û_{j|i}``; ``v_j = squash(s_j)``; ``b_ij += û_{j|i}·v_j``.
+    Returns ``v`` ``[B, M, D]``; with ``return_history`` also the coupling coefficients used
+    in each iteration, ``[iters, B, N, M]`` (0 for padded inputs).
+    """
+    assert iters >= 1, "need at least one routing iteration"
+    out_dtype = u_hat.dtype
+    u_hat, m = _mask_inputs(u_hat.to(_compute_dtype(u_hat)), mask)
+    logits = u_hat.new_zeros(u_hat.shape[:3])
+    cs = []
+    for t in range(iters):
+        c = torch.softmax(logits, dim=-1) * m
+        v = squash(torch.einsum("bnm,bnmd->bmd", c, u_hat))
+        cs.append(c)
+        if t < iters - 1:  # the last update would not change v
+            logits = logits + torch.einsum("bnmd,bmd->bnm", u_hat, v)
+    v = v.to(out_dtype)
+    return (v, torch.stack(cs).to(out_dtype)) if return_history else v
+
+
+def query_guided_routing(
+    u: Tensor,
+    u_hat: Tensor,
+    q: Tensor,
+    mask: Optional[Tensor] = None,
+    iters: int = 4,
+    return_history: bool = False,
+) -> Union[Tensor, Tuple[Tensor, Tensor, Tensor]]:
+    """Algorithm 1 of Yang et al. (2019), "improved dynamic routing", as SPEC §3.1 gives it.
+
+    ``u``: ``[B, N, D]`` input capsules, ``u_hat``: ``[B, N, M, D]`` predictions
+    ``û_{j|i} = W_j u_i``, ``q``: ``[B, D]`` query, ``mask``: ``[B, N]`` (True = real).
+    ``u``, ``q`` and the outputs share the dimension ``D``: PCC compares ``u_i`` with
+    ``q_j``, and ``q_j`` is averaged with ``v_j``.
+
+    Initialise ``α_ij = 0``, ``q_j = q``, ``p_ij = tanh(PCC(u_i, q_j))``; repeat ``iters`` times:
+
+    * ``c_i = softmax_j(α_i)``
+    * ``s_j = Σ_i (c_ij + p_ij) û_{j|i}``;  ``v_j = squash(s_j)``
+    * ``α_ij += p_ij · (û_{j|i}·v_j)``;  ``q_j = (q_j + v_j)/2``;  ``p_ij = tanh(PCC(u_i, q_j))``
+
+    Padded inputs get ``c = p = 0``. Returns ``v`` ``[B, M, D]``; with ``return_history``
+    also ``(c, p)``, each ``[iters, B, N, M]``: the values that entered ``s_j`` in each
+    iteration (what the paper's Figs. 6/7 plot).
+    """
+    assert iters >= 1, "need at least one routing iteration"
+    assert u.shape[-1] == q.shape[-1] == u_hat.shape[-1], (
+        f"u, q and u_hat need the same last dim, got {u.shape}, {q.shape}, {u_hat.shape}"
+    )
+    out_dtype = u_hat.dtype
+    cdt = _compute_dtype(u_hat)
+    u_hat, m = _mask_inputs(u_hat.to(cdt), mask)
+    u = u.to(cdt)
+    if mask is not None:  # padded u_i -> 0, a constant vector: PCC 0, finite gradients
+        u = torch.where(m.bool(), u, u.new_zeros(()))
+    M = u_hat.size(2)
+    # PCC(u_i, q_j) for all pairs as one batched matmul, = pearson(u[:, :, None], q[:, None])
+    # without its [B, N, M, D] intermediates; u is centred once.
+    uc = u - u.mean(-1, keepdim=True)
+    u_norm = torch.linalg.vector_norm(uc, dim=-1).unsqueeze(2)  # [B, N, 1]
+
+    def corr(qj: Tensor) -> Tensor:  # qj: [B, M, D] -> p = tanh(PCC): [B, N, M]
+        qc = qj - qj.mean(-1, keepdim=True)
+        den = u_norm * torch.linalg.vector_norm(qc, dim=-1).unsqueeze(1) + _PCC_EPS
+        return torch.tanh(torch.einsum("bnd,bmd->bnm", uc, qc) / den) * m
+
+    qj = q.to(cdt).unsqueeze(1).expand(-1, M, -1)
+    p = corr(qj)
+    alpha = u_hat.new_zeros(u_hat.shape[:3])
+    cs, ps = [], []
+    for t in range(iters):
+        c = torch.softmax(alpha, dim=-1) * m
+        v = squash(torch.einsum("bnm,bnmd->bmd", c + p, u_hat))
+        cs.append(c)
+        ps.append(p)
+        if t < iters - 1:  # the last updates would not change v
+            alpha = alpha + p * torch.einsum("bnmd,bmd->bnm", u_hat, v)
+            qj = (qj + v) / 2
+            p = corr(qj)
+    v = v.to(out_dtype)
+    if return_history:
+        return v, torch.stack(cs).to(out_dtype), torch.stack(ps).to(out_dtype)
+    return v
+
+
+class CapsuleLayer(nn.Module):
+    """Input capsules ``[B, N, in_dim]`` -> ``M`` output capsules ``[B, M, caps_dim]``.
+
+    One matrix per output capsule, shared over inputs (``N`` varies):
+    ``û_{j|i} = W_j u_i`` with ``W`` ``[M, in_dim, caps_dim]``, computed as one einsum, then
+    routed with ``routing="dynamic"`` (Sabour; Caps_enc/Caps_dec of the regularizer) or
+    ``routing="query"`` (Algorithm 1; needs a ``query`` ``[B, caps_dim]`` and
+    ``in_dim == caps_dim`` because PCC compares ``u_i`` with ``q_j``).
+    """
+
+    def __init__(self, in_dim: int, num_caps: int, caps_dim: int, iters: int = 3,
+                 routing: str = "dynamic"):
+        super().__init__()
+        if routing not in ("dynamic", "query"):
+            raise ValueError(f"routing must be 'dynamic' or 'query', got {routing!r}")
+        if routing == "query" and in_dim != caps_dim:
+            raise ValueError(
+                f"query-guided routing correlates u_i with q_j: in_dim ({in_dim}) must equal "
+                f"caps_dim ({caps_dim})"
+            )
+        self.in_dim, self.num_caps, self.caps_dim = in_dim, num_caps, caps_dim
+        self.iters, self.routing = iters, routing
+        self.weight = nn.Parameter(torch.empty(num_caps, in_dim, caps_dim))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        # Xavier-uniform for each W_j separately (fan_in=in_dim, fan_out=caps_dim).
+        bound = math.sqrt(6.0 / (self.in_dim + self.caps_dim))
+        nn.init.uniform_(self.weight, -bound, bound)
+
+    def predictions(self, u: Tensor) -> Tensor:
+        """``û_{j|i} = W_j u_i``: ``[B, N, in_dim]`` -> ``[B, N, M, caps_dim]``."""
+        return torch.einsum("bni,mid->bnmd", u, self.weight.to(u.dtype))
+
+    def forward(self, u: Tensor, mask: Optional[Tensor] = None, query: Optional[Tensor] = None,
+                return_history: bool = False):
+        """``u`` ``[B, N, in_dim]``, ``mask`` ``[B, N]`` (True = real), ``query`` ``[B, caps_dim]``
+        (query routing only). Returns ``v`` ``[B, M, caps_dim]`` (plus the routing history
+        of :func:`dynamic_routing` / :func:`query_guided_routing` with ``return_history``)."""
+        u_hat = self.predictions(u)
+        if self.routing == "dynamic":
+            return dynamic_routing(u_hat, mask, self.iters, return_history)
+        if query is None:
+            raise ValueError("query-guided capsule layer needs a query")
+        return query_guided_routing(u, u_hat, query, mask, self.iters, return_history)
+
+    def extra_repr(self) -> str:
+        return (f"in_dim={self.in_dim}, num_caps={self.num_caps}, caps_dim={self.caps_dim}, "
+                f"iters={self.iters}, routing={self.routing}")

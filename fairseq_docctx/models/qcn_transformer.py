@@ -1,0 +1,194 @@
+"""``qcn_transformer``: Query-guided Capsule Network + PCC regularizer (Yang et al. 2019,
+paper 000; SPEC §3.1).
+
+* A Query-guided Capsule Network turns the words of the K previous source sentences into
+  ``--num-capsules`` output capsules, routed (``--routing-iters``) under the guidance of the
+  current sentence (:class:`~fairseq_docctx.modules.qcn.QueryGuidedCapsuleNetwork`).
+* Sub-layer-expanded encoder: every encoder layer is self-attention -> **context attention
+  over the output capsules** (query: the self-attention sub-layer's output) -> FFN, each
+  with residual + LayerNorm.
+* Regularization layer (training only): ``PCC(Caps_enc(x), Caps_dec(y))`` per sentence,
+  returned as ``extra["pcc"]`` for the ``label_smoothed_cross_entropy_pcc`` criterion.
+
+The paper's Table 2 rows are flags: Transformer (``--no-qcn --no-pcc-regularizer``),
++regularizer (``--no-qcn``), +QCN (``--no-pcc-regularizer``), +QCN+regularizer (default).
+"""
+import torch
+import torch.nn as nn
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import (
+    TransformerConfig,
+    TransformerEncoderBase,
+    TransformerModel,
+    base_architecture,
+)
+from fairseq.modules import LayerNorm, MultiheadAttention
+from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
+
+from ..modules.qcn import (
+    PCCRegularizer,
+    QueryGuidedCapsuleNetwork,
+    gather_context_embeddings,
+    word_mask,
+)
+
+
+class QCNEncoderLayer(TransformerEncoderLayerBase):
+    """Self-attention -> context attention over the capsules -> FFN."""
+
+    def __init__(self, cfg, capsule_dim):
+        super().__init__(cfg)
+        self.ctx_attn = MultiheadAttention(
+            self.embed_dim, cfg.encoder.attention_heads, kdim=capsule_dim, vdim=capsule_dim,
+            dropout=cfg.attention_dropout, encoder_decoder_attention=True,
+        )
+        self.ctx_attn_layer_norm = LayerNorm(self.embed_dim)
+        #: ``[m, B, D]`` output capsules of the current batch, set by the encoder
+        self.capsules = None
+
+    def _sublayer(self, x, norm, fn):
+        residual = x
+        if self.normalize_before:
+            x = norm(x)
+        x = self.dropout_module(fn(x))
+        x = self.residual_connection(x, residual)
+        return x if self.normalize_before else norm(x)
+
+    def forward(self, x, encoder_padding_mask, attn_mask=None):
+        if attn_mask is not None:
+            attn_mask = attn_mask.masked_fill(attn_mask.to(torch.bool), -1e8 if x.dtype == torch.float32 else -1e4)
+        x = self._sublayer(x, self.self_attn_layer_norm, lambda h: self.self_attn(
+            query=h, key=h, value=h, key_padding_mask=encoder_padding_mask,
+            need_weights=False, attn_mask=attn_mask)[0])
+        if self.capsules is not None:
+            caps = self.capsules.to(x.dtype)
+            x = self._sublayer(x, self.ctx_attn_layer_norm, lambda h: self.ctx_attn(
+                query=h, key=caps, value=caps, need_weights=False, static_kv=True)[0])
+        return self._sublayer(x, self.final_layer_norm, lambda h: self.fc2(
+            self.activation_dropout_module(self.activation_fn(self.fc1(h)))))
+
+
+class QCNTransformerEncoder(TransformerEncoderBase):
+    def __init__(self, cfg, dictionary, embed_tokens, args):
+        self._capsule_dim = args.capsule_dim if not args.no_qcn else None
+        super().__init__(cfg, dictionary, embed_tokens)
+        self.qcn_context_size = args.qcn_context_size
+        self.qcn = None
+        if not args.no_qcn:
+            self.qcn = QueryGuidedCapsuleNetwork(
+                cfg.encoder.embed_dim, args.qcn_context_size, args.num_capsules,
+                args.capsule_dim, args.routing_iters,
+            )
+
+    def build_encoder_layer(self, cfg):
+        if self._capsule_dim is None:
+            return super().build_encoder_layer(cfg)
+        return QCNEncoderLayer(cfg, self._capsule_dim)
+
+    def capsule_inputs(self, src_tokens, context):
+        """Embeddings and word masks of the current sentences and of their context."""
+        pad, eos = self.padding_idx, self.dictionary.eos()
+        cur = self.embed_tokens(src_tokens)
+        cur_mask = word_mask(src_tokens, pad, eos)
+        if context is not None and "src_index" in context:
+            index = context["src_index"][:, : self.qcn_context_size]
+            ctx, ctx_mask = gather_context_embeddings(self.embed_tokens, context["src_tokens"], index, pad, eos)
+        else:  # no context at all: every row is like a document's first sentence
+            ctx = cur.new_zeros(cur.size(0), 1, 1, cur.size(-1))
+            ctx_mask = src_tokens.new_zeros(cur.size(0), 1, 1, dtype=torch.bool)
+        return cur, cur_mask, ctx, ctx_mask
+
+    def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False,
+                token_embeddings=None, context=None):
+        caps = None
+        if self.qcn is not None:
+            caps = self.qcn(*self.capsule_inputs(src_tokens, context)).transpose(0, 1)
+        for layer in self.layers:
+            layer.capsules = caps
+        try:
+            return self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+        finally:
+            for layer in self.layers:
+                layer.capsules = None
+
+
+@register_model("qcn_transformer")
+class QCNTransformerModel(TransformerModel):
+    """Transformer with a Query-guided Capsule Network over the previous source sentences
+    and the PCC regularization layer (SPEC §3.1)."""
+
+    reads_document_context = True
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        parser.add_argument("--num-capsules", type=int, metavar="M", help="output capsules m")
+        parser.add_argument("--routing-iters", type=int, metavar="R", help="routing iterations r")
+        parser.add_argument("--capsule-dim", type=int, metavar="D",
+                            help="capsule size (default: encoder embedding size)")
+        parser.add_argument("--qcn-context-size", type=int, metavar="K",
+                            help="previous source sentences the QCN reads")
+        parser.add_argument("--no-qcn", action="store_true",
+                            help="ablation: no capsule network / context attention")
+        parser.add_argument("--no-pcc-regularizer", action="store_true",
+                            help="ablation: no regularization layer")
+
+    @classmethod
+    def build_model(cls, args, task):
+        qcn_transformer(args)
+        model = super().build_model(args, task)
+        model.regularizer = None
+        if not args.no_pcc_regularizer:
+            model.regularizer = PCCRegularizer(
+                args.encoder_embed_dim, args.num_capsules, args.capsule_dim, args.routing_iters
+            )
+        return model
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return QCNTransformerEncoder(TransformerConfig.from_namespace(args), src_dict, embed_tokens, args)
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, context=None,
+                return_all_hiddens: bool = True, features_only: bool = False,
+                alignment_layer=None, alignment_heads=None):
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths,
+                                   return_all_hiddens=return_all_hiddens, context=context)
+        x, extra = self.decoder(
+            prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
+            alignment_layer=alignment_layer, alignment_heads=alignment_heads,
+            src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
+        )
+        if self.regularizer is not None and self.training:
+            extra["pcc"] = self.regularizer_pcc(src_tokens, prev_output_tokens)
+        return x, extra
+
+    def regularizer_pcc(self, src_tokens, prev_output_tokens):
+        """``PCC(Caps_enc(x), Caps_dec(y))`` per sentence, from the source embeddings and the
+        (teacher-forced) decoder-input embeddings; ``None`` without a regularizer."""
+        if self.regularizer is None:
+            return None
+        pad, eos = self.encoder.padding_idx, self.encoder.dictionary.eos()
+        return self.regularizer(
+            self.encoder.embed_tokens(src_tokens), word_mask(src_tokens, pad, eos),
+            self.decoder.embed_tokens(prev_output_tokens), word_mask(prev_output_tokens, pad, eos),
+        )
+
+
+@register_model_architecture("qcn_transformer", "qcn_transformer")
+def qcn_transformer(args):
+    """Paper defaults: 4+4 layers, 512/2048, 8 heads, dropout 0.2, K=3, 4 capsules, 4
+    routing iterations."""
+    args.encoder_layers = getattr(args, "encoder_layers", 4)
+    args.decoder_layers = getattr(args, "decoder_layers", 4)
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 512)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 2048)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 8)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 8)
+    args.dropout = getattr(args, "dropout", 0.2)
+    base_architecture(args)
+    args.num_capsules = getattr(args, "num_capsules", None) or 4
+    args.routing_iters = getattr(args, "routing_iters", None) or 4
+    args.capsule_dim = getattr(args, "capsule_dim", None) or args.encoder_embed_dim
+    args.qcn_context_size = getattr(args, "qcn_context_size", None) or 3
+    args.no_qcn = getattr(args, "no_qcn", False)
+    args.no_pcc_regularizer = getattr(args, "no_pcc_regularizer", False)

@@ -1,0 +1,167 @@
+"""qcn_transformer and the label_smoothed_cross_entropy_pcc criterion."""
+import argparse
+import re
+
+import numpy as np
+import pytest
+import torch
+from fairseq.data import Dictionary, LanguagePairDataset
+
+from conftest import REPO, TINY_MODEL, run
+from fairseq_docctx.data.doc_index import DocIndex
+from fairseq_docctx.data.document_dataset import DocumentPairDataset
+
+
+def _dict():
+    d = Dictionary()
+    d.add_symbol("<sep>")
+    for i in range(30):
+        d.add_symbol(f"w{i}")
+    return d
+
+
+def build(d, **over):
+    from fairseq_docctx.models.qcn_transformer import QCNTransformerModel
+
+    class Task:
+        source_dictionary = target_dictionary = d
+        cfg = argparse.Namespace(context_separator="<sep>")
+
+    args = argparse.Namespace(
+        encoder_layers=2, decoder_layers=1, encoder_embed_dim=16, decoder_embed_dim=16,
+        encoder_ffn_embed_dim=32, decoder_ffn_embed_dim=32, encoder_attention_heads=2,
+        decoder_attention_heads=2, dropout=0.0, share_all_embeddings=True,
+        num_capsules=3, routing_iters=2, max_source_positions=128, max_target_positions=128,
+    )
+    for k, v in over.items():
+        setattr(args, k, v)
+    torch.manual_seed(0)
+    return QCNTransformerModel.build_model(args, Task())
+
+
+def batch(d, doc_lengths, seed=0):
+    rng = np.random.RandomState(seed)
+    n = sum(doc_lengths)
+    mk = lambda: [torch.LongTensor(list(rng.randint(5, 35, rng.randint(1, 7))) + [d.eos()]) for _ in range(n)]  # noqa: E731
+    src, tgt = mk(), mk()
+    pair = LanguagePairDataset(src, [len(s) for s in src], d, tgt, [len(t) for t in tgt], d)
+    docs = DocIndex([f"d{i}" for i in range(len(doc_lengths))], np.array(doc_lengths))
+    ds = DocumentPairDataset(pair, docs, 3, "source", shuffle=False)
+    return ds.collater([ds[i] for i in range(n)])
+
+
+def test_forward_backward_documents_of_1_to_5_sentences():
+    d = _dict()
+    model = build(d)
+    model.train()
+    sample = batch(d, [1, 2, 3, 4, 5])
+    out, extra = model(**sample["net_input"])
+    assert torch.isfinite(out).all() and torch.isfinite(extra["pcc"]).all()
+    assert extra["pcc"].shape == (15,)
+    lprobs = model.get_normalized_probs((out, extra), log_probs=True)
+    loss = torch.nn.functional.nll_loss(lprobs.view(-1, lprobs.size(-1)), sample["target"].view(-1),
+                                        ignore_index=d.pad()) - extra["pcc"].sum()
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is None or torch.isfinite(p.grad).all(), name
+    for name in ("encoder.qcn.capsules.weight", "encoder.qcn.query_proj.weight",
+                 "encoder.qcn.input_proj.weight", "encoder.layers.0.ctx_attn.k_proj.weight",
+                 "regularizer.caps_enc.weight", "regularizer.caps_dec.weight"):
+        g = dict(model.named_parameters())[name].grad
+        assert g is not None and g.abs().sum() > 0, name
+
+
+def test_first_sentence_gets_zero_capsules_and_finite_output():
+    d = _dict()
+    model = build(d).eval()
+    sample = batch(d, [1, 1, 1])  # three one-sentence documents: no context anywhere
+    enc = model.encoder
+    v = enc.qcn(*enc.capsule_inputs(sample["net_input"]["src_tokens"], sample["net_input"]["context"]))
+    assert v.abs().sum() == 0
+    out, _ = model(**sample["net_input"])
+    assert torch.isfinite(out).all()
+
+
+def test_context_changes_the_encoding():
+    d = _dict()
+    model = build(d).eval()
+    sample = batch(d, [4])
+    ni = sample["net_input"]
+    with_ctx = model.encoder(ni["src_tokens"], ni["src_lengths"], context=ni["context"])["encoder_out"][0]
+    without = model.encoder(ni["src_tokens"], ni["src_lengths"], context=None)["encoder_out"][0]
+    first = int((sample["id"] == 0).nonzero())
+    others = [b for b in range(4) if b != first]
+    assert torch.allclose(with_ctx[:, first], without[:, first], atol=1e-6)  # no context anyway
+    assert not torch.allclose(with_ctx[:, others], without[:, others])
+
+
+@pytest.mark.parametrize("no_qcn,no_reg", [(True, True), (True, False), (False, True), (False, False)])
+def test_table2_rows_are_flags(no_qcn, no_reg):
+    d = _dict()
+    model = build(d, no_qcn=no_qcn, no_pcc_regularizer=no_reg)
+    names = [n for n, _ in model.named_parameters()]
+    assert any(".qcn." in n for n in names) == (not no_qcn)
+    assert any("ctx_attn" in n for n in names) == (not no_qcn)
+    assert any(n.startswith("regularizer.") for n in names) == (not no_reg)
+    model.train()
+    out, extra = model(**batch(d, [2, 3])["net_input"])
+    assert ("pcc" in extra) == (not no_reg)
+
+
+def test_criterion_pcc_term_equals_direct_computation():
+    from fairseq_docctx.criterions.label_smoothed_cross_entropy_pcc import (
+        LabelSmoothedCrossEntropyPCCCriterion,
+    )
+
+    d = _dict()
+    model = build(d)
+    model.train()
+    sample = batch(d, [3, 2])
+
+    class Task:
+        target_dictionary = d
+
+    losses = {}
+    for lam in (0.0, 1.0, 2.5):
+        crit = LabelSmoothedCrossEntropyPCCCriterion(Task(), False, 0.1, pcc_weight=lam)
+        torch.manual_seed(0)
+        losses[lam], _, log = crit(model, sample)
+    # direct: Caps_enc / Caps_dec outputs, numpy's Pearson correlation, one per target token
+    ni = sample["net_input"]
+    src, prev = ni["src_tokens"], ni["prev_output_tokens"]
+    reg = model.regularizer
+    m_src = src.ne(d.pad()) & src.ne(d.eos())
+    m_tgt = prev.ne(d.pad()) & prev.ne(d.eos())
+    with torch.no_grad():
+        v_enc = reg.caps_enc(model.encoder.embed_tokens(src), m_src).flatten(1).numpy()
+        v_dec = reg.caps_dec(model.decoder.embed_tokens(prev), m_tgt).flatten(1).numpy()
+    pcc = np.array([np.corrcoef(a, b)[0, 1] for a, b in zip(v_enc, v_dec)])
+    ntok = sample["target"].ne(d.pad()).sum(1).numpy()
+    direct = float((pcc * ntok).sum())
+    assert float(log["pcc"]) == pytest.approx(direct, rel=1e-4)
+    assert float(losses[0.0] - losses[1.0]) == pytest.approx(direct, rel=1e-4)
+    assert float(losses[0.0] - losses[2.5]) == pytest.approx(2.5 * direct, rel=1e-4)
+
+
+@pytest.fixture(scope="module")
+def qcn_ckpt(toy_bin, tmp_path_factory):
+    save = tmp_path_factory.mktemp("qcn")
+    p = run(["fairseq-train", toy_bin, "--user-dir", REPO / "fairseq_docctx",
+             "--task", "document_translation", "--context-size", "3", "--arch", "qcn_transformer",
+             *TINY_MODEL, "--num-capsules", "2", "--routing-iters", "2",
+             "--criterion", "label_smoothed_cross_entropy_pcc", "--label-smoothing", "0.1",
+             "--max-tokens", "600", "--max-epoch", "3", "--no-epoch-checkpoints",
+             "--log-interval", "1", "--save-dir", save])
+    log = p.stdout + p.stderr
+    assert re.search(r"\| valid \|.*\| pcc -?[\d.]+", log), "pcc is not logged in validation"
+    assert re.search(r"train_inner .*pcc=-?[\d.]+", log), "pcc is not logged in training"
+    return save / "checkpoint_last.pt"
+
+
+def test_generate_beam_search_in_document_order(qcn_ckpt, toy_bin):
+    p = run(["fairseq-generate", toy_bin, "--user-dir", REPO / "fairseq_docctx",
+             "--task", "document_translation", "--context-size", "3", "--path", qcn_ckpt,
+             "--beam", "4", "--max-tokens", "200", "--max-len-b", "10"])
+    n = sum(int(l.split("\t")[1]) for l in (toy_bin / "test.src-tgt.docs").read_text().splitlines())
+    ids = sorted(int(m) for m in re.findall(r"^H-(\d+)\t", p.stdout, re.M))
+    assert ids == list(range(n))

@@ -13,6 +13,7 @@ setup(
             "docctx-prepare = fairseq_docctx.cli.prepare:cli_main",
             "docctx-probe = fairseq_docctx.cli.probe:cli_main",
             "docctx-translate = fairseq_docctx.cli.translate:cli_main",
+            "docctx-analyze = fairseq_docctx.cli.analyze:cli_main",
         ]
     },
 )

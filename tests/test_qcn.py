@@ -165,3 +165,20 @@ def test_generate_beam_search_in_document_order(qcn_ckpt, toy_bin):
     n = sum(int(l.split("\t")[1]) for l in (toy_bin / "test.src-tgt.docs").read_text().splitlines())
     ids = sorted(int(m) for m in re.findall(r"^H-(\d+)\t", p.stdout, re.M))
     assert ids == list(range(n))
+
+
+def test_analyze_writes_routing_heatmaps(qcn_ckpt, toy_bin, tmp_path):
+    import json
+
+    docs = [l.split("\t") for l in (toy_bin / "test.src-tgt.docs").read_text().splitlines()]
+    doc_id, n = next((d, int(n)) for d, n in docs if int(n) >= 3)
+    run(["docctx-analyze", "qcn", "--path", qcn_ckpt, "--data", toy_bin, "--doc", doc_id,
+         "--sentence", "2", "--outdir", tmp_path])
+    for f in ("qcn_coupling.png", "qcn_pcc.png"):
+        assert (tmp_path / f).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    r = json.loads((tmp_path / "qcn_routing.json").read_text())
+    c, p = np.array(r["coupling"]), np.array(r["pcc"])
+    assert c.shape == p.shape == (2, len(r["context_words"]), 2)  # iterations x words x capsules
+    assert {w.split(":")[0] for w in r["context_words"]} == {"-1", "-2"}  # two previous sentences
+    np.testing.assert_allclose(c.sum(-1), 1.0, rtol=1e-5)  # softmax over output capsules
+    assert (np.abs(p) <= 1).all()

@@ -1,0 +1,418 @@
+"""``han_transformer``: Hierarchical Attention Networks (Miculicich et al. 2018, paper 002;
+SPEC §3.3). See ``docs/han.md``.
+
+The paper's five configurations are flags (and named archs):
+
+===============================  ===============================================  ==========================
+configuration                    flags                                            arch
+===============================  ===============================================  ==========================
+HAN encoder                      ``--han-encoder --han-decoder none``             ``han_encoder_transformer``
+HAN decoder (target context)     ``--han-encoder false --han-decoder target``     ``han_decoder_transformer``
+HAN decoder source               ``--han-encoder false --han-decoder source``     ``han_decoder_source_transformer``
+HAN decoder alignment            ``--han-encoder false --han-decoder alignment``  ``han_decoder_alignment_transformer``
+HAN encoder + HAN decoder        ``--han-encoder --han-decoder target``           ``han_transformer`` (default)
+===============================  ===============================================  ==========================
+
+Efficiency (training): the unique source table of a batch (``context["src_tokens"]``) is
+encoded once; the current sentences' encoder output and the context states are rows of it.
+For the target/alignment decoders the decoder is teacher-forced once over the target table
+(same rows) and the current rows' states feed the loss. Every sentence is encoded and
+decoded once per batch.
+
+Inference: HAN-decoder queries attend over context states given as a table + ``[B, K]``
+index in the encoder output (beam search reorders the index only; the projected word-level
+keys are cached in the incremental state). In document-order inference the model keeps,
+per translated sentence, its encoder states and the decoder states / alignment vectors of
+its best hypothesis (:meth:`HANTransformerModel.document_cache_entries`) and reads them
+back from ``context["cache"]``: previous sentences are never re-encoded or re-decoded.
+"""
+import logging
+import os
+
+import torch
+from fairseq import checkpoint_utils, utils
+from fairseq.data import data_utils
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import (
+    TransformerConfig,
+    TransformerDecoderBase,
+    TransformerEncoderBase,
+    TransformerModel,
+    base_architecture,
+)
+from torch.nn.utils.rnn import pad_sequence
+
+from ..modules.han import HierarchicalAttention
+
+logger = logging.getLogger(__name__)
+
+HAN_DECODER_CHOICES = ("none", "target", "source", "alignment")
+
+
+def _han(args, embed_dim, context_dim):
+    return HierarchicalAttention(
+        embed_dim, args.han_attention_heads, args.han_ffn_embed_dim, dropout=args.dropout,
+        attention_dropout=args.attention_dropout, context_dim=context_dim,
+    )
+
+
+def _padded(tensors, like):
+    """Right-padded ``[N, L, C]`` table of per-sentence states and its pad mask."""
+    if len(tensors) == 0:  # no context sentence in the batch: one dummy row, never indexed
+        return like.new_zeros(1, 1, like.size(-1)), torch.ones(1, 1, dtype=torch.bool, device=like.device)
+    lengths = torch.tensor([t.size(0) for t in tensors], device=like.device)
+    table = pad_sequence([t.to(like) for t in tensors], batch_first=True)
+    return table, torch.arange(table.size(1), device=like.device)[None, :] >= lengths[:, None]
+
+
+def shift_eos_to_front(tokens, pad, eos):
+    """Decoder input (``prev_output_tokens``) from right-padded targets ending in EOS."""
+    body = tokens.masked_fill(tokens == eos, pad)
+    return torch.cat([tokens.new_full((tokens.size(0), 1), eos), body[:, :-1]], 1)
+
+
+def tgt_to_src_rows(context):
+    """``[U_t]`` row of the source table holding the source of each target-table row (from
+    the index pairs of the batch: both tables index the same corpus sentences)."""
+    ut = context["tgt_tokens"].size(0)
+    m = context["tgt_index"].new_full((ut,), -1)
+    valid = context["tgt_index"] >= 0
+    m[context["tgt_index"][valid]] = context["src_index"][valid]
+    if "tgt_self" in context and "src_self" in context:
+        m[context["tgt_self"]] = context["src_self"]
+    return m.clamp(min=0)
+
+
+class HANTransformerEncoder(TransformerEncoderBase):
+    def __init__(self, cfg, dictionary, embed_tokens, args):
+        super().__init__(cfg, dictionary, embed_tokens)
+        self.context_size = args.han_context_size
+        self.context_grad = args.han_context_grad
+        self.han_decoder = args.han_decoder
+        dim = cfg.encoder.embed_dim
+        self.han = _han(args, dim, dim) if args.han_encoder else None
+        self._stash = None  # (src_tokens, encoder_out, pre-HAN states) of the last inference call
+
+    @property
+    def needs_source_values(self):
+        return self.han is not None or self.han_decoder == "source"
+
+    def _values(self, x):
+        """Context values from encoder output ``[L, N, C]``: ``[N, L, C]``, detached unless
+        ``--han-context-grad``."""
+        v = x.transpose(0, 1)
+        return v if self.context_grad else v.detach()
+
+    def encode_table(self, context):
+        """Encode the batch's unique source sentences once. Returns the table's encoder output
+        (HAN applied to every row that is a current sentence of the batch), the pre-HAN
+        states ``[U, L, C]`` (context values) and their pad mask ``[U, L]``."""
+        out = self.forward_scriptable(context["src_tokens"], context["src_lengths"], False, None)
+        x, pad = out["encoder_out"][0], out["encoder_padding_mask"][0]
+        values = self._values(x)
+        if self.han is not None:
+            index = context["src_index"][:, : self.context_size]
+            table_index = index.new_full((x.size(1), index.size(1)), -1)
+            table_index[context["src_self"]] = index
+            out["encoder_out"] = [self.han(x, values, pad, table_index)]
+        return out, values, pad
+
+    def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False,
+                token_embeddings=None, context=None):
+        return self.forward_with_context(src_tokens, src_lengths, context)[0]
+
+    def forward_with_context(self, src_tokens, src_lengths, context, training_pass=False):
+        """Encoder output of the current sentences, with the HAN-decoder context
+        (``han_dec_states/mask/index``, or ``han_pending_*`` to be computed by the decoder),
+        and the table's encoder output when the source table was encoded (else ``None``)."""
+        K = self.context_size
+        cache = None if (context is None or training_pass) else context.get("cache")
+        if cache is not None and any(e is None for e in cache):
+            cache = None
+        table_out = None
+        if cache is not None:  # document-order inference: context states of earlier sentences
+            out = self.forward_scriptable(src_tokens, src_lengths, False, None)
+            x, pad = out["encoder_out"][0], out["encoder_padding_mask"][0]
+            index = context["tgt_index"][:, :K]
+            if self.needs_source_values:
+                values, vpad = _padded([e["enc"] for e in cache], x)
+                if self.han is not None:
+                    out["encoder_out"] = [self.han(x, values, vpad, index)]
+                if self.han_decoder == "source":
+                    out.update(han_dec_states=[values], han_dec_mask=[vpad], han_dec_index=[index])
+            if self.han_decoder in ("target", "alignment"):
+                values, vpad = _padded([e[self.han_decoder] for e in cache], x)
+                out.update(han_dec_states=[values], han_dec_mask=[vpad], han_dec_index=[index])
+            pre = self._values(x)
+        elif context is not None and "src_tokens" in context and "src_self" in context:
+            table_out, values, vpad = self.encode_table(context)
+            rows = context["src_self"]
+            out = super().reorder_encoder_out(table_out, rows)
+            pre = values.index_select(0, rows)
+            if self.han_decoder == "source":
+                out.update(han_dec_states=[values], han_dec_mask=[vpad],
+                           han_dec_index=[context["src_index"][:, :K]])
+            elif self.han_decoder in ("target", "alignment") and not training_pass:
+                if "tgt_tokens" not in context:
+                    raise ValueError(f"HAN decoder ({self.han_decoder}) needs target context: "
+                                     "use --context-sides both")
+                # no cache (oracle reference context, ensembles): the decoder teacher-forces
+                # the target table once, lazily, at its first step
+                tab = super().reorder_encoder_out(table_out, tgt_to_src_rows(context))
+                prev = shift_eos_to_front(context["tgt_tokens"], self.padding_idx, self.dictionary.eos())
+                out.update(han_pending_prev=[prev], han_pending_enc=tab,
+                           han_dec_index=[context["tgt_index"][:, :K]])
+        else:  # no context at all: HAN leaves the states unchanged
+            if context is not None and self.han_decoder != "none" and "tgt_tokens" in context:
+                raise ValueError("HAN needs the source context table (--context-sides both) or "
+                                 "the document-order inference cache")
+            out = self.forward_scriptable(src_tokens, src_lengths, False, None)
+            pre = self._values(out["encoder_out"][0])
+        if not self.training and not training_pass:
+            self._stash = (src_tokens, out, pre)
+        return out, table_out
+
+    def reorder_encoder_out(self, encoder_out, new_order):
+        new = super().reorder_encoder_out(encoder_out, new_order)
+        for k in ("han_dec_states", "han_dec_mask", "han_pending_prev", "han_pending_enc"):
+            if k in encoder_out:  # tables: shared by all rows, only the index is reordered
+                new[k] = encoder_out[k]
+        if "han_dec_index" in encoder_out:
+            new["han_dec_index"] = [encoder_out["han_dec_index"][0].index_select(0, new_order)]
+        return new
+
+
+class HANTransformerDecoder(TransformerDecoderBase):
+    def __init__(self, cfg, dictionary, embed_tokens, args, no_encoder_attn=False, output_projection=None):
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn, output_projection)
+        self.han_mode = args.han_decoder
+        self.context_grad = args.han_context_grad
+        dim = self.output_embed_dim
+        ctx_dim = {"source": args.encoder_embed_dim, "alignment": cfg.decoder.embed_dim}.get(self.han_mode, dim)
+        self.han = _han(args, dim, ctx_dim) if self.han_mode != "none" else None
+
+    def context_pass(self, prev_output_tokens, encoder_out):
+        """Teacher-forced pass without HAN: final states ``[N, T, C]`` (before the output
+        projection) and the last layer's encoder-attention outputs ``[N, T, C]`` (alignment
+        vectors, captured with a forward hook; ``None`` unless ``--han-decoder alignment``)."""
+        captured = {}
+        hook = None
+        if self.han_mode == "alignment":
+            hook = self.layers[-1].encoder_attn.register_forward_hook(
+                lambda mod, inp, out: captured.__setitem__("aln", out[0]))
+        try:
+            x, _ = self.extract_features_scriptable(prev_output_tokens, encoder_out)
+        finally:
+            if hook is not None:
+                hook.remove()
+        aln = captured["aln"].transpose(0, 1) if "aln" in captured else None
+        return x, aln
+
+    def context_values(self, states, aln):
+        v = aln if self.han_mode == "alignment" else states
+        return v if self.context_grad else v.detach()
+
+    def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None,
+                         full_context_alignment=False, alignment_layer=None, alignment_heads=None):
+        x, extra = self.extract_features_scriptable(
+            prev_output_tokens, encoder_out, incremental_state, full_context_alignment,
+            alignment_layer, alignment_heads,
+        )
+        return self.apply_han(x, encoder_out, incremental_state), extra
+
+    def apply_han(self, x, encoder_out, incremental_state=None):
+        """HAN over ``x [B, T, C]`` with the context of ``encoder_out``."""
+        if self.han is None or encoder_out is None or "han_dec_index" not in encoder_out:
+            return x
+        if "han_dec_states" not in encoder_out:  # lazy teacher-forced pass (no cache)
+            prev, enc = encoder_out["han_pending_prev"][0], encoder_out["han_pending_enc"]
+            states, aln = self.context_pass(prev, enc)
+            encoder_out["han_dec_states"] = [self.context_values(states, aln)]
+            encoder_out["han_dec_mask"] = [prev.eq(self.padding_idx)]
+        y = self.han(x.transpose(0, 1), encoder_out["han_dec_states"][0], encoder_out["han_dec_mask"][0],
+                     encoder_out["han_dec_index"][0], incremental_state)
+        return y.transpose(0, 1)
+
+
+@register_model("han_transformer")
+class HANTransformerModel(TransformerModel):
+    """Transformer with Hierarchical Attention Networks over the previous sentences."""
+
+    reads_document_context = True
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        parser.add_argument("--han-encoder", type=utils.eval_bool, nargs="?", const=True,
+                            metavar="BOOL", help="HAN on the encoder output (source context)")
+        parser.add_argument("--han-decoder", choices=HAN_DECODER_CHOICES,
+                            help="HAN on the decoder output; values: previous target sentences' "
+                            "decoder states (target), their encoder states (source), their "
+                            "encoder-decoder attention outputs (alignment)")
+        parser.add_argument("--han-context-size", type=int, metavar="K",
+                            help="previous sentences HAN attends to (default 3)")
+        parser.add_argument("--han-context-grad", type=utils.eval_bool, nargs="?", const=True,
+                            metavar="BOOL", help="back-propagate into the context states "
+                            "(default: detached, as in the paper's implementation)")
+        parser.add_argument("--han-attention-heads", type=int, metavar="N",
+                            help="heads of the HAN attentions (default: encoder heads)")
+        parser.add_argument("--han-ffn-embed-dim", type=int, metavar="N",
+                            help="HAN sentence-level FFN size (default: encoder FFN size)")
+        parser.add_argument("--init-from-sentence-checkpoint", metavar="PATH",
+                            help="stage 2 of two-stage training: initialise every weight whose "
+                            "name and shape match from this sentence-level checkpoint")
+        parser.add_argument("--freeze-sentence-weights", type=utils.eval_bool, nargs="?",
+                            const=True, metavar="BOOL",
+                            help="with --init-from-sentence-checkpoint: train the HAN weights only")
+
+    @classmethod
+    def build_model(cls, args, task):
+        han_transformer(args)
+        for side, needed in (("source", args.han_encoder or args.han_decoder == "source"),
+                             ("target", args.han_decoder in ("target", "alignment"))):
+            sides = getattr(getattr(task, "cfg", None), "context_sides", None)
+            if needed and sides is not None and sides not in (side, "both"):
+                logger.warning(f"han_transformer: this configuration reads {side} context but "
+                               f"the task has --context-sides {sides}")
+        model = super().build_model(args, task)
+        path = getattr(args, "init_from_sentence_checkpoint", None)
+        if path:
+            loaded = model.init_from_sentence_checkpoint(path)
+            # applied once: a checkpoint of this model restores its own weights (generation,
+            # resume) without needing the sentence-level checkpoint again
+            args.init_from_sentence_checkpoint = None
+            args.han_initialized_from = path
+        else:
+            loaded = [n for n, _ in model.named_parameters() if ".han." not in n]
+        if args.freeze_sentence_weights:
+            loaded = set(loaded)
+            for n, p in model.named_parameters():
+                if n in loaded:
+                    p.requires_grad_(False)
+        return model
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return HANTransformerEncoder(TransformerConfig.from_namespace(args), src_dict, embed_tokens, args)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        return HANTransformerDecoder(TransformerConfig.from_namespace(args), tgt_dict, embed_tokens, args,
+                                     no_encoder_attn=args.no_cross_attention)
+
+    # ------------------------------------------------------------ two-stage training
+    def init_from_sentence_checkpoint(self, path):
+        """Copy every weight of a sentence-level checkpoint whose name and shape match;
+        print a report. Returns the names of the loaded parameters/buffers."""
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"--init-from-sentence-checkpoint: no such file {path}")
+        state = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
+        own = self.state_dict()
+        loaded = [k for k, v in state.items() if k in own and own[k].shape == v.shape]
+        ignored = sorted(set(state) - set(loaded))
+        new = sorted(set(own) - set(loaded))
+        self.load_state_dict({k: state[k] for k in loaded}, strict=False)
+        lines = [f"han_transformer: initialised from {path}: {len(loaded)} loaded, "
+                 f"{len(new)} new, {len(ignored)} ignored"]
+        lines += [f"  new: {k}" for k in new] + [
+            f"  ignored: {k} {tuple(state[k].shape)}" + (f" (model: {tuple(own[k].shape)})" if k in own else "")
+            for k in ignored]
+        print("\n".join(lines), flush=True)
+        logger.info(lines[0])
+        return loaded
+
+    # ------------------------------------------------------------------- training
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, context=None,
+                return_all_hiddens: bool = True, features_only: bool = False,
+                alignment_layer=None, alignment_heads=None):
+        enc, dec = self.encoder, self.decoder
+        encoder_out, table_out = enc.forward_with_context(src_tokens, src_lengths, context, training_pass=True)
+        kw = dict(features_only=features_only, alignment_layer=alignment_layer,
+                  alignment_heads=alignment_heads, src_lengths=src_lengths,
+                  return_all_hiddens=return_all_hiddens)
+        if dec.han_mode not in ("target", "alignment") or context is None or "tgt_tokens" not in context:
+            return dec(prev_output_tokens, encoder_out=encoder_out, **kw)
+        if table_out is None:
+            raise ValueError(f"HAN decoder ({dec.han_mode}) is trained with --context-sides both")
+        # teacher-force the decoder once over the target table
+        prev_tab = shift_eos_to_front(context["tgt_tokens"], dec.padding_idx, dec.dictionary.eos())
+        states, aln = dec.context_pass(prev_tab, enc.reorder_encoder_out(table_out, tgt_to_src_rows(context)))
+        index = context["tgt_index"][:, : enc.context_size]
+        encoder_out.update(han_dec_states=[dec.context_values(states, aln)],
+                           han_dec_mask=[prev_tab.eq(dec.padding_idx)], han_dec_index=[index])
+        T = prev_output_tokens.size(1)
+        rows = context.get("tgt_self")
+        if rows is None or T > prev_tab.size(1) or not torch.equal(prev_tab[rows, :T], prev_output_tokens):
+            return dec(prev_output_tokens, encoder_out=encoder_out, **kw)
+        x = dec.apply_han(states[rows, :T], encoder_out)
+        extra = {"attn": [None], "inner_states": [x.transpose(0, 1)]}
+        return (x if features_only else dec.output_layer(x)), extra
+
+    # ------------------------------------------------------------------ inference
+    @torch.no_grad()
+    def document_cache_entries(self, sample, hypos):
+        """Per batch row, what later sentences need as context: its pre-HAN encoder states
+        (``enc``), and the decoder states (``target``) or alignment vectors (``alignment``)
+        of its best hypothesis, from one teacher-forced pass over the hypotheses."""
+        enc, dec = self.encoder, self.decoder
+        ni = sample["net_input"]
+        stash = enc._stash
+        if stash is None or stash[0] is not ni["src_tokens"]:
+            was = self.training
+            self.eval()
+            enc.forward(ni["src_tokens"], ni["src_lengths"], context=ni.get("context"))
+            self.train(was)
+            stash = enc._stash
+        _, out, pre = stash
+        enc._stash = None
+        entries = [{} for _ in hypos]
+        if enc.needs_source_values:
+            lengths = (~out["encoder_padding_mask"][0]).sum(1).tolist()
+            for e, s in zip(entries, torch.split(pre[~out["encoder_padding_mask"][0]], lengths)):
+                e["enc"] = s
+        if dec.han_mode in ("target", "alignment"):
+            pad, eos = dec.padding_idx, dec.dictionary.eos()
+            prev = data_utils.collate_tokens([h[0]["tokens"] for h in hypos], pad, eos,
+                                             move_eos_to_beginning=True).to(ni["src_tokens"].device)
+            states, aln = dec.context_pass(prev, out)
+            v = aln if dec.han_mode == "alignment" else states
+            valid = prev.ne(pad)
+            for e, s in zip(entries, torch.split(v[valid], valid.sum(1).tolist())):
+                e[dec.han_mode] = s
+        return entries
+
+
+def _set(args, name, value):
+    if getattr(args, name, None) is None:
+        setattr(args, name, value)
+
+
+@register_model_architecture("han_transformer", "han_transformer")
+def han_transformer(args):
+    """Paper defaults: Transformer base (6+6, 512, 8 heads, dropout 0.1), K=3, joint HAN
+    encoder + HAN decoder (target context)."""
+    base_architecture(args)
+    _set(args, "han_encoder", True)
+    _set(args, "han_decoder", "target")
+    _set(args, "han_context_size", 3)
+    _set(args, "han_context_grad", False)
+    _set(args, "han_attention_heads", args.encoder_attention_heads)
+    _set(args, "han_ffn_embed_dim", args.encoder_ffn_embed_dim)
+    _set(args, "init_from_sentence_checkpoint", None)
+    _set(args, "freeze_sentence_weights", False)
+
+
+def _variant(name, encoder, decoder):
+    @register_model_architecture("han_transformer", name)
+    def arch(args):
+        _set(args, "han_encoder", encoder)
+        _set(args, "han_decoder", decoder)
+        han_transformer(args)
+
+    return arch
+
+
+han_encoder_transformer = _variant("han_encoder_transformer", True, "none")
+han_decoder_transformer = _variant("han_decoder_transformer", False, "target")
+han_decoder_source_transformer = _variant("han_decoder_source_transformer", False, "source")
+han_decoder_alignment_transformer = _variant("han_decoder_alignment_transformer", False, "alignment")

@@ -1,0 +1,387 @@
+"""The context probe: synthetic parallel documents whose translation needs context, and a scorer.
+
+Source side: English-like; target side: German-like; both lowercased, whitespace-tokenized,
+from a closed vocabulary of about 100 words. A document is a run of *episodes* (possibly
+separated by filler sentences)::
+
+    INTRO   i saw a red lamp .          ->  ich sah eine rot lampe .      (noun of class f)
+    FILLER  (d-1 of them, no nouns)     ->  ...
+    PRON    yesterday it was big .      ->  gestern war sie gross .       (d = 1 or 2)
+
+Phenomena (annotated per target word in ``{split}.probe.jsonl``):
+
+* ``anaphora``: source ``it`` becomes ``er/sie/es`` (nominative) or ``ihn/sie/es``
+  (accusative) after the class of the noun introduced ``d`` sentences earlier (``d`` in
+  ``distances``). The PRON sentence's template and adjective are drawn independently of the
+  class, so the current sentence alone gives no clue: a sentence-level model sits at chance
+  (1/n_classes). The antecedent is always the most recent INTRO noun.
+* ``consistency`` (``consistency=True``): every document uses one word with two equally valid
+  translations, several times: ``car`` -> ``auto``/``wagen`` or ``movie`` ->
+  ``film``/``streifen`` in filler sentences, or the adjective ``nice`` -> ``schoen``/``huebsch``
+  in the adjective slot of INTRO/PRON sentences. The form is drawn at random per document and
+  every mention in the reference repeats it. *Anchor* mentions (``anchor: true``, never
+  scored) set the form; every other mention (source ``car``/``movie``/``nice``, no clue in the
+  sentence) must repeat its anchor's form: the form the model itself wrote at the anchor
+  (default) or the reference form. ``distance`` counts back to the nearest earlier mention,
+  which is all a model that copies its own previous output needs to see.
+  With ``consistency_anchor="cued"`` (default) an anchor's source says ``automobile``/``wagon``,
+  ``film``/``flick`` or ``beautiful``/``pretty``, which fixes the form; the first mention of a
+  document is an anchor, and so is any mention more than max(distances) sentences after the
+  previous one, so every scored mention is reachable through a window of that many sentences.
+  A sentence model, whose output for ``car`` is the same in every document, then agrees with
+  its own anchors about half of the time, while a model that reads its previous target
+  sentences gets near 100%. (Scoring against the nearest earlier mention instead would let a
+  constant output look consistent.) With ``"free"`` only the first mention is an anchor, its
+  source says ``car`` (either form is right) and later mentions may be far apart; a model
+  that always writes ``auto`` is then trivially 100% consistent.
+
+Everything that is not context-dependent (nouns, articles, adjectives, fillers) is a fixed
+word-for-word mapping, so tiny models learn it in a few hundred updates.
+
+Scoring looks for the alternatives in the hypothesis rather than at a fixed position: the
+alternatives of a phenomenon occur nowhere else in the target language, so the i-th occurrence
+of any alternative in the hypothesis is the model's choice for the i-th annotated item with
+that alternative set. This survives extra or dropped words elsewhere in the sentence; an item
+whose word is absent counts as wrong (and as ``missing``). ``index`` (the reference token
+position) is still recorded for tools that want positional alignment.
+"""
+import json
+import os
+import random
+from collections import defaultdict
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+# (class name, nominative pronoun, accusative pronoun, indefinite article)
+CLASSES = [("m", "er", "ihn", "ein"), ("f", "sie", "sie", "eine"), ("n", "es", "es", "ein")]
+NOUNS = {  # source:target, by class
+    "m": "dog:hund table:tisch chair:stuhl tree:baum key:schluessel apple:apfel coat:mantel hat:hut",
+    "f": "cat:katze lamp:lampe door:tuer cup:tasse flower:blume bag:tasche box:kiste clock:uhr",
+    "n": "house:haus book:buch bed:bett window:fenster picture:bild glass:glas boat:boot phone:telefon",
+}
+ADJS = "big:gross small:klein old:alt new:neu red:rot blue:blau cheap:billig heavy:schwer green:gruen"
+# {a} article, {j} adjective, {n} noun
+INTRO = [  # every INTRO names a noun with an adjective
+    ("i saw a {j} {n} .", "ich sah {a} {j} {n} ."),
+    ("we found a {j} {n} .", "wir fanden {a} {j} {n} ."),
+    ("my friend bought a {j} {n} .", "mein freund kaufte {a} {j} {n} ."),
+    ("there is a {j} {n} in the kitchen .", "in der kueche ist {a} {j} {n} ."),
+]
+# {p} nominative / {q} accusative pronoun; the source always says "it"
+PRON = [
+    ("it is very {j} .", "{p} ist sehr {j} ."),
+    ("it was {j} .", "{p} war {j} ."),
+    ("yesterday it was {j} .", "gestern war {p} {j} ."),
+    ("i think it is {j} .", "ich glaube {p} ist {j} ."),
+    ("i really like it .", "ich mag {q} sehr ."),
+    ("we bought it today .", "wir kauften {q} heute ."),
+    ("nobody wanted it .", "niemand wollte {q} ."),
+]
+FILLER = [
+    ("we went home early .", "wir gingen frueh nach hause ."),
+    ("the weather was sunny today .", "das wetter war heute sonnig ."),
+    ("my brother called me .", "mein bruder rief mich an ."),
+    ("then we ate lunch .", "dann assen wir zu mittag ."),
+    ("everyone laughed .", "alle lachten ."),
+    ("the children played outside .", "die kinder spielten draussen ."),
+    ("i was very tired .", "ich war sehr muede ."),
+    ("we talked for hours .", "wir redeten stundenlang ."),
+]
+# Consistency words: source word, its two target forms, the source synonyms that force each
+# form at a cued anchor mention, and where it occurs: slot "c" of its own filler templates
+# (nouns), or the adjective slot "j" of INTRO and PRON sentences (adjective).
+CONSISTENCY = [
+    {"word": "car", "forms": ("auto", "wagen"), "cues": ("automobile", "wagon"), "slot": "c",
+     "templates": [
+         ("our {c} was parked outside .", "unser {c} stand draussen ."),
+         ("we drove to town in the {c} .", "wir fuhren mit dem {c} in die stadt ."),
+         ("the {c} was fast .", "der {c} war schnell ."),  # (synthetic: article ignores gender)
+     ]},
+    {"word": "movie", "forms": ("film", "streifen"), "cues": ("film", "flick"), "slot": "c",
+     "templates": [
+         ("the {c} was long .", "der {c} war lang ."),
+         ("we talked about the {c} .", "wir sprachen ueber den {c} ."),
+         ("everyone liked the {c} .", "allen gefiel der {c} ."),
+     ]},
+    {"word": "nice", "forms": ("schoen", "huebsch"), "cues": ("beautiful", "pretty"),
+     "slot": "j", "templates": []},
+]
+
+DEFAULT_SPLITS = {"train": 2000, "valid": 100, "test": 200}
+
+
+def _pairs(s: str) -> List[Tuple[str, str]]:
+    return [tuple(w.split(":")) for w in s.split()]
+
+
+def _fill(tpl: Tuple[str, str], **slots) -> Tuple[str, List[str], Dict[str, int]]:
+    """Fill a (source, target) template; return source, target tokens and slot positions."""
+    src = tpl[0].format(**{k: v[0] for k, v in slots.items()})
+    tgt, where = [], {}
+    for tok in tpl[1].split():
+        if tok.startswith("{") and tok.endswith("}"):
+            where[tok[1:-1]] = len(tgt)
+            tok = slots[tok[1:-1]][1]
+        tgt.append(tok)
+    return src, tgt, where
+
+
+def _document(rng: random.Random, n_sent: int, classes, distances, consistency: bool,
+              cued_anchors: bool, p_consistency_doc: float, p_gap: float, p_mention: float):
+    """One document: list of (src, tgt tokens, annotation items)."""
+    adjs = _pairs(ADJS)
+    nouns = {c[0]: _pairs(NOUNS[c[0]]) for c in classes}
+    cons, form, mentions, anchors = None, None, [], []  # positions of the consistency word
+    if consistency and rng.random() < p_consistency_doc:
+        cons = rng.choice(CONSISTENCY)
+        k = rng.randrange(2)
+        form, cue = cons["forms"][k], (cons["cues"][k] if cued_anchors else cons["word"])
+    out = []
+
+    def emit(tpl, slots, items=(), mention_slot=None):
+        """Fill and append a sentence. items: (annotation, slot) pairs whose target index is
+        the slot's position; mention_slot holds the consistency word, if any."""
+        pos = len(out)
+        # an anchor mention's own source fixes the form (cued mode: the document's first
+        # mention, and any mention too far from the previous one for a context window of
+        # max(distances) sentences); free mode: only the first mention, which is a free choice
+        anchor = not mentions or (cued_anchors and pos - mentions[-1] > max(distances))
+        if mention_slot:
+            slots[mention_slot] = (cue if anchor else cons["word"], form)
+        src, tgt, where = _fill(tpl, **slots)
+        items = [dict(it, index=where[slot]) for it, slot in items]
+        if mention_slot:
+            item = {"phenomenon": "consistency", "word": cons["word"],
+                    "index": where[mention_slot], "expected": form,
+                    "alternatives": list(cons["forms"])}
+            if anchor:  # never scored
+                item.update(anchor=True, cued=cued_anchors, distance=None, antecedent_pos=None)
+                anchors.append(pos)
+            else:  # repeats the nearest earlier mention, and the anchor that set the form
+                item.update(distance=pos - mentions[-1], antecedent_pos=mentions[-1],
+                            anchor_pos=anchors[-1])
+            mentions.append(pos)
+            items.append(item)
+        out.append((src, tgt, sorted(items, key=lambda it: it["index"])))
+
+    def adj_slot(tpl):  # the adjective slot takes an adjective consistency word sometimes
+        use = (cons is not None and cons["slot"] == "j" and "{j}" in tpl[1]
+               and rng.random() < p_mention)
+        return "j" if use else None
+
+    def filler():
+        if cons is not None and cons["slot"] == "c" and rng.random() < p_mention:
+            emit(rng.choice(cons["templates"]), {}, mention_slot="c")
+        else:
+            emit(rng.choice(FILLER), {})
+
+    while len(out) < n_sent:
+        room = n_sent - len(out)
+        d = rng.choice(distances)
+        if room < d + 1 or (room > d + 1 and rng.random() < p_gap):
+            filler()
+            continue
+        name, nom, acc, art = rng.choice(classes)
+        intro_pos = len(out)
+        tpl = rng.choice(INTRO)
+        emit(tpl, {"a": ("a", art), "j": rng.choice(adjs), "n": rng.choice(nouns[name])},
+             mention_slot=adj_slot(tpl))
+        for _ in range(d - 1):
+            filler()
+        tpl = rng.choice(PRON)
+        slot = "p" if "{p}" in tpl[1] else "q"
+        item = {"phenomenon": "anaphora", "expected": nom if slot == "p" else acc,
+                "alternatives": sorted({c[1] if slot == "p" else c[2] for c in classes}),
+                "distance": len(out) - intro_pos, "antecedent_pos": intro_pos, "class": name}
+        emit(tpl, {"j": rng.choice(adjs), "p": ("it", nom), "q": ("it", acc)}, [(item, slot)],
+             adj_slot(tpl))
+    return out
+
+
+def generate_probe(out_dir: str, splits: Optional[Dict[str, int]] = None, seed: int = 1,
+                   doc_len: Tuple[int, int] = (4, 8), n_classes: int = 2,
+                   distances: Sequence[int] = (1, 2), consistency: bool = True,
+                   consistency_anchor: str = "cued", p_consistency_doc: float = 1.0,
+                   p_gap: float = 0.2, p_mention: float = 0.8) -> Dict[str, dict]:
+    """Write ``{split}.src/.tgt/.docids/.probe.jsonl`` for every split into ``out_dir``.
+
+    ``splits`` maps split name to number of documents (default ``DEFAULT_SPLITS``); each split
+    has its own random stream derived from ``seed`` and the split name, so adding a split or
+    resizing one does not change the others. ``doc_len`` is the (min, max) number of sentences
+    per document, ``n_classes`` 2 (er/sie) or 3 (er/sie/es), ``distances`` the antecedent
+    distances to draw from; ``consistency_anchor`` "cued" or "free" (see the module docstring).
+    ``p_consistency_doc``: share of documents with a consistency word; ``p_mention``: chance
+    that a slot able to hold it does; ``p_gap``: chance of a filler before an episode.
+    Returns per-split counts.
+    """
+    if consistency_anchor not in ("cued", "free"):
+        raise ValueError("consistency_anchor must be 'cued' or 'free'")
+    if not 2 <= n_classes <= 3:
+        raise ValueError("n_classes must be 2 or 3")
+    if min(doc_len) < max(distances) + 1 or doc_len[0] > doc_len[1]:
+        raise ValueError(f"doc_len {doc_len} too short for distances {tuple(distances)}")
+    splits = dict(DEFAULT_SPLITS if splits is None else splits)
+    classes = CLASSES[:n_classes]
+    os.makedirs(out_dir, exist_ok=True)
+    stats = {}
+    for split, n_docs in splits.items():
+        rng = random.Random(f"docctx-probe/{seed}/{split}")  # str seeds are stable across runs
+        counts = defaultdict(int)
+        paths = {ext: os.path.join(out_dir, f"{split}.{ext}")
+                 for ext in ("src", "tgt", "docids", "probe.jsonl")}
+        files = {ext: open(p, "w", encoding="utf-8") for ext, p in paths.items()}
+        try:
+            line = 0
+            for i in range(n_docs):
+                doc_id = f"{split}-{i:05d}"
+                doc = _document(rng, rng.randint(*doc_len), classes, tuple(distances),
+                                consistency, consistency_anchor == "cued",
+                                p_consistency_doc, p_gap, p_mention)
+                for pos, (src, tgt, items) in enumerate(doc):
+                    files["src"].write(src + "\n")
+                    files["tgt"].write(" ".join(tgt) + "\n")
+                    files["docids"].write(doc_id + "\n")
+                    rec = {"line": line, "doc": doc_id, "pos": pos, "items": items}
+                    files["probe.jsonl"].write(json.dumps(rec) + "\n")
+                    line += 1
+                    for it in items:
+                        counts[it["phenomenon"] + ("/anchor" if it.get("anchor") else "")] += 1
+            stats[split] = {"documents": n_docs, "sentences": line, "items": dict(counts)}
+        finally:
+            for f in files.values():
+                f.close()
+    return stats
+
+
+# ----------------------------------------------------------------------------- scoring
+
+def load_annotations(annotations: Union[str, Iterable[dict]]) -> List[dict]:
+    if isinstance(annotations, (str, os.PathLike)):
+        with open(annotations, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    return list(annotations)
+
+
+def _choices(hyp: str, items: List[dict]) -> List[Optional[str]]:
+    """The hypothesis word chosen for each item (None if absent); see the module docstring."""
+    toks = hyp.split()
+    order = sorted(range(len(items)), key=lambda k: items[k]["index"])
+    used: Dict[frozenset, int] = defaultdict(int)
+    out: List[Optional[str]] = [None] * len(items)
+    for k in order:
+        alts = frozenset(items[k]["alternatives"])
+        occ = [t for t in toks if t in alts]
+        n = used[alts]
+        used[alts] += 1
+        out[k] = occ[n] if n < len(occ) else None
+    return out
+
+
+def score_probe(hypotheses: Sequence[str], annotations: Union[str, Iterable[dict]],
+                consistency_against: str = "hypothesis",
+                phenomena: Optional[Sequence[str]] = None) -> dict:
+    """Score hypotheses (corpus order, one per annotated sentence) on the probe's items.
+
+    ``consistency_against``: "hypothesis" (a mention must repeat the form the model itself
+    produced at its anchor; unscorable if the anchor's output has neither form) or
+    "reference" (must equal the reference form). ``phenomena`` restricts the
+    pooled ``accuracy`` (default: every phenomenon present). Returns::
+
+        {"accuracy", "correct", "total", "missing",
+         "by_phenomenon": {name: {"accuracy", "correct", "total", "missing"}},
+         "by_distance":   {"1": {...}, "2": {...}},             # pooled phenomena only
+         "by_phenomenon_distance": {"anaphora/1": {...}, ...},
+         "consistency_unscorable": n, "consistency_anchor_majority": share}
+
+    ``consistency_anchor_majority`` is the share of the more frequent form (per word) among the
+    model's anchor mentions: near 1.0 means the model always picks the same form, in which
+    case consistency is trivially high and says nothing about context use (about 0.5 with
+    cued anchors).
+    """
+    if consistency_against not in ("hypothesis", "reference"):
+        raise ValueError("consistency_against must be 'hypothesis' or 'reference'")
+    anns = load_annotations(annotations)
+    if len(hypotheses) != len(anns):
+        raise ValueError(f"{len(hypotheses)} hypotheses for {len(anns)} annotated sentences")
+    chosen = {}  # (doc, pos, word) -> form the hypothesis used for a consistency word
+    tallies: Dict[str, List[int]] = defaultdict(lambda: [0, 0, 0])  # correct, total, missing
+    unscorable, anchor_forms = 0, defaultdict(lambda: defaultdict(int))
+    pooled = set(phenomena) if phenomena is not None else None
+
+    def add(key, ok, miss):
+        t = tallies[key]
+        t[0] += ok
+        t[1] += 1
+        t[2] += miss
+
+    for hyp, rec in zip(hypotheses, anns):
+        items = rec["items"]
+        for it, got in zip(items, _choices(hyp, items)):
+            name = it["phenomenon"]
+            tallies["phen:" + name]  # listed even when none of its items can be scored
+            if name == "consistency":
+                chosen[(rec["doc"], rec["pos"], it["word"])] = got
+                if it.get("anchor"):
+                    if got is not None:
+                        anchor_forms[it["word"]][got] += 1
+                    continue
+                if consistency_against == "hypothesis":
+                    expected = chosen.get((rec["doc"], it["anchor_pos"], it["word"]))
+                    if expected is None:
+                        unscorable += 1
+                        continue
+                else:
+                    expected = it["expected"]
+            else:
+                expected = it["expected"]
+            ok, miss = int(got == expected), int(got is None)
+            add("phen:" + name, ok, miss)
+            add(f"pd:{name}/{it['distance']}", ok, miss)
+            if pooled is None or name in pooled:
+                add("all", ok, miss)
+                add(f"dist:{it['distance']}", ok, miss)
+
+    def summary(t):
+        return {"accuracy": t[0] / t[1] if t[1] else None, "correct": t[0], "total": t[1],
+                "missing": t[2]}
+
+    res = summary(tallies["all"])
+    res["by_phenomenon"] = {k[5:]: summary(v) for k, v in sorted(tallies.items())
+                            if k.startswith("phen:")}
+    res["by_distance"] = {k[5:]: summary(v) for k, v in sorted(tallies.items())
+                          if k.startswith("dist:")}
+    res["by_phenomenon_distance"] = {k[3:]: summary(v) for k, v in sorted(tallies.items())
+                                     if k.startswith("pd:")}
+    res["consistency_unscorable"] = unscorable
+    n_anchor = sum(sum(f.values()) for f in anchor_forms.values())
+    res["consistency_anchor_majority"] = (  # per word, pooled
+        sum(max(f.values()) for f in anchor_forms.values()) / n_anchor if n_anchor else None)
+    return res
+
+
+def read_hypotheses(path: str, n_expected: Optional[int] = None) -> List[str]:
+    """Hypotheses in corpus order from plain text (one per line) or fairseq-generate output.
+
+    In fairseq-generate output (any line starting with ``H-``) the first hypothesis of each
+    ``H-<id>`` is kept (``--nbest`` > 1 safe) and ids must be exactly ``0..n-1``.
+    """
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    if not any(line.startswith("H-") for line in lines):
+        hyps = lines
+    else:
+        by_id: Dict[int, str] = {}
+        for line in lines:
+            if line.startswith("H-"):
+                parts = line.split("\t")
+                sid = int(parts[0][2:])
+                by_id.setdefault(sid, parts[2] if len(parts) > 2 else "")
+        n = n_expected if n_expected is not None else max(by_id) + 1
+        missing = [i for i in range(n) if i not in by_id]
+        if missing or len(by_id) != n:
+            raise ValueError(f"{path}: {len(missing)} of {n} sentences have no H- line "
+                             f"(first missing ids: {missing[:10]}); was "
+                             "--required-batch-size-multiple 1 passed?")
+        hyps = [by_id[i] for i in range(n)]
+    if n_expected is not None and len(hyps) != n_expected:
+        raise ValueError(f"{path}: {len(hyps)} hypotheses, expected {n_expected}")
+    return hyps

@@ -1,0 +1,406 @@
+"""han_transformer: the HAN module, the five configurations, efficiency, inference cache,
+two-stage training."""
+import argparse
+import re
+
+import numpy as np
+import pytest
+import torch
+from fairseq.data import Dictionary, LanguagePairDataset
+
+from conftest import REPO, TINY_MODEL, run
+from fairseq_docctx.data.doc_index import DocIndex
+from fairseq_docctx.data.document_dataset import DocumentPairDataset
+from fairseq_docctx.modules.han import HierarchicalAttention
+
+CONFIGS = {  # the paper's five configurations: (--han-encoder, --han-decoder)
+    "encoder": (True, "none"),
+    "decoder": (False, "target"),
+    "decoder_source": (False, "source"),
+    "decoder_alignment": (False, "alignment"),
+    "joint": (True, "target"),
+}
+
+
+def han_probe_args(config):
+    """fairseq-train arguments of one configuration (for the context probe, later)."""
+    enc, dec = CONFIGS[config]
+    sides = "both" if dec in ("target", "alignment") else "source"
+    return ["--task", "document_translation", "--context-size", "3", "--context-sides", sides,
+            "--arch", "han_transformer", "--han-encoder", str(enc), "--han-decoder", dec]
+
+
+# ------------------------------------------------------------------ HAN module
+def _han_inputs(seed=0, T=4, B=3, U=5, L=6, C=16):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(T, B, C, generator=g)
+    values = torch.randn(U, L, C, generator=g)
+    pad = torch.zeros(U, L, dtype=torch.bool)
+    pad[torch.arange(U), :] = torch.arange(L)[None, :] < torch.arange(U)[:, None] % 3  # left pad
+    index = torch.tensor([[-1, -1, -1], [0, -1, -1], [1, 2, 3]])
+    return h, values, pad, index
+
+
+def test_han_module_masking():
+    torch.manual_seed(0)
+    han = HierarchicalAttention(16, 2, 32, dropout=0.0).eval()
+    h, values, pad, index = _han_inputs()
+    out = han(h, values, pad, index)
+    assert torch.isfinite(out).all()
+    assert torch.equal(out[:, 0], h[:, 0])  # no context sentence: h unchanged
+    assert not torch.allclose(out[:, 1:], h[:, 1:])
+    # padding invariance: more padding words / garbage in padded positions change nothing
+    extra = torch.randn(values.size(0), 3, 16)
+    out2 = han(h, torch.cat([extra, values], 1), torch.cat([torch.ones(5, 3, dtype=torch.bool), pad], 1), index)
+    torch.testing.assert_close(out2, out)
+    # a missing sentence (-1) takes no part, whatever row 0 holds
+    values3 = values.clone()
+    values3[4] = 1e4
+    torch.testing.assert_close(han(h, values3, pad, index), out)
+    # the order of the table rows does not matter, only what the index points at
+    perm = torch.tensor([4, 3, 2, 1, 0])
+    inv = torch.argsort(perm)
+    torch.testing.assert_close(han(h, values[perm], pad[perm], torch.where(index >= 0, inv[index.clamp(min=0)], index)), out)
+    # gradients are finite (no softmax over an all-masked row)
+    hh = h.clone().requires_grad_()
+    vv = values.clone().requires_grad_()
+    han(hh, vv, pad, index).sum().backward()
+    assert torch.isfinite(hh.grad).all() and torch.isfinite(vv.grad).all()
+    assert vv.grad[4].abs().sum() == 0 and vv.grad[pad].abs().sum() == 0
+
+
+def test_han_incremental_matches_full_and_survives_beam_reordering():
+    """Incremental decoding keeps the projected context; beam reordering (within the beams
+    of a sentence, which share the context, and when finished sentences leave) is exact."""
+    torch.manual_seed(0)
+    han = HierarchicalAttention(16, 2, 32, dropout=0.0).eval()
+    h, values, pad, _ = _han_inputs(B=6)
+    index = torch.tensor([[0, 1, -1]] * 2 + [[2, -1, -1]] * 2 + [[-1, -1, -1]] * 2)  # 3 sentences x beam 2
+    state = {}
+    step0 = han(h[:1], values, pad, index, incremental_state=state)
+    torch.testing.assert_close(step0, han(h[:1], values, pad, index))
+    for order in (torch.tensor([1, 1, 3, 2, 4, 5]), torch.tensor([2, 3, 4, 5])):  # reorder, shrink
+        han.word_attn.reorder_incremental_state(state, order)
+        h, index = h[:, order], index[order]
+        step = han(h[1:2], None, None, index, incremental_state=state)
+        torch.testing.assert_close(step, han(h[1:2], values, pad, index))
+
+
+# ------------------------------------------------------------------ the model
+def _dict():
+    d = Dictionary()
+    d.add_symbol("<sep>")
+    for i in range(30):
+        d.add_symbol(f"w{i}")
+    return d
+
+
+def build(d, config="joint", context_sides="both", **over):
+    from fairseq_docctx.models.han_transformer import HANTransformerModel
+
+    enc, dec = CONFIGS[config]
+
+    class Task:
+        source_dictionary = target_dictionary = d
+        cfg = argparse.Namespace(context_separator="<sep>", context_sides=context_sides)
+
+    args = argparse.Namespace(
+        encoder_layers=1, decoder_layers=2, encoder_embed_dim=16, decoder_embed_dim=16,
+        encoder_ffn_embed_dim=32, decoder_ffn_embed_dim=32, encoder_attention_heads=2,
+        decoder_attention_heads=2, dropout=0.0, share_all_embeddings=True,
+        max_source_positions=128, max_target_positions=128, han_encoder=enc, han_decoder=dec,
+    )
+    for k, v in over.items():
+        setattr(args, k, v)
+    torch.manual_seed(0)
+    return HANTransformerModel.build_model(args, Task())
+
+
+def batch(d, doc_lengths, seed=0, sides="both"):
+    rng = np.random.RandomState(seed)
+    n = sum(doc_lengths)
+    mk = lambda: [torch.LongTensor(list(rng.randint(5, 35, rng.randint(1, 7))) + [d.eos()]) for _ in range(n)]  # noqa: E731
+    src, tgt = mk(), mk()
+    pair = LanguagePairDataset(src, [len(s) for s in src], d, tgt, [len(t) for t in tgt], d)
+    docs = DocIndex([f"d{i}" for i in range(len(doc_lengths))], np.array(doc_lengths))
+    ds = DocumentPairDataset(pair, docs, 3, sides, shuffle=False)
+    return ds.collater([ds[i] for i in range(n)])
+
+
+def sides_of(config):
+    return "both" if CONFIGS[config][1] in ("target", "alignment") else "source"
+
+
+def han_params(model, part):
+    return {n: p for n, p in model.named_parameters() if n.startswith(part + ".han.")}
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_forward_backward_each_configuration(config):
+    d = _dict()
+    model = build(d, config)
+    model.train()
+    sample = batch(d, [1, 2, 3, 4, 5], sides=sides_of(config))
+    out, _ = model(**sample["net_input"])
+    assert out.shape[:2] == sample["target"].shape and torch.isfinite(out).all()
+    lprobs = model.get_normalized_probs((out, {}), log_probs=True)
+    torch.nn.functional.nll_loss(lprobs.view(-1, lprobs.size(-1)), sample["target"].view(-1),
+                                 ignore_index=d.pad()).backward()
+    for name, p in model.named_parameters():
+        assert p.grad is None or torch.isfinite(p.grad).all(), name
+    enc, dec = CONFIGS[config]
+    for part, on in (("encoder", enc), ("decoder", dec != "none")):
+        params = han_params(model, part)
+        assert bool(params) == on
+        for name, p in params.items():
+            if "sent_attn.q_proj" in name or "sent_attn.k_proj.bias" in name:
+                continue  # softmax over sentences: invariant to these in the 1-query case
+            assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_same_output_as_decoding_each_sentence_with_its_own_context(config):
+    """The batched scheme (table encoded once, decoder teacher-forced once over the target
+    table) gives what the straightforward computation gives, and the loss does not depend
+    on the current sentence's own row being present as anyone's context."""
+    d = _dict()
+    model = build(d, config).eval()
+    sample = batch(d, [3, 2], sides=sides_of(config))
+    ni = sample["net_input"]
+    fast, _ = model(**ni)
+    # straightforward: the generator's path (no training-time reuse of the current rows)
+    enc_out = model.encoder(ni["src_tokens"], ni["src_lengths"], context=ni["context"])
+    slow, _ = model.decoder(ni["prev_output_tokens"], encoder_out=enc_out)
+    torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("config,grad", [("joint", False), ("joint", True), ("decoder_alignment", False),
+                                         ("decoder_source", True)])
+def test_context_gradient_flag(config, grad):
+    """Detached context (default): the loss of a document's second sentence sends no
+    gradient into the first sentence's embeddings, except through its own words."""
+    d = _dict()
+    model = build(d, config, han_context_grad=grad)
+    model.train()
+    sample = batch(d, [2], sides=sides_of(config))
+    ni = sample["net_input"]
+    ctx = ni["context"]
+    second = int((sample["id"] == 1).nonzero())
+    first_src = ctx["src_tokens"][ctx["src_index"][second, 0]]
+    grads = {}
+
+    def keep(module, inp, out):  # the first call: the encoder's (shared embeddings)
+        if "emb" not in grads:
+            out.retain_grad()
+            grads["emb"] = out
+
+    h = model.encoder.embed_tokens.register_forward_hook(keep)
+    try:
+        out, _ = model(**ni)
+    finally:
+        h.remove()
+    out[second].sum().backward()
+    # table rows of the source embeddings: row of the first sentence
+    emb = grads["emb"]
+    assert emb.size(0) == ctx["src_tokens"].size(0)  # the encoder embedded the table once
+    row = ctx["src_index"][second, 0]
+    g = emb.grad[row].abs().sum()
+    assert (g > 0) == grad, float(g)
+    assert first_src.ne(d.pad()).any()
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_each_sentence_encoded_and_decoded_once_per_batch(config):
+    d = _dict()
+    model = build(d, config)
+    model.train()
+    sample = batch(d, [5, 4], sides=sides_of(config))
+    ctx = sample["net_input"]["context"]
+    rows = {"enc": [], "dec": []}
+    h1 = model.encoder.layers[0].register_forward_hook(lambda m, i, o: rows["enc"].append(o.size(1)))
+    h2 = model.decoder.layers[0].register_forward_hook(lambda m, i, o: rows["dec"].append(o[0].size(1)))
+    try:
+        model(**sample["net_input"])
+    finally:
+        h1.remove()
+        h2.remove()
+    assert rows["enc"] == [ctx["src_tokens"].size(0)]  # one pass over the unique sentences
+    n_dec = ctx["tgt_tokens"].size(0) if CONFIGS[config][1] in ("target", "alignment") else 9
+    assert rows["dec"] == [n_dec]  # once over the target table, or once over the batch
+    assert ctx["src_tokens"].size(0) == 9  # 9 sentences, each a row of the table once
+
+
+def _toy_task():
+    from fairseq_docctx.tasks.document_translation import DocumentTranslationTask
+
+    task = DocumentTranslationTask.__new__(DocumentTranslationTask)  # no data needed
+    task.cfg = argparse.Namespace(context_size=3, context_sides="both", target_context="hypothesis")
+    task.tgt_dict = _dict()
+    task.hypotheses, task.model_cache = {}, {}
+    return task
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_inference_cache_gives_the_same_translations_as_recomputing(config):
+    """Document-order beam search with the cache (context states of earlier sentences kept
+    by ``document_cache_entries``) equals recomputing them from the model's own earlier
+    translations (no cache: the encoder re-encodes the table, the decoder teacher-forces the
+    hypotheses)."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    d = _dict()
+    model = build(d, config).eval()
+    lengths = [4, 1, 3]
+    rng = np.random.RandomState(1)
+    src = [torch.LongTensor(list(rng.randint(5, 35, rng.randint(1, 7))) + [d.eos()]) for _ in range(sum(lengths))]
+    pair = LanguagePairDataset(src, [len(s) for s in src], d, tgt_dict=d)
+    ds = DocumentPairDataset(pair, DocIndex(["a", "b", "c"], np.array(lengths)), 3, "both",
+                             shuffle=False, position_major=True)
+    batches = ds.batch_by_size(ds.ordered_indices(), max_sentences=8)
+    gen = SequenceGenerator([model], d, beam_size=2, max_len_b=5)
+    out, calls, seen_cache = {}, [], []
+    for use_cache in (True, False):
+        task = _toy_task()
+        encoder_forward = model.encoder.forward
+
+        def spy_encoder(*a, context=None, **kw):
+            seen_cache.append(use_cache and context is not None and "cache" in context)
+            return encoder_forward(*a, context=context, **kw)
+
+        model.encoder.forward = spy_encoder
+        try:
+            for b in batches:
+                sample = ds.collater([ds[int(i)] for i in b])
+                if use_cache:
+                    hyps = task.inference_step(gen, [model], sample)
+                    calls.append(len(task.model_cache))
+                else:
+                    with torch.no_grad():
+                        hyps = gen.generate([model], task.with_hypothesis_context(sample))
+                    for i, sid in enumerate(sample["id"].tolist()):
+                        task.hypotheses[sid] = hyps[i][0]["tokens"]
+                for i, sid in enumerate(sample["id"].tolist()):
+                    out[use_cache, sid] = hyps[i][0]["tokens"].tolist()
+        finally:
+            model.encoder.forward = encoder_forward
+    assert all(c > 0 for c in calls) and any(seen_cache)
+    pos = ds.docs.sent_pos
+    for sid in range(sum(lengths)):
+        # joint: recomputing applies no HAN encoder to a sentence that is only context (its
+        # own context is not in the batch), so from position 2 on the cache is more exact
+        if config != "joint" or pos[sid] < 2:
+            assert out[True, sid] == out[False, sid], sid
+
+
+# ------------------------------------------------------- fairseq-train / generate / hub
+def _train(toy_bin, save, arch_args, epochs=2):
+    return run(["fairseq-train", toy_bin, "--user-dir", REPO / "fairseq_docctx", *arch_args,
+                *TINY_MODEL, "--max-tokens", "800", "--max-epoch", str(epochs),
+                "--no-epoch-checkpoints", "--save-dir", save])
+
+
+@pytest.fixture(scope="module")
+def sentence_ckpt(toy_bin, tmp_path_factory):
+    save = tmp_path_factory.mktemp("han_sent")
+    _train(toy_bin, save, ["--task", "document_translation", "--context-size", "0", "--arch", "transformer"], 1)
+    return save / "checkpoint_last.pt"
+
+
+@pytest.fixture(scope="module")
+def joint_ckpt(toy_bin, sentence_ckpt, tmp_path_factory):
+    """Stage 2: the joint HAN initialised from the sentence-level model, sentence weights frozen."""
+    save = tmp_path_factory.mktemp("han_joint")
+    p = _train(toy_bin, save, [*han_probe_args("joint"), "--init-from-sentence-checkpoint", sentence_ckpt,
+                               "--freeze-sentence-weights"])
+    return save / "checkpoint_last.pt", p.stdout + p.stderr
+
+
+@pytest.fixture(scope="module")
+def decoder_ckpt(toy_bin, tmp_path_factory):
+    save = tmp_path_factory.mktemp("han_dec")
+    _train(toy_bin, save, han_probe_args("decoder"))
+    return save / "checkpoint_last.pt"
+
+
+def _load(path):
+    from fairseq import checkpoint_utils
+
+    return checkpoint_utils.load_checkpoint_to_cpu(str(path))["model"]
+
+
+def test_sentence_checkpoint_initialisation_copies_and_freezes(joint_ckpt, sentence_ckpt):
+    path, log = joint_ckpt
+    m = re.search(r"initialised from .*: (\d+) loaded, (\d+) new, (\d+) ignored", log)
+    assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0
+    sent, han = _load(sentence_ckpt), _load(path)
+    shared = [k for k in sent if k in han]
+    assert len(shared) == int(m.group(1))
+    assert all("han." not in k for k in shared) and any("han." in k for k in han)
+    for k in shared:  # copied, and unchanged by two epochs of training (frozen)
+        assert torch.equal(sent[k], han[k]), k
+    assert "new: encoder.han.f_w.weight" in log
+    # applied once: the HAN checkpoint restores its own weights without the sentence model
+    from fairseq import checkpoint_utils
+
+    cfg = checkpoint_utils.load_checkpoint_to_cpu(str(path))["cfg"]["model"]
+    assert cfg.init_from_sentence_checkpoint is None and cfg.freeze_sentence_weights
+
+
+def test_sentence_checkpoint_initialisation_in_memory(sentence_ckpt):
+    sent = _load(sentence_ckpt)
+    vocab = sent["encoder.embed_tokens.weight"].size(0)
+    d = _dict()
+    while len(d) < vocab:
+        d.add_symbol(f"x{len(d)}")
+    model = build(d, "joint", encoder_embed_dim=32, decoder_embed_dim=32, encoder_ffn_embed_dim=64,
+                  decoder_ffn_embed_dim=64, decoder_layers=1,
+                  init_from_sentence_checkpoint=str(sentence_ckpt), freeze_sentence_weights=True)
+    own = model.state_dict()
+    for k, v in sent.items():
+        if k in own and own[k].shape == v.shape:
+            assert torch.equal(own[k], v), k
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(".han." in n for n in trainable)
+
+
+def _n_test_sentences(toy_bin):
+    return sum(int(l.split("\t")[1]) for l in (toy_bin / "test.src-tgt.docs").read_text().splitlines())
+
+
+@pytest.mark.parametrize("which", ["joint", "decoder"])
+def test_generate_beam_2_in_document_order(which, joint_ckpt, decoder_ckpt, toy_bin):
+    path = joint_ckpt[0] if which == "joint" else decoder_ckpt
+    p = run(["fairseq-generate", toy_bin, "--user-dir", REPO / "fairseq_docctx",
+             "--task", "document_translation", "--context-size", "3", "--context-sides", "both",
+             "--path", path, "--beam", "2", "--max-tokens", "300", "--max-len-b", "10"])
+    ids = sorted(int(m) for m in re.findall(r"^H-(\d+)\t", p.stdout, re.M))
+    assert ids == list(range(_n_test_sentences(toy_bin)))
+
+
+def test_hub_decoder_uses_the_cache(decoder_ckpt, toy_bin):
+    from fairseq_docctx.hub import from_pretrained
+
+    hub = from_pretrained(decoder_ckpt, data=str(toy_bin))
+    model = hub.models[0]
+    kept, used = [], []
+    cacher = model.document_cache_entries
+    decoder_pass = model.decoder.context_pass
+
+    def spy_cacher(sample, hypos):
+        kept.append(len(hypos))
+        return cacher(sample, hypos)
+
+    def spy_pass(prev, enc):
+        used.append(prev.size(0))
+        return decoder_pass(prev, enc)
+
+    model.document_cache_entries, model.decoder.context_pass = spy_cacher, spy_pass
+    try:
+        docs = [["w1 w2 w3", "w4 w5", "w6", "w7 w8"], ["w9 w1"], ["w2 w3", "w4"]]
+        out = hub.translate_documents(docs, beam=2, max_len_b=6)
+    finally:
+        del model.document_cache_entries, model.decoder.context_pass
+    assert [len(d) for d in out] == [4, 1, 2]
+    assert sum(kept) == 7
+    # the decoder teacher-forced each translated sentence once (to cache it), nothing else
+    assert sum(used) == 7

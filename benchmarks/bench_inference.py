@@ -1,0 +1,113 @@
+"""Document-order inference speed (issue: document-level inference).
+
+Measured in one run on IWSLT17 TED En-De (train: the dev talks, test: the 23 test talks,
+2,271 sentences, ../shared/data/maruf-ende), with ONE sentence-level `transformer`:
+
+  * plain sentence-level `fairseq-generate --task translation` (length-sorted batches);
+  * `fairseq-generate --task document_translation --context-sides both` in document order
+    (position-major: batch t holds sentence t of up to --batch-size documents);
+  * `docctx-translate` on the raw test documents (SentencePiece + detokenization included).
+
+Sentences/second are fairseq's own figures (model loading excluded) and docctx-translate's.
+Target: document order >= 0.8x sentence level with >= 16 documents side by side.
+
+Usage: python benchmarks/bench_inference.py [--updates 300] [--batch-size 32] [--beam 4]
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data" / "maruf-ende" / "IWSLT2017"
+WORK = REPO / "bench-work" / "inference"
+BIN = Path(sys.executable).parent
+MODEL = [
+    "--arch", "transformer", "--encoder-layers", "3", "--decoder-layers", "3",
+    "--encoder-embed-dim", "256", "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024",
+    "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "4",
+    "--decoder-attention-heads", "4", "--share-all-embeddings", "--dropout", "0.1",
+    "--optimizer", "adam", "--lr", "1e-3", "--lr-scheduler", "inverse_sqrt",
+    "--warmup-updates", "200", "--criterion", "label_smoothed_cross_entropy",
+    "--label-smoothing", "0.1", "--max-tokens", "4096", "--cpu", "--seed", "1",
+    "--log-format", "simple", "--log-interval", "50", "--no-epoch-checkpoints",
+    "--disable-validation",
+]
+
+
+def sh(cmd, **kw):
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    p = subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True, **kw)
+    if p.returncode != 0:
+        sys.exit(f"failed: {' '.join(map(str, cmd))}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return p
+
+
+def fairseq_rate(out):
+    m = re.search(r"Translated ([\d,]+) sentences .* \(([\d.]+) sentences/s", out)
+    return int(m.group(1).replace(",", "")), float(m.group(2))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--updates", type=int, default=300, help="training updates of the model")
+    ap.add_argument("--batch-size", type=int, default=32, help="sentences (= documents side by side)")
+    ap.add_argument("--beam", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=2)
+    args = ap.parse_args()
+    if not DATA.is_dir():
+        sys.exit(f"needs {DATA} (the shared maruf-ende corpora beside the repository)")
+    WORK.mkdir(parents=True, exist_ok=True)
+    data_bin = WORK / "data"
+    if not (data_bin / "docctx.json").exists():
+        print("preparing IWSLT17 TED (SentencePiece 4000) ...", flush=True)
+        sh(["docctx-prepare", "-s", "en", "-t", "de", "--joined-dictionary", "--workers", "2",
+            "--trainpref", DATA / "concatenated_en2de_dev_{lang}.txt",
+            "--testpref", DATA / "concatenated_en2de_test_{lang}.txt",
+            "--spm-vocab-size", "4000", "--destdir", data_bin])
+    ckpt = WORK / "ckpt" / "checkpoint_last.pt"
+    if not ckpt.exists():
+        print(f"training a sentence-level transformer for {args.updates} updates ...", flush=True)
+        t = time.time()
+        sh(["fairseq-train", data_bin, "--user-dir", REPO / "fairseq_docctx",
+            "--task", "document_translation", "--context-size", "0", *MODEL,
+            "--max-update", str(args.updates), "--save-dir", ckpt.parent])
+        print(f"  trained in {time.time() - t:.0f}s")
+    gen = ["--path", ckpt, "--beam", str(args.beam), "--batch-size", str(args.batch_size),
+           "--max-len-a", "1.2", "--max-len-b", "10", "--remove-bpe", "sentencepiece",
+           "--required-batch-size-multiple", "1", "--gen-subset", "test", "--cpu"]
+    runs = {
+        "sentence-level fairseq-generate (translation task)":
+            ["fairseq-generate", data_bin, "--user-dir", REPO / "fairseq_docctx",
+             "--task", "translation", *gen],
+        "document-order fairseq-generate (document_translation)":
+            ["fairseq-generate", data_bin, "--user-dir", REPO / "fairseq_docctx",
+             "--task", "document_translation", "--context-size", "3", "--context-sides", "both",
+             *gen],
+    }
+    rates = {name: [] for name in list(runs) + ["docctx-translate"]}
+    raw = DATA / "concatenated_en2de_test_en.txt"
+    for r in range(args.repeats):
+        for name, cmd in runs.items():
+            n, rate = fairseq_rate(sh(cmd).stdout + "")
+            rates[name].append(rate)
+            print(f"[{r + 1}] {name}: {n} sentences, {rate:.2f} sentences/s", flush=True)
+        p = sh(["docctx-translate", raw, "--path", ckpt, "--data", data_bin, "--beam", str(args.beam),
+                "--batch-size", str(args.batch_size), "--cpu", "-o", WORK / "test.de.txt"])
+        m = re.search(r"(\d+) sentences in [\d.]+s \(([\d.]+) sentences/s\)", p.stderr)
+        rates["docctx-translate"].append(float(m.group(2)))
+        print(f"[{r + 1}] docctx-translate: {m.group(1)} sentences, {m.group(2)} sentences/s", flush=True)
+    best = {k: max(v) for k, v in rates.items()}
+    base = best["sentence-level fairseq-generate (translation task)"]
+    print(f"\nbeam {args.beam}, --batch-size {args.batch_size} (documents side by side in document order), "
+          f"best of {args.repeats}")
+    print(f"{'run':58s} {'sent/s':>8s} {'ratio':>6s}")
+    for k, v in best.items():
+        print(f"{k:58s} {v:8.2f} {v / base:6.2f}")
+
+
+if __name__ == "__main__":
+    main()

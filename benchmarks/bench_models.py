@@ -1,0 +1,95 @@
+"""Training speed of the document-level architectures against a sentence-level
+`transformer` of the same size, measured in one run on the same data.
+
+Data: IWSLT17 TED En-De dev talks (../shared/data/maruf-ende, 8,967 sentences), SentencePiece
+4000. Every model trains for the same number of updates with the same batches settings;
+fairseq's own training words/second (`wps` of the last `train` line) is compared. Runs
+alternate (A B A B ...) and the best of the repeats is kept, to damp machine noise.
+
+Usage: python benchmarks/bench_models.py [--updates 60] [--repeats 2] [--models qcn concat]
+Targets: qcn_transformer (with the PCC regularizer) >= 0.8x transformer.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data" / "maruf-ende" / "IWSLT2017"
+WORK = REPO / "bench-work" / "models"
+BIN = Path(sys.executable).parent
+
+SIZE = [
+    "--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "256",
+    "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim",
+    "1024", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
+    "--share-all-embeddings", "--dropout", "0.1",
+]
+COMMON = [
+    "--optimizer", "adam", "--lr", "5e-4", "--max-tokens", "2048", "--cpu", "--seed", "1",
+    "--label-smoothing", "0.1", "--log-format", "simple", "--log-interval", "1000",
+    "--no-save", "--disable-validation", "--num-workers", "0",
+]
+MODELS = {
+    "transformer": ["--arch", "transformer", "--context-size", "0",
+                    "--criterion", "label_smoothed_cross_entropy"],
+    "qcn": ["--arch", "qcn_transformer", "--context-size", "3",
+            "--criterion", "label_smoothed_cross_entropy_pcc"],
+    "concat": ["--arch", "concat_transformer", "--context-size", "3",
+               "--criterion", "label_smoothed_cross_entropy"],
+}
+
+
+def sh(cmd):
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    p = subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"failed: {' '.join(map(str, cmd))}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return p.stdout + p.stderr
+
+
+def prepare():
+    data_bin = WORK / "data"
+    if not (data_bin / "docctx.json").exists():
+        print("preparing IWSLT17 TED dev (SentencePiece 4000) ...", flush=True)
+        sh(["docctx-prepare", "-s", "en", "-t", "de", "--joined-dictionary", "--workers", "2",
+            "--trainpref", DATA / "concatenated_en2de_dev_{lang}.txt", "--spm-vocab-size", "4000",
+            "--destdir", data_bin])
+    return data_bin
+
+
+def wps(data_bin, name, updates):
+    log = sh(["fairseq-train", data_bin, "--user-dir", REPO / "fairseq_docctx",
+              "--task", "document_translation", *MODELS[name], *SIZE, *COMMON,
+              "--max-update", str(updates)])
+    return float(re.findall(r"\| train \|.*?\| wps ([\d.]+)", log)[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--updates", type=int, default=60)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--models", nargs="+", default=["qcn", "concat"], choices=[m for m in MODELS if m != "transformer"])
+    args = ap.parse_args()
+    if not DATA.is_dir():
+        sys.exit(f"needs {DATA} (the shared maruf-ende corpora beside the repository)")
+    WORK.mkdir(parents=True, exist_ok=True)
+    data_bin = prepare()
+    best = {}
+    for r in range(args.repeats):
+        for name in ["transformer"] + args.models:
+            w = wps(data_bin, name, args.updates)
+            best[name] = max(best.get(name, 0.0), w)
+            print(f"[{r + 1}] {name}: {w:.0f} words/s", flush=True)
+    base = best["transformer"]
+    print(f"\ntraining words/second, {args.updates} updates, best of {args.repeats} "
+          "(3+3 layers, 256/1024, 4 heads, --max-tokens 2048, K=3)")
+    print(f"{'model':28s} {'wps':>8s} {'ratio':>6s}")
+    for name, w in best.items():
+        print(f"{name:28s} {w:8.0f} {w / base:6.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -96,6 +96,9 @@ if python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)
   DEVICE=GPU
 else
   DEVICE_ARGS=(--cpu); DEVICE=CPU
+  # torch's OpenMP threads sleep instead of spinning while they wait: with anything else
+  # running on a small CPU machine, spinning threads make training and beam search crawl.
+  export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 fi
 
 [[ $FRESH == 1 ]] && { say "FRESH=1: removing $WORK/"; rm -rf "$WORK"; }

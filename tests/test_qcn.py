@@ -192,3 +192,39 @@ def test_table_path_equals_the_plain_transcription():
     table_v = qcn(*enc.capsule_inputs(ni["src_tokens"], ni["context"], gathered=False))
     torch.testing.assert_close(table_v, ref_v, atol=1e-5, rtol=1e-5)
     assert ref_v.abs().sum() > 0 and (ctx_mask.view(B, -1).sum(1) == 0).any()  # not vacuous
+
+
+@pytest.mark.parametrize("embed_dim,heads,keys", [(16, 2, 3), (64, 8, 4), (32, 4, 8)])
+def test_few_keys_attention_equals_multihead_attention(embed_dim, heads, keys):
+    """The context attention over the capsules (no query/output projections) gives fairseq's
+    MultiheadAttention results and gradients with the same weights; with S·H >= E, weights
+    asked for or a padding mask it is fairseq's own code."""
+    from fairseq.modules import MultiheadAttention
+
+    from fairseq_docctx.modules.few_keys_attention import FewKeysAttention
+
+    torch.manual_seed(0)
+    ref = MultiheadAttention(embed_dim, heads, kdim=embed_dim, vdim=embed_dim,
+                             encoder_decoder_attention=True).double()
+    new = FewKeysAttention(embed_dim, heads, kdim=embed_dim, vdim=embed_dim,
+                           encoder_decoder_attention=True).double()
+    new.load_state_dict(ref.state_dict())
+    x = torch.randn(7, 5, embed_dim, dtype=torch.float64, requires_grad=True)
+    caps = torch.randn(keys, 5, embed_dim, dtype=torch.float64, requires_grad=True)
+    outs = []
+    for mha in (ref, new):
+        y = mha(query=x, key=caps, value=caps, need_weights=False, static_kv=True)[0]
+        grads = torch.autograd.grad((y * torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)).sum(),
+                                    [x, caps] + list(mha.parameters()))
+        outs.append((y, grads))
+    assert torch.allclose(outs[0][0], outs[1][0], atol=1e-12)
+    for a, b in zip(outs[0][1], outs[1][1]):
+        assert torch.allclose(a, b, atol=1e-11)
+    # weights asked for / a padding mask: fairseq's path, same weights returned
+    mask = torch.zeros(5, keys, dtype=torch.bool)
+    mask[0, -1] = True
+    for kw in ({"need_weights": True}, {"need_weights": False, "key_padding_mask": mask}):
+        a = ref(query=x, key=caps, value=caps, static_kv=True, **kw)
+        b = new(query=x, key=caps, value=caps, static_kv=True, **kw)
+        assert torch.allclose(a[0], b[0], atol=1e-12)
+        assert (a[1] is None) == (b[1] is None)

@@ -22,9 +22,10 @@ from fairseq.models.transformer import (
     TransformerModel,
     base_architecture,
 )
-from fairseq.modules import LayerNorm, MultiheadAttention
+from fairseq.modules import LayerNorm
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 
+from ..modules.few_keys_attention import FewKeysAttention
 from ..modules.qcn import (
     PCCRegularizer,
     QueryGuidedCapsuleNetwork,
@@ -38,7 +39,8 @@ class QCNEncoderLayer(TransformerEncoderLayerBase):
 
     def __init__(self, cfg, capsule_dim):
         super().__init__(cfg)
-        self.ctx_attn = MultiheadAttention(
+        # attention over the m capsules of each row, without query/output projections
+        self.ctx_attn = FewKeysAttention(
             self.embed_dim, cfg.encoder.attention_heads, kdim=capsule_dim, vdim=capsule_dim,
             dropout=cfg.attention_dropout, encoder_decoder_attention=True,
         )
@@ -85,13 +87,14 @@ class QCNTransformerEncoder(TransformerEncoderBase):
             return super().build_encoder_layer(cfg)
         return QCNEncoderLayer(cfg, self._capsule_dim)
 
-    def capsule_inputs(self, src_tokens, context, gathered: bool = True):
+    def capsule_inputs(self, src_tokens, context, gathered: bool = True, token_embeddings=None):
         """Embeddings and word masks of the current sentences and of their context:
         ``(cur, cur_mask, ctx, ctx_mask, index)``. ``gathered``: the context as ``[B, K, L, E]``
-        per row (``index`` None; what docctx-analyze reads); otherwise the batch's table of
-        unique sentences ``[U, L, E]`` with its ``[B, K]`` index (training and inference)."""
+        per row (``index`` None; what docctx-analyze reads); otherwise the embeddings of the
+        context words of the batch's table of unique sentences ``[R, E]``, their positions in
+        the table ``[U, L]`` and its ``[B, K]`` index (training and inference)."""
         pad, eos = self.padding_idx, self.dictionary.eos()
-        cur = self.embed_tokens(src_tokens)
+        cur = self.embed_tokens(src_tokens) if token_embeddings is None else token_embeddings
         cur_mask = word_mask(src_tokens, pad, eos)
         if context is not None and "src_index" in context:
             index = context["src_index"][:, : self.qcn_context_size]
@@ -99,7 +102,11 @@ class QCNTransformerEncoder(TransformerEncoderBase):
             if gathered:
                 ctx, ctx_mask = gather_context_embeddings(self.embed_tokens, table, index, pad, eos)
                 return cur, cur_mask, ctx, ctx_mask, None
-            return cur, cur_mask, self.embed_tokens(table), word_mask(table, pad, eos), index
+            # only the words of sentences that are some row's context are embedded
+            used = torch.zeros(table.size(0), dtype=torch.bool, device=table.device)
+            used[index[index >= 0]] = True
+            mask = word_mask(table, pad, eos) & used.unsqueeze(1)
+            return cur, cur_mask, self.embed_tokens(table[mask]), mask, index
         # no context at all: every row is like a document's first sentence
         ctx = cur.new_zeros(cur.size(0), 1, 1, cur.size(-1))
         ctx_mask = src_tokens.new_zeros(cur.size(0), 1, 1, dtype=torch.bool)
@@ -109,7 +116,9 @@ class QCNTransformerEncoder(TransformerEncoderBase):
                 token_embeddings=None, context=None):
         caps = None
         if self.qcn is not None:
-            caps = self.qcn(*self.capsule_inputs(src_tokens, context, gathered=False)).transpose(0, 1)
+            if token_embeddings is None:  # looked up once, for the QCN query and the encoder
+                token_embeddings = self.embed_tokens(src_tokens)
+            caps = self.qcn(*self.capsule_inputs(src_tokens, context, False, token_embeddings)).transpose(0, 1)
         for layer in self.layers:
             layer.capsules = caps
         try:
@@ -162,25 +171,29 @@ class QCNTransformerModel(TransformerModel):
     def forward(self, src_tokens, src_lengths, prev_output_tokens, context=None,
                 return_all_hiddens: bool = True, features_only: bool = False,
                 alignment_layer=None, alignment_heads=None):
-        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths,
-                                   return_all_hiddens=return_all_hiddens, context=context)
+        src_embeddings = None
+        if self.regularizer is not None and self.training:  # shared by encoder and regularizer
+            src_embeddings = self.encoder.embed_tokens(src_tokens)
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
+                                   token_embeddings=src_embeddings, context=context)
         x, extra = self.decoder(
             prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
             alignment_layer=alignment_layer, alignment_heads=alignment_heads,
             src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
         )
         if self.regularizer is not None and self.training:
-            extra["pcc"] = self.regularizer_pcc(src_tokens, prev_output_tokens)
+            extra["pcc"] = self.regularizer_pcc(src_tokens, prev_output_tokens, src_embeddings)
         return x, extra
 
-    def regularizer_pcc(self, src_tokens, prev_output_tokens):
+    def regularizer_pcc(self, src_tokens, prev_output_tokens, src_embeddings=None):
         """``PCC(Caps_enc(x), Caps_dec(y))`` per sentence, from the source embeddings and the
         (teacher-forced) decoder-input embeddings; ``None`` without a regularizer."""
         if self.regularizer is None:
             return None
         pad, eos = self.encoder.padding_idx, self.encoder.dictionary.eos()
         return self.regularizer(
-            self.encoder.embed_tokens(src_tokens), word_mask(src_tokens, pad, eos),
+            self.encoder.embed_tokens(src_tokens) if src_embeddings is None else src_embeddings,
+            word_mask(src_tokens, pad, eos),
             self.decoder.embed_tokens(prev_output_tokens), word_mask(prev_output_tokens, pad, eos),
         )
 

@@ -67,95 +67,109 @@ def _as_mask(mask: Optional[Tensor], B: int, N: int, like: Tensor) -> Tensor:
 
 
 def _capsule_major(u_hat: Tensor, mask: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
-    """``[B, N, M, D]`` predictions -> the routing layout ``[M, B, N, D]`` (one copy), padded
+    """``[B, N, M, D]`` predictions -> the routing layout ``[B, M, N, D]`` (one copy), padded
     inputs zeroed with ``where`` (so even inf/NaN there cannot leak), plus the float mask."""
     B, N = u_hat.shape[:2]
     u_hat = u_hat.to(_compute_dtype(u_hat))
     if mask is not None:
         real = mask.to(device=u_hat.device, dtype=torch.bool)[:, :, None, None]
         u_hat = torch.where(real, u_hat, u_hat.new_zeros(()))
-    return u_hat.permute(2, 0, 1, 3).contiguous(), _as_mask(mask, B, N, u_hat)
+    return u_hat.transpose(1, 2).contiguous(), _as_mask(mask, B, N, u_hat)
 
 
 def _history(xs) -> Tensor:
-    """Per-iteration ``[M, B, N]`` tensors -> ``[iters, B, N, M]``."""
-    return torch.stack(xs).permute(0, 2, 3, 1)
+    """Per-iteration ``[B, M, N]`` tensors -> ``[iters, B, N, M]``."""
+    return torch.stack(xs).transpose(2, 3)
 
 
-# The routing proper is written against two operations on the predictions, so that it runs
-# either on explicit predictions or on the factored form below:
-#   wsum(w):  s_j = Σ_i w_ij û_{j|i}     (w: [M, B, N] -> [M, B, D])
-#   agree(v): a_ij = û_{j|i} · v_j       (v: [M, B, D] -> [M, B, N])
-# c, p and the logits live in the layout [M, B, N]; ``m`` is the [B, N] float mask (padded
-# predictions must already be zero).
+# The routing proper is written against operations on the predictions, so that it runs
+# either on explicit predictions or on the factored form below (both batch first):
+#   wsum(w):      s_j = Σ_i w_ij û_{j|i}                (w: [B, M, N] -> [B, M, D])
+#   agree(v, x):  a_ij = û_{j|i}·v_j and, if x is given,
+#                 d_ij = u_i·x_j (the inputs themselves) (v, x: [B, M, D] -> [B, M, N] each)
+# c, p and the logits live in the layout [B, M, N] (softmax over M = dim 1); ``m`` is the
+# [B, N] float mask (padded predictions and inputs must already be zero).
 class _Explicit:
-    """Predictions given as a tensor ``[M, B, N, D]``: each op is one batched matmul."""
+    """Predictions given as a tensor ``[B, M, N, D]``: each op is one batched matmul."""
 
-    def __init__(self, u_hat: Tensor):
-        self.u_hat = u_hat
+    def __init__(self, u_hat: Tensor, u: Optional[Tensor] = None):
+        self.u_hat, self.u = u_hat, u
 
     def wsum(self, w: Tensor) -> Tensor:
         return torch.matmul(w.unsqueeze(-2), self.u_hat).squeeze(-2)
 
-    def agree(self, v: Tensor) -> Tensor:
-        return torch.matmul(self.u_hat, v.unsqueeze(-1)).squeeze(-1)
+    def agree(self, v: Tensor, x: Optional[Tensor] = None):
+        a = torch.matmul(self.u_hat, v.unsqueeze(-1)).squeeze(-1)
+        return a, (None if x is None else torch.bmm(x, self.u.transpose(1, 2)))
 
 
 class _Factored:
     """Predictions ``û_{j|i} = W_j u_i`` never materialised. ``W_j`` is shared over the
     inputs, so ``Σ_i w_ij W_j u_i = W_j (Σ_i w_ij u_i)`` and ``(W_j u_i)·v_j = u_i·(W_jᵀ v_j)``:
-    every op reads ``u`` ``[B, N, Din]`` once instead of the M times larger ``û``, and the
-    prediction GEMM disappears. Exact up to float rounding."""
+    every op reads ``u`` ``[B, N, Din]`` once instead of the M times larger ``û``, the
+    prediction GEMM disappears, and the agreements and the query dot products of one
+    iteration are one batched matmul. Exact up to float rounding."""
 
     def __init__(self, u: Tensor, weight: Tensor):
         self.u, self.weight = u, weight  # [B, N, Din], [M, Din, D]
 
     def wsum(self, w: Tensor) -> Tensor:
-        z = torch.einsum("mbn,bni->mbi", w, self.u)
-        return torch.matmul(z, self.weight)
+        z = torch.bmm(w, self.u)  # Σ_i w_ij u_i: [B, M, Din]
+        return torch.einsum("bmi,mid->bmd", z, self.weight)
 
-    def agree(self, v: Tensor) -> Tensor:
-        t = torch.matmul(v, self.weight.transpose(1, 2))  # W_jᵀ v_j: [M, B, Din]
-        return torch.einsum("mbi,bni->mbn", t, self.u)
+    def agree(self, v: Tensor, x: Optional[Tensor] = None):
+        t = torch.einsum("bmd,mid->bmi", v, self.weight)  # W_jᵀ v_j: [B, M, Din]
+        M = t.size(1)
+        if x is not None:
+            t = torch.cat([t, x.expand(-1, -1, t.size(-1))], 1)
+        d = torch.bmm(t, self.u.transpose(1, 2))  # [B, M (+M), N]
+        return (d, None) if x is None else (d[:, :M], d[:, M:])
 
 
 def _route_dynamic(preds, m: Tensor, iters: int, M: int):
-    logits = m.new_zeros(M, *m.shape)  # b_ij: [M, B, N]
+    m = m.unsqueeze(1)  # [B, 1, N]
+    logits = m.new_zeros(m.size(0), M, m.size(2))  # b_ij: [B, M, N]
     cs = []
     for t in range(iters):
-        c = torch.softmax(logits, dim=0) * m
-        v = squash(preds.wsum(c))  # [M, B, D]
+        c = torch.softmax(logits, dim=1) * m
+        v = squash(preds.wsum(c))  # [B, M, D]
         cs.append(c)
         if t < iters - 1:  # the last update would not change v
-            logits = logits + preds.agree(v)
+            logits = logits + preds.agree(v)[0]
     return v, cs
 
 
 def _route_query(u: Tensor, preds, q: Tensor, m: Tensor, iters: int, M: int):
     # u: [B, N, D] with padded inputs zero; q: [B, D].
-    # PCC(u_i, q_j) for all pairs as one batched matmul, = pearson(u[:, :, None], q[:, None])
-    # without its [B, N, M, D] intermediates; u is centred once.
-    uc = u - u.mean(-1, keepdim=True)
-    u_norm = torch.linalg.vector_norm(uc, dim=-1)  # [B, N]
+    # PCC(u_i, q_j) for all pairs from the dot products u_i·(q_j - mean(q_j)): centring one
+    # side is enough (Σ_d (q_jd - q̄_j) = 0), so the dots are those of the plain inputs and
+    # come out of the same batched matmul as the agreements; ‖u_i - ū_i‖ is computed once.
+    u_norm = torch.linalg.vector_norm(u - u.mean(-1, keepdim=True), dim=-1).unsqueeze(1)  # [B, 1, N]
+    m = m.unsqueeze(1)  # [B, 1, N]
 
-    def corr(qj: Tensor) -> Tensor:  # qj: [M, B, D] -> p = tanh(PCC): [M, B, N]
-        qc = qj - qj.mean(-1, keepdim=True)
+    def centred(qj: Tensor) -> Tensor:
+        return qj - qj.mean(-1, keepdim=True)
+
+    def corr(qc: Tensor, dots: Tensor) -> Tensor:  # p = tanh(PCC): [B, M', N]
         den = torch.linalg.vector_norm(qc, dim=-1).unsqueeze(-1) * u_norm + _PCC_EPS
-        return torch.tanh(torch.einsum("mbd,bnd->mbn", qc, uc) / den) * m
+        return torch.tanh(dots / den) * m
 
-    qj = q.unsqueeze(0).expand(M, -1, -1)
-    p = corr(qj)
-    alpha = m.new_zeros(M, *m.shape)
+    qc = centred(q.unsqueeze(1))  # every q_j starts as q: one row, broadcast over M
+    p = corr(qc, torch.bmm(qc, u.transpose(1, 2))).expand(-1, M, -1)
+    qj = q.unsqueeze(1)
+    alpha = m.new_zeros(m.size(0), M, m.size(2))
     cs, ps = [], []
     for t in range(iters):
-        c = torch.softmax(alpha, dim=0) * m
-        v = squash(preds.wsum(c + p))  # [M, B, D]
+        c = torch.softmax(alpha, dim=1) * m
+        v = squash(preds.wsum(c + p))  # [B, M, D]
         cs.append(c)
         ps.append(p)
         if t < iters - 1:  # the last updates would not change v
-            alpha = alpha + p * preds.agree(v)
             qj = (qj + v) / 2
-            p = corr(qj)
+            qc = centred(qj)
+            agree, dots = preds.agree(v, qc)
+            alpha = alpha + p * agree
+            p = corr(qc, dots)
     return v, cs, ps
 
 
@@ -173,8 +187,8 @@ def dynamic_routing(
     assert iters >= 1, "need at least one routing iteration"
     out_dtype = u_hat.dtype
     u_hat, m = _capsule_major(u_hat, mask)
-    v, cs = _route_dynamic(_Explicit(u_hat), m, iters, u_hat.size(0))
-    v = v.transpose(0, 1).to(out_dtype)
+    v, cs = _route_dynamic(_Explicit(u_hat), m, iters, u_hat.size(1))
+    v = v.to(out_dtype)
     return (v, _history(cs).to(out_dtype)) if return_history else v
 
 
@@ -212,8 +226,8 @@ def query_guided_routing(
     u = u.to(u_hat_mb.dtype)
     if mask is not None:  # padded u_i -> 0, a constant vector: PCC 0, finite gradients
         u = torch.where(m.bool().unsqueeze(-1), u, u.new_zeros(()))
-    v, cs, ps = _route_query(u, _Explicit(u_hat_mb), q.to(u_hat_mb.dtype), m, iters, u_hat_mb.size(0))
-    v = v.transpose(0, 1).to(out_dtype)
+    v, cs, ps = _route_query(u, _Explicit(u_hat_mb, u), q.to(u_hat_mb.dtype), m, iters, u_hat_mb.size(1))
+    v = v.to(out_dtype)
     if return_history:
         return v, _history(cs).to(out_dtype), _history(ps).to(out_dtype)
     return v
@@ -274,7 +288,7 @@ class CapsuleLayer(nn.Module):
         else:
             v, cs, ps = _route_query(u, preds, query.to(u.dtype), m, self.iters, self.num_caps)
             hist = (_history(cs), _history(ps))
-        v = v.transpose(0, 1).to(out_dtype)
+        v = v.to(out_dtype)
         if return_history:
             return (v,) + tuple(h.to(out_dtype) for h in hist)
         return v

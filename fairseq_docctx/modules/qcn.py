@@ -37,9 +37,11 @@ class QueryGuidedCapsuleNetwork(nn.Module):
         * gathered (``index=None``): ``ctx_emb`` ``[B, K, L, E]`` / ``ctx_mask`` ``[B, K, L]``,
           the K previous sentences of every row (column k-1 = distance k), all-False where a
           sentence does not exist;
-        * table: ``ctx_emb`` ``[U, L, E]`` / ``ctx_mask`` ``[U, L]`` for the batch's unique
-          sentences and ``index`` ``[B, K]`` (table row of the sentence at distance k, -1 =
-          none), as the document dataset collates them.
+        * table: ``ctx_mask`` ``[U, L]`` marks the context words of the batch's unique
+          sentences, ``ctx_emb`` ``[R, E]`` holds their embeddings (the True positions of
+          ``ctx_mask`` in row-major order: padding and sentences that are nobody's context
+          need not be embedded), ``index`` ``[B, K]`` gives the table row of the sentence at
+          distance k (-1 = none), as the document dataset collates them.
 
         The context words of each row are packed (padding dropped) before routing, and
         ``f_e(emb)`` is computed once per word of the table, not once per (row, distance):
@@ -52,16 +54,16 @@ class QueryGuidedCapsuleNetwork(nn.Module):
         if index is None:  # gathered: a table of B*K rows
             K, L = ctx_mask.shape[1:]
             index = torch.arange(B * K, device=ctx_emb.device).view(B, K)
-            ctx_emb, ctx_mask = ctx_emb.reshape(B * K, L, -1), ctx_mask.reshape(B * K, L)
+            ctx_mask = ctx_mask.reshape(B * K, L)
+            ctx_emb = ctx_emb.reshape(B * K * L, -1)[ctx_mask.reshape(-1)]
         K, L = index.size(1), ctx_mask.size(1)
         caps = self.capsules
         q = self.query_proj((cur_emb * cur_mask.unsqueeze(-1).to(cur_emb)).sum(1))
 
-        # every real word of the table once: u = f_e(emb) + b (+ f_k(onehot(k)) per row below)
-        words = ctx_mask.reshape(-1).nonzero().squeeze(1)  # positions in the [U*L] table
+        # every context word of the table once: u = f_e(emb) + b (+ f_k(onehot(k)) per row below)
         e = ctx_emb.size(-1)
         f_e, f_k = self.input_proj.weight[:, :e], self.input_proj.weight[:, e:]
-        u_words = F.linear(ctx_emb.reshape(-1, e).index_select(0, words), f_e, self.input_proj.bias)  # [R, D]
+        u_words = F.linear(ctx_emb, f_e, self.input_proj.bias)  # [R, D]
         dist = f_k.t()[:K]  # f_k(onehot(k)) for k = 1..K: [K, D]
         # a zero row after each (index R / K): padded slots read it
         R = u_words.size(0)

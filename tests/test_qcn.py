@@ -178,7 +178,7 @@ def test_table_path_equals_the_plain_transcription():
     sample = batch(d, [1, 2, 4, 3], seed=3)
     enc, ni = model.encoder, sample["net_input"]
     qcn = enc.qcn
-    cur, cur_mask, ctx, ctx_mask, _ = enc.capsule_inputs(ni["src_tokens"], ni["context"])
+    cur, cur_mask, ctx, ctx_mask, _, _ = enc.capsule_inputs(ni["src_tokens"], ni["context"])
     B, K, L, E = ctx.shape
     onehot = torch.eye(qcn.context_size)[:K].view(1, K, 1, -1).expand(B, K, L, -1)
     u = qcn.input_proj(torch.cat([ctx, onehot], -1)).view(B, K * L, -1)

@@ -49,7 +49,7 @@ def qcn_routing(hub, split, doc, sentence):
     if getattr(enc, "qcn", None) is None:
         raise ValueError("this checkpoint has no query-guided capsule network (qcn_transformer without --no-qcn)")
     ni = sample["net_input"]
-    cur, cur_mask, ctx, ctx_mask, _ = enc.capsule_inputs(ni["src_tokens"], ni.get("context"))
+    cur, cur_mask, ctx, ctx_mask, _, _ = enc.capsule_inputs(ni["src_tokens"], ni.get("context"))
     with torch.no_grad():
         _, c, p = enc.qcn(cur, cur_mask, ctx, ctx_mask, return_history=True)
     words = []

@@ -89,10 +89,11 @@ class QCNTransformerEncoder(TransformerEncoderBase):
 
     def capsule_inputs(self, src_tokens, context, gathered: bool = True, token_embeddings=None):
         """Embeddings and word masks of the current sentences and of their context:
-        ``(cur, cur_mask, ctx, ctx_mask, index)``. ``gathered``: the context as ``[B, K, L, E]``
+        ``(cur, cur_mask, ctx, ctx_mask, index, words)``. ``gathered``: the context as ``[B, K, L, E]``
         per row (``index`` None; what docctx-analyze reads); otherwise the embeddings of the
-        context words of the batch's table of unique sentences ``[R, E]``, their positions in
-        the table ``[U, L]`` and its ``[B, K]`` index (training and inference)."""
+        distinct context words of the batch's table of unique sentences, their positions in
+        the table ``[U, L]``, its ``[B, K]`` index and each context word's row of the distinct
+        words ``[R]`` (training and inference; ``index`` and ``words`` are None when gathered)."""
         pad, eos = self.padding_idx, self.dictionary.eos()
         cur = self.embed_tokens(src_tokens) if token_embeddings is None else token_embeddings
         cur_mask = word_mask(src_tokens, pad, eos)
@@ -101,16 +102,18 @@ class QCNTransformerEncoder(TransformerEncoderBase):
             table = context["src_tokens"]
             if gathered:
                 ctx, ctx_mask = gather_context_embeddings(self.embed_tokens, table, index, pad, eos)
-                return cur, cur_mask, ctx, ctx_mask, None
+                return cur, cur_mask, ctx, ctx_mask, None, None
             # only the words of sentences that are some row's context are embedded
             used = torch.zeros(table.size(0), dtype=torch.bool, device=table.device)
             used[index[index >= 0]] = True
             mask = word_mask(table, pad, eos) & used.unsqueeze(1)
-            return cur, cur_mask, self.embed_tokens(table[mask]), mask, index
+            # each distinct word once (embedding and f_e), and every word's row of them
+            distinct, words = torch.unique(table[mask], return_inverse=True)
+            return cur, cur_mask, self.embed_tokens(distinct), mask, index, words
         # no context at all: every row is like a document's first sentence
         ctx = cur.new_zeros(cur.size(0), 1, 1, cur.size(-1))
         ctx_mask = src_tokens.new_zeros(cur.size(0), 1, 1, dtype=torch.bool)
-        return cur, cur_mask, ctx, ctx_mask, None
+        return cur, cur_mask, ctx, ctx_mask, None, None
 
     def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False,
                 token_embeddings=None, context=None):

@@ -30,7 +30,8 @@ class QueryGuidedCapsuleNetwork(nn.Module):
                                      routing="query")
 
     def forward(self, cur_emb: Tensor, cur_mask: Tensor, ctx_emb: Tensor, ctx_mask: Tensor,
-                index: Optional[Tensor] = None, return_history: bool = False):
+                index: Optional[Tensor] = None, ctx_words: Optional[Tensor] = None,
+                return_history: bool = False):
         """``cur_emb`` ``[B, T, E]`` / ``cur_mask`` ``[B, T]`` (True = word): the current
         sentence. The context comes in one of two forms:
 
@@ -41,7 +42,9 @@ class QueryGuidedCapsuleNetwork(nn.Module):
           sentences, ``ctx_emb`` ``[R, E]`` holds their embeddings (the True positions of
           ``ctx_mask`` in row-major order: padding and sentences that are nobody's context
           need not be embedded), ``index`` ``[B, K]`` gives the table row of the sentence at
-          distance k (-1 = none), as the document dataset collates them.
+          distance k (-1 = none), as the document dataset collates them. With ``ctx_words``
+          ``[R]``, ``ctx_emb`` holds each distinct word once and ``ctx_words`` gives the row
+          of every context word: ``f_e`` then runs once per distinct word.
 
         The context words of each row are packed (padding dropped) before routing, and
         ``f_e(emb)`` is computed once per word of the table, not once per (row, distance):
@@ -63,10 +66,13 @@ class QueryGuidedCapsuleNetwork(nn.Module):
         # every context word of the table once: u = f_e(emb) + b (+ f_k(onehot(k)) per row below)
         e = ctx_emb.size(-1)
         f_e, f_k = self.input_proj.weight[:, :e], self.input_proj.weight[:, e:]
-        u_words = F.linear(ctx_emb, f_e, self.input_proj.bias)  # [R, D]
+        u_words = F.linear(ctx_emb, f_e, self.input_proj.bias)  # [R or distinct words, D]
+        if ctx_words is None:
+            ctx_words = torch.arange(u_words.size(0), device=u_words.device)
         dist = f_k.t()[:K]  # f_k(onehot(k)) for k = 1..K: [K, D]
         # a zero row after each (index R / K): padded slots read it
-        R = u_words.size(0)
+        R = ctx_words.numel()
+        ctx_words = torch.cat([ctx_words, ctx_words.new_full((1,), u_words.size(0))])  # R -> zero row
         u_words = torch.cat([u_words, u_words.new_zeros(1, u_words.size(1))])
         dist = torch.cat([dist, dist.new_zeros(1, dist.size(1))])
 
@@ -79,7 +85,7 @@ class QueryGuidedCapsuleNetwork(nn.Module):
         N = max(int(n.max()) if B else 0, 1)
         order = torch.argsort((~present).flatten(1).to(torch.int8), dim=1, stable=True)[:, :N]
         mask = torch.arange(N, device=n.device).unsqueeze(0) < n.unsqueeze(1)  # [B, N]
-        slot_word = torch.where(mask, word_no.flatten(1).gather(1, order), R)
+        slot_word = ctx_words[torch.where(mask, word_no.flatten(1).gather(1, order), R)]
         slot_dist = torch.where(mask, order // L, K)
         # index_select (backward: index_add) rather than advanced indexing (index_put)
         u = u_words.index_select(0, slot_word.reshape(-1)) + dist.index_select(0, slot_dist.reshape(-1))

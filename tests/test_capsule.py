@@ -318,3 +318,58 @@ def test_capsule_layer_routes_without_predictions_exactly(routing):
     assert len(got) == len(want)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("routing", ["query", "dynamic"])
+def test_capsule_layer_gradients_equal_the_explicit_routing(routing):
+    """The factored routing sums the gradients of u and W over all iterations itself (one
+    matmul each, not one accumulation per read): gradients for u, q and W equal plain
+    autograd through the explicit predictions; a second backward of a retained graph gives
+    them again (not twice)."""
+    torch.manual_seed(5)
+    layer = CapsuleLayer(in_dim=8, num_caps=3, caps_dim=8, iters=4, routing=routing).double()
+    mask = torch.rand(4, 9) > 0.3
+    mask[1] = False
+    weights = torch.randn(4, 3, 8, dtype=torch.float64)  # a loss that is not symmetric in v
+
+    def grads(fn):
+        u = torch.randn(4, 9, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(1)).requires_grad_()
+        q = torch.randn(4, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(2)).requires_grad_()
+        loss = (fn(u, q) * weights).sum()
+        first = torch.autograd.grad(loss, [u, q, layer.weight], allow_unused=True, retain_graph=True)
+        second = torch.autograd.grad(loss, [u, q, layer.weight], allow_unused=True)
+        return first, second
+
+    got, again = grads(lambda u, q: layer(u, mask, query=q) + (0 * q.sum() if routing == "dynamic" else 0))
+    if routing == "query":
+        want, _ = grads(lambda u, q: query_guided_routing(u, layer.predictions(u), q, mask, iters=4))
+    else:
+        want, _ = grads(lambda u, q: dynamic_routing(layer.predictions(u), mask, iters=4) + 0 * q.sum())
+    for g, a, w in zip(got, again, want):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(a, w, rtol=1e-10, atol=1e-10)
+    assert got[2].abs().sum() > 0 and got[0].abs().sum() > 0
+
+
+def test_route_together_equals_each_layer_alone():
+    """Caps_enc and Caps_dec routed as one stacked routing (inputs of different lengths):
+    the outputs and gradients of each layer on its own input."""
+    from fairseq_docctx.modules.capsule import route_together
+
+    torch.manual_seed(6)
+    a = CapsuleLayer(in_dim=6, num_caps=3, caps_dim=5, iters=4).double()
+    b = CapsuleLayer(in_dim=6, num_caps=3, caps_dim=5, iters=4).double()
+    xa = torch.randn(4, 7, 6, dtype=torch.float64, requires_grad=True)
+    xb = torch.randn(4, 10, 6, dtype=torch.float64, requires_grad=True)
+    ma, mb = torch.rand(4, 7) > 0.2, torch.rand(4, 10) > 0.4
+    ma[2] = False
+    wa, wb = torch.randn(4, 3, 5, dtype=torch.float64), torch.randn(4, 3, 5, dtype=torch.float64)
+    params = [xa, xb, a.weight, b.weight]
+    va, vb = route_together([a, b], [xa, xb], [ma, mb])
+    got = torch.autograd.grad((va * wa).sum() + (vb * wb).sum(), params)
+    ra, rb = a(xa, ma), b(xb, mb)
+    want = torch.autograd.grad((ra * wa).sum() + (rb * wb).sum(), params)
+    torch.testing.assert_close(va, ra, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(vb, rb, rtol=1e-12, atol=1e-12)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10)

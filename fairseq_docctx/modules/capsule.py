@@ -14,7 +14,7 @@ Shapes and conventions (batch first, unlike fairseq's ``T x B x C``):
 * Half-precision inputs are routed in float32 (norms, softmax, divisions) and cast back.
 """
 import math
-from typing import Optional, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -98,9 +98,96 @@ class _Explicit:
     def wsum(self, w: Tensor) -> Tensor:
         return torch.matmul(w.unsqueeze(-2), self.u_hat).squeeze(-2)
 
+    def dots(self, x: Tensor) -> Tensor:
+        return torch.bmm(x, self.u.transpose(1, 2))
+
     def agree(self, v: Tensor, x: Optional[Tensor] = None):
         a = torch.matmul(self.u_hat, v.unsqueeze(-1)).squeeze(-1)
-        return a, (None if x is None else torch.bmm(x, self.u.transpose(1, 2)))
+        return a, (None if x is None else self.dots(x))
+
+
+# Routing reads the inputs u and the weights W in every iteration. Left to autograd, each
+# read adds a full-size gradient (``[B, N, Din]`` for u, ``[G, M, Din, D]`` for W) to an
+# accumulator in the backward pass: memory traffic that dominates these small matmuls. The
+# functions below keep the factors of each read's gradient instead and form the sum once,
+# as one batched matmul over all of them, when the backward pass reaches the tensor
+# (``_Summed``: identity forward; its backward runs after every read's).
+class _Summed(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, pieces: list, reduce):
+        ctx.set_materialize_grads(False)
+        ctx.pieces, ctx.reduce = pieces, reduce
+        return x.view_as(x)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        if ctx.pieces:
+            total = ctx.reduce(ctx.pieces)
+            ctx.pieces.clear()  # a second backward pass (retain_graph) collects afresh
+            grad = total if grad is None else grad + total
+        return grad, None, None
+
+
+def _sum_u_pieces(pieces) -> Tensor:  # Σ Lᵀ R over pieces (L [B, P, N], R [B, P, Din])
+    left = torch.cat([p[0] for p in pieces], 1)
+    right = torch.cat([p[1] for p in pieces], 1)
+    return torch.bmm(left.transpose(1, 2), right)
+
+
+def _sum_w_pieces(pieces) -> Tensor:  # Σ_b A[g,b,m]ᵀ C[g,b,m] (A [G, B, M, Din], C [G, B, M, D])
+    return torch.einsum("gbmi,gbmd->gmid", torch.cat([p[0] for p in pieces], 1),
+                        torch.cat([p[1] for p in pieces], 1))
+
+
+class _ReadU(torch.autograd.Function):
+    """``x @ u`` (``x`` ``[B, P, N]``) or, with ``transpose``, ``x @ uᵀ`` (``x`` ``[B, P, Din]``)."""
+
+    @staticmethod
+    def forward(ctx, x, u, pieces: list, transpose: bool):
+        ctx.save_for_backward(x, u)
+        ctx.pieces, ctx.transpose = pieces, transpose
+        return torch.bmm(x, u.transpose(1, 2) if transpose else u)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        x, u = ctx.saved_tensors
+        gx = None
+        if ctx.needs_input_grad[0]:
+            gx = torch.bmm(grad, u) if ctx.transpose else torch.bmm(grad, u.transpose(1, 2))
+        if ctx.needs_input_grad[1]:
+            ctx.pieces.append((grad, x) if ctx.transpose else (x, grad))
+        return gx, None, None, None
+
+
+class _ReadW(torch.autograd.Function):
+    """Per layer g and capsule j: ``x W_gj`` (``x`` ``[G*B, M, Din]``) or, with ``transpose``,
+    ``x W_gjᵀ`` (``x`` ``[G*B, M, D]``)."""
+
+    @staticmethod
+    def forward(ctx, x, w, pieces: list, transpose: bool):
+        ctx.save_for_backward(x, w)
+        ctx.pieces, ctx.transpose = pieces, transpose
+        return _per_layer(x, w, transpose)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        gx = _per_layer(grad, w, not ctx.transpose) if ctx.needs_input_grad[0] else None
+        if ctx.needs_input_grad[1]:
+            G = w.size(0)
+            a, c = (grad, x) if ctx.transpose else (x, grad)
+            ctx.pieces.append((a.view(G, -1, *a.shape[1:]), c.view(G, -1, *c.shape[1:])))
+        return gx, None, None, None
+
+
+def _per_layer(x: Tensor, w: Tensor, transpose: bool) -> Tensor:
+    G = w.size(0)
+    spec = "gbmd,gmid->gbmi" if transpose else "gbmi,gmid->gbmd"
+    y = torch.einsum(spec, x.view(G, -1, *x.shape[1:]), w)
+    return y.reshape(-1, *y.shape[2:])
 
 
 class _Factored:
@@ -108,21 +195,44 @@ class _Factored:
     inputs, so ``Σ_i w_ij W_j u_i = W_j (Σ_i w_ij u_i)`` and ``(W_j u_i)·v_j = u_i·(W_jᵀ v_j)``:
     every op reads ``u`` ``[B, N, Din]`` once instead of the M times larger ``û``, the
     prediction GEMM disappears, and the agreements and the query dot products of one
-    iteration are one batched matmul. Exact up to float rounding."""
+    iteration are one batched matmul. Exact up to float rounding. The gradients of u and W
+    are summed once over all iterations (``_Summed``).
+
+    Several capsule layers of the same shape can route together, each on its own inputs:
+    ``weight`` ``[G, M, Din, D]`` and ``u`` stacked as G blocks of B rows, block g read by
+    layer g (one op per routing step for all of them)."""
 
     def __init__(self, u: Tensor, weight: Tensor):
-        self.u, self.weight = u, weight  # [B, N, Din], [M, Din, D]
+        weight = weight if weight.dim() == 4 else weight.unsqueeze(0)  # [G, M, Din, D]
+        self.track = torch.is_grad_enabled() and (u.requires_grad or weight.requires_grad)
+        if self.track:
+            self.u_pieces, self.w_pieces = [], []
+            u = _Summed.apply(u, self.u_pieces, _sum_u_pieces)
+            weight = _Summed.apply(weight, self.w_pieces, _sum_w_pieces)
+        self.u, self.weight = u, weight  # [G*B, N, Din]
+
+    def _read_u(self, x: Tensor, transpose: bool) -> Tensor:
+        if self.track:
+            return _ReadU.apply(x, self.u, self.u_pieces, transpose)
+        return torch.bmm(x, self.u.transpose(1, 2) if transpose else self.u)
+
+    def _read_w(self, x: Tensor, transpose: bool) -> Tensor:
+        if self.track:
+            return _ReadW.apply(x, self.weight, self.w_pieces, transpose)
+        return _per_layer(x, self.weight, transpose)
 
     def wsum(self, w: Tensor) -> Tensor:
-        z = torch.bmm(w, self.u)  # Σ_i w_ij u_i: [B, M, Din]
-        return torch.einsum("bmi,mid->bmd", z, self.weight)
+        return self._read_w(self._read_u(w, False), False)  # W_j Σ_i w_ij u_i: [G*B, M, D]
+
+    def dots(self, x: Tensor) -> Tensor:
+        return self._read_u(x, True)
 
     def agree(self, v: Tensor, x: Optional[Tensor] = None):
-        t = torch.einsum("bmd,mid->bmi", v, self.weight)  # W_jᵀ v_j: [B, M, Din]
+        t = self._read_w(v, True)  # W_jᵀ v_j: [G*B, M, Din]
         M = t.size(1)
         if x is not None:
             t = torch.cat([t, x.expand(-1, -1, t.size(-1))], 1)
-        d = torch.bmm(t, self.u.transpose(1, 2))  # [B, M (+M), N]
+        d = self.dots(t)  # [B, M (+M), N]
         return (d, None) if x is None else (d[:, :M], d[:, M:])
 
 
@@ -155,7 +265,7 @@ def _route_query(u: Tensor, preds, q: Tensor, m: Tensor, iters: int, M: int):
         return torch.tanh(dots / den) * m
 
     qc = centred(q.unsqueeze(1))  # every q_j starts as q: one row, broadcast over M
-    p = corr(qc, torch.bmm(qc, u.transpose(1, 2))).expand(-1, M, -1)
+    p = corr(qc, preds.dots(qc)).expand(-1, M, -1)
     qj = q.unsqueeze(1)
     alpha = m.new_zeros(m.size(0), M, m.size(2))
     cs, ps = [], []
@@ -233,6 +343,15 @@ def query_guided_routing(
     return v
 
 
+def _routing_inputs(u: Tensor, mask: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """Inputs in the routing dtype with padded ones zeroed (``where``: even inf/NaN there
+    cannot leak), and the ``[B, N]`` float mask."""
+    u = u.to(_compute_dtype(u))
+    if mask is not None:
+        u = torch.where(mask.to(device=u.device, dtype=torch.bool).unsqueeze(-1), u, u.new_zeros(()))
+    return u, _as_mask(mask, u.size(0), u.size(1), u)
+
+
 class CapsuleLayer(nn.Module):
     """Input capsules ``[B, N, in_dim]`` -> ``M`` output capsules ``[B, M, caps_dim]``.
 
@@ -277,10 +396,7 @@ class CapsuleLayer(nn.Module):
         if self.routing == "query" and query is None:
             raise ValueError("query-guided capsule layer needs a query")
         out_dtype = u.dtype
-        u = u.to(_compute_dtype(u))
-        if mask is not None:  # zero padded inputs (where: even inf/NaN there cannot leak)
-            u = torch.where(mask.to(device=u.device, dtype=torch.bool).unsqueeze(-1), u, u.new_zeros(()))
-        m = _as_mask(mask, u.size(0), u.size(1), u)
+        u, m = _routing_inputs(u, mask)
         preds = _Factored(u, self.weight.to(u.dtype))
         if self.routing == "dynamic":
             v, cs = _route_dynamic(preds, m, self.iters, self.num_caps)
@@ -296,3 +412,29 @@ class CapsuleLayer(nn.Module):
     def extra_repr(self) -> str:
         return (f"in_dim={self.in_dim}, num_caps={self.num_caps}, caps_dim={self.caps_dim}, "
                 f"iters={self.iters}, routing={self.routing}")
+
+
+def route_together(layers: Sequence[CapsuleLayer], inputs: Sequence[Tensor],
+                   masks: Sequence[Optional[Tensor]]) -> List[Tensor]:
+    """``layers[g](inputs[g], masks[g])`` for dynamic-routing capsule layers of one shape
+    whose inputs have one batch size, computed as one routing (inputs padded to the longest
+    and stacked; every step is one batched op for all layers): the values of calling each
+    layer alone, with a fraction of the small operations (Caps_enc and Caps_dec of the PCC
+    regularizer)."""
+    first = layers[0]
+    assert all(l.routing == "dynamic" and l.weight.shape == first.weight.shape and l.iters == first.iters
+               for l in layers), "route_together needs dynamic-routing layers of one shape"
+    B = inputs[0].size(0)
+    assert all(u.size(0) == B for u in inputs), "route_together needs inputs of one batch size"
+    N = max(u.size(1) for u in inputs)
+    u = torch.cat([F.pad(x, (0, 0, 0, N - x.size(1))) for x in inputs])
+    mask = torch.cat([
+        F.pad(m.to(torch.bool) if m is not None else x.new_ones(x.shape[:2], dtype=torch.bool),
+              (0, N - x.size(1)), value=False)
+        for x, m in zip(inputs, masks)
+    ])
+    out_dtype = inputs[0].dtype
+    u, m = _routing_inputs(u, mask)
+    weight = torch.stack([l.weight for l in layers]).to(u.dtype)
+    v, _ = _route_dynamic(_Factored(u, weight), m, first.iters, first.num_caps)
+    return list(v.to(out_dtype).split(B))

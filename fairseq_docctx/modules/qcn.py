@@ -7,7 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .capsule import CapsuleLayer, pearson
+from .capsule import CapsuleLayer, pearson, route_together
 
 
 class QueryGuidedCapsuleNetwork(nn.Module):
@@ -112,9 +112,9 @@ class PCCRegularizer(nn.Module):
         self.caps_dec = CapsuleLayer(embed_dim, num_capsules, capsule_dim, iters=routing_iters)
 
     def forward(self, src_emb: Tensor, src_mask: Tensor, tgt_emb: Tensor, tgt_mask: Tensor) -> Tensor:
-        v_enc = self.caps_enc(src_emb, src_mask).flatten(1)
-        v_dec = self.caps_dec(tgt_emb, tgt_mask).flatten(1)
-        return pearson(v_enc, v_dec)
+        # one routing for both networks (same shapes, same batch): fewer small operations
+        v_enc, v_dec = route_together([self.caps_enc, self.caps_dec], [src_emb, tgt_emb], [src_mask, tgt_mask])
+        return pearson(v_enc.flatten(1), v_dec.flatten(1))
 
 
 def gather_context_embeddings(

@@ -513,3 +513,63 @@ def test_length_groups_are_chosen_by_cost_and_are_exact(monkeypatch):
         assert len(original(sample["net_input"]["context"]["src_lengths"], 0)) > 2  # really several groups
         real = sample["target"].ne(d.pad())
         torch.testing.assert_close(outs["many groups"][real], outs["one group"][real], atol=1e-5, rtol=1e-5)
+
+
+def _drop_rows(sample, keep):
+    """The batch restricted to the current rows ``keep``: the other sentences stay in the
+    tables as context only (what a document run that starts mid-document looks like)."""
+    ni = sample["net_input"]
+    ctx = dict(ni["context"])
+    for k in ("src_index", "tgt_index", "src_self", "tgt_self"):
+        if k in ctx:
+            ctx[k] = ctx[k][keep]
+    new = {k: v[keep] for k, v in ni.items() if k != "context"}
+    new["context"] = ctx
+    return {"net_input": new, "target": sample["target"][keep]}
+
+
+@pytest.mark.parametrize("config", ["joint", "decoder_alignment", "encoder"])
+def test_context_only_rows_run_without_autograd(config, monkeypatch):
+    """Table rows that are only context (states read detached) are encoded and teacher-forced
+    without autograd: same outputs and same gradients as one pass with autograd over all
+    rows, and the layers see those rows in passes that record no graph."""
+    import fairseq_docctx.models.han_transformer as ht
+
+    d = _dict()
+    model = build(d, config)
+    model.train()
+    sample = batch(d, [5, 4], seed=2, sides=sides_of(config))
+    keep = torch.tensor([i for i in range(9) if int(sample["id"][i]) not in (0, 1, 5)])
+    sub = _drop_rows(sample, keep)
+    ctx = sub["net_input"]["context"]
+    assert ctx["src_tokens"].size(0) > keep.numel()  # really context-only rows in the table
+
+    def loss_and_grads():
+        model.zero_grad()
+        out, _ = model(**sub["net_input"])
+        real = sub["target"].ne(d.pad())
+        (out[real] * torch.linspace(-1, 1, out.size(-1))).sum().backward()
+        return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    def run_and_watch():
+        passes = []
+        hook = model.encoder.layers[0].register_forward_hook(
+            lambda m, i, o: passes.append((o.size(1), torch.is_grad_enabled())))
+        try:
+            return loss_and_grads(), passes
+        finally:
+            hook.remove()
+
+    (split_out, split_grads), passes = run_and_watch()
+    n_cur, n_all = keep.numel(), ctx["src_tokens"].size(0)
+    assert sum(n for n, g in passes if g) == n_cur  # current rows: with autograd
+    assert sum(n for n, g in passes if not g) == n_all - n_cur  # the rest: without
+
+    original = ht._run_bucketed
+    monkeypatch.setattr(ht, "_run_bucketed", lambda *a, grad_rows=None, **k: original(*a, **k))
+    (full_out, full_grads), passes = run_and_watch()
+    assert sum(n for n, g in passes if g) == n_all  # the reference: every row with autograd
+    torch.testing.assert_close(split_out, full_out, atol=1e-6, rtol=1e-5)
+    assert split_grads.keys() == full_grads.keys() and split_grads
+    for n in full_grads:
+        torch.testing.assert_close(split_grads[n], full_grads[n], atol=1e-6, rtol=1e-5)

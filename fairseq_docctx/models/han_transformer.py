@@ -84,13 +84,25 @@ def tgt_to_src_rows(context):
     return m.clamp(min=0)
 
 
-def _run_bucketed(lengths, width, run, left_pad):
+def _run_bucketed(lengths, width, run, left_pad, grad_rows=None):
     """``run(rows, w)`` on length groups of rows of lengths ``lengths [N]`` (``w``: the
     group's longest) -> each of its outputs ``[n, w, C]`` re-assembled ``[N, width, C]`` in
     row order, zero-padded back to ``width`` (on the left for left-padded rows); ``None``
-    outputs pass through."""
-    groups = length_groups.length_buckets(lengths)
-    parts = [run(g, int(lengths[g].max())) for g in groups]
+    outputs pass through. With ``grad_rows`` (bool ``[N]``) the other rows run in groups of
+    their own without autograd (states only ever read detached: no backward through them)."""
+    track = torch.is_grad_enabled()
+    if grad_rows is not None and track and not bool(grad_rows.all()):
+        groups = []
+        for rows, grad in ((grad_rows.nonzero().squeeze(1), True), ((~grad_rows).nonzero().squeeze(1), False)):
+            if rows.numel():
+                groups += [(rows[g], grad) for g in length_groups.length_buckets(lengths[rows])]
+    else:
+        groups = [(g, track) for g in length_groups.length_buckets(lengths)]
+    parts = []
+    for g, grad in groups:
+        with torch.set_grad_enabled(grad):
+            parts.append(run(g, int(lengths[g].max())))
+    groups = [g for g, _ in groups]
     inv = torch.empty_like(lengths)
     inv[torch.cat(groups)] = torch.arange(len(lengths), device=lengths.device)
     outs = []
@@ -158,7 +170,11 @@ class HANTransformerEncoder(TransformerEncoderBase):
         """Encode the batch's unique source sentences once. Returns the table's encoder output
         (HAN applied to every row that is a current sentence of the batch), the pre-HAN
         states ``[U, L, C]`` (context values) and their pad mask ``[U, L]``."""
-        out = self.encode_rows(context["src_tokens"])
+        grad_rows = None
+        if not self.context_grad:  # rows that are only context: no backward pass through them
+            grad_rows = torch.zeros(context["src_tokens"].size(0), dtype=torch.bool, device=context["src_self"].device)
+            grad_rows[context["src_self"]] = True
+        out = self.encode_rows(context["src_tokens"], grad_rows)
         x, pad = out["encoder_out"][0], out["encoder_padding_mask"][0]
         values = self._values(x)
         if self.han is not None:  # HAN for the rows that are current sentences of the batch
@@ -169,11 +185,12 @@ class HANTransformerEncoder(TransformerEncoderBase):
             out["encoder_out"] = [x.index_copy(1, rows, cur)]
         return out, values, pad
 
-    def encode_rows(self, tokens):
+    def encode_rows(self, tokens, grad_rows=None):
         """The encoder over every row of a table of sentences, run on groups of similar length
         (`data.length_groups`): the same states as one padded pass (positions ignore
         padding), with a fraction of the padding. Output dict as ``forward_scriptable``'s,
-        ``[L, U, C]`` states (zeros at padding)."""
+        ``[L, U, C]`` states (zeros at padding). Rows outside ``grad_rows`` (bool ``[U]``,
+        default all) run without autograd."""
         pad = self.padding_idx
         left = bool(tokens[:, -1].ne(pad).all())  # left-padded (fairseq's source default)
 
@@ -183,7 +200,7 @@ class HANTransformerEncoder(TransformerEncoderBase):
             o = self.forward_scriptable(t, t.ne(pad).sum(1), False, None)
             return o["encoder_out"][0].transpose(0, 1), o["encoder_embedding"][0]
 
-        x, emb = _run_bucketed(tokens.ne(pad).sum(1), tokens.size(1), run, left)
+        x, emb = _run_bucketed(tokens.ne(pad).sum(1), tokens.size(1), run, left, grad_rows=grad_rows)
         mask = tokens.eq(pad)
         return {"encoder_out": [x.transpose(0, 1)], "encoder_padding_mask": [mask],
                 "encoder_embedding": [emb], "encoder_states": [], "fc_results": [],
@@ -263,12 +280,13 @@ class HANTransformerDecoder(TransformerDecoderBase):
         ctx_dim = {"source": args.encoder_embed_dim, "alignment": cfg.decoder.embed_dim}.get(self.han_mode, dim)
         self.han = _han(args, dim, ctx_dim) if self.han_mode != "none" else None
 
-    def context_pass(self, prev_output_tokens, encoder_out):
+    def context_pass(self, prev_output_tokens, encoder_out, grad_rows=None):
         """Teacher-forced pass without HAN: final states ``[N, T, C]`` (before the output
         projection) and the last layer's encoder-attention outputs ``[N, T, C]`` (alignment
         vectors, captured with a forward hook; ``None`` unless ``--han-decoder alignment``).
         Rows run in groups of similar length (`data.length_groups`), each group's source
-        cut to its own longest sentence; states at padding are zero."""
+        cut to its own longest sentence; states at padding are zero. Rows outside
+        ``grad_rows`` (bool ``[N]``, default all) run without autograd."""
         pad = self.padding_idx
 
         def run(rows, width):
@@ -285,7 +303,8 @@ class HANTransformerDecoder(TransformerDecoderBase):
                     hook.remove()
             return x, (captured["aln"].transpose(0, 1) if "aln" in captured else None)
 
-        return tuple(_run_bucketed(prev_output_tokens.ne(pad).sum(1), prev_output_tokens.size(1), run, left_pad=False))
+        return tuple(_run_bucketed(prev_output_tokens.ne(pad).sum(1), prev_output_tokens.size(1), run,
+                                   left_pad=False, grad_rows=grad_rows))
 
     def context_values(self, states, aln):
         v = aln if self.han_mode == "alignment" else states
@@ -427,12 +446,17 @@ class HANTransformerModel(TransformerModel):
             raise ValueError(f"HAN decoder ({dec.han_mode}) is trained with --context-sides both")
         # teacher-force the decoder once over the target table
         prev_tab = shift_eos_to_front(context["tgt_tokens"], dec.padding_idx, dec.dictionary.eos())
-        states, aln = dec.context_pass(prev_tab, enc.reorder_encoder_out(table_out, tgt_to_src_rows(context)))
+        rows = context.get("tgt_self")
+        grad_rows = None
+        if rows is not None and not dec.context_grad:  # context-only rows: states read detached
+            grad_rows = torch.zeros(prev_tab.size(0), dtype=torch.bool, device=prev_tab.device)
+            grad_rows[rows] = True
+        states, aln = dec.context_pass(prev_tab, enc.reorder_encoder_out(table_out, tgt_to_src_rows(context)),
+                                       grad_rows)
         index = context["tgt_index"][:, : enc.context_size]
         encoder_out.update(han_dec_states=[dec.context_values(states, aln)],
                            han_dec_mask=[prev_tab.eq(dec.padding_idx)], han_dec_index=[index])
         T = prev_output_tokens.size(1)
-        rows = context.get("tgt_self")
         if rows is None or T > prev_tab.size(1) or not torch.equal(prev_tab[rows, :T], prev_output_tokens):
             return dec(prev_output_tokens, encoder_out=encoder_out, **kw)
         x = bucketed_han(dec.han, states[rows, :T].transpose(0, 1), prev_output_tokens.ne(dec.padding_idx).sum(1),

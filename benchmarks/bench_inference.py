@@ -1,7 +1,9 @@
 """Document-order inference speed (issue: document-level inference).
 
 Measured in one run on IWSLT17 TED En-De (train: the dev talks, test: the 23 test talks,
-2,271 sentences, ../shared/data/maruf-ende), with ONE sentence-level `transformer`:
+2,271 sentences, ../shared/data/maruf-ende; or, with ``--test-set nc16``, the 155 documents /
+2,999 sentences of newstest2016 from NC-2016, same models), with ONE sentence-level
+`transformer`:
 
   * plain sentence-level `fairseq-generate --task translation` (length-sorted batches);
   * `fairseq-generate --task document_translation --context-sides both` in document order
@@ -13,11 +15,15 @@ Measured in one run on IWSLT17 TED En-De (train: the dev talks, test: the 23 tes
 
 Sentences/second are fairseq's own figures (model loading excluded) and docctx-translate's;
 the mean hypothesis length is printed beside them, since a model that writes longer outputs
-is slower for that reason alone.
+is slower for that reason alone. Document order decodes position by position: each batch
+holds at most one sentence per document, and a test set's longest document sets the number of
+batches, so the document count and length spread of the test set bound its speed (23 talks of
+up to ~200 sentences against 155 news documents).
 Targets: document order >= 0.8x sentence level with >= 16 documents side by side; HAN decoder
 in document order >= 0.7x sentence-level generation of the same size.
 
 Usage: python benchmarks/bench_inference.py [--updates 300] [--han-updates 100] [--batch-size 32] [--beam 4]
+       [--test-set iwslt17|nc16] [--repeats 2]
 """
 import argparse
 import os
@@ -29,6 +35,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "maruf-ende" / "IWSLT2017"
+NC16 = REPO.parent / "shared" / "data" / "maruf-ende" / "NC-2016"
 WORK = REPO / "bench-work" / "inference"
 BIN = Path(sys.executable).parent
 MODEL = [
@@ -68,6 +75,8 @@ def main():
     ap.add_argument("--batch-size", type=int, default=32, help="sentences (= documents side by side)")
     ap.add_argument("--beam", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--test-set", choices=["iwslt17", "nc16"], default="iwslt17",
+                    help="IWSLT17 TED test (23 talks) or NC-2016 newstest2016 (155 documents)")
     args = ap.parse_args()
     if not DATA.is_dir():
         sys.exit(f"needs {DATA} (the shared maruf-ende corpora beside the repository)")
@@ -95,25 +104,33 @@ def main():
             "--task", "document_translation", "--context-size", "3", "--context-sides", "both",
             *han_model, "--init-from-sentence-checkpoint", ckpt,
             "--max-update", str(args.han_updates), "--save-dir", han_ckpt.parent])
+    raw = DATA / "concatenated_en2de_test_en.txt"
+    test_bin = data_bin
+    if args.test_set == "nc16":  # same SentencePiece model and dictionary as the models
+        test_bin = WORK / "data-nc16"
+        if not (test_bin / "docctx.json").exists():
+            sh(["docctx-prepare", "-s", "en", "-t", "de", "--joined-dictionary", "--workers", "2",
+                "--srcdict", data_bin / "dict.en.txt", "--spm-model", data_bin / "spm.model",
+                "--testpref", NC16 / "concatenated_en2de_test_{lang}.txt", "--destdir", test_bin])
+        raw = NC16 / "concatenated_en2de_test_en.txt"
     gen = ["--beam", str(args.beam), "--batch-size", str(args.batch_size),
            "--max-len-a", "1.2", "--max-len-b", "10", "--remove-bpe", "sentencepiece",
            "--required-batch-size-multiple", "1", "--gen-subset", "test", "--cpu"]
     runs = {
         "sentence-level fairseq-generate (translation task)":
-            ["fairseq-generate", data_bin, "--user-dir", REPO / "fairseq_docctx",
+            ["fairseq-generate", test_bin, "--user-dir", REPO / "fairseq_docctx",
              "--task", "translation", "--path", ckpt, *gen],
         "document-order fairseq-generate (document_translation)":
-            ["fairseq-generate", data_bin, "--user-dir", REPO / "fairseq_docctx",
+            ["fairseq-generate", test_bin, "--user-dir", REPO / "fairseq_docctx",
              "--task", "document_translation", "--context-size", "3", "--context-sides", "both",
              "--path", ckpt, *gen],
         "han_decoder_transformer, document order":
-            ["fairseq-generate", data_bin, "--user-dir", REPO / "fairseq_docctx",
+            ["fairseq-generate", test_bin, "--user-dir", REPO / "fairseq_docctx",
              "--task", "document_translation", "--context-size", "3", "--context-sides", "both",
              "--path", han_ckpt, *gen],
     }
     rates = {name: [] for name in list(runs) + ["docctx-translate"]}
     lengths = {}
-    raw = DATA / "concatenated_en2de_test_en.txt"
     for r in range(args.repeats):
         for name, cmd in runs.items():
             p = sh(cmd)
@@ -122,15 +139,15 @@ def main():
             lengths[name] = mean_len
             print(f"[{r + 1}] {name}: {n} sentences, {rate:.2f} sentences/s, "
                   f"mean hypothesis length {mean_len:.1f} pieces", flush=True)
-        p = sh(["docctx-translate", raw, "--path", ckpt, "--data", data_bin, "--beam", str(args.beam),
+        p = sh(["docctx-translate", raw, "--path", ckpt, "--data", test_bin, "--beam", str(args.beam),
                 "--batch-size", str(args.batch_size), "--cpu", "-o", WORK / "test.de.txt"])
         m = re.search(r"(\d+) sentences in [\d.]+s \(([\d.]+) sentences/s\)", p.stderr)
         rates["docctx-translate"].append(float(m.group(2)))
         print(f"[{r + 1}] docctx-translate: {m.group(1)} sentences, {m.group(2)} sentences/s", flush=True)
     best = {k: max(v) for k, v in rates.items()}
     base = best["sentence-level fairseq-generate (translation task)"]
-    print(f"\nbeam {args.beam}, --batch-size {args.batch_size} (documents side by side in document order), "
-          f"best of {args.repeats}")
+    print(f"\ntest set {args.test_set}, beam {args.beam}, --batch-size {args.batch_size} (documents side by "
+          f"side in document order), best of {args.repeats}")
     print(f"{'run':58s} {'sent/s':>8s} {'ratio':>6s} {'mean len':>8s}")
     for k, v in best.items():
         ml = f"{lengths[k]:8.1f}" if k in lengths else f"{'':8s}"

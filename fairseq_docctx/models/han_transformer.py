@@ -123,11 +123,12 @@ def bucketed_han(han, h, lengths, left_pad, values, values_pad, index):
     or right) in groups of similar length: the HAN of every real position, with a fraction
     of the padded queries of one call. Zeros at padding."""
     T = h.size(0)
+    table = {}  # the word-level keys/values of the table, projected at the first group only
 
     def run(rows, w):
         hg = h.index_select(1, rows)
         hg = hg[T - w:] if left_pad else hg[:w]
-        return (han(hg, values, values_pad, index.index_select(0, rows)).transpose(0, 1),)
+        return (han(hg, values, values_pad, index.index_select(0, rows), incremental_state=table).transpose(0, 1),)
 
     return _run_bucketed(lengths, T, run, left_pad)[0].transpose(0, 1)
 

@@ -79,6 +79,19 @@ class HierarchicalAttention(nn.Module):
         self.record: Optional[list] = None
         self._cache_key = f"han_word_kv_{id(self)}"
 
+    def _project_table(self, values: Tensor, values_pad: Tensor):
+        """Word-level keys and values ``[U, L, C]`` of the table: the real words only, with
+        one matmul for both (zeros at padding, which is masked anyway)."""
+        mha = self.word_attn
+        real = ~values_pad
+        C = mha.embed_dim
+        weight = torch.cat([mha.k_proj.weight, mha.v_proj.weight])
+        bias = None if mha.k_proj.bias is None else torch.cat([mha.k_proj.bias, mha.v_proj.bias])
+        kv = F.linear(values[real], weight, bias)  # [R, 2C]
+        tab = kv.new_zeros(*values_pad.shape, 2 * C)
+        tab[real] = kv
+        return tab[..., :C], tab[..., C:]
+
     def _word_level(self, h: Tensor, values: Optional[Tensor], values_pad: Optional[Tensor], index: Tensor,
                     incremental_state=None) -> Tensor:
         """Multi-head attention of every query over the words of each of its K context
@@ -97,7 +110,8 @@ class HierarchicalAttention(nn.Module):
         if cache and "k" in cache:
             k_tab, v_tab, pad_tab = cache["k"], cache["v"], cache["pad"]
         else:
-            k_tab, v_tab, pad_tab = mha.k_proj(values), mha.v_proj(values), values_pad  # [U, L, C]
+            k_tab, v_tab = self._project_table(values, values_pad)
+            pad_tab = values_pad
             if cache is not None:
                 cache.update(k=k_tab, v=v_tab, pad=pad_tab)
         U, L = pad_tab.shape

@@ -99,7 +99,8 @@ class HierarchicalAttention(nn.Module):
         query is projected once per position and the keys/values once per *table row*
         (not per (row, distance) pair as a folded ``MultiheadAttention`` call would); with
         ``incremental_state`` the projected table is computed at the first step only (beam
-        search reorders the index, never the table)."""
+        search reorders the index, never the table), and the keys/values gathered for the
+        rows are reused for as long as the rows' index stays the same."""
         mha = self.word_attn
         T, B, C = h.shape
         K = index.size(1)
@@ -118,11 +119,18 @@ class HierarchicalAttention(nn.Module):
         present = index >= 0
         rows = index.clamp(min=0)
         q = (mha.q_proj(self.f_w(h)) * mha.scaling).view(T, B, H, hd).permute(1, 2, 0, 3)  # [B, H, T, d]
-        flat = rows.reshape(-1)  # index_select: its backward is index_add, not index_put
-        k = k_tab.view(U, L, H, hd).permute(0, 2, 3, 1).index_select(0, flat).view(B, K, H, hd, L)
-        v = v_tab.view(U, L, H, hd).transpose(1, 2).index_select(0, flat).view(B, K, H, L, hd)
-        kpm = pad_tab.index_select(0, flat).view(B, K, L) | ~present.unsqueeze(-1)  # [B, K, L]
-        kpm[..., 0] &= present  # missing sentences attend to a dummy word (result discarded)
+        if cache is not None and "index" in cache and torch.equal(cache["index"], index):
+            # the rows' context is what it was at the last step (beam search moves hypotheses
+            # between the beams of one sentence, whose context is the same): no new gather
+            k, v, kpm = cache["rows_k"], cache["rows_v"], cache["rows_mask"]
+        else:
+            flat = rows.reshape(-1)  # index_select: its backward is index_add, not index_put
+            k = k_tab.view(U, L, H, hd).permute(0, 2, 3, 1).index_select(0, flat).view(B, K, H, hd, L)
+            v = v_tab.view(U, L, H, hd).transpose(1, 2).index_select(0, flat).view(B, K, H, L, hd)
+            kpm = pad_tab.index_select(0, flat).view(B, K, L) | ~present.unsqueeze(-1)  # [B, K, L]
+            kpm[..., 0] &= present  # missing sentences attend to a dummy word (result discarded)
+            if cache is not None:
+                cache.update(index=index, rows_k=k, rows_v=v, rows_mask=kpm)
         logits = torch.matmul(q.unsqueeze(1), k)  # [B, K, H, T, L]
         logits = logits.masked_fill(kpm[:, :, None, None, :], float("-inf"))
         probs = mha.dropout_module(torch.softmax(logits.float(), dim=-1).type_as(logits))

@@ -575,3 +575,28 @@ def test_context_only_rows_run_without_autograd(config, monkeypatch):
     assert split_grads.keys() == full_grads.keys() and split_grads
     for n in full_grads:
         torch.testing.assert_close(split_grads[n], full_grads[n], atol=1e-6, rtol=1e-5)
+
+
+def test_sentence_level_without_projecting_the_summaries_equals_multihead_attention():
+    """The sentence-level attention computed from W_kᵀq and W_v(Σ p s) gives fairseq's
+    MultiheadAttention outputs and gradients (missing sentences masked, rows without any
+    context unmasked), with the module's own parameters."""
+    torch.manual_seed(0)
+    han = HierarchicalAttention(16, 4, 32, dropout=0.0).double()
+    N, K, C = 7, 3, 16
+    q = torch.randn(N, C, dtype=torch.float64, requires_grad=True)
+    s = torch.randn(N, K, C, dtype=torch.float64, requires_grad=True)
+    mask = torch.zeros(N, K, dtype=torch.bool)
+    mask[1, 2] = mask[2, 1:] = True
+    weights = torch.randn(N, C, dtype=torch.float64)
+    params = [q, s] + list(han.sent_attn.parameters())
+    got = han._sentence_level(q, s, mask)
+    # the key bias shifts every score of a query alike: no gradient (None here, ~0 in fairseq's)
+    g_got = torch.autograd.grad((got * weights).sum(), params, allow_unused=True)
+    want, _ = han.sent_attn(query=q.unsqueeze(0), key=s.transpose(0, 1), value=s.transpose(0, 1),
+                            key_padding_mask=mask, static_kv=True, need_weights=False)
+    g_want = torch.autograd.grad((want[0] * weights).sum(), params)
+    # (both take the softmax in float32, as fairseq does)
+    torch.testing.assert_close(got, want[0], rtol=1e-5, atol=1e-6)
+    for a, b in zip(g_got, g_want):
+        torch.testing.assert_close(torch.zeros_like(b) if a is None else a, b, rtol=1e-5, atol=1e-6)

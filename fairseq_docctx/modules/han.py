@@ -138,6 +138,24 @@ class HierarchicalAttention(nn.Module):
         attn = attn.permute(3, 0, 1, 2, 4).reshape(T, B * K, C)
         return mha.out_proj(attn)
 
+    def _sentence_level(self, query: Tensor, s: Tensor, mask: Tensor) -> Tensor:
+        """``sent_attn`` (its parameters, fairseq's results) of each query ``[N, C]`` over its
+        own K summaries ``s [N, K, C]`` (``mask [N, K]`` True = missing), without projecting
+        the summaries: per head ``q·(W_k s_j + b_k) = (W_kᵀ q)·s_j + q·b_k``, whose last term is
+        the same for every j and drops out of the softmax, and ``Σ_j p_j (W_v s_j + b_v) =
+        W_v (Σ_j p_j s_j) + b_v``: 2·C² multiply-adds per query instead of 2·K·C²."""
+        mha = self.sent_attn
+        H, d = mha.num_heads, mha.head_dim
+        N, K, C = s.shape
+        q = (mha.q_proj(query) * mha.scaling).view(N, H, d)
+        r = torch.einsum("nhd,hdc->nhc", q, mha.k_proj.weight.view(H, d, -1))  # W_k^hᵀ q^h
+        scores = torch.bmm(r, s.transpose(1, 2)).masked_fill(mask.unsqueeze(1), float("-inf"))  # [N, H, K]
+        probs = mha.dropout_module(torch.softmax(scores.float(), dim=-1).type_as(scores))
+        o = torch.einsum("nhc,hdc->nhd", torch.bmm(probs, s), mha.v_proj.weight.view(H, d, -1))
+        if mha.v_proj.bias is not None:
+            o = o + mha.v_proj.bias.view(H, d)
+        return mha.out_proj(o.reshape(N, H * d))
+
     def forward(self, h: Tensor, values: Optional[Tensor], values_pad: Optional[Tensor], index: Tensor,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None) -> Tensor:
         """``h [T, B, C]``; ``values [U, L, Cv]``, ``values_pad [U, L]`` (bool, True = pad);
@@ -157,8 +175,11 @@ class HierarchicalAttention(nn.Module):
         spm = ~present & has_ctx[:, None]  # rows without any context: unmasked, discarded below
         spm = spm.unsqueeze(0).expand(T, B, K).reshape(T * B, K)
         record = self.record is not None
-        a, w = self.sent_attn(query=q_s, key=s, value=s, key_padding_mask=spm, static_kv=True,
-                              need_weights=record)
+        if record:  # the attention weights are wanted: fairseq's MultiheadAttention
+            a, w = self.sent_attn(query=q_s, key=s, value=s, key_padding_mask=spm, static_kv=True,
+                                  need_weights=True)
+        else:
+            a = self._sentence_level(q_s.view(T * B, C), s.transpose(0, 1), spm)
         a = self.sent_norm(self.dropout(a)).view(T, B, C)
         d = self.ffn_norm(a + self.dropout(self.fc2(F.relu(self.fc1(a)))))
         lam = torch.sigmoid(self.gate(torch.cat([h, d], -1)))

@@ -180,28 +180,3 @@ def test_index_and_data_must_agree():
     with pytest.raises(ValueError, match="covers"):
         DocumentPairDataset(ds.pair, DocIndex(["a"], np.array([3])), 3, "source")
 
-
-def test_runs_fill_batches():
-    """A run that does not fit the open batch fills it with its first sentences and goes on
-    in the next batch: batches stay within --max-tokens, nothing is lost or repeated, and
-    some run really continues across a batch boundary (its first sentence there with its
-    context)."""
-    ds, *_ = make_dataset(context_size=2, sides="both", run_length=4)  # a run alone always fits
-    np.random.seed(1)
-    order = ds.ordered_indices()
-    max_tokens = 60
-    batches = ds.batch_by_size(order, max_tokens=max_tokens)
-    assert sorted(int(i) for b in batches for i in b) == list(range(len(ds)))
-    continued = 0
-    for prev, b in zip(batches, batches[1:]):
-        last, first = int(prev[-1]), int(b[0])
-        same_doc = ds.docs.sent_doc[last] == ds.docs.sent_doc[first]
-        continued += bool(same_doc and first == last + 1 and len(prev) >= 2)
-    assert continued > 0
-    for b in batches:
-        batch = ds.collater([ds[int(i)] for i in b])
-        ctx = batch["net_input"]["context"]
-        held = max(ctx["src_tokens"].numel(), ctx["tgt_tokens"].numel())
-        assert held <= max_tokens or len(b) == 1, (held, len(b))
-        row = int((batch["id"] == int(b[0])).nonzero())  # the batch's first sentence keeps its context
-        assert int((ctx["src_index"][row] >= 0).sum()) == min(int(ds.docs.sent_pos[int(b[0])]), 2)

@@ -285,11 +285,8 @@ class DocumentPairDataset(FairseqDataset):
     def _pack_runs(self, indices, max_tokens, max_sentences, state_cls=None, runs=None) -> List[np.ndarray]:
         """Greedy packing of document runs (as ordered by :meth:`ordered_indices`) into
         batches of at most ``max_tokens`` tokens (``state_cls`` counts them; by default
-        padded, context tables included) and ``max_sentences`` sentences. A run that does not
-        fit the open batch fills it with its first sentences (when at least
-        ``max(2, context size)`` of them fit: the rest of the run then needs its K context
-        rows again in the next batch) and goes on in the next batch; a run that cannot fit a
-        batch alone is added sentence by sentence."""
+        padded, context tables included) and ``max_sentences`` sentences. A run is split
+        only if it cannot fit a batch alone."""
         max_tokens = max_tokens or float("inf")
         max_sentences = max_sentences or float("inf")
         state_cls = state_cls or _BatchState
@@ -301,21 +298,8 @@ class DocumentPairDataset(FairseqDataset):
             batches.append(np.array(cur, dtype=np.int64))
             cur, state = [], state_cls(self)
 
-        min_prefix = max(2, self.context_size)
-
-        def fits(part):
-            return len(cur) + len(part) <= max_sentences and state.cost_with(part) <= max_tokens
-
         for run in runs:
-            if cur and not fits(run):
-                # fill the open batch with the run's first sentences, if enough of them fit
-                k = len(run) - 1
-                while k >= min_prefix and not fits(run[:k]):
-                    k -= 1
-                if k >= min_prefix:
-                    state.add(run[:k])
-                    cur.extend(int(i) for i in run[:k])
-                    run = run[k:]
+            if cur and (len(cur) + len(run) > max_sentences or state.cost_with(run) > max_tokens):
                 close()
             if len(run) > max_sentences or state.cost_with(run) > max_tokens:
                 # the run alone is too big for a batch: add it sentence by sentence

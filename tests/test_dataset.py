@@ -179,4 +179,3 @@ def test_index_and_data_must_agree():
     ds, *_ = make_dataset()
     with pytest.raises(ValueError, match="covers"):
         DocumentPairDataset(ds.pair, DocIndex(["a"], np.array([3])), 3, "source")
-

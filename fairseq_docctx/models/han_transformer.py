@@ -88,12 +88,14 @@ def _run_bucketed(lengths, width, run, left_pad, grad_rows=None):
     """``run(rows, w)`` on length groups of rows of lengths ``lengths [N]`` (``w``: the
     group's longest) -> each of its outputs ``[n, w, C]`` re-assembled ``[N, width, C]`` in
     row order, zero-padded back to ``width`` (on the left for left-padded rows); ``None``
-    outputs pass through. With ``grad_rows`` (bool ``[N]``) the other rows run in groups of
+    outputs pass through. With ``grad_rows`` (row numbers) the other rows run in groups of
     their own without autograd (states only ever read detached: no backward through them)."""
     track = torch.is_grad_enabled()
-    if grad_rows is not None and track and not bool(grad_rows.all()):
+    if grad_rows is not None and track:
+        keep = torch.zeros(len(lengths), dtype=torch.bool, device=lengths.device)
+        keep[grad_rows] = True
         groups = []
-        for rows, grad in ((grad_rows.nonzero().squeeze(1), True), ((~grad_rows).nonzero().squeeze(1), False)):
+        for rows, grad in ((keep.nonzero().squeeze(1), True), ((~keep).nonzero().squeeze(1), False)):
             if rows.numel():
                 groups += [(rows[g], grad) for g in length_groups.length_buckets(lengths[rows])]
     else:
@@ -171,11 +173,8 @@ class HANTransformerEncoder(TransformerEncoderBase):
         """Encode the batch's unique source sentences once. Returns the table's encoder output
         (HAN applied to every row that is a current sentence of the batch), the pre-HAN
         states ``[U, L, C]`` (context values) and their pad mask ``[U, L]``."""
-        grad_rows = None
-        if not self.context_grad:  # rows that are only context: no backward pass through them
-            grad_rows = torch.zeros(context["src_tokens"].size(0), dtype=torch.bool, device=context["src_self"].device)
-            grad_rows[context["src_self"]] = True
-        out = self.encode_rows(context["src_tokens"], grad_rows)
+        # rows that are only context: no backward pass through them (unless --han-context-grad)
+        out = self.encode_rows(context["src_tokens"], None if self.context_grad else context["src_self"])
         x, pad = out["encoder_out"][0], out["encoder_padding_mask"][0]
         values = self._values(x)
         if self.han is not None:  # HAN for the rows that are current sentences of the batch
@@ -190,7 +189,7 @@ class HANTransformerEncoder(TransformerEncoderBase):
         """The encoder over every row of a table of sentences, run on groups of similar length
         (`data.length_groups`): the same states as one padded pass (positions ignore
         padding), with a fraction of the padding. Output dict as ``forward_scriptable``'s,
-        ``[L, U, C]`` states (zeros at padding). Rows outside ``grad_rows`` (bool ``[U]``,
+        ``[L, U, C]`` states (zeros at padding). Rows not in ``grad_rows`` (row numbers,
         default all) run without autograd."""
         pad = self.padding_idx
         left = bool(tokens[:, -1].ne(pad).all())  # left-padded (fairseq's source default)
@@ -286,8 +285,8 @@ class HANTransformerDecoder(TransformerDecoderBase):
         projection) and the last layer's encoder-attention outputs ``[N, T, C]`` (alignment
         vectors, captured with a forward hook; ``None`` unless ``--han-decoder alignment``).
         Rows run in groups of similar length (`data.length_groups`), each group's source
-        cut to its own longest sentence; states at padding are zero. Rows outside
-        ``grad_rows`` (bool ``[N]``, default all) run without autograd."""
+        cut to its own longest sentence; states at padding are zero. Rows not in
+        ``grad_rows`` (row numbers, default all) run without autograd."""
         pad = self.padding_idx
 
         def run(rows, width):
@@ -447,13 +446,9 @@ class HANTransformerModel(TransformerModel):
             raise ValueError(f"HAN decoder ({dec.han_mode}) is trained with --context-sides both")
         # teacher-force the decoder once over the target table
         prev_tab = shift_eos_to_front(context["tgt_tokens"], dec.padding_idx, dec.dictionary.eos())
-        rows = context.get("tgt_self")
-        grad_rows = None
-        if rows is not None and not dec.context_grad:  # context-only rows: states read detached
-            grad_rows = torch.zeros(prev_tab.size(0), dtype=torch.bool, device=prev_tab.device)
-            grad_rows[rows] = True
+        rows = context.get("tgt_self")  # context-only rows: states read detached, no backward
         states, aln = dec.context_pass(prev_tab, enc.reorder_encoder_out(table_out, tgt_to_src_rows(context)),
-                                       grad_rows)
+                                       None if dec.context_grad else rows)
         index = context["tgt_index"][:, : enc.context_size]
         encoder_out.update(han_dec_states=[dec.context_values(states, aln)],
                            han_dec_mask=[prev_tab.eq(dec.padding_idx)], han_dec_index=[index])

@@ -66,15 +66,20 @@ def _as_mask(mask: Optional[Tensor], B: int, N: int, like: Tensor) -> Tensor:
     return mask.to(device=like.device, dtype=torch.bool).to(like.dtype)
 
 
-def _capsule_major(u_hat: Tensor, mask: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
-    """``[B, N, M, D]`` predictions -> the routing layout ``[B, M, N, D]`` (one copy), padded
-    inputs zeroed with ``where`` (so even inf/NaN there cannot leak), plus the float mask."""
-    B, N = u_hat.shape[:2]
-    u_hat = u_hat.to(_compute_dtype(u_hat))
+def _routing_inputs(u: Tensor, mask: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """Inputs in the routing dtype with padded ones zeroed (``where``: even inf/NaN there
+    cannot leak), and the ``[B, N]`` float mask."""
+    u = u.to(_compute_dtype(u))
     if mask is not None:
-        real = mask.to(device=u_hat.device, dtype=torch.bool)[:, :, None, None]
-        u_hat = torch.where(real, u_hat, u_hat.new_zeros(()))
-    return u_hat.transpose(1, 2).contiguous(), _as_mask(mask, B, N, u_hat)
+        u = torch.where(mask.to(device=u.device, dtype=torch.bool).unsqueeze(-1), u, u.new_zeros(()))
+    return u, _as_mask(mask, u.size(0), u.size(1), u)
+
+
+def _capsule_major(u_hat: Tensor, mask: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """``[B, N, M, D]`` predictions -> the routing layout ``[B, M, N, D]`` (one copy), in the
+    routing dtype with padded inputs zeroed (:func:`_routing_inputs`), plus the float mask."""
+    flat, m = _routing_inputs(u_hat.flatten(2), mask)
+    return flat.view(u_hat.shape).transpose(1, 2).contiguous(), m
 
 
 def _history(xs) -> Tensor:
@@ -333,23 +338,12 @@ def query_guided_routing(
     )
     out_dtype = u_hat.dtype
     u_hat_mb, m = _capsule_major(u_hat, mask)
-    u = u.to(u_hat_mb.dtype)
-    if mask is not None:  # padded u_i -> 0, a constant vector: PCC 0, finite gradients
-        u = torch.where(m.bool().unsqueeze(-1), u, u.new_zeros(()))
+    u = _routing_inputs(u, mask)[0].to(u_hat_mb.dtype)  # padded u_i -> 0: PCC 0, finite gradients
     v, cs, ps = _route_query(u, _Explicit(u_hat_mb, u), q.to(u_hat_mb.dtype), m, iters, u_hat_mb.size(1))
     v = v.to(out_dtype)
     if return_history:
         return v, _history(cs).to(out_dtype), _history(ps).to(out_dtype)
     return v
-
-
-def _routing_inputs(u: Tensor, mask: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
-    """Inputs in the routing dtype with padded ones zeroed (``where``: even inf/NaN there
-    cannot leak), and the ``[B, N]`` float mask."""
-    u = u.to(_compute_dtype(u))
-    if mask is not None:
-        u = torch.where(mask.to(device=u.device, dtype=torch.bool).unsqueeze(-1), u, u.new_zeros(()))
-    return u, _as_mask(mask, u.size(0), u.size(1), u)
 
 
 class CapsuleLayer(nn.Module):

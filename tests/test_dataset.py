@@ -79,6 +79,31 @@ def test_max_tokens_counts_context_tables():
         assert held <= max_tokens or len(b) == 1, (held, len(b))
 
 
+def test_grouped_runs_count_real_tokens_and_fill_batches():
+    """``batching="grouped-runs"``: the same document runs, every sentence once, but a
+    batch's tables are counted at their real length (models that run them in length
+    groups), so batches hold more sentences than padded counting allows."""
+    ds, d, *_ = make_dataset(context_size=3, sides="both")
+    max_tokens = 60
+    sizes = {}
+    for mode in ("runs", "grouped-runs"):
+        ds.batching = mode
+        np.random.seed(1)
+        order = ds.ordered_indices()
+        batches = ds.batch_by_size(order, max_tokens=max_tokens)
+        assert np.sort(np.concatenate(batches)).tolist() == list(range(len(ds)))
+        assert np.concatenate(batches).tolist() == order.tolist()  # runs kept in order
+        for b in batches:
+            ctx = ds.collater([ds[int(i)] for i in b])["net_input"]["context"]
+            real = max(int(ctx[k].ne(d.pad()).sum()) for k in ("src_tokens", "tgt_tokens"))
+            padded = max(ctx[k].numel() for k in ("src_tokens", "tgt_tokens"))
+            held = real if mode == "grouped-runs" else padded
+            assert held <= max_tokens or len(b) == 1, (mode, held, len(b))
+        sizes[mode] = len(batches)
+    ds.batching = "runs"
+    assert sizes["grouped-runs"] < sizes["runs"]
+
+
 def test_runs_keep_documents_together_and_are_reshuffled():
     ds, *_ = make_dataset(context_size=2, run_length=3)
     with_seed = []
@@ -157,6 +182,8 @@ def test_task_resolves_doc_batching_from_the_model(toy_bin):
 
     assert task_for("qcn_transformer").doc_batching == "sentences"
     assert task_for("concat_transformer").doc_batching == "runs"
+    assert task_for("han_transformer").doc_batching == "grouped-runs"  # target HAN decoder
+    assert task_for("han_encoder_transformer").doc_batching == "runs"  # padded decoder
     assert task_for("qcn_transformer", "--doc-batching", "runs").doc_batching == "runs"
     task = task_for("concat_transformer", "--doc-batching", "sentences")
     task.load_dataset("train")

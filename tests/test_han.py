@@ -128,7 +128,7 @@ def test_forward_backward_each_configuration(config):
     model = build(d, config)
     model.train()
     sample = batch(d, [1, 2, 3, 4, 5], sides=sides_of(config))
-    out, _ = model(**sample["net_input"])
+    out = model.unpack_logits(model(**sample["net_input"]))
     assert out.shape[:2] == sample["target"].shape and torch.isfinite(out).all()
     lprobs = model.get_normalized_probs((out, {}), log_probs=True)
     torch.nn.functional.nll_loss(lprobs.view(-1, lprobs.size(-1)), sample["target"].view(-1),
@@ -163,6 +163,53 @@ def test_same_output_as_decoding_each_sentence_with_its_own_context(config):
     torch.testing.assert_close(fast[real], slow[real], atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("config", ["joint", "decoder_alignment"])
+def test_training_output_is_packed_and_gives_the_padded_loss(config):
+    """In training mode the logits of the real target positions come packed ``[1, R, V]``
+    and ``get_targets`` hands the criterion the matching targets: fairseq's label-smoothed
+    loss and its gradients equal those of the padded ``[B, T, V]`` output (eval layout)."""
+    from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
+
+    d = _dict()
+    model = build(d, config)  # dropout 0: train and eval modes compute the same
+    sample = batch(d, [4, 3], seed=3, sides=sides_of(config))
+    sample["ntokens"] = int(sample["target"].ne(d.pad()).sum())
+
+    class Task:
+        target_dictionary = d
+
+    crit = LabelSmoothedCrossEntropyCriterion(Task(), sentence_avg=False, label_smoothing=0.1,
+                                              report_accuracy=True)
+    results = {}
+    for mode in ("train", "eval"):
+        getattr(model, mode)()
+        model.zero_grad()
+        out = model(**sample["net_input"])
+        if mode == "train":
+            real = sample["target"].ne(d.pad())
+            assert out[0].shape == (1, int(real.sum()), len(d))
+            assert model.get_targets(sample, out).tolist() == [sample["target"][real].tolist()]
+            torch.testing.assert_close(model.unpack_logits(out)[real], out[0][0])
+        else:
+            assert out[0].shape[:2] == sample["target"].shape
+        loss, _, log = crit(model, sample)
+        loss.backward()
+        results[mode] = (loss.detach(), log["nll_loss"], log["n_correct"],
+                         {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    (lt, nt, ct, gt), (le, ne, ce, ge) = results["train"], results["eval"]
+    torch.testing.assert_close(lt, le)
+    torch.testing.assert_close(nt, ne)
+    assert ct == ce
+    assert gt.keys() == ge.keys()
+    for n in gt:
+        torch.testing.assert_close(gt[n], ge[n], atol=1e-6, rtol=1e-5, msg=n)
+    model.train()
+    out = model(**sample["net_input"])
+    bad = dict(sample, target=torch.cat([sample["target"], sample["target"].new_full((sample["target"].size(0), 1), d.pad())], 1)[:, 1:])
+    with pytest.raises(ValueError, match="packed output positions"):
+        model.get_targets(bad, out)
+
+
 @pytest.mark.parametrize("config,grad", [("joint", False), ("joint", True), ("decoder_alignment", False),
                                          ("decoder_source", True)])
 def test_context_gradient_flag(config, grad):
@@ -184,7 +231,7 @@ def test_context_gradient_flag(config, grad):
 
     h = model.encoder.embed_tokens.register_forward_hook(keep)
     try:
-        out, _ = model(**ni)
+        out = model.unpack_logits(model(**ni))
     finally:
         h.remove()
     out[second].sum().backward()
@@ -548,7 +595,7 @@ def test_context_only_rows_run_without_autograd(config, monkeypatch):
 
     def loss_and_grads():
         model.zero_grad()
-        out, _ = model(**sub["net_input"])
+        out = model.unpack_logits(model(**sub["net_input"]))
         real = sub["target"].ne(d.pad())
         (out[real] * torch.linspace(-1, 1, out.size(-1))).sum().backward()
         return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -600,3 +647,22 @@ def test_sentence_level_without_projecting_the_summaries_equals_multihead_attent
     torch.testing.assert_close(got, want[0], rtol=1e-5, atol=1e-6)
     for a, b in zip(g_got, g_want):
         torch.testing.assert_close(torch.zeros_like(b) if a is None else a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_packed_output_refuses_ignore_prefix_size(toy_bin):
+    """fairseq's criteria cut ``--ignore-prefix-size`` positions off a ``[B, T, V]`` output;
+    on a packed output that would drop other sentences' tokens: refused, not done."""
+    import fairseq_docctx  # noqa: F401
+    from fairseq import options, tasks
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [
+        str(toy_bin), "--task", "document_translation", "--source-lang", "src", "--target-lang", "tgt",
+        "--context-sides", "both", "--arch", "han_transformer", "--encoder-layers", "1", "--decoder-layers", "1",
+        "--criterion", "label_smoothed_cross_entropy", "--ignore-prefix-size", "1"])
+    task = tasks.setup_task(args)
+    model = task.build_model(args)
+    assert model.packs_training_output
+    criterion = task.build_criterion(args)
+    with pytest.raises(ValueError, match="--ignore-prefix-size"):
+        task.train_step({"net_input": {}}, model, criterion, None, 0)

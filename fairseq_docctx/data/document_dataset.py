@@ -63,7 +63,10 @@ class DocumentPairDataset(FairseqDataset):
     packs runs of consecutive sentences so that each shared context sentence sits once in a
     batch's table; ``"sentences"`` orders and packs sentences by length like fairseq's
     ``LanguagePairDataset``, each batch with the context of its sentences (little padding of
-    the current sentences; for models that only embed their context).
+    the current sentences; for models that only embed their context); ``"grouped-runs"``
+    packs runs like ``"runs"`` but counts every row of a batch's tables at its real length
+    (for models that run their tables in groups of similar length, `data.length_groups`, and
+    so hold little padding).
     """
 
     def __init__(
@@ -280,6 +283,8 @@ class DocumentPairDataset(FairseqDataset):
         if self.batching == "sentences":
             return self._pack_runs(indices, max_tokens, max_sentences, _SentenceBatchState,
                                    runs=[indices[i : i + 1] for i in range(len(indices))])
+        if self.batching == "grouped-runs":
+            return self._pack_runs(indices, max_tokens, max_sentences, _GroupedBatchState)
         return self._pack_runs(indices, max_tokens, max_sentences)
 
     def _pack_runs(self, indices, max_tokens, max_sentences, state_cls=None, runs=None) -> List[np.ndarray]:
@@ -347,6 +352,27 @@ class _BatchState:
             new = self._new_rows(run, use, held)
             if new:
                 longest[0] = max(longest[0], int(sizes[list(new)].max()))
+                held |= new
+
+
+class _GroupedBatchState(_BatchState):
+    """Rows a batch of runs holds, per side, counted at their real lengths
+    (``batching="grouped-runs"``): the model runs its tables in length groups, whose
+    padding (kept small by `data.length_groups`) is not counted. ``total`` (the last
+    field of a side) is the sum of the held rows' lengths."""
+
+    def cost_with(self, run) -> int:
+        cost = 0
+        for sizes, use, held, total in self.sides:
+            new = self._new_rows(run, use, held)
+            cost = max(cost, total[0] + (int(sizes[list(new)].sum()) if new else 0))
+        return cost
+
+    def add(self, run):
+        for sizes, use, held, total in self.sides:
+            new = self._new_rows(run, use, held)
+            if new:
+                total[0] += int(sizes[list(new)].sum())
                 held |= new
 
 

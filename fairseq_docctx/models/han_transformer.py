@@ -337,6 +337,19 @@ class HANTransformerModel(TransformerModel):
     """Transformer with Hierarchical Attention Networks over the previous sentences."""
 
     reads_document_context = True
+    @property
+    def packs_training_output(self):
+        """In training mode the target/alignment HAN decoder returns the logits of the real
+        target positions only, ``[1, R, V]`` (:meth:`get_targets`, :meth:`unpack_logits`)."""
+        return self.decoder.han_mode in ("target", "alignment")
+
+    @property
+    def context_batching(self):
+        """Batching for --doc-batching auto: document runs (each sentence encoded once, as
+        current sentence and as context). With a target/alignment HAN decoder both tables and
+        the current rows run in length groups, so --max-tokens counts rows at their real
+        length (grouped-runs); otherwise the decoder runs the current rows padded (runs)."""
+        return "grouped-runs" if self.decoder.han_mode in ("target", "alignment") else "runs"
 
     @classmethod
     def add_args(cls, parser):
@@ -462,13 +475,41 @@ class HANTransformerModel(TransformerModel):
         if features_only:
             return x, extra
         # the output projection of the real positions only: the current rows of a document
-        # run differ in length (~2.4x padding on IWSLT17 TED); padded positions get zero
-        # logits, which every criterion ignores (their targets are padding)
+        # run differ in length (~2.4x padding on IWSLT17 TED)
         real = prev_output_tokens.ne(dec.padding_idx)
         y = dec.output_layer(x[real])
-        logits = y.new_zeros(*real.shape, y.size(-1))
+        if self.training:
+            # packed [1, R, V]: the criterion's log-softmax and loss run on the R real positions
+            # only (get_targets hands it the matching targets)
+            extra["packed_positions"] = real
+            return y.unsqueeze(0), extra
+        logits = y.new_zeros(*real.shape, y.size(-1))  # padded positions: zero logits
         logits[real] = y
         return logits, extra
+
+    def get_targets(self, sample, net_output):
+        """The targets matching the model's output: those of the real positions, ``[1, R]``,
+        when the output is packed (training mode)."""
+        extra = net_output[1] if len(net_output) > 1 and isinstance(net_output[1], dict) else {}
+        target = sample["target"]
+        real = extra.get("packed_positions")
+        if real is None:
+            return target
+        if real.shape != target.shape or not torch.equal(real, target.ne(self.decoder.padding_idx)):
+            raise ValueError("han_transformer: packed output positions do not match the "
+                             "target's non-padding positions (right-padded targets expected)")
+        return target[real].unsqueeze(0)
+
+    @staticmethod
+    def unpack_logits(net_output):
+        """``[B, T, V]`` logits (zeros at padding) from a packed training-mode output."""
+        logits, extra = net_output[0], net_output[1]
+        real = extra.get("packed_positions") if isinstance(extra, dict) else None
+        if real is None:
+            return logits
+        full = logits.new_zeros(*real.shape, logits.size(-1))
+        full[real] = logits[0]
+        return full
 
     # ------------------------------------------------------------------ inference
     @torch.no_grad()

@@ -23,7 +23,7 @@ from ..data.document_dataset import CONTEXT_SIDES, DocumentPairDataset
 logger = logging.getLogger(__name__)
 
 TARGET_CONTEXT_CHOICES = ("reference", "hypothesis")
-DOC_BATCHING_CHOICES = ("auto", "runs", "sentences")
+DOC_BATCHING_CHOICES = ("auto", "runs", "grouped-runs", "sentences")
 
 
 @dataclass
@@ -272,6 +272,10 @@ class DocumentTranslationTask(TranslationTask):
         return {**sample, "net_input": net_input}
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        if getattr(model, "packs_training_output", False) and getattr(criterion, "ignore_prefix_size", 0) > 0:
+            # fairseq's criteria cut the prefix off the [B, T, V] output: not that of packed positions
+            raise ValueError(f"{model.__class__.__name__} packs its training output (real "
+                             "target positions only): --ignore-prefix-size is not supported")
         return super().train_step(
             self._for_model(sample, model), model, criterion, optimizer, update_num, ignore_grad
         )

@@ -649,6 +649,47 @@ def test_sentence_level_without_projecting_the_summaries_equals_multihead_attent
         torch.testing.assert_close(torch.zeros_like(b) if a is None else a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("padding", ["left", "right", "scattered"])
+def test_word_level_in_length_groups_equals_multihead_attention(padding, monkeypatch):
+    """The word level (pairs attending in length groups over keys cut to the group's longest
+    sentence) gives, per (row, distance), fairseq's MultiheadAttention of f_w(h) over that
+    context sentence, outputs and gradients, whatever side the table is padded on."""
+    import fairseq_docctx.data.length_groups as lg
+
+    original = lg.length_buckets
+    monkeypatch.setattr(lg, "length_buckets", lambda lengths, overhead=0: original(lengths, 0))  # many groups
+    torch.manual_seed(0)
+    han = HierarchicalAttention(16, 4, 32, dropout=0.0).double()
+    T, B, K, U, L, C = 5, 4, 3, 6, 9, 16
+    h = torch.randn(T, B, C, dtype=torch.float64, requires_grad=True)
+    values = torch.randn(U, L, C, dtype=torch.float64, requires_grad=True)
+    lengths = torch.tensor([9, 2, 5, 3, 7, 1])
+    cols = torch.arange(L)[None, :]
+    pad = {"left": cols < L - lengths[:, None], "right": cols >= lengths[:, None],
+           "scattered": torch.rand(U, L, generator=torch.Generator().manual_seed(1)) < 0.4}[padding]
+    pad[:, 4] = False if padding == "scattered" else pad[:, 4]  # every row has a word
+    index = torch.tensor([[0, 1, 2], [3, -1, -1], [5, 4, 1], [-1, -1, -1]])
+    weights = torch.randn(T, B * K, C, dtype=torch.float64)
+    params = [h, values] + list(han.word_attn.parameters()) + list(han.f_w.parameters())
+    got = han._word_level(h, values, pad, index)
+    g_got = torch.autograd.grad((got * weights).sum(), params)
+    want = torch.zeros_like(got)
+    for b in range(B):
+        for k in range(K):
+            r = int(index[b, k])
+            if r >= 0:
+                o, _ = han.word_attn(query=han.f_w(h[:, b : b + 1]), key=values[r].unsqueeze(1),
+                                     value=values[r].unsqueeze(1), key_padding_mask=pad[r][None],
+                                     static_kv=True, need_weights=False)
+                want[:, b * K + k] = o[:, 0]
+    present = (index >= 0).view(-1)
+    g_want = torch.autograd.grad((want * weights)[:, present].sum(), params)
+    torch.testing.assert_close(got[:, present], want[:, present], rtol=1e-5, atol=1e-6)
+    assert torch.isfinite(got).all()
+    for a, b in zip(g_got[:2], g_want[:2]):  # inputs: only the present pairs feed the loss
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_packed_output_refuses_ignore_prefix_size(toy_bin):
     """fairseq's criteria cut ``--ignore-prefix-size`` positions off a ``[B, T, V]`` output;
     on a packed output that would drop other sentences' tokens: refused, not done."""

@@ -28,6 +28,8 @@ from fairseq.modules import LayerNorm, MultiheadAttention
 from fairseq.modules.fairseq_dropout import FairseqDropout
 from torch import Tensor
 
+from ..data import length_groups
+
 
 class FoldedMultiheadAttention(MultiheadAttention):
     """Encoder-decoder attention whose batch is ``B * fold`` rows (row ``b * fold + k``):
@@ -80,27 +82,67 @@ class HierarchicalAttention(nn.Module):
         self._cache_key = f"han_word_kv_{id(self)}"
 
     def _project_table(self, values: Tensor, values_pad: Tensor):
-        """Word-level keys and values ``[U, L, C]`` of the table: the real words only, with
-        one matmul for both (zeros at padding, which is masked anyway)."""
+        """Word-level keys and values of the table's real words, with one matmul for both:
+        ``kv [R + 1, 2C]`` (the last row zeros, for padding) and ``slot [U, L]``, the row of
+        ``kv`` of each table position (``R`` at padding). Kept compact: gathering from it
+        (and its backward) costs the real words, not the padded table."""
         mha = self.word_attn
         real = ~values_pad
-        C = mha.embed_dim
         weight = torch.cat([mha.k_proj.weight, mha.v_proj.weight])
         bias = None if mha.k_proj.bias is None else torch.cat([mha.k_proj.bias, mha.v_proj.bias])
         kv = F.linear(values[real], weight, bias)  # [R, 2C]
-        tab = kv.new_zeros(*values_pad.shape, 2 * C)
-        tab[real] = kv
-        return tab[..., :C], tab[..., C:]
+        kv = torch.cat([kv, kv.new_zeros(1, kv.size(1))])
+        slot = torch.full(values_pad.shape, kv.size(0) - 1, dtype=torch.long, device=kv.device)
+        slot[real] = torch.arange(kv.size(0) - 1, device=kv.device)
+        return kv, slot
+
+    def _pair_groups(self, kv: Tensor, slot: Tensor, pad_tab: Tensor, index: Tensor, T: int):
+        """The (row, distance) pairs that have a context sentence, in groups of similar
+        sentence length (`data.length_groups`): per group the pairs' numbers ``b*K + k``, their
+        query rows, and keys ``[n, H, d, w]``, values ``[n, H, w, d]`` and pad mask ``[n, w]``
+        cut to the group's longest sentence ``w`` (the table is padded to the batch's longest
+        sentence: attending over it would be mostly padding). The keys/values of all groups
+        are gathered from ``kv`` in one call."""
+        mha = self.word_attn
+        H, hd = mha.num_heads, mha.head_dim
+        U, L = pad_tab.shape
+        K = index.size(1)
+        pairs = (index >= 0).view(-1).nonzero().squeeze(1)
+        rows = index.view(-1).index_select(0, pairs)
+        lengths = (~pad_tab).sum(1).index_select(0, rows)
+        left = bool((pad_tab[:, 1:] <= pad_tab[:, :-1]).all())  # padding, then words
+        right = bool((pad_tab[:, 1:] >= pad_tab[:, :-1]).all())  # words, then padding
+        # a key costs ~T query products: fewer, wider groups for short queries (decoding)
+        overhead = max(16, 3072 // max(T, 1))
+        spans = []
+        for g in (length_groups.length_buckets(lengths, overhead) if pairs.numel() else []):
+            r = rows.index_select(0, g)
+            w = int(lengths.index_select(0, g).max()) if (left or right) else L
+            cols = slice(L - w, L) if left else slice(0, w)
+            spans.append((pairs.index_select(0, g), slot.index_select(0, r)[:, cols],
+                          pad_tab.index_select(0, r)[:, cols]))
+        if not spans:
+            return []
+        gathered = kv.index_select(0, torch.cat([sl.reshape(-1) for _, sl, _ in spans]))
+        groups, start = [], 0
+        for p, sl, kpm in spans:
+            n, w = sl.shape
+            kv_g = gathered[start : start + n * w].view(n, w, 2, H, hd)
+            start += n * w
+            groups.append((p, torch.div(p, K, rounding_mode="floor"),
+                           kv_g[:, :, 0].permute(0, 2, 3, 1), kv_g[:, :, 1].transpose(1, 2), kpm))
+        return groups
 
     def _word_level(self, h: Tensor, values: Optional[Tensor], values_pad: Optional[Tensor], index: Tensor,
                     incremental_state=None) -> Tensor:
         """Multi-head attention of every query over the words of each of its K context
-        sentences: ``[T, B*K, C]`` (row ``b*K + k``), with ``word_attn``'s projections. The
-        query is projected once per position and the keys/values once per *table row*
-        (not per (row, distance) pair as a folded ``MultiheadAttention`` call would); with
-        ``incremental_state`` the projected table is computed at the first step only (beam
-        search reorders the index, never the table), and the keys/values gathered for the
-        rows are reused for as long as the rows' index stays the same."""
+        sentences: ``[T, B*K, C]`` (row ``b*K + k``; zeros where there is no sentence), with
+        ``word_attn``'s projections. The query is projected once per position and the
+        keys/values once per *table row* (not per (row, distance) pair as a folded
+        ``MultiheadAttention`` call would); pairs attend in groups of similar sentence length.
+        With ``incremental_state`` the projected table is computed at the first step only
+        (beam search reorders the index, never the table), and the keys/values gathered for
+        the pairs are reused for as long as the rows' index stays the same."""
         mha = self.word_attn
         T, B, C = h.shape
         K = index.size(1)
@@ -108,34 +150,38 @@ class HierarchicalAttention(nn.Module):
         cache = None
         if incremental_state is not None:
             cache = incremental_state.setdefault(self._cache_key, {})
-        if cache and "k" in cache:
-            k_tab, v_tab, pad_tab = cache["k"], cache["v"], cache["pad"]
+        if cache and "kv" in cache:
+            kv, slot, pad_tab = cache["kv"], cache["slot"], cache["pad"]
         else:
-            k_tab, v_tab = self._project_table(values, values_pad)
+            kv, slot = self._project_table(values, values_pad)
             pad_tab = values_pad
             if cache is not None:
-                cache.update(k=k_tab, v=v_tab, pad=pad_tab)
-        U, L = pad_tab.shape
-        present = index >= 0
-        rows = index.clamp(min=0)
+                cache.update(kv=kv, slot=slot, pad=pad_tab)
         q = (mha.q_proj(self.f_w(h)) * mha.scaling).view(T, B, H, hd).permute(1, 2, 0, 3)  # [B, H, T, d]
         if cache is not None and "index" in cache and torch.equal(cache["index"], index):
             # the rows' context is what it was at the last step (beam search moves hypotheses
             # between the beams of one sentence, whose context is the same): no new gather
-            k, v, kpm = cache["rows_k"], cache["rows_v"], cache["rows_mask"]
+            groups = cache["groups"]
         else:
-            flat = rows.reshape(-1)  # index_select: its backward is index_add, not index_put
-            k = k_tab.view(U, L, H, hd).permute(0, 2, 3, 1).index_select(0, flat).view(B, K, H, hd, L)
-            v = v_tab.view(U, L, H, hd).transpose(1, 2).index_select(0, flat).view(B, K, H, L, hd)
-            kpm = pad_tab.index_select(0, flat).view(B, K, L) | ~present.unsqueeze(-1)  # [B, K, L]
-            kpm[..., 0] &= present  # missing sentences attend to a dummy word (result discarded)
+            groups = self._pair_groups(kv, slot, pad_tab, index, T)
             if cache is not None:
-                cache.update(index=index, rows_k=k, rows_v=v, rows_mask=kpm)
-        logits = torch.matmul(q.unsqueeze(1), k)  # [B, K, H, T, L]
-        logits = logits.masked_fill(kpm[:, :, None, None, :], float("-inf"))
-        probs = mha.dropout_module(torch.softmax(logits.float(), dim=-1).type_as(logits))
-        attn = torch.matmul(probs, v)  # [B, K, H, T, d]
-        attn = attn.permute(3, 0, 1, 2, 4).reshape(T, B * K, C)
+                cache.update(index=index, groups=groups)
+        parts, order = [], []
+        for pairs, qrows, k, v, kpm in groups:
+            logits = torch.matmul(q.index_select(0, qrows), k)  # [n, H, T, w]
+            logits = logits.masked_fill(kpm[:, None, None, :], float("-inf"))
+            probs = mha.dropout_module(torch.softmax(logits.float(), dim=-1).type_as(logits))
+            parts.append(torch.matmul(probs, v))  # [n, H, T, d]
+            order.append(pairs)
+        missing = (index < 0).view(-1).nonzero().squeeze(1)
+        if missing.numel():
+            parts.append(q.new_zeros(missing.numel(), H, T, hd))
+            order.append(missing)
+        order = torch.cat(order)
+        inv = torch.empty_like(order)
+        inv[order] = torch.arange(order.numel(), device=order.device)
+        attn = torch.cat(parts).index_select(0, inv)  # [B*K, H, T, d]
+        attn = attn.permute(2, 0, 1, 3).reshape(T, B * K, C)
         return mha.out_proj(attn)
 
     def _sentence_level(self, query: Tensor, s: Tensor, mask: Tensor) -> Tensor:

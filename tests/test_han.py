@@ -624,29 +624,58 @@ def test_context_only_rows_run_without_autograd(config, monkeypatch):
         torch.testing.assert_close(split_grads[n], full_grads[n], atol=1e-6, rtol=1e-5)
 
 
-def test_sentence_level_without_projecting_the_summaries_equals_multihead_attention():
-    """The sentence-level attention computed from W_kᵀq and W_v(Σ p s) gives fairseq's
-    MultiheadAttention outputs and gradients (missing sentences masked, rows without any
-    context unmasked), with the module's own parameters."""
+@pytest.mark.parametrize("rows", [7, 40])  # fewer / more query rows than features (C = 16)
+def test_sentence_level_without_projecting_the_summaries_equals_multihead_attention(rows):
+    """The sentence-level attention computed from W_kᵀq and W_v(Σ p s), with f_s and W_q
+    applied as one composed map when there are more rows than features, gives fairseq's
+    MultiheadAttention of f_s(h) (missing sentences masked, rows without any context
+    unmasked): outputs and gradients of the inputs and of every parameter."""
     torch.manual_seed(0)
     han = HierarchicalAttention(16, 4, 32, dropout=0.0).double()
-    N, K, C = 7, 3, 16
-    q = torch.randn(N, C, dtype=torch.float64, requires_grad=True)
+    N, K, C = rows, 3, 16
+    h = torch.randn(N, C, dtype=torch.float64, requires_grad=True)
     s = torch.randn(N, K, C, dtype=torch.float64, requires_grad=True)
     mask = torch.zeros(N, K, dtype=torch.bool)
     mask[1, 2] = mask[2, 1:] = True
     weights = torch.randn(N, C, dtype=torch.float64)
-    params = [q, s] + list(han.sent_attn.parameters())
-    got = han._sentence_level(q, s, mask)
+    params = [h, s] + list(han.sent_attn.parameters()) + list(han.f_s.parameters())
+    got = han._sentence_level(h, s, mask)
     # the key bias shifts every score of a query alike: no gradient (None here, ~0 in fairseq's)
     g_got = torch.autograd.grad((got * weights).sum(), params, allow_unused=True)
-    want, _ = han.sent_attn(query=q.unsqueeze(0), key=s.transpose(0, 1), value=s.transpose(0, 1),
+    want, _ = han.sent_attn(query=han.f_s(h).unsqueeze(0), key=s.transpose(0, 1), value=s.transpose(0, 1),
                             key_padding_mask=mask, static_kv=True, need_weights=False)
     g_want = torch.autograd.grad((want[0] * weights).sum(), params)
     # (both take the softmax in float32, as fairseq does)
     torch.testing.assert_close(got, want[0], rtol=1e-5, atol=1e-6)
     for a, b in zip(g_got, g_want):
         torch.testing.assert_close(torch.zeros_like(b) if a is None else a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_chained_projection_composes_only_when_it_saves_work_and_caches():
+    """``outer(inner(x))·scale``: the two maps in turn for few rows, one composed map for
+    many rows, the composed weights formed once when a cache is given; the same values and
+    parameter gradients in every case."""
+    from fairseq_docctx.modules.han import chained_projection
+
+    torch.manual_seed(0)
+    inner, outer = torch.nn.Linear(8, 8).double(), torch.nn.Linear(8, 8).double()
+    params = list(inner.parameters()) + list(outer.parameters())
+    for n in (3, 50):
+        x = torch.randn(n, 8, dtype=torch.float64)
+        want = outer(inner(x)) * 0.5
+        g_want = torch.autograd.grad(want.sum(), params)
+        cache = {}
+        for c in (None, cache, cache):  # no cache; cache filled; cache read
+            got = chained_projection(x, outer, inner, 0.5, c, "q")
+            torch.testing.assert_close(got, want)
+            for a, b in zip(torch.autograd.grad(got.sum(), params, retain_graph=True), g_want):
+                torch.testing.assert_close(a, b)
+        assert set(cache) == {"q"}
+    calls = []
+    inner.register_forward_hook(lambda *a: calls.append(1))
+    chained_projection(torch.randn(3, 8, dtype=torch.float64), outer, inner)
+    chained_projection(torch.randn(50, 8, dtype=torch.float64), outer, inner)
+    assert calls == [1]  # the composed map does not call inner on the rows
 
 
 @pytest.mark.parametrize("padding", ["left", "right", "scattered"])
@@ -672,7 +701,8 @@ def test_word_level_in_length_groups_equals_multihead_attention(padding, monkeyp
     weights = torch.randn(T, B * K, C, dtype=torch.float64)
     params = [h, values] + list(han.word_attn.parameters()) + list(han.f_w.parameters())
     got = han._word_level(h, values, pad, index)
-    g_got = torch.autograd.grad((got * weights).sum(), params)
+    present = (index >= 0).view(-1)
+    g_got = torch.autograd.grad((got * weights)[:, present].sum(), params)
     want = torch.zeros_like(got)
     for b in range(B):
         for k in range(K):
@@ -682,11 +712,10 @@ def test_word_level_in_length_groups_equals_multihead_attention(padding, monkeyp
                                      value=values[r].unsqueeze(1), key_padding_mask=pad[r][None],
                                      static_kv=True, need_weights=False)
                 want[:, b * K + k] = o[:, 0]
-    present = (index >= 0).view(-1)
     g_want = torch.autograd.grad((want * weights)[:, present].sum(), params)
     torch.testing.assert_close(got[:, present], want[:, present], rtol=1e-5, atol=1e-6)
     assert torch.isfinite(got).all()
-    for a, b in zip(g_got[:2], g_want[:2]):  # inputs: only the present pairs feed the loss
+    for a, b in zip(g_got, g_want):  # inputs and parameters (f_w and W_q composed: T·B > C)
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 

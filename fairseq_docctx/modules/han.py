@@ -149,8 +149,11 @@ class HierarchicalAttention(nn.Module):
             n, w = sl.shape
             kv_g = gathered[start : start + n * w].view(n, w, 2, H, hd)
             start += n * w
+            # contiguous: matmul would copy these strided views at every call (in beam search,
+            # at every step that reuses the groups)
             groups.append((p, torch.div(p, K, rounding_mode="floor"),
-                           kv_g[:, :, 0].permute(0, 2, 3, 1), kv_g[:, :, 1].transpose(1, 2), kpm))
+                           kv_g[:, :, 0].permute(0, 2, 3, 1).contiguous(),
+                           kv_g[:, :, 1].transpose(1, 2).contiguous(), kpm))
         return groups
 
     def _word_level(self, h: Tensor, values: Optional[Tensor], values_pad: Optional[Tensor], index: Tensor,

@@ -13,9 +13,10 @@ Measured in one run on IWSLT17 TED En-De (train: the dev talks, test: the 23 tes
     translations), initialised from that transformer (`--init-from-sentence-checkpoint`) and
     trained `--han-updates` more updates, in document order with its per-document cache.
 
-Sentences/second are fairseq's own figures (model loading excluded) and docctx-translate's;
-the mean hypothesis length is printed beside them, since a model that writes longer outputs
-is slower for that reason alone. Document order decodes position by position: each batch
+Sentences/second and generated tokens/second are fairseq's own figures (model loading
+excluded; docctx-translate: sentences/s); the mean hypothesis length (words) is printed beside
+them, since a model that writes longer outputs is slower per sentence for that reason alone
+(tokens/s then compares the work per step). Document order decodes position by position: each batch
 holds at most one sentence per document, and a test set's longest document sets the number of
 batches, so the document count and length spread of the test set bound its speed (23 talks of
 up to ~200 sentences against 155 news documents).
@@ -61,10 +62,12 @@ def sh(cmd, **kw):
 
 
 def fairseq_rate(out):
-    m = re.search(r"Translated ([\d,]+) sentences .* \(([\d.]+) sentences/s", out)
+    """Sentences, sentences/s, generated tokens/s (fairseq's own figures) and the mean
+    hypothesis length in words."""
+    m = re.search(r"Translated ([\d,]+) sentences .* \(([\d.]+) sentences/s, ([\d.]+) tokens/s\)", out)
     hyps = re.findall(r"^H-\d+\t[^\t]*\t(.*)$", out, re.M)
     mean_len = sum(len(h.split()) for h in hyps) / max(len(hyps), 1)
-    return int(m.group(1).replace(",", "")), float(m.group(2)), mean_len
+    return int(m.group(1).replace(",", "")), float(m.group(2)), float(m.group(3)), mean_len
 
 
 def main():
@@ -130,28 +133,34 @@ def main():
              "--path", han_ckpt, *gen],
     }
     rates = {name: [] for name in list(runs) + ["docctx-translate"]}
+    tokens = {name: [] for name in runs}
     lengths = {}
     for r in range(args.repeats):
         for name, cmd in runs.items():
             p = sh(cmd)
-            n, rate, mean_len = fairseq_rate(p.stdout + p.stderr)
+            n, rate, tok_rate, mean_len = fairseq_rate(p.stdout + p.stderr)
             rates[name].append(rate)
+            tokens[name].append(tok_rate)
             lengths[name] = mean_len
-            print(f"[{r + 1}] {name}: {n} sentences, {rate:.2f} sentences/s, "
-                  f"mean hypothesis length {mean_len:.1f} pieces", flush=True)
+            print(f"[{r + 1}] {name}: {n} sentences, {rate:.2f} sentences/s, {tok_rate:.1f} tokens/s, "
+                  f"mean hypothesis length {mean_len:.1f} words", flush=True)
         p = sh(["docctx-translate", raw, "--path", ckpt, "--data", test_bin, "--beam", str(args.beam),
                 "--batch-size", str(args.batch_size), "--cpu", "-o", WORK / "test.de.txt"])
         m = re.search(r"(\d+) sentences in [\d.]+s \(([\d.]+) sentences/s\)", p.stderr)
         rates["docctx-translate"].append(float(m.group(2)))
         print(f"[{r + 1}] docctx-translate: {m.group(1)} sentences, {m.group(2)} sentences/s", flush=True)
     best = {k: max(v) for k, v in rates.items()}
+    best_tok = {k: max(v) for k, v in tokens.items()}
     base = best["sentence-level fairseq-generate (translation task)"]
+    base_tok = best_tok["sentence-level fairseq-generate (translation task)"]
     print(f"\ntest set {args.test_set}, beam {args.beam}, --batch-size {args.batch_size} (documents side by "
-          f"side in document order), best of {args.repeats}")
-    print(f"{'run':58s} {'sent/s':>8s} {'ratio':>6s} {'mean len':>8s}")
+          f"side in document order), best of {args.repeats}; tokens/s: generated tokens (fairseq's figure), "
+          f"the fair measure when models write outputs of different lengths")
+    print(f"{'run':58s} {'sent/s':>8s} {'ratio':>6s} {'tok/s':>8s} {'ratio':>6s} {'mean len':>8s}")
     for k, v in best.items():
+        tok = f"{best_tok[k]:8.1f} {best_tok[k] / base_tok:6.2f}" if k in best_tok else f"{'':8s} {'':6s}"
         ml = f"{lengths[k]:8.1f}" if k in lengths else f"{'':8s}"
-        print(f"{k:58s} {v:8.2f} {v / base:6.2f} {ml}")
+        print(f"{k:58s} {v:8.2f} {v / base:6.2f} {tok} {ml}")
 
 
 if __name__ == "__main__":

@@ -7,9 +7,16 @@ fairseq's own training words/second (`wps` of the last `train` line) is compared
 alternate (A B A B ...) and the best of the repeats is kept, to damp machine noise.
 
 Usage: python benchmarks/bench_models.py [--updates 60] [--repeats 2] [--size small|qcn-paper|base]
-       [--models qcn han concat]
+       [--models qcn han concat] [--flop-batches 20]
 Targets: qcn_transformer (with the PCC regularizer) >= 0.8x transformer; joint HAN
 (han_transformer) >= 0.8x.
+
+Next to the speed, each model's matrix-product work is counted (torch's FlopCounterMode:
+matmuls and linear layers, forward + backward, one training step per batch) over its first
+--flop-batches batches, per target word, with the source words per target word of those
+batches. On a machine where training is bound by matrix products (a CPU), the transformer's
+FLOPs per word over the model's is the highest speed ratio the model can reach while doing
+the same arithmetic; "efficiency" is the model's achieved FLOP rate over the transformer's.
 """
 import argparse
 import os
@@ -77,10 +84,49 @@ def prepare():
 
 
 def wps(data_bin, name, updates, size):
-    log = sh(["fairseq-train", data_bin, "--user-dir", REPO / "fairseq_docctx",
-              "--task", "document_translation", *MODELS[name], *SIZES[size], *COMMON,
-              "--max-update", str(updates)])
+    log = sh(["fairseq-train", *train_args(data_bin, name, size), "--max-update", str(updates)])
     return float(re.findall(r"\| train \|.*?\| wps ([\d.]+)", log)[-1])
+
+
+def train_args(data_bin, name, size):
+    return [str(data_bin), "--user-dir", str(REPO / "fairseq_docctx"), "--task", "document_translation",
+            *MODELS[name], *SIZES[size], *COMMON]
+
+
+def count_flops(data_bin, name, size, batches):
+    """Matrix-product FLOPs (forward + backward) per target word over the first ``batches``
+    training batches of epoch 1 (fairseq-train's options and seed), and source words per
+    target word. Runs in its own process (``--count-flops``)."""
+    import torch
+    from fairseq import options, tasks, utils
+    from torch.utils.flop_counter import FlopCounterMode
+
+    args = options.parse_args_and_arch(options.get_training_parser(), train_args(data_bin, name, size))
+    utils.import_user_module(args)
+    torch.manual_seed(args.seed)
+    task = tasks.setup_task(args)
+    task.load_dataset("train")
+    model, criterion = task.build_model(args), task.build_criterion(args)
+    itr = task.get_batch_iterator(
+        task.dataset("train"), max_tokens=args.max_tokens, max_sentences=args.batch_size,
+        max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
+        ignore_invalid_inputs=True, required_batch_size_multiple=args.required_batch_size_multiple,
+        seed=args.seed, epoch=1).next_epoch_itr(shuffle=True)
+    model.train()
+    counter, tgt, src = FlopCounterMode(display=False), 0, 0
+    with counter:
+        for _, sample in zip(range(batches), itr):
+            loss, _, log = criterion(model, sample)
+            loss.backward()
+            tgt += log["ntokens"]
+            src += int(sample["net_input"]["src_lengths"].sum())
+    print(f"FLOPS {counter.get_total_flops() / tgt} {src / tgt}")
+
+
+def flops(data_bin, name, size, batches):
+    out = sh([sys.executable, __file__, "--count-flops", name, "--size", size, "--flop-batches", str(batches)])
+    per_word, src_per_tgt = re.findall(r"^FLOPS ([\d.e+]+) ([\d.]+)$", out, re.M)[-1]
+    return float(per_word), float(src_per_tgt)
 
 
 def main():
@@ -91,7 +137,13 @@ def main():
                     help="model size of every run: small (3+3 x 256, default), qcn-paper (4+4 x 512), "
                     "base (6+6 x 512)")
     ap.add_argument("--models", nargs="+", default=["qcn", "han", "concat"], choices=[m for m in MODELS if m != "transformer"])
+    ap.add_argument("--flop-batches", type=int, default=20,
+                    help="batches over which each model's FLOPs per word are counted (0: skip)")
+    ap.add_argument("--count-flops", choices=list(MODELS), help=argparse.SUPPRESS)  # worker
     args = ap.parse_args()
+    if args.count_flops:
+        count_flops(prepare(), args.count_flops, args.size, args.flop_batches)
+        return
     if not DATA.is_dir():
         sys.exit(f"needs {DATA} (the shared maruf-ende corpora beside the repository)")
     WORK.mkdir(parents=True, exist_ok=True)
@@ -103,12 +155,25 @@ def main():
             best[name] = max(best.get(name, 0.0), w)
             print(f"[{r + 1}] {name}: {w:.0f} words/s", flush=True)
     base = best["transformer"]
+    work = {}
+    if args.flop_batches:
+        for name in best:
+            work[name] = flops(data_bin, name, args.size, args.flop_batches)
     threads = os.environ.get("OMP_NUM_THREADS", "all cores")
     print(f"\ntraining words/second, {args.updates} updates, best of {args.repeats}, size {args.size} "
           f"({' '.join(SIZES[args.size][:8])} ...), --max-tokens 2048, K=3, threads: {threads}")
-    print(f"{'model':28s} {'wps':>8s} {'ratio':>6s}")
+    if work:
+        print(f"FLOPs: matrix products, forward + backward, per target word, first {args.flop_batches} batches; "
+              f"ceiling = transformer's FLOPs/word over the model's")
+    print(f"{'model':28s} {'wps':>8s} {'ratio':>6s}" + (
+        f" {'MFLOP/word':>10s} {'src/tgt':>7s} {'ceiling':>7s} {'efficiency':>10s}" if work else ""))
     for name, w in best.items():
-        print(f"{name:28s} {w:8.0f} {w / base:6.2f}")
+        line = f"{name:28s} {w:8.0f} {w / base:6.2f}"
+        if work:
+            f, r = work[name]
+            ceiling = work["transformer"][0] / f
+            line += f" {f / 1e6:10.1f} {r:7.2f} {ceiling:7.2f} {w / base / ceiling:10.2f}"
+        print(line)
 
 
 if __name__ == "__main__":

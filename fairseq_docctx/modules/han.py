@@ -118,11 +118,14 @@ class HierarchicalAttention(nn.Module):
 
     def _pair_groups(self, kv: Tensor, slot: Tensor, pad_tab: Tensor, index: Tensor, T: int):
         """The (row, distance) pairs that have a context sentence, in groups of similar
-        sentence length (`data.length_groups`): per group the pairs' numbers ``b*K + k``, their
-        query rows, and keys ``[n, H, d, w]``, values ``[n, H, w, d]`` and pad mask ``[n, w]``
+        sentence length (`data.length_groups`): per group the pairs' query rows ``b`` (pair
+        ``b*K + k``), and keys ``[n, H, d, w]``, values ``[n, H, w, d]`` and pad mask ``[n, w]``
         cut to the group's longest sentence ``w`` (the table is padded to the batch's longest
         sentence: attending over it would be mostly padding). The keys/values of all groups
-        are gathered from ``kv`` in one call."""
+        are gathered from ``kv`` in one call. Also returns the pairs without a sentence
+        (``missing``) and ``inv``, which puts the groups' outputs followed by those of the
+        missing pairs back in pair order; all of it depends on ``index`` only (reused across
+        beam-search steps)."""
         mha = self.word_attn
         H, hd = mha.num_heads, mha.head_dim
         U, L = pad_tab.shape
@@ -141,8 +144,12 @@ class HierarchicalAttention(nn.Module):
             cols = slice(L - w, L) if left else slice(0, w)
             spans.append((pairs.index_select(0, g), slot.index_select(0, r)[:, cols],
                           pad_tab.index_select(0, r)[:, cols]))
+        missing = (index < 0).view(-1).nonzero().squeeze(1)
+        order = torch.cat([p for p, _, _ in spans] + [missing])
+        inv = torch.empty_like(order)
+        inv[order] = torch.arange(order.numel(), device=order.device)
         if not spans:
-            return []
+            return [], missing, inv
         gathered = kv.index_select(0, torch.cat([sl.reshape(-1) for _, sl, _ in spans]))
         groups, start = [], 0
         for p, sl, kpm in spans:
@@ -151,10 +158,10 @@ class HierarchicalAttention(nn.Module):
             start += n * w
             # contiguous: matmul would copy these strided views at every call (in beam search,
             # at every step that reuses the groups)
-            groups.append((p, torch.div(p, K, rounding_mode="floor"),
+            groups.append((torch.div(p, K, rounding_mode="floor"),
                            kv_g[:, :, 0].permute(0, 2, 3, 1).contiguous(),
                            kv_g[:, :, 1].transpose(1, 2).contiguous(), kpm))
-        return groups
+        return groups, missing, inv
 
     def _word_level(self, h: Tensor, values: Optional[Tensor], values_pad: Optional[Tensor], index: Tensor,
                     incremental_state=None) -> Tensor:
@@ -185,25 +192,19 @@ class HierarchicalAttention(nn.Module):
         if cache is not None and "index" in cache and torch.equal(cache["index"], index):
             # the rows' context is what it was at the last step (beam search moves hypotheses
             # between the beams of one sentence, whose context is the same): no new gather
-            groups = cache["groups"]
+            groups, missing, inv = cache["groups"]
         else:
-            groups = self._pair_groups(kv, slot, pad_tab, index, T)
+            groups, missing, inv = self._pair_groups(kv, slot, pad_tab, index, T)
             if cache is not None:
-                cache.update(index=index, groups=groups)
-        parts, order = [], []
-        for pairs, qrows, k, v, kpm in groups:
+                cache.update(index=index, groups=(groups, missing, inv))
+        parts = []
+        for qrows, k, v, kpm in groups:
             logits = torch.matmul(q.index_select(0, qrows), k)  # [n, H, T, w]
             logits = logits.masked_fill(kpm[:, None, None, :], float("-inf"))
             probs = mha.dropout_module(torch.softmax(logits.float(), dim=-1).type_as(logits))
             parts.append(torch.matmul(probs, v))  # [n, H, T, d]
-            order.append(pairs)
-        missing = (index < 0).view(-1).nonzero().squeeze(1)
         if missing.numel():
             parts.append(q.new_zeros(missing.numel(), H, T, hd))
-            order.append(missing)
-        order = torch.cat(order)
-        inv = torch.empty_like(order)
-        inv[order] = torch.arange(order.numel(), device=order.device)
         attn = torch.cat(parts).index_select(0, inv)  # [B*K, H, T, d]
         attn = attn.permute(2, 0, 1, 3).reshape(T, B * K, C)
         return mha.out_proj(attn)

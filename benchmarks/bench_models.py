@@ -95,30 +95,26 @@ def train_args(data_bin, name, size):
 
 def count_flops(data_bin, name, size, batches):
     """Matrix-product FLOPs (forward + backward) per target word over the first ``batches``
-    training batches of epoch 1 (fairseq-train's options and seed), and source words per
-    target word. Runs in its own process (``--count-flops``)."""
-    import torch
+    training steps of epoch 1, taken by fairseq's own Trainer as fairseq-train sets it up
+    (same options, seed and batches), and source words per target word. Runs in its own
+    process (``--count-flops``)."""
     from fairseq import options, tasks, utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.trainer import Trainer
     from torch.utils.flop_counter import FlopCounterMode
 
-    args = options.parse_args_and_arch(options.get_training_parser(), train_args(data_bin, name, size))
-    utils.import_user_module(args)
-    torch.manual_seed(args.seed)
-    task = tasks.setup_task(args)
-    task.load_dataset("train")
-    model, criterion = task.build_model(args), task.build_criterion(args)
-    itr = task.get_batch_iterator(
-        task.dataset("train"), max_tokens=args.max_tokens, max_sentences=args.batch_size,
-        max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
-        ignore_invalid_inputs=True, required_batch_size_multiple=args.required_batch_size_multiple,
-        seed=args.seed, epoch=1).next_epoch_itr(shuffle=True)
-    model.train()
+    cfg = convert_namespace_to_omegaconf(
+        options.parse_args_and_arch(options.get_training_parser(), train_args(data_bin, name, size)))
+    utils.import_user_module(cfg.common)
+    utils.set_torch_seed(cfg.common.seed)
+    task = tasks.setup_task(cfg.task)
+    trainer = Trainer(cfg, task, task.build_model(cfg.model), task.build_criterion(cfg.criterion))
+    itr = trainer.get_train_iterator(epoch=1).next_epoch_itr(shuffle=True)
     counter, tgt, src = FlopCounterMode(display=False), 0, 0
     with counter:
         for _, sample in zip(range(batches), itr):
-            loss, _, log = criterion(model, sample)
-            loss.backward()
-            tgt += log["ntokens"]
+            trainer.train_step([sample])
+            tgt += sample["ntokens"]
             src += int(sample["net_input"]["src_lengths"].sum())
     print(f"FLOPS {counter.get_total_flops() / tgt} {src / tgt}")
 

@@ -6,8 +6,6 @@ encoder side (``x_{j-K} <sep> ... <sep> x_{j-1} <sep> x_j``). With target contex
 (``y_{j-K} <sep> ... y_{j-1} <sep>``) that the decoder reads but that is not scored: the
 outputs at prefix positions are cut away before the loss.
 """
-import logging
-
 import torch
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
@@ -19,8 +17,6 @@ from fairseq.models.transformer import (
 )
 
 from ..modules.context_concat import concat_with_context, gather_context_rows, pack_segments
-
-logger = logging.getLogger(__name__)
 
 
 class ConcatContextEncoder(TransformerEncoderBase):

@@ -32,6 +32,7 @@ from ..modules.qcn import (
     gather_context_embeddings,
     word_mask,
 )
+from .arch_defaults import set_defaults
 
 
 class QCNEncoderLayer(TransformerEncoderLayerBase):
@@ -205,17 +206,8 @@ class QCNTransformerModel(TransformerModel):
 def qcn_transformer(args):
     """Paper defaults: 4+4 layers, 512/2048, 8 heads, dropout 0.2, K=3, 4 capsules, 4
     routing iterations."""
-    args.encoder_layers = getattr(args, "encoder_layers", 4)
-    args.decoder_layers = getattr(args, "decoder_layers", 4)
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 512)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 2048)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 8)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 8)
-    args.dropout = getattr(args, "dropout", 0.2)
+    set_defaults(args, encoder_layers=4, decoder_layers=4, encoder_embed_dim=512, encoder_ffn_embed_dim=2048,
+                 encoder_attention_heads=8, decoder_attention_heads=8, dropout=0.2)
     base_architecture(args)
-    args.num_capsules = getattr(args, "num_capsules", None) or 4
-    args.routing_iters = getattr(args, "routing_iters", None) or 4
-    args.capsule_dim = getattr(args, "capsule_dim", None) or args.encoder_embed_dim
-    args.qcn_context_size = getattr(args, "qcn_context_size", None) or 3
-    args.no_qcn = getattr(args, "no_qcn", False)
-    args.no_pcc_regularizer = getattr(args, "no_pcc_regularizer", False)
+    set_defaults(args, num_capsules=4, routing_iters=4, capsule_dim=args.encoder_embed_dim, qcn_context_size=3,
+                 no_qcn=False, no_pcc_regularizer=False)

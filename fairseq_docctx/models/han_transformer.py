@@ -407,6 +407,66 @@ class HANTransformerModel(TransformerModel):
         full[real] = logits[0]
         return full
 
+    # ------------------------------------------------------------------- analysis
+    @torch.no_grad()
+    def context_weights(self, sample):
+        """How this model's HANs weigh the previous sentences, for a teacher-forced batch with
+        the reference context the task collates (the source table; the target table too for
+        a target/alignment HAN decoder). Returns a list of panels (the format of
+        :mod:`fairseq_docctx.evaluation.plots`), two per HAN (the encoder's: one column per
+        position of ``net_input["src_tokens"]``; the decoder's: one per target position):
+
+        * ``<part> HAN: sentence-level attention``: ``weights [B, K, C]``, the attention of
+          the sentence-level query ``f_s(h_t)`` over the summaries of the K previous
+          sentences (Miculicich et al. 2018, §2.1, Eqs. 5-6; mean over heads); row k-1 is the sentence
+          at distance k, of the source (encoder HAN, ``source`` decoder) or target side; a
+          distribution over the present sentences at every real position;
+        * ``<part> HAN: context gate λ``: ``weights [B, 1, C]``, the context gate of §2.2, Eq. 7
+          (mean over channels; ``λ`` weighs the position's own state, ``1-λ`` the context); rows without
+          any context sentence are masked (their states pass unchanged).
+        """
+        enc, dec = self.encoder, self.decoder
+        ni = sample["net_input"]
+        ctx = ni.get("context")
+        if ctx is None or "src_self" not in ctx:
+            raise ValueError("han_transformer.context_weights: the batch has no source context table")
+        was = self.training
+        self.eval()
+        try:
+            K = enc.context_size
+            table_out, values, vpad = enc.encode_table(ctx)
+            rows = ctx["src_self"]
+            panels = []
+            if enc.han is not None:
+                # queries: the current rows' pre-HAN states at the positions of src_tokens
+                src = ni["src_tokens"]
+                width, L = src.size(1), values.size(1)
+                left = bool(ctx["src_tokens"][:, -1].ne(enc.padding_idx).all())
+                cols = slice(L - width, L) if left else slice(0, width)
+                h = values.index_select(0, rows)[:, cols].transpose(0, 1)
+                index = ctx["src_index"][:, :K]
+                _, w = enc.han(h, values, vpad, index, need_weights=True)
+                panels += _han_panels("encoder", w, index, "source", "source", src.ne(enc.padding_idx))
+            if dec.han is not None:
+                if dec.han_mode == "source":
+                    v, v_pad, index, side = values, vpad, ctx["src_index"][:, :K], "source"
+                else:
+                    if "tgt_tokens" not in ctx:
+                        raise ValueError(f"HAN decoder ({dec.han_mode}) needs target context: "
+                                         "use --context-sides both")
+                    prev_tab = shift_eos_to_front(ctx["tgt_tokens"], dec.padding_idx, dec.dictionary.eos())
+                    states, aln = dec.context_pass(
+                        prev_tab, enc.reorder_encoder_out(table_out, tgt_to_src_rows(ctx)))
+                    v, v_pad = dec.context_values(states, aln), prev_tab.eq(dec.padding_idx)
+                    index, side = ctx["tgt_index"][:, :K], "target"
+                prev = ni["prev_output_tokens"]
+                x, _ = dec.extract_features_scriptable(prev, enc.reorder_encoder_out(table_out, rows))
+                _, w = dec.han(x.transpose(0, 1), v, v_pad, index, need_weights=True)
+                panels += _han_panels("decoder", w, index, side, "target", prev.ne(dec.padding_idx))
+        finally:
+            self.train(was)
+        return panels
+
     # ------------------------------------------------------------------ inference
     @torch.no_grad()
     def document_cache_entries(self, sample, hypos):
@@ -439,6 +499,24 @@ class HANTransformerModel(TransformerModel):
             for e, s in zip(entries, torch.split(v[valid], valid.sum(1).tolist())):
                 e[dec.han_mode] = s
         return entries
+
+
+def _han_panels(part, weights, index, side, columns, column_mask):
+    """The two panels of one HAN (see :meth:`HANTransformerModel.context_weights`) from the
+    weights ``HierarchicalAttention`` returns with ``need_weights``."""
+    att = weights["sentence_attn"].permute(1, 2, 0)  # [B, K, T]
+    gate = weights["gate"].t().unsqueeze(1)  # [B, 1, T]
+    has_ctx = weights["has_context"]
+    present = (index >= 0) & has_ctx[:, None]
+    common = dict(columns=columns, column_mask=column_mask, context_side=side)
+    return [
+        dict(title=f"{part} HAN: sentence-level attention (mean over heads)",
+             weights=att * present[:, :, None] * column_mask[:, None, :], rows=list(range(1, index.size(1) + 1)),
+             row_mask=present, normalized=True, **common),
+        dict(title=f"{part} HAN: context gate λ (mean over channels; 1-λ = share of context)",
+             weights=gate * column_mask[:, None, :], rows=["λ"], row_mask=has_ctx[:, None], normalized=False,
+             **common),
+    ]
 
 
 @register_model_architecture("han_transformer", "han_transformer")

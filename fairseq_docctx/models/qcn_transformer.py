@@ -189,6 +189,35 @@ class QCNTransformerModel(TransformerModel):
             extra["pcc"] = self.regularizer_pcc(src_tokens, prev_output_tokens, src_embeddings)
         return x, extra
 
+    @torch.no_grad()
+    def context_weights(self, sample):
+        """The coupling coefficients of the query-guided routing (Yang et al. 2019, §3.2,
+        Algorithm 1; their Figure 6) for every row of a batch with its source context.
+        Returns a list of panels (the format of :mod:`fairseq_docctx.evaluation.plots`), one per
+        routing iteration: ``weights [B, m, K*L]``, the coupling coefficients of every context
+        word (columns ``source context``: column ``(k-1)*L + l`` is word ``l`` of the source
+        sentence at distance ``k``, ``L`` the width of the context table, EOS and padding
+        masked) with the ``m`` output capsules (rows); each real column is a distribution
+        over the capsules."""
+        enc = self.encoder
+        if enc.qcn is None:
+            raise ValueError("this qcn_transformer has no query-guided capsule network (--no-qcn)")
+        ni = sample["net_input"]
+        was = self.training
+        self.eval()
+        try:
+            cur, cur_mask, ctx, ctx_mask, _, _ = enc.capsule_inputs(ni["src_tokens"], ni.get("context"))
+            _, c, _ = enc.qcn(cur, cur_mask, ctx, ctx_mask, return_history=True)  # [iters, B, K*L, m]
+        finally:
+            self.train(was)
+        B, m = c.size(1), c.size(-1)
+        words = ctx_mask.reshape(B, -1)
+        return [dict(title=f"QCN coupling coefficients c, routing iteration {t + 1}",
+                     weights=c[t].transpose(1, 2) * words[:, None, :], rows=[f"v{j + 1}" for j in range(m)],
+                     row_mask=words.new_ones(B, m), columns="source context", column_mask=words,
+                     context_side="source", normalized=True)
+                for t in range(c.size(0))]
+
     def regularizer_pcc(self, src_tokens, prev_output_tokens, src_embeddings=None):
         """``PCC(Caps_enc(x), Caps_dec(y))`` per sentence, from the source embeddings and the
         (teacher-forced) decoder-input embeddings; ``None`` without a regularizer."""

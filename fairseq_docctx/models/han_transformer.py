@@ -514,7 +514,7 @@ def _han_panels(part, weights, index, side, columns, column_mask):
              weights=att * present[:, :, None] * column_mask[:, None, :], rows=list(range(1, index.size(1) + 1)),
              row_mask=present, normalized=True, **common),
         dict(title=f"{part} HAN: context gate λ (mean over channels; 1-λ = share of context)",
-             weights=gate * column_mask[:, None, :], rows=["λ"], row_mask=has_ctx[:, None], normalized=False,
+             weights=gate * (has_ctx[:, None] & column_mask)[:, None, :], rows=["λ"], row_mask=has_ctx[:, None], normalized=False,
              **common),
     ]
 

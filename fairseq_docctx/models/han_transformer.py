@@ -25,6 +25,10 @@ keys are cached in the incremental state). In document-order inference the model
 per translated sentence, its encoder states and the decoder states / alignment vectors of
 its best hypothesis (:meth:`HANTransformerModel.document_cache_entries`) and reads them
 back from ``context["cache"]``: previous sentences are never re-encoded or re-decoded.
+
+Two-stage training (``--init-from-sentence-checkpoint``, ``--freeze-sentence-weights``):
+:mod:`fairseq_docctx.models.sentence_init`. What the HANs weigh the previous sentences with
+(``docctx-score plot``): :meth:`HANTransformerModel.context_weights`.
 """
 import logging
 

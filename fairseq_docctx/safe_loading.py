@@ -8,13 +8,10 @@ of turning safe loading off.
 """
 import argparse
 import collections
-import logging
 import typing
 
 import numpy as np
 import torch
-
-logger = logging.getLogger(__name__)
 
 
 def _numpy_globals():

@@ -582,7 +582,7 @@ def test_context_only_rows_run_without_autograd(config, monkeypatch):
     """Table rows that are only context (states read detached) are encoded and teacher-forced
     without autograd: same outputs and same gradients as one pass with autograd over all
     rows, and the layers see those rows in passes that record no graph."""
-    import fairseq_docctx.models.han_transformer as ht
+    import fairseq_docctx.modules.table_encoder as te
 
     d = _dict()
     model = build(d, config)
@@ -614,8 +614,8 @@ def test_context_only_rows_run_without_autograd(config, monkeypatch):
     assert sum(n for n, g in passes if g) == n_cur  # current rows: with autograd
     assert sum(n for n, g in passes if not g) == n_all - n_cur  # the rest: without
 
-    original = ht._run_bucketed
-    monkeypatch.setattr(ht, "_run_bucketed", lambda *a, grad_rows=None, **k: original(*a, **k))
+    original = te.run_bucketed
+    monkeypatch.setattr(te, "run_bucketed", lambda *a, grad_rows=None, **k: original(*a, **k))
     (full_out, full_grads), passes = run_and_watch()
     assert sum(n for n, g in passes if g) == n_all  # the reference: every row with autograd
     torch.testing.assert_close(split_out, full_out, atol=1e-6, rtol=1e-5)

@@ -155,8 +155,10 @@ def test_analyze_writes_routing_heatmaps(qcn_ckpt, toy_bin, tmp_path):
 
     docs = [l.split("\t") for l in (toy_bin / "test.src-tgt.docs").read_text().splitlines()]
     doc_id, n = next((d, int(n)) for d, n in docs if int(n) >= 3)
-    run(["docctx-analyze", "qcn", "--path", qcn_ckpt, "--data", toy_bin, "--doc", doc_id,
-         "--sentence", "2", "--outdir", tmp_path])
+    out = run(["docctx-analyze", "qcn", "--path", qcn_ckpt, "--data", toy_bin, "--doc", doc_id,
+               "--sentence", "2", "--outdir", tmp_path])
+    # fairseq's import sets the root logger to DEBUG: no library's debug lines (matplotlib's)
+    assert "DEBUG" not in out.stderr + out.stdout, (out.stderr + out.stdout)[-2000:]
     for f in ("qcn_coupling.png", "qcn_pcc.png"):
         assert (tmp_path / f).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     r = json.loads((tmp_path / "qcn_routing.json").read_text())
@@ -165,6 +167,27 @@ def test_analyze_writes_routing_heatmaps(qcn_ckpt, toy_bin, tmp_path):
     assert {w.split(":")[0] for w in r["context_words"]} == {"-1", "-2"}  # two previous sentences
     np.testing.assert_allclose(c.sum(-1), 1.0, rtol=1e-5)  # softmax over output capsules
     assert (np.abs(p) <= 1).all()
+
+
+def test_plot_shows_the_coupling_coefficients(qcn_ckpt, toy_bin, tmp_path):
+    """``docctx-score plot`` draws the model's context_weights: the coupling coefficients of
+    every context word at each routing iteration, the values docctx-analyze writes."""
+    import json
+
+    docs = [l.split("\t") for l in (toy_bin / "test.src-tgt.docs").read_text().splitlines()]
+    doc_id = next(d for d, n in docs if int(n) >= 3)
+    args = ["--path", qcn_ckpt, "--data", toy_bin, "--doc", doc_id, "--sentence", "2"]
+    run(["docctx-analyze", "qcn", *args, "--outdir", tmp_path])
+    p = run(["docctx-score", "plot", *args, "--outdir", tmp_path])
+    assert "context_qcn_transformer.png" in p.stdout
+    assert (tmp_path / "context_qcn_transformer.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    r = json.loads((tmp_path / "qcn_routing.json").read_text())
+    v = json.loads((tmp_path / "context_qcn_transformer.json").read_text())
+    assert v["arch"] == "qcn_transformer" and len(v["panels"]) == 2  # routing iterations
+    assert [row.split(":")[0] for row in v["rows"]] == ["-2", "-1"]
+    for t, panel in enumerate(v["panels"]):
+        assert panel["row_labels"] == ["v1", "v2"] and panel["columns"] == r["context_words"]
+        np.testing.assert_allclose(np.array(panel["values"]).T, np.array(r["coupling"][t]), atol=1e-6)
 
 
 def test_table_path_equals_the_plain_transcription():

@@ -300,16 +300,30 @@ def test_plot_han_attention_and_gate(han_ckpt, tmp_path):
         assert att["row_labels"] == ["-2", "-1"] and a.shape == (2, len(att["columns"]))
         np.testing.assert_allclose(a.sum(0), 1.0, atol=1e-5)
         assert ((g > 0) & (g < 1)).all() and g.shape == (1, len(att["columns"]))
-    # the hook changes nothing: outputs with and without recording are identical
+    # context_weights weighs what the forward pass computes: the inputs each HAN gets in
+    # model(**net_input), captured, give the same weights; asking for them changes no output
     model = hub.models[0]
     sample = hub.task._for_model(plots.sentence_sample(hub, "test", str(d), 2), model)
-    with torch.no_grad():
-        plain = model(**sample["net_input"])[0]
-        model.encoder.han.record = []
-        model.decoder.han.record = []
-        recorded = model(**sample["net_input"])[0]
-        model.encoder.han.record = model.decoder.han.record = None
-    torch.testing.assert_close(plain, recorded)
+    calls = []
+    hans = (model.encoder.han, model.decoder.han)
+    hooks = [h.register_forward_pre_hook(lambda m, a, k: calls.append((m, a, k)), with_kwargs=True) for h in hans]
+    try:
+        with torch.no_grad():
+            model(**sample["net_input"])
+    finally:
+        for h in hooks:
+            h.remove()
+    assert [m for m, _, _ in calls] == list(hans)
+    panels = model.context_weights(sample)
+    assert [p["columns"] for p in panels] == ["source", "source", "target", "target"]
+    for (m, a, _), att, gate in zip(calls, panels[0::2], panels[1::2]):
+        with torch.no_grad():
+            out, w = m(*a[:4], need_weights=True)
+            torch.testing.assert_close(out, m(*a[:4]))
+        T = w["sentence_attn"].size(0)
+        assert att["weights"].shape == (1, 2, T) and att["row_mask"].tolist() == [[True, True]]
+        torch.testing.assert_close(att["weights"][0], w["sentence_attn"][:, 0].T, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(gate["weights"][0, 0], w["gate"][:, 0], atol=1e-5, rtol=1e-4)
     out = tmp_path / "fig"
     p = run(["docctx-score", "plot", "--path", han_ckpt, "--split", "test", "--doc", str(d), "--sentence", "2",
              "--outdir", out])

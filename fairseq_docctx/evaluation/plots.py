@@ -1,18 +1,38 @@
-"""Plots of how a model spreads its attention over the context sentences of one sentence.
+"""Plots of how a model spreads its attention over the context of one sentence.
 
 ``docctx-score plot --path CKPT --split test --doc D --sentence J --outdir fig/`` teacher-forces
 sentence ``J`` of document ``D`` (its reference, with the reference context the data holds)
-and writes ``context_<arch>.png`` plus the plotted values as ``context_<arch>.json``:
+and writes ``context_<model>.png`` plus the plotted values as ``context_<model>.json``. The
+values come from the model's ``context_weights(sample)`` method, which every context model
+implements and which returns a list of *panels*, each a dict of
+
+* ``title`` (str);
+* ``weights``: a float tensor ``[B, R, C]``, zero where a row or column does not exist;
+* ``rows``: the ``R`` row labels: an int ``k`` is the sentence at distance ``k`` of the
+  ``context_side`` (``0``: the current sentence), a str is a label of its own (``"λ"``, a
+  capsule ``"v1"``);
+* ``row_mask``: a bool tensor ``[B, R]``, the rows that exist for each batch row (the
+  context sentences a row has);
+* ``columns``: what the ``C`` columns are: ``"source"`` (the positions of
+  ``net_input["src_tokens"]``), ``"target"`` (the target positions) or ``"source context"``
+  (the words of the K previous source sentences: column ``(k-1)*L + l`` is position ``l`` of
+  the context table's row of the sentence at distance ``k``, ``L`` the table's width);
+* ``column_mask``: a bool tensor ``[B, C]``, the real columns (no padding, no EOS);
+* ``context_side``: ``"source"`` or ``"target"``, the side of the sentences of int rows;
+* ``normalized``: whether every real column is a distribution over the rows present.
+
+What the three models return:
 
 * ``concat_transformer``: the last decoder layer's encoder-decoder attention (mean over
   heads) summed over the tokens of each context sentence and of the current sentence — one
-  row per sentence, one column per target token (each column sums to 1);
+  row per sentence, one column per target token;
 * ``han_transformer`` (all five configurations): for each HAN (encoder: one column per source
   token; decoder: one per target token) the sentence-level attention over the K previous
-  sentences (one row per context sentence; mean over heads) and the context gate ``λ``
-  (mean over channels; ``λ`` weighs the token's own state, ``1-λ`` the context);
-* ``qcn_transformer``: the routing heatmaps of ``docctx-analyze qcn`` (coupling coefficients
-  and query correlations per iteration), written by the same code.
+  sentences (mean over heads) and the context gate ``λ`` (mean over channels; ``λ`` weighs
+  the token's own state, ``1-λ`` the context);
+* ``qcn_transformer``: the coupling coefficients of every context word with the output
+  capsules at each routing iteration (``docctx-analyze qcn`` also plots the query
+  correlations).
 """
 import json
 import os
@@ -20,9 +40,9 @@ import sys
 from typing import Dict, List
 
 import numpy as np
-import torch
+from fairseq.models import MODEL_REGISTRY
 
-from ..cli.analyze import sentence_sample
+from .analysis import sentence_sample
 
 
 def _tokens(dictionary, row) -> List[str]:
@@ -33,113 +53,84 @@ def _text(dictionary, row) -> str:
     return dictionary.string(row[row.ne(dictionary.pad())])
 
 
-def _context_labels(hub, ctx, prefix="src") -> List[tuple]:
-    """``[(distance k, row of the table)]`` of the present context sentences, farthest first."""
-    index = ctx[f"{prefix}_index"][0].tolist()
-    return [(k + 1, row) for k, row in reversed(list(enumerate(index))) if row >= 0]
+def _model_name(model) -> str:
+    """The name the model class is registered under (``han_transformer`` for all its archs)."""
+    return next((name for name, cls in MODEL_REGISTRY.items() if type(model) is cls), type(model).__name__)
 
 
-def concat_attention(hub, sample) -> Dict:
-    """Cross-attention mass of every target token on each context sentence and on the current
-    sentence (``concat_transformer``)."""
-    model = hub.models[0]
+def _context_row(ctx, side: str, k: int, b: int = 0):
+    """Table row of batch row ``b``'s sentence at distance ``k`` on ``side`` (or ``None``)."""
+    index = ctx.get({"source": "src_index", "target": "tgt_index"}[side])
+    if index is None or k > index.size(1) or int(index[b, k - 1]) < 0:
+        return None
+    return int(index[b, k - 1])
+
+
+def _column_labels(hub, sample, panel, b: int = 0) -> List[str]:
     ni = sample["net_input"]
-    ctx = ni.get("context") or {}
-    pad = hub.src_dict.pad()
-    with torch.no_grad():
-        _, extra = model(**ni, alignment_layer=None)
-    attn = extra["attn"][0][0]  # [T_tgt, S] (mean over heads, last layer)
-    labels, rows = [], []
-    if "src_index" in ctx:
-        for k, row in _context_labels(hub, ctx):
-            n = int(ctx["src_tokens"][row].ne(pad).sum())
-            labels += [k] * n
-            rows.append((k, _text(hub.src_dict, ctx["src_tokens"][row])))
-    labels += [0] * int(ni["src_tokens"][0].ne(pad).sum())
-    labels = np.array(labels[-attn.size(1):])  # the farthest context is cut first
-    if len(labels) != attn.size(1):
-        raise RuntimeError(f"source layout mismatch: {len(labels)} labelled tokens, attention over {attn.size(1)}")
-    rows = [(k, text) for k, text in rows if (labels == k).any()] + [(0, _text(hub.src_dict, ni["src_tokens"][0]))]
-    a = attn.float().numpy()
-    values = np.stack([a[:, labels == k].sum(1) for k, _ in rows])  # [sentences, T_tgt]
-    return {
-        "rows": [f"-{k}: {t}" if k else f"current: {t}" for k, t in rows],
-        "panels": [{"title": "encoder-decoder attention mass per sentence (last layer, mean over heads)",
-                    "columns": _tokens(hub.tgt_dict, sample["target"][0]), "values": values.tolist(),
-                    "row_labels": [f"-{k}" if k else "current" for k, _ in rows]}],
-    }
+    mask = panel["column_mask"][b]
+    if panel["columns"] == "source":
+        toks = ni["src_tokens"][b]
+        return [hub.src_dict[t] for t in toks[mask].tolist()]
+    if panel["columns"] == "target":
+        toks = sample["target"][b] if sample.get("target") is not None else ni["prev_output_tokens"][b]
+        return [hub.tgt_dict[t] for t in toks[: mask.numel()][mask].tolist()]
+    if panel["columns"] == "source context":
+        ctx = ni["context"]
+        table, index = ctx["src_tokens"], ctx["src_index"]
+        L = table.size(1)
+        return [f"-{c // L + 1}:{hub.src_dict[int(table[index[b, c // L], c % L])]}"
+                for c in mask.nonzero().view(-1).tolist()]
+    raise ValueError(f"unknown columns {panel['columns']!r}")
 
 
-def han_attention(hub, sample) -> Dict:
-    """Sentence-level attention over the context sentences and the gate λ of every HAN of a
-    ``han_transformer`` (encoder and/or decoder)."""
-    model = hub.models[0]
-    ni = sample["net_input"]
-    ctx = ni.get("context") or {}
-    hans = [(name, getattr(part, "han", None)) for name, part in (("encoder", model.encoder), ("decoder", model.decoder))]
-    hans = [(n, h) for n, h in hans if h is not None]
-    if not hans:
-        raise ValueError("this han_transformer has no HAN (--han-encoder false --han-decoder none)")
-    for _, h in hans:
-        h.record = []
-    try:
-        with torch.no_grad():
-            model(**ni)
-    finally:
-        records = {n: h.record for n, h in hans}
-        for _, h in hans:
-            h.record = None
-    panels, rows = [], None
-    for name, rec in records.items():
-        if not rec:
-            continue
-        r = rec[-1]
-        if name == "encoder":
-            b = 0  # the encoder HAN runs on the batch's current sentences (here: one)
-            pfx, cols = "src", _tokens(hub.src_dict, ni["src_tokens"][0])
-            index = ctx.get("src_index")
-        else:
-            b, pfx, cols = 0, "tgt", _tokens(hub.tgt_dict, sample["target"][0])
-            index = ctx.get("tgt_index") if model.decoder.han_mode in ("target", "alignment") else ctx.get("src_index")
-        K = model.encoder.context_size
-        idx = index[0, :K].tolist() if index is not None else []
-        present = [k for k in range(len(idx)) if idx[k] >= 0][::-1]  # farthest first
-        att = r["sentence_attn"][:, b, :]  # [T, K]
-        gate = r["gate"][:, b]
-        T = len(cols)
-        att, gate = att[-T:] if name == "encoder" else att[:T], gate[-T:] if name == "encoder" else gate[:T]
-        rows_here = [f"-{k + 1}" for k in present]
-        table = ctx.get(f"{pfx}_tokens")
-        dictionary = hub.src_dict if pfx == "src" else hub.tgt_dict
-        rows = rows or [f"-{k + 1}: {_text(dictionary, table[idx[k]])}" for k in present]
-        panels.append({"title": f"{name} HAN: sentence-level attention (mean over heads)", "columns": cols,
-                       "row_labels": rows_here, "values": att[:, present].T.float().numpy().tolist()})
-        panels.append({"title": f"{name} HAN: context gate λ (mean over channels; 1-λ = share of context)",
-                       "columns": cols, "row_labels": ["λ"], "values": [gate.float().numpy().tolist()]})
-    return {"rows": rows or [], "panels": panels}
+def panel_values(hub, sample, panel, b: int = 0) -> Dict:
+    """One panel of batch row ``b`` as plotted: ``title``, ``row_labels`` (distances
+    ``-k`` farthest first, then ``current``; or the panel's own labels), ``columns`` (token
+    strings) and ``values [rows][columns]``."""
+    w = panel["weights"][b].float()
+    rows = [(i, r) for i, r in enumerate(panel["rows"]) if bool(panel["row_mask"][b, i])]
+    if all(isinstance(r, int) for _, r in rows):
+        rows = sorted(rows, key=lambda x: (x[1] == 0, -x[1]))  # farthest first, current last
+    cols = panel["column_mask"][b]
+    values = w[[i for i, _ in rows]][:, cols] if rows else w.new_zeros(0, int(cols.sum()))
+    return {"title": panel["title"], "columns": _column_labels(hub, sample, panel, b),
+            "row_labels": [(f"-{r}" if r else "current") if isinstance(r, int) else r for _, r in rows],
+            "values": values.cpu().numpy().tolist()}
 
 
 def context_values(hub, split: str, doc: str, sentence: int) -> Dict:
-    """The plotted values for one sentence (see the module doc); keys ``arch``, ``sentence``,
-    ``rows`` (the context sentences, farthest first, then the current one where plotted) and
-    ``panels`` (``title``, ``row_labels``, ``columns``, ``values [rows][columns]``)."""
-    from ..models.concat_transformer import ConcatTransformerModel
-    from ..models.han_transformer import HANTransformerModel
-
-    sample = sentence_sample(hub, split, doc, sentence)
+    """The plotted values for one sentence (see the module doc); keys ``arch`` (the model's
+    registered name), ``sentence``, ``rows`` (the context sentences of the first panel,
+    farthest first, then the current one where it is plotted) and ``panels`` (``title``,
+    ``row_labels``, ``columns``, ``values [rows][columns]``)."""
     model = hub.models[0]
+    if not callable(getattr(model, "context_weights", None)):
+        raise ValueError(f"{type(model).__name__} has no context_weights(sample): nothing over its context "
+                         "to plot (concat_transformer, han_transformer, qcn_transformer)")
     model.eval()
-    sample = hub.task._for_model(sample, model)
-    if isinstance(model, ConcatTransformerModel):
-        out, arch = concat_attention(hub, sample), "concat_transformer"
-    elif isinstance(model, HANTransformerModel):
-        out, arch = han_attention(hub, sample), "han_transformer"
-    else:
-        raise ValueError(f"{type(model).__name__}: no attention or gate over context sentences to plot "
-                         "(concat_transformer, han_transformer; qcn_transformer: routing heatmaps)")
-    out.update(arch=arch, sentence=_text(hub.src_dict, sample["net_input"]["src_tokens"][0]),
-               reference=_text(hub.tgt_dict, sample["target"][0]), split=split, doc=doc, index=sentence)
-    return out
+    sample = hub.task._for_model(sentence_sample(hub, split, doc, sentence), model)
+    panels = model.context_weights(sample)
+    ni = sample["net_input"]
+    ctx = ni.get("context") or {}
+    rows = []
+    if panels:
+        first = panels[0]
+        side = first["context_side"]
+        dictionary, table = (hub.src_dict, ctx.get("src_tokens")) if side == "source" else (hub.tgt_dict, ctx.get("tgt_tokens"))
+        dist = {r for r in first["rows"] if isinstance(r, int)}
+        if first["columns"] == "source context":  # the sentences whose words are columns
+            L = ctx["src_tokens"].size(1)
+            dist = {c // L + 1 for c in first["column_mask"][0].nonzero().view(-1).tolist()}
+        for k in sorted((r for r in dist if r > 0), reverse=True):
+            row = _context_row(ctx, side, k)
+            if row is not None:
+                rows.append(f"-{k}: {_text(dictionary, table[row])}")
+        if 0 in dist:
+            rows.append(f"current: {_text(hub.src_dict, ni['src_tokens'][0])}")
+    return {"arch": _model_name(model), "sentence": _text(hub.src_dict, ni["src_tokens"][0]),
+            "reference": _text(hub.tgt_dict, sample["target"][0]), "split": split, "doc": doc, "index": sentence,
+            "rows": rows, "panels": [panel_values(hub, sample, p) for p in panels]}
 
 
 def plot_context(values: Dict, path: str):
@@ -181,8 +172,9 @@ def add_subcommand(subparsers):
     p = subparsers.add_parser(
         "plot", help="PNG of attention / gate values over the context sentences of one sentence",
         description="Teacher-force one sentence of a document and plot how the model weighs its context "
-        "sentences (concat_transformer: cross-attention mass; han_transformer: sentence-level attention "
-        "and gate; qcn_transformer: routing heatmaps).")
+        "(the model's context_weights: concat_transformer: cross-attention mass per sentence; "
+        "han_transformer: sentence-level attention and gate; qcn_transformer: coupling coefficients "
+        "of the context words with the output capsules).")
     p.add_argument("--path", required=True, help="checkpoint file (.pt)")
     p.add_argument("--data", help="data directory (default: the training data)")
     p.add_argument("--split", default="test")
@@ -201,13 +193,6 @@ def main(args) -> int:
     try:
         hub = from_pretrained(args.path, data=args.data)
         os.makedirs(args.outdir, exist_ok=True)
-        if getattr(hub.models[0].encoder, "qcn", None) is not None:
-            from ..cli import analyze
-
-            analyze.main(["qcn", "--path", args.path, "--split", args.split, "--doc", str(args.doc),
-                          "--sentence", str(args.sentence), "--outdir", args.outdir]
-                         + (["--data", args.data] if args.data else []))
-            return 0
         values = context_values(hub, args.split, args.doc, args.sentence)
         base = os.path.join(args.outdir, f"context_{values['arch']}")
         with open(base + ".json", "w", encoding="utf-8") as f:

@@ -26,8 +26,6 @@ from fairseq.data import LanguagePairDataset
 from ..data.doc_index import DocIndex
 from ..data.document_dataset import DocumentPairDataset
 
-logger = logging.getLogger(__name__)
-
 # (source sentences, target sentences) of one document; the last pair is scored
 TokenDocument = Tuple[Sequence[torch.Tensor], Sequence[torch.Tensor]]
 

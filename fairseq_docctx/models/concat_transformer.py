@@ -6,8 +6,6 @@ encoder side (``x_{j-K} <sep> ... <sep> x_{j-1} <sep> x_j``). With target contex
 (``y_{j-K} <sep> ... y_{j-1} <sep>``) that the decoder reads but that is not scored: the
 outputs at prefix positions are cut away before the loss.
 """
-import logging
-
 import torch
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
@@ -19,8 +17,6 @@ from fairseq.models.transformer import (
 )
 
 from ..modules.context_concat import concat_with_context, gather_context_rows, pack_segments
-
-logger = logging.getLogger(__name__)
 
 
 class ConcatContextEncoder(TransformerEncoderBase):
@@ -136,6 +132,42 @@ class ConcatTransformerModel(TransformerModel):
             alignment_layer=alignment_layer, alignment_heads=alignment_heads,
             src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
         )
+
+    @torch.no_grad()
+    def context_weights(self, sample):
+        """How much of its encoder-decoder attention every target position spends on each
+        sentence of the concatenated source (last decoder layer, mean over heads), for a
+        teacher-forced batch with its context. Returns a list of one panel (the format of
+        :mod:`fairseq_docctx.evaluation.plots`): ``weights [B, K+1, T]``, row ``k`` the
+        attention mass on the source sentence at distance ``k`` (its closing separator
+        included; row 0: the current sentence), one column per target position; each real
+        column sums to 1 over the sentences present (``row_mask``: the sentences the
+        concatenation holds, the farthest being cut first at ``--max-source-positions``)."""
+        ni = sample["net_input"]
+        ctx = ni.get("context") or {}
+        enc = self.encoder
+        pad = enc.padding_idx
+        was = self.training
+        self.eval()
+        try:
+            attn = self(**ni)[1]["attn"][0]  # [B, T, S]
+        finally:
+            self.train(was)
+        tokens = ni["src_tokens"]
+        K = 0
+        if "src_index" in ctx:
+            K = ctx["src_index"].size(1)
+            tokens, _ = concat_with_context(tokens, ctx["src_tokens"], ctx["src_index"], pad,
+                                            enc.dictionary.eos(), enc.sep_idx, left_pad=True,
+                                            max_len=enc.max_source_positions)
+        # a position's distance: the number of separators at or after it
+        dist = tokens.eq(enc.sep_idx).flip(1).cumsum(1).flip(1)
+        onehot = (dist.unsqueeze(1) == torch.arange(K + 1, device=dist.device)[None, :, None]) & tokens.ne(pad)[:, None]
+        weights = torch.einsum("bts,bks->bkt", attn.float(), onehot.float())
+        prev = ni["prev_output_tokens"]
+        return [dict(title="encoder-decoder attention mass per sentence (last layer, mean over heads)",
+                     weights=weights * prev.ne(pad)[:, None, :], rows=list(range(K + 1)), row_mask=onehot.any(2),
+                     columns="target", column_mask=prev.ne(pad), context_side="source", normalized=True)]
 
 
 @register_model_architecture("concat_transformer", "concat_transformer")

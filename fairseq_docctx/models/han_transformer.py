@@ -25,12 +25,15 @@ keys are cached in the incremental state). In document-order inference the model
 per translated sentence, its encoder states and the decoder states / alignment vectors of
 its best hypothesis (:meth:`HANTransformerModel.document_cache_entries`) and reads them
 back from ``context["cache"]``: previous sentences are never re-encoded or re-decoded.
+
+Two-stage training (``--init-from-sentence-checkpoint``, ``--freeze-sentence-weights``):
+:mod:`fairseq_docctx.models.sentence_init`. What the HANs weigh the previous sentences with
+(``docctx-score plot``): :meth:`HANTransformerModel.context_weights`.
 """
 import logging
-import os
 
 import torch
-from fairseq import checkpoint_utils, utils
+from fairseq import utils
 from fairseq.data import data_utils
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
@@ -42,8 +45,10 @@ from fairseq.models.transformer import (
 )
 from torch.nn.utils.rnn import pad_sequence
 
-from ..data import length_groups
+from ..modules import table_encoder
 from ..modules.han import HierarchicalAttention
+from . import sentence_init
+from .arch_defaults import set_defaults
 
 logger = logging.getLogger(__name__)
 
@@ -84,42 +89,6 @@ def tgt_to_src_rows(context):
     return m.clamp(min=0)
 
 
-def _run_bucketed(lengths, width, run, left_pad, grad_rows=None):
-    """``run(rows, w)`` on length groups of rows of lengths ``lengths [N]`` (``w``: the
-    group's longest) -> each of its outputs ``[n, w, C]`` re-assembled ``[N, width, C]`` in
-    row order, zero-padded back to ``width`` (on the left for left-padded rows); ``None``
-    outputs pass through. With ``grad_rows`` (row numbers) the other rows run in groups of
-    their own without autograd (states only ever read detached: no backward through them)."""
-    track = torch.is_grad_enabled()
-    if grad_rows is not None and track:
-        keep = torch.zeros(len(lengths), dtype=torch.bool, device=lengths.device)
-        keep[grad_rows] = True
-        groups = []
-        for rows, grad in ((keep.nonzero().squeeze(1), True), ((~keep).nonzero().squeeze(1), False)):
-            if rows.numel():
-                groups += [(rows[g], grad) for g in length_groups.length_buckets(lengths[rows])]
-    else:
-        groups = [(g, track) for g in length_groups.length_buckets(lengths)]
-    parts = []
-    for g, grad in groups:
-        with torch.set_grad_enabled(grad):
-            parts.append(run(g, int(lengths[g].max())))
-    groups = [g for g, _ in groups]
-    inv = torch.empty_like(lengths)
-    inv[torch.cat(groups)] = torch.arange(len(lengths), device=lengths.device)
-    outs = []
-    for k in range(len(parts[0])):
-        if parts[0][k] is None:
-            outs.append(None)
-            continue
-        padded = []
-        for part in parts:
-            extra = width - part[k].size(1)
-            padded.append(torch.nn.functional.pad(part[k], (0, 0, extra, 0) if left_pad else (0, 0, 0, extra)))
-        outs.append(torch.cat(padded).index_select(0, inv))
-    return outs
-
-
 def bucketed_han(han, h, lengths, left_pad, values, values_pad, index):
     """``han`` over queries ``h [T, N, C]`` (rows of lengths ``lengths``, padded on the left
     or right) in groups of similar length: the HAN of every real position, with a fraction
@@ -132,7 +101,7 @@ def bucketed_han(han, h, lengths, left_pad, values, values_pad, index):
         hg = hg[T - w:] if left_pad else hg[:w]
         return (han(hg, values, values_pad, index.index_select(0, rows), incremental_state=table).transpose(0, 1),)
 
-    return _run_bucketed(lengths, T, run, left_pad)[0].transpose(0, 1)
+    return table_encoder.run_bucketed(lengths, T, run, left_pad)[0].transpose(0, 1)
 
 
 def _rows_of_encoder_out(eo, rows):
@@ -172,9 +141,11 @@ class HANTransformerEncoder(TransformerEncoderBase):
     def encode_table(self, context):
         """Encode the batch's unique source sentences once. Returns the table's encoder output
         (HAN applied to every row that is a current sentence of the batch), the pre-HAN
-        states ``[U, L, C]`` (context values) and their pad mask ``[U, L]``."""
+        states ``[U, L, C]`` (context values) and their pad mask ``[U, L]``. The table is
+        encoded in groups of similar length (:func:`~fairseq_docctx.modules.table_encoder.encode_rows`)."""
         # rows that are only context: no backward pass through them (unless --han-context-grad)
-        out = self.encode_rows(context["src_tokens"], None if self.context_grad else context["src_self"])
+        out = table_encoder.encode_rows(self, context["src_tokens"],
+                                        None if self.context_grad else context["src_self"])
         x, pad = out["encoder_out"][0], out["encoder_padding_mask"][0]
         values = self._values(x)
         if self.han is not None:  # HAN for the rows that are current sentences of the batch
@@ -184,27 +155,6 @@ class HANTransformerEncoder(TransformerEncoderBase):
                                context["src_index"][:, : self.context_size])
             out["encoder_out"] = [x.index_copy(1, rows, cur)]
         return out, values, pad
-
-    def encode_rows(self, tokens, grad_rows=None):
-        """The encoder over every row of a table of sentences, run on groups of similar length
-        (`data.length_groups`): the same states as one padded pass (positions ignore
-        padding), with a fraction of the padding. Output dict as ``forward_scriptable``'s,
-        ``[L, U, C]`` states (zeros at padding). Rows not in ``grad_rows`` (row numbers,
-        default all) run without autograd."""
-        pad = self.padding_idx
-        left = bool(tokens[:, -1].ne(pad).all())  # left-padded (fairseq's source default)
-
-        def run(rows, width):
-            t = tokens.index_select(0, rows)
-            t = t[:, t.size(1) - width:] if left else t[:, :width]
-            o = self.forward_scriptable(t, t.ne(pad).sum(1), False, None)
-            return o["encoder_out"][0].transpose(0, 1), o["encoder_embedding"][0]
-
-        x, emb = _run_bucketed(tokens.ne(pad).sum(1), tokens.size(1), run, left, grad_rows=grad_rows)
-        mask = tokens.eq(pad)
-        return {"encoder_out": [x.transpose(0, 1)], "encoder_padding_mask": [mask],
-                "encoder_embedding": [emb], "encoder_states": [], "fc_results": [],
-                "src_tokens": [], "src_lengths": [tokens.ne(pad).sum(1, dtype=torch.int32).view(-1, 1)]}
 
     def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False,
                 token_embeddings=None, context=None):
@@ -303,8 +253,8 @@ class HANTransformerDecoder(TransformerDecoderBase):
                     hook.remove()
             return x, (captured["aln"].transpose(0, 1) if "aln" in captured else None)
 
-        return tuple(_run_bucketed(prev_output_tokens.ne(pad).sum(1), prev_output_tokens.size(1), run,
-                                   left_pad=False, grad_rows=grad_rows))
+        return tuple(table_encoder.run_bucketed(prev_output_tokens.ne(pad).sum(1), prev_output_tokens.size(1),
+                                                run, left_pad=False, grad_rows=grad_rows))
 
     def context_values(self, states, aln):
         v = aln if self.han_mode == "alignment" else states
@@ -369,12 +319,7 @@ class HANTransformerModel(TransformerModel):
                             help="heads of the HAN attentions (default: encoder heads)")
         parser.add_argument("--han-ffn-embed-dim", type=int, metavar="N",
                             help="HAN sentence-level FFN size (default: encoder FFN size)")
-        parser.add_argument("--init-from-sentence-checkpoint", metavar="PATH",
-                            help="stage 2 of two-stage training: initialise every weight whose "
-                            "name and shape match from this sentence-level checkpoint")
-        parser.add_argument("--freeze-sentence-weights", type=utils.eval_bool, nargs="?",
-                            const=True, metavar="BOOL",
-                            help="with --init-from-sentence-checkpoint: train the HAN weights only")
+        sentence_init.add_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
@@ -386,33 +331,9 @@ class HANTransformerModel(TransformerModel):
                 logger.warning(f"han_transformer: this configuration reads {side} context but "
                                f"the task has --context-sides {sides}")
         model = super().build_model(args, task)
-        path = getattr(args, "init_from_sentence_checkpoint", None)
-        resume = _restore_path(args) if path else None
-        if resume:
-            # fairseq-train restores every weight from that checkpoint right after building
-            # the model: the sentence-level initialisation would be overwritten (so the
-            # sentence checkpoint need not exist any more); freezing is decided below
-            msg = (f"han_transformer: resuming from {resume}: --init-from-sentence-checkpoint "
-                   f"{path} not applied again")
-            print(msg, flush=True)
-            logger.info(msg)
-            args.init_from_sentence_checkpoint = None
-            args.han_initialized_from = path
-            loaded = [n for n, _ in model.named_parameters() if ".han." not in n]
-        elif path:
-            loaded = model.init_from_sentence_checkpoint(path)
-            # applied once: a checkpoint of this model restores its own weights (generation,
-            # resume) without needing the sentence-level checkpoint again
-            args.init_from_sentence_checkpoint = None
-            args.han_initialized_from = path
-        else:
-            loaded = [n for n, _ in model.named_parameters() if ".han." not in n]
-        if args.freeze_sentence_weights:
-            loaded = set(loaded)
-            for n, p in model.named_parameters():
-                if n in loaded:
-                    p.requires_grad_(False)
-        return model
+        # two-stage training (Miculicich et al. 2018, §3.2): the HAN weights are the new ones
+        return sentence_init.apply(model, args, "han_transformer", is_context=lambda n: ".han." in n,
+                                   record_as="han_initialized_from")
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
@@ -422,27 +343,6 @@ class HANTransformerModel(TransformerModel):
     def build_decoder(cls, args, tgt_dict, embed_tokens):
         return HANTransformerDecoder(TransformerConfig.from_namespace(args), tgt_dict, embed_tokens, args,
                                      no_encoder_attn=args.no_cross_attention)
-
-    # ------------------------------------------------------------ two-stage training
-    def init_from_sentence_checkpoint(self, path):
-        """Copy every weight of a sentence-level checkpoint whose name and shape match;
-        print a report. Returns the names of the loaded parameters/buffers."""
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"--init-from-sentence-checkpoint: no such file {path}")
-        state = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
-        own = self.state_dict()
-        loaded = [k for k, v in state.items() if k in own and own[k].shape == v.shape]
-        ignored = sorted(set(state) - set(loaded))
-        new = sorted(set(own) - set(loaded))
-        self.load_state_dict({k: state[k] for k in loaded}, strict=False)
-        lines = [f"han_transformer: initialised from {path}: {len(loaded)} loaded, "
-                 f"{len(new)} new, {len(ignored)} ignored"]
-        lines += [f"  new: {k}" for k in new] + [
-            f"  ignored: {k} {tuple(state[k].shape)}" + (f" (model: {tuple(own[k].shape)})" if k in own else "")
-            for k in ignored]
-        print("\n".join(lines), flush=True)
-        logger.info(lines[0])
-        return loaded
 
     # ------------------------------------------------------------------- training
     def forward(self, src_tokens, src_lengths, prev_output_tokens, context=None,
@@ -511,6 +411,66 @@ class HANTransformerModel(TransformerModel):
         full[real] = logits[0]
         return full
 
+    # ------------------------------------------------------------------- analysis
+    @torch.no_grad()
+    def context_weights(self, sample):
+        """How this model's HANs weigh the previous sentences, for a teacher-forced batch with
+        the reference context the task collates (the source table; the target table too for
+        a target/alignment HAN decoder). Returns a list of panels (the format of
+        :mod:`fairseq_docctx.evaluation.plots`), two per HAN (the encoder's: one column per
+        position of ``net_input["src_tokens"]``; the decoder's: one per target position):
+
+        * ``<part> HAN: sentence-level attention``: ``weights [B, K, C]``, the attention of
+          the sentence-level query ``f_s(h_t)`` over the summaries of the K previous
+          sentences (Miculicich et al. 2018, §2.1, Eqs. 5-6; mean over heads); row k-1 is the sentence
+          at distance k, of the source (encoder HAN, ``source`` decoder) or target side; a
+          distribution over the present sentences at every real position;
+        * ``<part> HAN: context gate λ``: ``weights [B, 1, C]``, the context gate of §2.2, Eq. 7
+          (mean over channels; ``λ`` weighs the position's own state, ``1-λ`` the context); rows without
+          any context sentence are masked (their states pass unchanged).
+        """
+        enc, dec = self.encoder, self.decoder
+        ni = sample["net_input"]
+        ctx = ni.get("context")
+        if ctx is None or "src_self" not in ctx:
+            raise ValueError("han_transformer.context_weights: the batch has no source context table")
+        was = self.training
+        self.eval()
+        try:
+            K = enc.context_size
+            table_out, values, vpad = enc.encode_table(ctx)
+            rows = ctx["src_self"]
+            panels = []
+            if enc.han is not None:
+                # queries: the current rows' pre-HAN states at the positions of src_tokens
+                src = ni["src_tokens"]
+                width, L = src.size(1), values.size(1)
+                left = bool(ctx["src_tokens"][:, -1].ne(enc.padding_idx).all())
+                cols = slice(L - width, L) if left else slice(0, width)
+                h = values.index_select(0, rows)[:, cols].transpose(0, 1)
+                index = ctx["src_index"][:, :K]
+                _, w = enc.han(h, values, vpad, index, need_weights=True)
+                panels += _han_panels("encoder", w, index, "source", "source", src.ne(enc.padding_idx))
+            if dec.han is not None:
+                if dec.han_mode == "source":
+                    v, v_pad, index, side = values, vpad, ctx["src_index"][:, :K], "source"
+                else:
+                    if "tgt_tokens" not in ctx:
+                        raise ValueError(f"HAN decoder ({dec.han_mode}) needs target context: "
+                                         "use --context-sides both")
+                    prev_tab = shift_eos_to_front(ctx["tgt_tokens"], dec.padding_idx, dec.dictionary.eos())
+                    states, aln = dec.context_pass(
+                        prev_tab, enc.reorder_encoder_out(table_out, tgt_to_src_rows(ctx)))
+                    v, v_pad = dec.context_values(states, aln), prev_tab.eq(dec.padding_idx)
+                    index, side = ctx["tgt_index"][:, :K], "target"
+                prev = ni["prev_output_tokens"]
+                x, _ = dec.extract_features_scriptable(prev, enc.reorder_encoder_out(table_out, rows))
+                _, w = dec.han(x.transpose(0, 1), v, v_pad, index, need_weights=True)
+                panels += _han_panels("decoder", w, index, side, "target", prev.ne(dec.padding_idx))
+        finally:
+            self.train(was)
+        return panels
+
     # ------------------------------------------------------------------ inference
     @torch.no_grad()
     def document_cache_entries(self, sample, hypos):
@@ -545,25 +505,22 @@ class HANTransformerModel(TransformerModel):
         return entries
 
 
-def _restore_path(args):
-    """The checkpoint fairseq-train will restore the model from (as
-    ``checkpoint_utils.load_checkpoint`` finds it: ``--restore-file``, by default
-    ``checkpoint_last.pt`` in ``--save-dir``), or ``None`` on a first launch / outside
-    fairseq-train."""
-    restore, save_dir = getattr(args, "restore_file", None), getattr(args, "save_dir", None)
-    if not restore or save_dir is None:
-        return None
-    suffix = getattr(args, "checkpoint_suffix", "") or ""
-    if restore == "checkpoint_last.pt":
-        path = os.path.join(save_dir, f"checkpoint_last{suffix}.pt")
-    else:
-        path = restore.replace(".pt", suffix + ".pt") if suffix else restore
-    return path if os.path.exists(path) else None
-
-
-def _set(args, name, value):
-    if getattr(args, name, None) is None:
-        setattr(args, name, value)
+def _han_panels(part, weights, index, side, columns, column_mask):
+    """The two panels of one HAN (see :meth:`HANTransformerModel.context_weights`) from the
+    weights ``HierarchicalAttention`` returns with ``need_weights``."""
+    att = weights["sentence_attn"].permute(1, 2, 0)  # [B, K, T]
+    gate = weights["gate"].t().unsqueeze(1)  # [B, 1, T]
+    has_ctx = weights["has_context"]
+    present = (index >= 0) & has_ctx[:, None]
+    common = dict(columns=columns, column_mask=column_mask, context_side=side)
+    return [
+        dict(title=f"{part} HAN: sentence-level attention (mean over heads)",
+             weights=att * present[:, :, None] * column_mask[:, None, :], rows=list(range(1, index.size(1) + 1)),
+             row_mask=present, normalized=True, **common),
+        dict(title=f"{part} HAN: context gate λ (mean over channels; 1-λ = share of context)",
+             weights=gate * (has_ctx[:, None] & column_mask)[:, None, :], rows=["λ"], row_mask=has_ctx[:, None], normalized=False,
+             **common),
+    ]
 
 
 @register_model_architecture("han_transformer", "han_transformer")
@@ -571,21 +528,16 @@ def han_transformer(args):
     """Paper defaults: Transformer base (6+6, 512, 8 heads, dropout 0.1), K=3, joint HAN
     encoder + HAN decoder (target context)."""
     base_architecture(args)
-    _set(args, "han_encoder", True)
-    _set(args, "han_decoder", "target")
-    _set(args, "han_context_size", 3)
-    _set(args, "han_context_grad", False)
-    _set(args, "han_attention_heads", args.encoder_attention_heads)
-    _set(args, "han_ffn_embed_dim", args.encoder_ffn_embed_dim)
-    _set(args, "init_from_sentence_checkpoint", None)
-    _set(args, "freeze_sentence_weights", False)
+    set_defaults(args, han_encoder=True, han_decoder="target", han_context_size=3, han_context_grad=False,
+                 han_attention_heads=args.encoder_attention_heads,
+                 han_ffn_embed_dim=args.encoder_ffn_embed_dim)
+    sentence_init.set_defaults(args)
 
 
 def _variant(name, encoder, decoder):
     @register_model_architecture("han_transformer", name)
     def arch(args):
-        _set(args, "han_encoder", encoder)
-        _set(args, "han_decoder", decoder)
+        set_defaults(args, han_encoder=encoder, han_decoder=decoder)
         han_transformer(args)
 
     return arch

@@ -32,6 +32,7 @@ from ..modules.qcn import (
     gather_context_embeddings,
     word_mask,
 )
+from .arch_defaults import set_defaults
 
 
 class QCNEncoderLayer(TransformerEncoderLayerBase):
@@ -188,6 +189,35 @@ class QCNTransformerModel(TransformerModel):
             extra["pcc"] = self.regularizer_pcc(src_tokens, prev_output_tokens, src_embeddings)
         return x, extra
 
+    @torch.no_grad()
+    def context_weights(self, sample):
+        """The coupling coefficients of the query-guided routing (Yang et al. 2019, §3.2,
+        Algorithm 1; their Figure 6) for every row of a batch with its source context.
+        Returns a list of panels (the format of :mod:`fairseq_docctx.evaluation.plots`), one per
+        routing iteration: ``weights [B, m, K*L]``, the coupling coefficients of every context
+        word (columns ``source context``: column ``(k-1)*L + l`` is word ``l`` of the source
+        sentence at distance ``k``, ``L`` the width of the context table, EOS and padding
+        masked) with the ``m`` output capsules (rows); each real column is a distribution
+        over the capsules."""
+        enc = self.encoder
+        if enc.qcn is None:
+            raise ValueError("this qcn_transformer has no query-guided capsule network (--no-qcn)")
+        ni = sample["net_input"]
+        was = self.training
+        self.eval()
+        try:
+            cur, cur_mask, ctx, ctx_mask, _, _ = enc.capsule_inputs(ni["src_tokens"], ni.get("context"))
+            _, c, _ = enc.qcn(cur, cur_mask, ctx, ctx_mask, return_history=True)  # [iters, B, K*L, m]
+        finally:
+            self.train(was)
+        B, m = c.size(1), c.size(-1)
+        words = ctx_mask.reshape(B, -1)
+        return [dict(title=f"QCN coupling coefficients c, routing iteration {t + 1}",
+                     weights=c[t].transpose(1, 2) * words[:, None, :], rows=[f"v{j + 1}" for j in range(m)],
+                     row_mask=words.new_ones(B, m), columns="source context", column_mask=words,
+                     context_side="source", normalized=True)
+                for t in range(c.size(0))]
+
     def regularizer_pcc(self, src_tokens, prev_output_tokens, src_embeddings=None):
         """``PCC(Caps_enc(x), Caps_dec(y))`` per sentence, from the source embeddings and the
         (teacher-forced) decoder-input embeddings; ``None`` without a regularizer."""
@@ -205,17 +235,8 @@ class QCNTransformerModel(TransformerModel):
 def qcn_transformer(args):
     """Paper defaults: 4+4 layers, 512/2048, 8 heads, dropout 0.2, K=3, 4 capsules, 4
     routing iterations."""
-    args.encoder_layers = getattr(args, "encoder_layers", 4)
-    args.decoder_layers = getattr(args, "decoder_layers", 4)
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 512)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 2048)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 8)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 8)
-    args.dropout = getattr(args, "dropout", 0.2)
+    set_defaults(args, encoder_layers=4, decoder_layers=4, encoder_embed_dim=512, encoder_ffn_embed_dim=2048,
+                 encoder_attention_heads=8, decoder_attention_heads=8, dropout=0.2)
     base_architecture(args)
-    args.num_capsules = getattr(args, "num_capsules", None) or 4
-    args.routing_iters = getattr(args, "routing_iters", None) or 4
-    args.capsule_dim = getattr(args, "capsule_dim", None) or args.encoder_embed_dim
-    args.qcn_context_size = getattr(args, "qcn_context_size", None) or 3
-    args.no_qcn = getattr(args, "no_qcn", False)
-    args.no_pcc_regularizer = getattr(args, "no_pcc_regularizer", False)
+    set_defaults(args, num_capsules=4, routing_iters=4, capsule_dim=args.encoder_embed_dim, qcn_context_size=3,
+                 no_qcn=False, no_pcc_regularizer=False)

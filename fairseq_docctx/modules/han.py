@@ -4,7 +4,8 @@ For query states ``h`` (``[T, B, C]``) and the states of the K previous sentence
 batch row:
 
 * word level: ``q_w = f_w(h)``, ``s_j = LN(MultiHead(q_w, {h^j_i}))`` over the words of
-  context sentence ``j`` (the K sentences are folded into the batch: one attention call);
+  context sentence ``j`` (all (row, sentence) pairs of a batch attend in a few groups of
+  similar sentence length);
 * sentence level: ``q_s = f_s(h)``, ``a = LN(MultiHead(q_s, {s_j}))``,
   ``d = LN(a + FFN(a))``;
 * context gate: ``λ = σ(W_h h + W_d d)``, ``h̃ = λ h + (1 - λ) d``.
@@ -51,20 +52,6 @@ def chained_projection(x: Tensor, outer: nn.Linear, inner: nn.Linear, scale: flo
     return F.linear(x, *composed)
 
 
-class FoldedMultiheadAttention(MultiheadAttention):
-    """Encoder-decoder attention whose batch is ``B * fold`` rows (row ``b * fold + k``):
-    beam reordering of the cached keys expands the ``[B]`` order over the folded rows."""
-
-    fold: int = 1
-
-    def set_beam_size(self, beam_size):
-        """fairseq's beam trick (one key copy per sentence) assumes an unfolded batch."""
-
-    def reorder_incremental_state(self, incremental_state, new_order):
-        order = (new_order[:, None] * self.fold + torch.arange(self.fold, device=new_order.device)).view(-1)
-        return super().reorder_incremental_state(incremental_state, order)
-
-
 class HierarchicalAttention(nn.Module):
     """Word- and sentence-level attention over previous sentences plus the context gate.
 
@@ -81,12 +68,14 @@ class HierarchicalAttention(nn.Module):
         context_dim = context_dim or embed_dim
         self.f_w = nn.Linear(embed_dim, embed_dim)
         self.f_s = nn.Linear(embed_dim, embed_dim)
-        self.word_attn = FoldedMultiheadAttention(
+        # fairseq attentions for their parameters (and dropout): the attention itself is
+        # computed in _word_level / _sentence_level
+        self.word_attn = MultiheadAttention(
             embed_dim, heads, kdim=context_dim, vdim=context_dim, dropout=attention_dropout,
             encoder_decoder_attention=True,
         )
         self.word_norm = LayerNorm(embed_dim)
-        self.sent_attn = FoldedMultiheadAttention(  # fold 1: never incremental, no beam trick
+        self.sent_attn = MultiheadAttention(
             embed_dim, heads, dropout=attention_dropout, encoder_decoder_attention=True
         )
         self.sent_norm = LayerNorm(embed_dim)
@@ -95,10 +84,6 @@ class HierarchicalAttention(nn.Module):
         self.ffn_norm = LayerNorm(embed_dim)
         self.gate = nn.Linear(2 * embed_dim, embed_dim)  # [W_h; W_d] on [h; d]
         self.dropout = FairseqDropout(dropout, module_name=self.__class__.__name__)
-        #: analysis hook (``docctx-score plot``): when a list, every call appends the
-        #: sentence-level attention weights ``[T, B, K]`` (head average), the mean gate
-        #: ``λ`` ``[T, B]`` and the rows that have context ``[B]``
-        self.record: Optional[list] = None
         self._cache_key = f"han_word_kv_{id(self)}"
 
     def _project_table(self, values: Tensor, values_pad: Tensor):
@@ -209,31 +194,42 @@ class HierarchicalAttention(nn.Module):
         attn = attn.permute(2, 0, 1, 3).reshape(T, B * K, C)
         return mha.out_proj(attn)
 
-    def _sentence_level(self, h: Tensor, s: Tensor, mask: Tensor, cache: Optional[dict] = None) -> Tensor:
+    def _sentence_level(self, h: Tensor, s: Tensor, mask: Tensor, cache: Optional[dict] = None,
+                        return_probs: bool = False):
         """``sent_attn`` (its parameters, fairseq's results) of each query ``f_s(h)``, ``h [N, C]``,
         over its own K summaries ``s [N, K, C]`` (``mask [N, K]`` True = missing), without projecting
         the summaries: per head ``q·(W_k s_j + b_k) = (W_kᵀ q)·s_j + q·b_k``, whose last term is
         the same for every j and drops out of the softmax, and ``Σ_j p_j (W_v s_j + b_v) =
-        W_v (Σ_j p_j s_j) + b_v``: 2·C² multiply-adds per query instead of 2·K·C²."""
+        W_v (Σ_j p_j s_j) + b_v``: 2·C² multiply-adds per query instead of 2·K·C².
+        With ``return_probs`` also the attention weights ``[N, H, K]`` (before dropout)."""
         mha = self.sent_attn
         H, d = mha.num_heads, mha.head_dim
         N, K, C = s.shape
         q = chained_projection(h, mha.q_proj, self.f_s, mha.scaling, cache, "q_s").view(N, H, d)
         r = torch.einsum("nhd,hdc->nhc", q, mha.k_proj.weight.view(H, d, -1))  # W_k^hᵀ q^h
         scores = torch.bmm(r, s.transpose(1, 2)).masked_fill(mask.unsqueeze(1), float("-inf"))  # [N, H, K]
-        probs = mha.dropout_module(torch.softmax(scores.float(), dim=-1).type_as(scores))
+        weights = torch.softmax(scores.float(), dim=-1).type_as(scores)
+        probs = mha.dropout_module(weights)
         o = torch.einsum("nhc,hdc->nhd", torch.bmm(probs, s), mha.v_proj.weight.view(H, d, -1))
         if mha.v_proj.bias is not None:
             o = o + mha.v_proj.bias.view(H, d)
-        return mha.out_proj(o.reshape(N, H * d))
+        out = mha.out_proj(o.reshape(N, H * d))
+        return (out, weights) if return_probs else out
 
     def forward(self, h: Tensor, values: Optional[Tensor], values_pad: Optional[Tensor], index: Tensor,
-                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None) -> Tensor:
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+                need_weights: bool = False):
         """``h [T, B, C]``; ``values [U, L, Cv]``, ``values_pad [U, L]`` (bool, True = pad);
         ``index [B, K]`` rows of ``values`` (-1 = none). Returns ``h̃ [T, B, C]``.
 
         With ``incremental_state`` the projected context is computed at the first call
-        only (``values`` may then be ``None`` at later calls)."""
+        only (``values`` may then be ``None`` at later calls).
+
+        With ``need_weights`` returns ``(h̃, weights)``, ``weights`` a dict of
+        ``sentence_attn [T, B, K]`` (the sentence-level attention over the K previous
+        sentences, mean over heads; a distribution over the present ones), ``gate [T, B]``
+        (``λ``, mean over channels) and ``has_context [B]`` (rows with at least one context
+        sentence; the other rows' ``h`` is returned unchanged and their weights mean nothing)."""
         T, B, C = h.shape
         K = index.size(1)
         present = index >= 0  # [B, K]
@@ -244,20 +240,14 @@ class HierarchicalAttention(nn.Module):
         s = s.permute(2, 0, 1, 3).reshape(K, T * B, C)
         spm = ~present & has_ctx[:, None]  # rows without any context: unmasked, discarded below
         spm = spm.unsqueeze(0).expand(T, B, K).reshape(T * B, K)
-        record = self.record is not None
-        if record:  # the attention weights are wanted: fairseq's MultiheadAttention
-            q_s = self.f_s(h).reshape(1, T * B, C)
-            a, w = self.sent_attn(query=q_s, key=s, value=s, key_padding_mask=spm, static_kv=True,
-                                  need_weights=True)
-        else:
-            cache = None if incremental_state is None else incremental_state.get(self._cache_key)
-            a = self._sentence_level(h.reshape(T * B, C), s.transpose(0, 1), spm, cache)
+        cache = None if incremental_state is None else incremental_state.get(self._cache_key)
+        a = self._sentence_level(h.reshape(T * B, C), s.transpose(0, 1), spm, cache, return_probs=need_weights)
+        if need_weights:
+            a, probs = a
         a = self.sent_norm(self.dropout(a)).view(T, B, C)
         d = self.ffn_norm(a + self.dropout(self.fc2(F.relu(self.fc1(a)))))
         lam = torch.sigmoid(self.gate(torch.cat([h, d], -1)))
-        out = lam * h + (1 - lam) * d
-        if record:
-            self.record.append({"sentence_attn": w.detach().view(T, B, K), "gate": lam.detach().mean(-1),
-                                "has_context": has_ctx.detach()})
-        return torch.where(has_ctx.view(1, B, 1), out, h)
-
+        out = torch.where(has_ctx.view(1, B, 1), lam * h + (1 - lam) * d, h)
+        if not need_weights:
+            return out
+        return out, {"sentence_attn": probs.mean(1).view(T, B, K), "gate": lam.mean(-1), "has_context": has_ctx}

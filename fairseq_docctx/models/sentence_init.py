@@ -1,0 +1,119 @@
+"""Two-stage training of a context model: start from a sentence-level checkpoint.
+
+Miculicich et al. (2018, §3.2, after Tu et al. 2018) train in two stages: the sentence-level
+Transformer first, then the whole network with HAN, initialised from it; the same recipe serves
+any context model whose parameter names extend those of a sentence-level model (fairseq's
+``transformer``).
+
+A model uses it in three lines::
+
+    add_args(parser)                                   # in add_args
+    set_defaults(args)                                 # in its architecture function
+    apply(model, args, "my_model", is_context=...)     # in build_model, after building
+
+Options:
+
+* ``--init-from-sentence-checkpoint PATH``: copy every weight of ``PATH`` whose name and
+  shape match (a report lists the loaded, new and ignored ones); applied once: the option is
+  cleared in the model's arguments, so a checkpoint of the context model restores its own
+  weights without the sentence checkpoint, and a resumed ``fairseq-train`` run (which
+  restores every weight from its checkpoint) does not apply it again.
+* ``--freeze-sentence-weights``: the weights that came from the sentence model (on a resume:
+  every weight that is not a context weight) get ``requires_grad=False``.
+"""
+import logging
+import os
+from typing import Callable, List
+
+from fairseq import checkpoint_utils, utils
+
+from .arch_defaults import set_defaults as _set_defaults
+
+logger = logging.getLogger(__name__)
+
+
+def add_args(parser):
+    """The two options (model arguments)."""
+    parser.add_argument("--init-from-sentence-checkpoint", metavar="PATH",
+                        help="stage 2 of two-stage training: initialise every weight whose "
+                        "name and shape match from this sentence-level checkpoint")
+    parser.add_argument("--freeze-sentence-weights", type=utils.eval_bool, nargs="?",
+                        const=True, metavar="BOOL",
+                        help="with --init-from-sentence-checkpoint: train the context weights only")
+
+
+def set_defaults(args):
+    """Defaults of the two options (for an architecture function)."""
+    _set_defaults(args, init_from_sentence_checkpoint=None, freeze_sentence_weights=False)
+
+
+def load_sentence_weights(model, path: str, name: str) -> List[str]:
+    """Copy every weight of the sentence-level checkpoint ``path`` whose name and shape match
+    into ``model``; print a report (``name``: the model's name, its first word). Returns the
+    names of the loaded parameters/buffers."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"--init-from-sentence-checkpoint: no such file {path}")
+    state = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
+    own = model.state_dict()
+    loaded = [k for k, v in state.items() if k in own and own[k].shape == v.shape]
+    ignored = sorted(set(state) - set(loaded))
+    new = sorted(set(own) - set(loaded))
+    model.load_state_dict({k: state[k] for k in loaded}, strict=False)
+    lines = [f"{name}: initialised from {path}: {len(loaded)} loaded, "
+             f"{len(new)} new, {len(ignored)} ignored"]
+    lines += [f"  new: {k}" for k in new] + [
+        f"  ignored: {k} {tuple(state[k].shape)}" + (f" (model: {tuple(own[k].shape)})" if k in own else "")
+        for k in ignored]
+    print("\n".join(lines), flush=True)
+    logger.info(lines[0])
+    return loaded
+
+
+def apply(model, args, name: str, is_context: Callable[[str], bool],
+          record_as: str = "initialized_from_sentence_checkpoint"):
+    """``--init-from-sentence-checkpoint`` and ``--freeze-sentence-weights`` on a freshly
+    built ``model`` (``name``: its name in the messages; ``is_context(parameter name)``: the
+    weights a sentence-level model lacks, never frozen). The path applied is kept in
+    ``args.<record_as>``. Returns the model."""
+    path = getattr(args, "init_from_sentence_checkpoint", None)
+    resume = restore_path(args) if path else None
+    if resume:
+        # fairseq-train restores every weight from that checkpoint right after building
+        # the model: the sentence-level initialisation would be overwritten (so the
+        # sentence checkpoint need not exist any more); freezing is decided below
+        msg = (f"{name}: resuming from {resume}: --init-from-sentence-checkpoint "
+               f"{path} not applied again")
+        print(msg, flush=True)
+        logger.info(msg)
+        loaded = [n for n, _ in model.named_parameters() if not is_context(n)]
+    elif path:
+        loaded = load_sentence_weights(model, path, name)
+    else:
+        loaded = [n for n, _ in model.named_parameters() if not is_context(n)]
+    if path:
+        # applied once: a checkpoint of this model restores its own weights (generation,
+        # resume) without needing the sentence-level checkpoint again
+        args.init_from_sentence_checkpoint = None
+        setattr(args, record_as, path)
+    if getattr(args, "freeze_sentence_weights", False):
+        loaded = set(loaded)
+        for n, p in model.named_parameters():
+            if n in loaded:
+                p.requires_grad_(False)
+    return model
+
+
+def restore_path(args):
+    """The checkpoint fairseq-train will restore the model from (as
+    ``checkpoint_utils.load_checkpoint`` finds it: ``--restore-file``, by default
+    ``checkpoint_last.pt`` in ``--save-dir``), or ``None`` on a first launch / outside
+    fairseq-train."""
+    restore, save_dir = getattr(args, "restore_file", None), getattr(args, "save_dir", None)
+    if not restore or save_dir is None:
+        return None
+    suffix = getattr(args, "checkpoint_suffix", "") or ""
+    if restore == "checkpoint_last.pt":
+        path = os.path.join(save_dir, f"checkpoint_last{suffix}.pt")
+    else:
+        path = restore.replace(".pt", suffix + ".pt") if suffix else restore
+    return path if os.path.exists(path) else None

@@ -13,7 +13,7 @@
 ``--lowercase`` lowercases both sides (``case:lc`` in the signature). A document's BLEU is
 corpus BLEU over that document's sentences with the same settings.
 """
-from typing import Dict, List, Optional
+from typing import Dict
 
 from sacrebleu.metrics import BLEU
 

@@ -3,7 +3,6 @@ masks in teacher-forced runs over padded targets, and the same outputs as fairse
 import warnings
 
 import numpy as np
-import pytest
 import torch
 
 from conftest import toy_dictionary

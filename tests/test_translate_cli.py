@@ -95,8 +95,12 @@ def test_unusable_checkpoints_stop_docctx_translate_with_one_line(bad_checkpoint
 
 
 def test_unusable_checkpoints_stop_docctx_score_and_the_hub(bad_checkpoints, concat_both_ckpt, toy_bin,
-                                                              capsys):
+                                                              capsys, tmp_path):
+    from fairseq_docctx.cli.score import build_parser
     from fairseq_docctx.cli.score import cli_main as score_main
+
+    hyp = tmp_path / "hyp.txt"
+    hyp.write_text("w1 w2\nw3\n\nw4\n")
     from fairseq_docctx.hub import CheckpointError, from_pretrained
 
     for path, data, what in _cases(bad_checkpoints, concat_both_ckpt, toy_bin):
@@ -110,6 +114,12 @@ def test_unusable_checkpoints_stop_docctx_score_and_the_hub(bad_checkpoints, con
         assert what.replace("--data ", "data ") in str(e.value) or data is None
         if data is None:
             assert "data=DIR" in str(e.value)
+    # the subcommand that reads a checkpoint's embeddings
+    for key in ("missing", "text", "truncated"):
+        args = build_parser().parse_args(["coherence", "--hyp", str(hyp), "--checkpoint", str(bad_checkpoints[key]),
+                                          "--dict", str(toy_bin / "dict.tgt.txt")])
+        assert args.func(args) == 2
+        assert str(bad_checkpoints[key]) in one_line_error(capsys.readouterr().err, "docctx-score coherence")
 
 
 # ------------------------------------------------------------------------------ inputs

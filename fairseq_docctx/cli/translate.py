@@ -29,9 +29,11 @@ def build_parser():
     )
     p.add_argument("input", nargs="?", help="input file (default: standard input)")
     p.add_argument("--path", required=True, help="checkpoint file (.pt)")
-    p.add_argument("--data", help="data directory with the dictionaries (and spm.model); "
-                   "default: the checkpoint's directory if it has them, else the training data")
-    p.add_argument("--spm-model", help="SentencePiece model (default: spm.model of --data)")
+    p.add_argument("--data", help="data directory with the dictionaries (and the SentencePiece "
+                   "model its docctx.json names); default: the checkpoint's directory if it has "
+                   "them, else the training data")
+    p.add_argument("--spm-model", help="SentencePiece model (default: the one docctx.json of --data "
+                   "names)")
     p.add_argument("--input-format", default="auto", choices=["auto", "docids", "blank", "marker", "xml"])
     p.add_argument("--docids", help="document-id file of a docids-format input "
                    "(default: the input path with its extension replaced by .docids)")
@@ -120,6 +122,7 @@ class _Output:
         for t in targets:
             d = os.path.dirname(os.path.abspath(t))
             if os.path.isdir(t):
+                self.discard()
                 raise OutputError(f"-o {path}: {t} is a directory")
             try:
                 fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(t)}.", suffix=".part", dir=d)

@@ -200,3 +200,14 @@ def test_invalid_utf8_and_empty_input_on_stdin(concat_both_ckpt, toy_bin):
     p = subprocess.run(cmd + ["--input-format", "blank"], input=b"", capture_output=True, env=venv_env())
     assert p.returncode == 2 and p.stdout == b""
     assert "docctx-translate: error: <stdin>:1: no documents" in p.stderr.decode()
+
+
+def test_progress_counts_sentences_of_the_total(concat_both_ckpt, toy_bin, tmp_path, capsys):
+    """In document order the documents finish late; the bar counts sentences."""
+    src = tmp_path / "in.txt"
+    src.write_text("w1\nw2\nw3\nw4\n\nw5\nw6\nw7\n")
+    code, _, err = translate([src, "--path", concat_both_ckpt, "--data", toy_bin, "--beam", "1",
+                              "--max-len-b", "2", "--batch-size", "2", "-o", tmp_path / "out.txt"], capsys)
+    frames = [f for f in err.replace("\r", "\n").splitlines() if f.startswith("translating")]
+    assert code == 0 and frames
+    assert "0/7" in frames[0] and "7/7" in frames[-1] and "sent" in frames[-1]

@@ -18,22 +18,127 @@ import os
 from typing import Callable, List, Optional, Sequence
 
 import torch
-from fairseq import checkpoint_utils, utils
+from fairseq import checkpoint_utils, tasks, utils
 from fairseq.data import LanguagePairDataset
 from fairseq.hub_utils import GeneratorHubInterface
 from omegaconf import open_dict
 
 from .data.doc_index import DocIndex
 from .data.document_dataset import DocumentPairDataset
+from .data.manifest import spm_model_path
 
 logger = logging.getLogger(__name__)
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used (missing, not a checkpoint, truncated, or trained
+    with other dictionaries than those of the data directory); ``str(err)`` is one line
+    naming the file and what is wrong. ``cli_message``: the same for a command line, where
+    the data directory is the option ``--data``."""
+
+    def __init__(self, message: str, cli_message: Optional[str] = None):
+        super().__init__(message)
+        self.cli_message = cli_message or message
+
+
 def find_spm_model(*dirs) -> Optional[str]:
+    """The SentencePiece model of the first directory that has one (its ``docctx.json``
+    names it, :func:`fairseq_docctx.data.manifest.spm_model_path`)."""
     for d in dirs:
-        if d and os.path.exists(os.path.join(d, "spm.model")):
-            return os.path.join(d, "spm.model")
+        path = spm_model_path(d)
+        if path is not None:
+            return path
     return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    msg = text[0] if text else type(e).__name__
+    return msg if len(msg) <= 160 else msg[:157] + "..."
+
+
+def load_checkpoint_state(path: str, arg_overrides: Optional[dict] = None) -> dict:
+    """``checkpoint_utils.load_checkpoint_to_cpu`` with one-line errors
+    (:class:`CheckpointError`) for a missing file and for a file that is not a fairseq
+    checkpoint or is truncated."""
+    if not os.path.exists(path):
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path}: not a checkpoint file (a directory?)")
+    try:
+        state = checkpoint_utils.load_checkpoint_to_cpu(path, arg_overrides)
+    except Exception as e:  # torch.load's errors: pickle, zip archive, EOF...
+        raise CheckpointError(f"{path}: not a readable fairseq checkpoint, truncated or of "
+                              f"another kind ({_first_line(e)})") from None
+    if not isinstance(state, dict) or "model" not in state or not (state.get("cfg") or state.get("args")):
+        raise CheckpointError(f"{path}: not a fairseq checkpoint (no model weights and configuration)")
+    return state
+
+
+def _dictionary_rows(weights: dict, side: str) -> Optional[int]:
+    for key in (f"{side}.embed_tokens.weight", f"{side}.output_projection.weight", f"{side}.embed_out"):
+        if key in weights and hasattr(weights[key], "shape"):
+            return int(weights[key].shape[0])
+    return None
+
+
+def _dictionary_file_digest(path: str) -> Optional[str]:
+    import hashlib
+
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha1(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def _trained_on(state: dict) -> Optional[str]:
+    """The data directory a checkpoint's configuration names (the one it was trained on)."""
+    cfg = state.get("cfg")
+    if cfg is not None and cfg.get("task") is not None:
+        return cfg["task"].get("data")
+    return getattr(state.get("args"), "data", None)
+
+
+def _apply_overrides(state: dict, arg_overrides: dict) -> None:
+    """What ``load_checkpoint_to_cpu(path, arg_overrides)`` does, after the fact."""
+    from fairseq.dataclass.utils import overwrite_args_by_name
+
+    if state.get("args") is not None:
+        for k, v in arg_overrides.items():
+            setattr(state["args"], k, v)
+    if state.get("cfg") is not None:
+        overwrite_args_by_name(state["cfg"], arg_overrides)
+
+
+def check_dictionaries(path: str, state: dict, task, data: str, trained_on: Optional[str] = None) -> None:
+    """Refuse (:class:`CheckpointError`) a checkpoint whose embedding tables do not have one
+    row per type of the data directory's dictionaries, or, where the directory the model
+    was trained on is still there, whose training dictionaries differ in content from the
+    data directory's (another language pair's dictionaries of the same size)."""
+    weights = state["model"]
+    fix = "give the data directory it was trained on"
+    for side, name, d in (("encoder", "source", task.source_dictionary),
+                          ("decoder", "target", task.target_dictionary)):
+        rows = _dictionary_rows(weights, side)
+        if d is None or rows is None or rows == len(d):
+            continue
+        msg = (f"{path} was trained with a {rows:,}-type {name} dictionary, {{opt}} {data} has "
+               f"{len(d):,}: {fix}")
+        raise CheckpointError(msg.format(opt="data"), msg.format(opt="--data"))
+    if not trained_on or not os.path.isdir(trained_on):
+        return
+    if os.path.realpath(trained_on) == os.path.realpath(data):
+        return
+    for lang in (task.cfg.source_lang, task.cfg.target_lang):
+        if not lang:
+            continue
+        ours, theirs = (os.path.join(x, f"dict.{lang}.txt") for x in (data, trained_on))
+        a, b = _dictionary_file_digest(ours), _dictionary_file_digest(theirs)
+        if a is not None and b is not None and a != b:
+            msg = (f"{path} was trained with the dictionary {theirs}, which differs from {{opt}} "
+                   f"{ours}: {fix}")
+            raise CheckpointError(msg.format(opt="data"), msg.format(opt="--data"))
 
 
 class DocumentHubInterface(GeneratorHubInterface):
@@ -66,23 +171,36 @@ class DocumentHubInterface(GeneratorHubInterface):
     def translate_documents(self, documents: Sequence[Sequence[str]], beam: int = 5,
                             batch_size: int = 16, max_tokens: Optional[int] = None,
                             progress: Optional[Callable[[int, int], None]] = None,
+                            document_done: Optional[Callable[[int, List[str]], None]] = None,
                             **kwargs) -> List[List[str]]:
         """Translate documents (lists of raw sentences); returns detokenized translations,
-        document by document, sentence by sentence, in the input order."""
+        document by document, sentence by sentence, in the input order.
+        ``document_done(i, translations)`` is called as soon as document ``i`` is done."""
         tokens = [[self.encode(s) for s in doc] for doc in documents]
+        done = None
+        if document_done is not None:
+            def done(i, hypos):
+                document_done(i, [self.decode(h[0]["tokens"]) for h in hypos])
         hypos = self.generate_documents(tokens, beam=beam, batch_size=batch_size,
-                                        max_tokens=max_tokens, progress=progress, **kwargs)
+                                        max_tokens=max_tokens, progress=progress,
+                                        document_done=done, **kwargs)
         return [[self.decode(h[0]["tokens"]) for h in doc] for doc in hypos]
 
     def generate_documents(self, documents: Sequence[Sequence[torch.LongTensor]], beam: int = 5,
                            batch_size: int = 16, max_tokens: Optional[int] = None,
                            progress: Optional[Callable[[int, int], None]] = None,
+                           document_done: Optional[Callable[[int, List[list]], None]] = None,
                            **kwargs) -> List[List[list]]:
         """Beam search over binarized documents in document order; returns fairseq's
         hypothesis lists per sentence. ``progress(sentences_done, documents_done)`` is
-        called after every batch."""
+        called after every batch (``sentences_done``: the batch's sentences);
+        ``document_done(i, hypotheses)`` as soon as document ``i`` is translated."""
         lengths = [len(d) for d in documents]
         flat = [t for d in documents for t in d]
+        if document_done is not None:
+            for i, n in enumerate(lengths):
+                if not n:
+                    document_done(i, [])
         if not flat:
             return [[] for _ in documents]
         doc_index = DocIndex([str(i) for i, n in enumerate(lengths) if n],
@@ -102,7 +220,9 @@ class DocumentHubInterface(GeneratorHubInterface):
             dataset=dataset, max_tokens=max_tokens, max_sentences=batch_size,
             max_positions=self.max_positions, disable_iterator_cache=True,
         ).next_epoch_itr(shuffle=False)
-        last_of_doc = set((doc_index.offsets + doc_index.lengths - 1).tolist())
+        nonempty = [i for i, n in enumerate(lengths) if n]
+        last_of_doc = {int(last): (d, int(first)) for d, last, first in zip(
+            nonempty, doc_index.offsets + doc_index.lengths - 1, doc_index.offsets)}
         results, done_docs = [None] * len(flat), 0
         for batch in batches:
             batch = utils.apply_to_sample(lambda t: t.to(self.device), batch)
@@ -111,6 +231,11 @@ class DocumentHubInterface(GeneratorHubInterface):
             for i, h in zip(ids, hypos):
                 results[i] = h
             done_docs += sum(i in last_of_doc for i in ids)
+            if document_done is not None:
+                for i in ids:
+                    if i in last_of_doc:
+                        d, first = last_of_doc[i]
+                        document_done(d, results[first : i + 1])
             if progress is not None:
                 progress(len(ids), done_docs)
         out, start = [], 0
@@ -138,22 +263,37 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
     if os.path.isdir(checkpoint_dir):
         path = os.path.join(checkpoint_dir, checkpoint_file)
     ckpt_dir = os.path.dirname(os.path.abspath(path))
+    if not os.path.isfile(path):
+        load_checkpoint_state(path)  # raises the error that says why
     if data is None:
         if glob.glob(os.path.join(ckpt_dir, "dict.*.txt")):
             data = ckpt_dir
         else:
-            state = checkpoint_utils.load_checkpoint_to_cpu(path)
-            data = state["cfg"]["task"]["data"]
-            if not os.path.isdir(data):
-                raise FileNotFoundError(
-                    f"the dictionaries of {path} are not found: the model was trained on "
-                    f"'{data}'; pass data=<directory with dict.*.txt>"
-                )
+            data = _trained_on(load_checkpoint_state(path))
+            if not data or not os.path.isdir(data):
+                msg = (f"{path}: the dictionaries are not found: the model was trained on "
+                       f"'{data}', which is not there; give the data directory with its dict.*.txt ({{opt}})")
+                raise CheckpointError(msg.format(opt="data=DIR"), msg.format(opt="--data DIR"))
+    elif not os.path.isdir(data):
+        raise CheckpointError(f"data={data}: no such directory", f"--data {data}: no such directory")
     arg_overrides = {"data": data, "target_context": "hypothesis", **overrides}
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=arg_overrides)
+    state = load_checkpoint_state(path)
+    trained_on = _trained_on(state)
+    _apply_overrides(state, arg_overrides)
+    try:
+        task = tasks.setup_task(state["cfg"].task, from_checkpoint=True)
+    except FileNotFoundError as e:
+        missing = e.filename or _first_line(e)
+        msg = (f"{path}: the data directory {data} does not hold the dictionaries of this model "
+               f"({missing} is missing): give the data directory it was trained on")
+        raise CheckpointError(msg) from None
+    check_dictionaries(path, state, task, data, trained_on)
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [path], arg_overrides=arg_overrides, task=task, state=state)
     spm_model = spm_model or find_spm_model(data, ckpt_dir)
     if spm_model is None:
-        logger.warning("no spm.model next to the data or checkpoint: input must be tokenized already")
+        logger.warning("no SentencePiece model recorded in the data directory (docctx.json) nor "
+                       "next to the checkpoint: input must be tokenized already")
     for m in models:
         if fp16:
             m.half()

@@ -325,3 +325,43 @@ def test_usage_errors(tmp_path, capsys):
             cli_main(["-s", "en", "-t", "de", "--destdir", str(tmp_path / "bin")] + argv)
         assert e.value.code == 2 and what in capsys.readouterr().err
     assert not (tmp_path / "bin").exists()
+
+
+def test_newline_reference_in_a_segment_with_spm_vocab_size_0(tmp_path, capsys):
+    """``&#10;`` inside a <seg> used to reach fairseq-preprocess as a line break (one line
+    too many, a traceback); it is a space."""
+    en = IWSLT.replace("One.", "One&#10;more.")
+    de = IWSLT.replace("Two.", "Zwei&#13;&#10;mehr.")
+    w(tmp_path / "c.en.xml", en), w(tmp_path / "c.de.xml", de)
+    main(["-s", "en", "-t", "de", "--trainpref", str(tmp_path / "c.{lang}.xml"),
+          "--destdir", str(tmp_path / "bin"), "--spm-vocab-size", "0"])
+    _, text = load_split(tmp_path / "bin", "train")
+    assert text == {"en": ["One more.", "Two."], "de": ["One.", "Zwei mehr."]}
+
+
+def test_unwritable_destdir_is_refused_before_any_work(tmp_path, capsys):
+    pref = write_format(tmp_path, "docids")
+    blocker = w(tmp_path / "file.txt", "not a directory")
+    cases = [(str(blocker / "bin"), "is not a directory")]
+    if os.geteuid() != 0:  # root writes anywhere: only the file-in-the-way case applies
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        cases.append((str(ro / "bin"), "cannot write in"))
+    for dest, what in cases:
+        with pytest.raises(SystemExit) as e:
+            cli_main(["-s", "en", "-t", "de", "--trainpref", pref, "--destdir", dest])
+        assert e.value.code == 2
+        out = capsys.readouterr()
+        assert out.err.startswith(f"docctx-prepare: error: --destdir {dest}: ") and what in out.err
+        assert len(out.err.strip().splitlines()) == 1 and "Traceback" not in out.err
+        assert "read" not in out.out  # refused before reading the data
+
+
+def test_empty_blank_input_is_an_error(tmp_path, capsys):
+    w(tmp_path / "c.en", ""), w(tmp_path / "c.de", "")
+    with pytest.raises(SystemExit) as e:
+        cli_main(["-s", "en", "-t", "de", "--trainpref", str(tmp_path / "c"), "--input-format", "blank",
+                  "--destdir", str(tmp_path / "bin")])
+    assert e.value.code == 2
+    assert f"docctx-prepare: error: {tmp_path / 'c.en'}:1: no documents" in capsys.readouterr().err

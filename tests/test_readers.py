@@ -270,3 +270,66 @@ def test_read_documents_single_side(tmp_path):
     assert [d.sentences for d in read_documents(str(tmp_path / "x.en"))] == [["a"], ["b", "c"]]
     w(tmp_path / "y.txt", "<d>\na\n")
     assert read_documents(str(tmp_path / "y.txt"))[0].doc_id == "y.txt:1"
+
+
+# ------------------------------------------------------------------ SGML segment text
+
+
+def test_raw_angle_brackets_in_a_segment_are_text(tmp_path):
+    """WMT SGML holds raw ``<``/``>`` inside segments: they are text, not markup."""
+    from fairseq_docctx.data.readers import read_file
+
+    f = w(tmp_path / "t.sgm", '<srcset setid="s" srclang="en">\n<doc docid="d1">\n'
+          '<seg id="1">if x<y and y>z then x<z</seg>\n'
+          '<seg id="2">a literal <sep> stays, it\'s "<b>bold</b>"</seg>\n'
+          "<seg id=3>x <y don't</seg>\n"
+          '</doc>\n</srcset>\n')
+    docs, fmt = read_file(str(f))
+    assert fmt == "xml" and docs[0].seg_ids == ["1", "2", "3"]
+    assert docs[0].sentences == ["if x<y and y>z then x<z",
+                                 'a literal <sep> stays, it\'s "<b>bold</b>"', "x <y don't"]
+    # a segment that is not closed before the next <seg> is still refused at its line
+    f = w(tmp_path / "u.sgm", '<srcset><doc docid="d1">\n<seg id="1">a<b\n<seg id="2">c</seg>\n</doc></srcset>\n')
+    with pytest.raises(DocumentFormatError, match=r"<seg id=1> is not closed \(found <seg> at line 3\)") as e:
+        read_file(str(f))
+    err(e, f, 2)
+
+
+def test_newline_reference_in_a_segment_becomes_a_space(tmp_path):
+    from fairseq_docctx.data.readers import read_file
+
+    f = w(tmp_path / "t.xml", '<refset><doc docid="d1"><seg id="1">one&#10;two &#13;&#10; three</seg>'
+          '<seg id="2"><![CDATA[a <b>\nc]]> &amp; d</seg></doc></refset>\n')
+    docs, _ = read_file(str(f))
+    assert docs[0].sentences == ["one two three", "a <b> c & d"]
+
+
+def test_set_and_document_attributes(tmp_path):
+    from fairseq_docctx.data.readers import read_file, read_set_attributes
+
+    f = w(tmp_path / "t.sgm", '<srcset setid="newstest2019" srclang="en">\n'
+          '<doc sysid="ref" docid="a-1" genre="news" origlang="de">\n<seg id="1">x</seg>\n</doc>\n</srcset>\n')
+    assert read_set_attributes(str(f)) == {"setid": "newstest2019", "srclang": "en"}
+    docs, _ = read_file(str(f))
+    assert docs[0].attributes == {"sysid": "ref", "docid": "a-1", "genre": "news", "origlang": "de"}
+
+
+def test_empty_segments_only_where_allowed(tmp_path):
+    from fairseq_docctx.data.readers import read_file
+
+    f = w(tmp_path / "h.xml", '<tstset><doc docid="d"><seg id="1">a</seg><seg id="2"></seg></doc></tstset>\n')
+    with pytest.raises(DocumentFormatError, match="empty segment id=2"):
+        read_file(str(f))
+    docs, _ = read_file(str(f), allow_empty=True)
+    assert docs[0].sentences == ["a", ""]
+
+
+@pytest.mark.parametrize("fmt", ["blank", "marker", "docids"])
+def test_a_file_without_documents_is_an_error_in_every_format(tmp_path, fmt):
+    from fairseq_docctx.data.readers import read_file
+
+    f = w(tmp_path / "e.txt", "")
+    d = w(tmp_path / "e.docids", "")
+    with pytest.raises(DocumentFormatError, match="no documents") as e:
+        read_file(str(f), fmt, str(d))
+    err(e, f, 1)

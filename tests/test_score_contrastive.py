@@ -127,6 +127,24 @@ def test_voita_json_and_scoring_data(tmp_path):
         C.load_examples(str(spath))
 
 
+def test_voita_candidate_with_wrong_sentence_count_names_the_example(tmp_path):
+    jpath, spath = _voita_files(tmp_path)
+    data = json.loads(jpath.read_text(encoding="utf-8"))
+    data[1]["dst"][1] = data[1]["dst"][1].split(" _eos ", 1)[1]  # one context sentence short
+    jpath.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(C.ContrastiveFormatError) as e:
+        C.load_examples(str(jpath))
+    assert str(e.value) == (f"{jpath}: example 2, candidate 2: 3 sentences (joined by '_eos') but the "
+                            "source has 4")
+    dst = spath.with_suffix(".dst")
+    lines = dst.read_text(encoding="utf-8").splitlines()
+    lines[3] = data[1]["dst"][1]
+    _write(dst, lines)
+    with pytest.raises(C.ContrastiveFormatError) as e:
+        C.load_examples(str(spath))
+    assert str(e.value).startswith(f"{dst}:4: example 2, candidate 2: 3 sentences")
+
+
 def test_lopes(tmp_path):
     p = tmp_path / "OpenSubs"
     _write(f"{p}.current.src", ["So they swam over."] * 2 + ["Is it real?"] * 2)
@@ -213,13 +231,45 @@ def test_contrastive_scoring_on_bawden(bawden_model, bawden_dir):
 
 
 def test_contrastive_cli_json(bawden_model, bawden_dir, tmp_path):
+    """``--json FILE`` writes the report into FILE, as every docctx-score subcommand does."""
     out = tmp_path / "scores.txt"
     p = run(["docctx-score", "contrastive", bawden_dir / "lexical_choice", "--path", bawden_model["checkpoint"],
-             "--data", bawden_model["data"], "--json", "--scores-out", out])
-    rep = json.loads(p.stdout)
+             "--data", bawden_model["data"], "--json", tmp_path / "run.json", "--name", "tiny",
+             "--scores-out", out])
+    data = json.loads((tmp_path / "run.json").read_text())
+    assert data["run"] == "tiny" and data["files"]["checkpoint"] == bawden_model["checkpoint"]
+    rep = data["metrics"]["contrastive:lexical_choice"]
     s = np.array([float(x) for x in out.read_text().split()]).reshape(-1, 2)
     assert rep["examples"] == 200 and rep["correct"] == int((s[:, 0] > s[:, 1]).sum())
+    assert rep["score"] == rep["accuracy"] == pytest.approx(rep["correct"] / 200)
     assert set(rep["by_phenomenon"]) == {"lexical_choice"} and "repet" in rep["by_category"]
+    assert p.stdout.startswith(f"accuracy {rep['accuracy']:.4f} ({rep['correct']}/200)")
+
+
+def test_spm_model_found_through_the_manifest(bawden_model, tmp_path):
+    """The SentencePiece model is the file docctx.json names, whatever its name: scoring
+    and the hub find it through the manifest (no spm.model fallback to lean on)."""
+    import shutil
+
+    from fairseq_docctx.data.manifest import read_manifest, write_manifest
+    from fairseq_docctx.evaluation.scoring import load_scorer
+    from fairseq_docctx.hub import from_pretrained
+
+    data = tmp_path / "bin"
+    shutil.copytree(bawden_model["data"], data)
+    (data / "spm.model").rename(data / "enfr-400.model")
+    manifest = read_manifest(str(data))
+    manifest["spm"]["model"] = "enfr-400.model"
+    write_manifest(str(data), manifest)
+    ckpt_dir = tmp_path / "ck"  # the checkpoint alone, away from any spm.model
+    ckpt_dir.mkdir()
+    shutil.copy(bawden_model["checkpoint"], ckpt_dir / "checkpoint_last.pt")
+    ckpt = str(ckpt_dir / "checkpoint_last.pt")
+    scorer = load_scorer(ckpt, data=str(data))
+    hub = from_pretrained(ckpt, data=str(data))
+    for sp in (scorer.hub.spm, hub.spm):
+        assert sp is not None and sp.get_piece_size() == manifest["spm"]["vocab_size"]
+    assert hub.apply_bpe("Bonjour") == " ".join(sp.encode("Bonjour", out_type=str))
 
 
 # ------------------------------------------------------------------ CXMI (probe)

@@ -86,6 +86,39 @@ def test_count_mismatch_names_the_files(tmp_path, capsys):
         load_corpus(str(hyp), str(write(tmp_path / "plain.de", "A\nB\n")))
 
 
+def test_xml_hypotheses_empty_translation_and_extra_docid(tmp_path, capsys):
+    """What docctx-translate writes for an empty translation (``<seg id="2"></seg>``) is
+    scored as an empty hypothesis; a hypothesis document the reference lacks is reported
+    at the line of its <doc>."""
+    ref = write(tmp_path / "ref.xml", '<refset setid="t" trglang="de">\n<doc docid="t1">\n<seg id="1">A x</seg>\n'
+                '<seg id="2">B y</seg>\n</doc>\n</refset>\n')
+    hyp = write(tmp_path / "hyp.xml", '<tstset setid="t" trglang="de">\n<doc docid="t1" sysid="s">\n'
+                '<seg id="1">A x</seg>\n<seg id="2"></seg>\n</doc>\n</tstset>\n')
+    c = load_corpus(str(hyp), str(ref))
+    assert c.hyp == [["A x", ""]] and c.ref == [["A x", "B y"]]
+    rc, out, err = score_cli(["bleu", "--hyp", str(hyp), "--ref", str(ref)], capsys)
+    assert rc == 0, err
+    extra = write(tmp_path / "extra.xml", hyp.read_text().replace(
+        "</tstset>", '<doc docid="t9" sysid="s">\n<seg id="1">z</seg>\n</doc>\n</tstset>'))
+    rc, out, err = score_cli(["bleu", "--hyp", str(extra), "--ref", str(ref)], capsys)
+    assert rc == 2 and f"{extra}:6: docid 't9' is in {extra} but not in {ref}" in err, err
+
+
+def test_model_subcommands_write_json_file(tmp_path, toy_bin, concat_both_ckpt, capsys):
+    """cxmi, like every docctx-score subcommand, writes its results with ``--json FILE``."""
+    out = tmp_path / "run.json"
+    rc, text, err = score_cli(["cxmi", "--path", str(concat_both_ckpt), "--data", str(toy_bin),
+                               "--json", str(out), "--name", "concat"], capsys)
+    assert rc == 0, err
+    data = json.loads(out.read_text())
+    assert data["run"] == "concat" and data["files"]["split"] == "test"
+    rep = data["metrics"]["cxmi"]
+    assert rep["score"] == rep["cxmi"] and f"CXMI (true - none)       {rep['cxmi']:+.4f}" in text
+    # the table reads it like any other run
+    rc, text, err = score_cli(["table", str(out)], capsys)
+    assert rc == 0 and "cxmi" in text.splitlines()[0]
+
+
 GEN = """S-1\tw1 w2
 T-1\tW1 W2
 H-1\t-0.5\t\u2581Das \u2581ist\u2581gut

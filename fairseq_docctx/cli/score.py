@@ -31,8 +31,16 @@ def build_parser():
 
 
 def cli_main(argv=None):
+    from fairseq_docctx.data.manifest import ManifestError
+    from fairseq_docctx.hub import CheckpointError
+
     args = build_parser().parse_args(argv)
-    sys.exit(args.func(args) or 0)
+    try:
+        code = args.func(args) or 0
+    except (CheckpointError, ManifestError) as e:  # a subcommand that does not catch them
+        print(f"docctx-score {args.command}: error: {getattr(e, 'cli_message', e)}", file=sys.stderr)
+        code = 2
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@ Reads the formats ``docctx-prepare`` reads (plain text + ``.docids``, blank-line
 ``<d>`` markers, IWSLT/WMT XML; standard input when no file is given), applies the
 SentencePiece model stored with the data, translates every document in order with the
 model's own previous translations as target context, detokenizes, and writes the documents
-in the input's format (XML keeps docids and seg ids).
+in the input's format (XML keeps the set's id and languages, the documents' attributes
+and the seg ids; ``--system-name`` is the sysid). With ``-o`` the output is checked first,
+written document by document as they complete into a temporary file beside it, and moved
+into place at the end.
 """
 import argparse
 import logging
@@ -15,8 +18,8 @@ import tempfile
 import time
 import warnings
 
-from ..data.readers import DocumentFormatError, docids_path, read_file
-from ..data.writers import write_documents
+from ..data.readers import DocumentFormatError, docids_path, read_file, read_set_attributes
+from ..data.writers import DocumentWriter
 
 
 def build_parser():
@@ -26,9 +29,11 @@ def build_parser():
     )
     p.add_argument("input", nargs="?", help="input file (default: standard input)")
     p.add_argument("--path", required=True, help="checkpoint file (.pt)")
-    p.add_argument("--data", help="data directory with the dictionaries (and spm.model); "
-                   "default: the checkpoint's directory if it has them, else the training data")
-    p.add_argument("--spm-model", help="SentencePiece model (default: spm.model of --data)")
+    p.add_argument("--data", help="data directory with the dictionaries (and the SentencePiece "
+                   "model its docctx.json names); default: the checkpoint's directory if it has "
+                   "them, else the training data")
+    p.add_argument("--spm-model", help="SentencePiece model (default: the one docctx.json of --data "
+                   "names)")
     p.add_argument("--input-format", default="auto", choices=["auto", "docids", "blank", "marker", "xml"])
     p.add_argument("--docids", help="document-id file of a docids-format input "
                    "(default: the input path with its extension replaced by .docids)")
@@ -47,6 +52,8 @@ def build_parser():
                    help=argparse.SUPPRESS)
     p.add_argument("--cpu", action="store_true", help="decode on the CPU even if a GPU is there")
     p.add_argument("--fp16", action="store_true", help="half-precision inference")
+    p.add_argument("--system-name", default="fairseq_docctx", metavar="NAME",
+                   help="XML/SGML output: the sysid of every document (default: fairseq_docctx)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -64,56 +71,133 @@ def _progress(total_sents, total_docs, quiet):
     return bar, update
 
 
+STDIN = "<stdin>"
+
+
+def _read_input(args):
+    """The input documents, their format and (XML) the set element's attributes; standard
+    input is read as bytes, so that invalid UTF-8 is reported as ``<stdin>:LINE``."""
+    if args.input is not None:
+        docids = args.docids or docids_path(args.input, None)
+        docs, fmt = read_file(args.input, args.input_format, docids)
+        return docs, fmt, read_set_attributes(args.input) if fmt == "xml" else None
+    tmp = tempfile.mkdtemp(prefix="docctx-translate-")
+    try:
+        path = os.path.join(tmp, "stdin.txt")
+        with open(path, "wb") as f:
+            shutil.copyfileobj(sys.stdin.buffer, f)
+        try:
+            docs, fmt = read_file(path, args.input_format, args.docids or docids_path(path, None),
+                                  name="stdin")
+        except DocumentFormatError as e:
+            raise DocumentFormatError(STDIN, e.line, e.message) from None
+        for d in docs:
+            d.path = STDIN
+        return docs, fmt, read_set_attributes(path) if fmt == "xml" else None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_separator(docs, separator):
+    """Refuse input holding the context separator, as docctx-prepare does."""
+    for d in docs:
+        for s, ln in zip(d.sentences, d.lines):
+            if separator and separator in s:
+                raise DocumentFormatError(
+                    d.path, ln, f"the context separator {separator!r} of the model's data occurs in "
+                    "the text; the model would read it as a sentence boundary")
+
+
+class _Output:
+    """``-o FILE`` (and its ``.docids`` file): temporary files beside the destination,
+    created before any work (so a directory that is missing or not writable fails first)
+    and moved into place by :meth:`commit`; standard output without ``-o``."""
+
+    def __init__(self, path, with_docids):
+        self.targets, self.files = [], []
+        if path is None:
+            self.out, self.ids = sys.stdout, None
+            return
+        targets = [path] + ([docids_path(path, None)] if with_docids else [])
+        for t in targets:
+            d = os.path.dirname(os.path.abspath(t))
+            if os.path.isdir(t):
+                self.discard()
+                raise OutputError(f"-o {path}: {t} is a directory")
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(t)}.", suffix=".part", dir=d)
+            except OSError as e:
+                self.discard()
+                raise OutputError(f"-o {path}: cannot write in {d} ({e.strerror or e})") from None
+            self.targets.append(t)
+            self.files.append((tmp, os.fdopen(fd, "w", encoding="utf-8")))
+        self.out = self.files[0][1]
+        self.ids = self.files[1][1] if with_docids else None
+
+    def commit(self):
+        for (tmp, f), t in zip(self.files, self.targets):
+            f.close()
+            os.replace(tmp, t)
+        self.files = []
+
+    def discard(self):
+        for tmp, f in self.files:
+            f.close()
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        self.files = []
+
+
+class OutputError(ValueError):
+    """An output file that cannot be written."""
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     for name in ("fairseq", "fairseq_docctx"):
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=".*pin_memory.*")
-    tmp = None
-    path = args.input
-    if path is None:  # standard input: read it into a file the readers can sniff
-        tmp = tempfile.mkdtemp(prefix="docctx-translate-")
-        path = os.path.join(tmp, "stdin.txt")
-        with open(path, "w", encoding="utf-8") as f:
-            shutil.copyfileobj(sys.stdin, f)
+    docs, fmt, set_attributes = _read_input(args)
+    output = _Output(args.output, fmt == "docids")
     try:
-        docids = args.docids or docids_path(path, None)
-        docs, fmt = read_file(path, args.input_format, docids)
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
+        from ..hub import from_pretrained
 
-    from ..hub import from_pretrained
+        overrides = {"target_context": args.target_context}
+        if args.context_size is not None:
+            overrides["context_size"] = args.context_size
+        hub = from_pretrained(args.path, data=args.data, spm_model=args.spm_model,
+                              cpu=args.cpu, fp16=args.fp16, **overrides)
+        cfg = hub.task.cfg
+        _check_separator(docs, getattr(cfg, "context_separator", None))
+        writer = DocumentWriter(fmt, output.out, output.ids, src_lang=cfg.source_lang,
+                                tgt_lang=cfg.target_lang, sysid=args.system_name,
+                                set_attributes=set_attributes)
+        total = sum(len(d) for d in docs)
+        bar, update = _progress(total, len(docs), args.quiet)
+        pending, next_doc = {}, [0]
 
-    overrides = {"target_context": args.target_context}
-    if args.context_size is not None:
-        overrides["context_size"] = args.context_size
-    hub = from_pretrained(args.path, data=args.data, spm_model=args.spm_model,
-                          cpu=args.cpu, fp16=args.fp16, **overrides)
-    total = sum(len(d) for d in docs)
-    bar, update = _progress(total, len(docs), args.quiet)
-    start = time.time()
-    translations = hub.translate_documents(
-        [d.sentences for d in docs], beam=args.beam, batch_size=args.batch_size,
-        max_tokens=args.max_tokens, progress=update, lenpen=args.lenpen,
-        max_len_a=args.max_len_a, max_len_b=args.max_len_b,
-    )
-    bar.close()
-    elapsed = time.time() - start
-    cfg = hub.task.cfg
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    ids_out = None
-    if fmt == "docids" and args.output:
-        ids_out = open(docids_path(args.output, None), "w", encoding="utf-8")
-    try:
-        write_documents(docs, translations, fmt, out, ids_out,
-                        src_lang=cfg.source_lang, tgt_lang=cfg.target_lang)
+        def document_done(i, translation):  # write documents in input order as they complete
+            pending[i] = translation
+            while next_doc[0] in pending:
+                writer.write(docs[next_doc[0]], pending.pop(next_doc[0]))
+                next_doc[0] += 1
+            output.out.flush()
+
+        start = time.time()
+        translations = hub.translate_documents(
+            [d.sentences for d in docs], beam=args.beam, batch_size=args.batch_size,
+            max_tokens=args.max_tokens, progress=update, document_done=document_done,
+            lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
+        )
+        bar.close()
+        elapsed = time.time() - start
+        writer.close()
+        output.commit()
     finally:
-        if args.output:
-            out.close()
-        if ids_out:
-            ids_out.close()
+        output.discard()
     empty = sum(1 for t in translations for s in t if not s.strip())
     if empty:
         print(f"docctx-translate: warning: {empty} empty translations", file=sys.stderr)
@@ -124,10 +208,14 @@ def main(argv=None):
 
 
 def cli_main(argv=None):
+    from ..data.manifest import ManifestError
+    from ..hub import CheckpointError
+
     try:
         main(argv)
-    except (DocumentFormatError, FileNotFoundError, ValueError) as e:
-        print(f"docctx-translate: error: {e}", file=sys.stderr)
+    except (DocumentFormatError, FileNotFoundError, CheckpointError, ManifestError, OutputError,
+            ValueError) as e:
+        print(f"docctx-translate: error: {getattr(e, 'cli_message', e)}", file=sys.stderr)
         sys.exit(2)
 
 

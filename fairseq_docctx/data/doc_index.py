@@ -15,8 +15,9 @@ from typing import List, Sequence
 
 import numpy as np
 
+from .manifest import MANIFEST_NAME  # noqa: F401  (kept importable from here)
+
 DOC_INDEX_SUFFIX = "docs"
-MANIFEST_NAME = "docctx.json"
 
 
 def doc_index_path(data_path: str, split: str, src: str, tgt: str) -> str:

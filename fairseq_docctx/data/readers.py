@@ -44,6 +44,7 @@ class Document:
     path: str
     seg_ids: Optional[List[str]] = None  # xml: the <seg id=...> of each sentence
     start: int = 0  # line where the document starts (xml: its <doc>)
+    attributes: Dict[str, str] = field(default_factory=dict)  # xml: the <doc>'s attributes
 
     def __len__(self):
         return len(self.sentences)
@@ -245,6 +246,9 @@ _XML_TOKEN = re.compile(
     re.S,
 )
 _CDATA = re.compile(r"<!\[CDATA\[(.*?)\]\]>", re.S)
+_COMMENT = re.compile(r"<!--.*?-->", re.S)
+_SEG_END = re.compile(r"</seg\s*>", re.I)
+_STRUCTURE_TAG = re.compile(r"<(/?)(seg|doc)(?![\w.:-])", re.I)
 _XML_ATTR = re.compile(r"([A-Za-z_][\w.:-]*)\s*=\s*(\"[^\"]*\"|'[^']*'|[^\s>\"']+)")
 
 
@@ -252,9 +256,24 @@ def _attrs(s: str) -> Dict[str, str]:
     return {k.lower(): html.unescape(v.strip("\"'")) for k, v in _XML_ATTR.findall(s)}
 
 
-def _read_xml(path: str) -> List[Document]:
-    """IWSLT/WMT XML or SGML, read tolerantly (unquoted attributes, bare ``&``) but strictly
-    in structure: every ``<seg>`` has an id and is closed inside an open ``<doc>``."""
+def _segment_text(raw: str) -> str:
+    """The text of a ``<seg>``: CDATA sections as they are, comments dropped, character
+    references decoded, every other character kept, ``<`` and ``>`` included (SGML test
+    sets hold raw ``x<y`` or a literal ``<sep>``, which are text, not markup); runs of
+    whitespace, newlines from ``&#10;`` included, become one space."""
+    parts, pos = [], 0
+    for m in _CDATA.finditer(raw):
+        parts.append(html.unescape(_COMMENT.sub(" ", raw[pos:m.start()])))
+        parts.append(m.group(1))
+        pos = m.end()
+    parts.append(html.unescape(_COMMENT.sub(" ", raw[pos:])))
+    return " ".join("".join(parts).split())
+
+
+def _read_xml(path: str, allow_empty: bool = False) -> List[Document]:
+    """IWSLT/WMT XML or SGML, read tolerantly (unquoted attributes, bare ``&``, raw ``<``
+    inside a segment) but strictly in structure: every ``<seg>`` has an id and is closed
+    inside an open ``<doc>``. ``allow_empty``: accept empty segments (hypotheses)."""
     text = "\n".join(read_lines(path))
     line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
 
@@ -265,29 +284,17 @@ def _read_xml(path: str) -> List[Document]:
     doc_lines: Dict[str, int] = {}
     doc: Optional[Document] = None
     doc_line = 0
-    seg: Optional[Tuple[str, int, int]] = None  # (id, line, text start)
     seg_ids: Dict[str, int] = {}
-    for m in _XML_TOKEN.finditer(text):
+    pos = 0
+    while True:
+        m = _XML_TOKEN.search(text, pos)
+        if m is None:
+            break
+        pos = m.end()
         closing, tag = m.group(1), (m.group(2) or "").lower()
         if not tag:
             continue  # comment, processing instruction, doctype, CDATA outside a seg
         ln = line_of(m.start())
-        if seg is not None:
-            if tag == "seg" and closing:
-                sid, sline, start = seg
-                s = _CDATA.sub(lambda c: html.escape(c.group(1)), text[start:m.start()])
-                s = _clean(html.unescape(re.sub(r"\s+", " ", _XML_TOKEN.sub(" ", s))))
-                if not s:
-                    raise DocumentFormatError(path, sline, f"empty segment id={sid} in document {doc.doc_id!r}")
-                doc.sentences.append(s)
-                doc.lines.append(sline)
-                seg = None
-                continue
-            if tag not in ("seg", "doc"):
-                continue  # inline markup inside a segment: dropped, its text kept
-            raise DocumentFormatError(
-                path, seg[1], f"<seg id={seg[0]}> is not closed (found <{'/' * bool(closing)}{tag}> at line {ln})"
-            )
         if tag == "doc":
             if closing:
                 if doc is None:
@@ -300,7 +307,8 @@ def _read_xml(path: str) -> List[Document]:
                 raise DocumentFormatError(
                     path, doc_line, f"<doc docid={doc.doc_id}> is not closed (next <doc> at line {ln})"
                 )
-            docid = _attrs(m.group(3)).get("docid", "").strip()
+            attrs = _attrs(m.group(3))
+            docid = attrs.get("docid", "").strip()
             if not docid:
                 raise DocumentFormatError(path, ln, "<doc> without a docid attribute")
             if "\t" in docid:
@@ -310,7 +318,7 @@ def _read_xml(path: str) -> List[Document]:
                     path, ln, f"docid {docid!r} appears twice (first at line {doc_lines[docid]})"
                 )
             doc_lines[docid] = doc_line = ln
-            doc = Document(docid, [], [], path, [], ln)
+            doc = Document(docid, [], [], path, [], ln, attrs)
             docs.append(doc)
             seg_ids = {}
         elif tag == "seg":
@@ -326,10 +334,23 @@ def _read_xml(path: str) -> List[Document]:
                     path, ln, f"seg id={sid} appears twice in document {doc.doc_id!r} (first at line {seg_ids[sid]})"
                 )
             seg_ids[sid] = ln
+            # the segment runs to the next </seg>: what lies between is text
+            end = _SEG_END.search(text, m.end())
+            inner = _STRUCTURE_TAG.search(text, m.end(), end.start() if end else len(text))
+            if inner is not None:
+                found = f"<{inner.group(1)}{inner.group(2).lower()}>"
+                raise DocumentFormatError(
+                    path, ln, f"<seg id={sid}> is not closed (found {found} at line {line_of(inner.start())})"
+                )
+            if end is None:
+                raise DocumentFormatError(path, ln, f"<seg id={sid}> is not closed before the end of the file")
+            s = _clean(_segment_text(text[m.end():end.start()]))
+            if not s and not allow_empty:
+                raise DocumentFormatError(path, ln, f"empty segment id={sid} in document {doc.doc_id!r}")
             doc.seg_ids.append(sid)
-            seg = (sid, ln, m.end())
-    if seg is not None:
-        raise DocumentFormatError(path, seg[1], f"<seg id={seg[0]}> is not closed before the end of the file")
+            doc.sentences.append(s)
+            doc.lines.append(ln)
+            pos = end.end()
     if doc is not None:
         raise DocumentFormatError(path, doc_line, f"<doc docid={doc.doc_id}> is not closed before the end of the file")
     if not docs:
@@ -337,13 +358,27 @@ def _read_xml(path: str) -> List[Document]:
     return docs
 
 
+def read_set_attributes(path: str) -> Dict[str, str]:
+    """The attributes of the set element (``<srcset>``, ``<refset>``, ``<tstset>``) of an
+    XML/SGML file: ``setid``, ``srclang``, ``trglang``...; empty when there is none."""
+    text = "\n".join(read_lines(path))
+    for m in _XML_TOKEN.finditer(text):
+        tag = (m.group(2) or "").lower()
+        if tag in ("srcset", "refset", "tstset") and not m.group(1):
+            return _attrs(m.group(3))
+        if tag in ("doc", "seg"):
+            break
+    return {}
+
+
 def read_file(path: str, input_format: str = "auto", docids: Optional[str] = None,
-              name: Optional[str] = None) -> Tuple[List[Document], str]:
+              name: Optional[str] = None, allow_empty: bool = False) -> Tuple[List[Document], str]:
     """Read the documents of one file; returns ``(documents, format)``.
 
     ``docids``: the document-id file (``docids`` format, and for auto-detection);
     ``name``: prefix of generated ids ``NAME:N`` (``blank``/``marker``; default: the
-    file's base name)."""
+    file's base name); ``allow_empty``: accept empty XML segments (hypotheses: an empty
+    translation). A file without any document is an error in every format."""
     fmt = detect_format(path, docids) if input_format == "auto" else input_format
     name = name or prefix_name(path)
     if fmt == "docids":
@@ -357,9 +392,11 @@ def read_file(path: str, input_format: str = "auto", docids: Optional[str] = Non
     elif fmt == "marker":
         docs = _read_marker(path, name)
     elif fmt == "xml":
-        docs = _read_xml(path)
+        docs = _read_xml(path, allow_empty)
     else:
         raise ValueError(f"unknown input format {fmt!r} (choose from {', '.join(INPUT_FORMATS)})")
+    if not docs:
+        raise DocumentFormatError(path, 1, f"no documents (no sentence in this {fmt}-format file)")
     return docs, fmt
 
 

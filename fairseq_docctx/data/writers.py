@@ -1,46 +1,91 @@
 """Write translated documents back in the format they were read in (see ``readers``)."""
 import html
-from typing import IO, List, Sequence
+from typing import IO, Dict, List, Optional, Sequence
 
 from .readers import Document
+
+_LANG_ATTRS = ("srclang", "trglang", "tgtlang")
+
+
+def _q(s: str) -> str:
+    return html.escape(s, quote=True)
+
+
+class DocumentWriter:
+    """Writes translated documents one at a time, in the input's format:
+
+    ``docids``: one sentence per line; the document ids go to ``docids_out`` (if given).
+    ``blank``: an empty line between documents. ``marker``: ``<d>`` before each document.
+    ``xml``: an IWSLT/WMT-style ``<tstset>`` keeping the input set's ``setid`` and language
+    attributes (``set_attributes``, as :func:`.readers.read_set_attributes` returns them;
+    ``src_lang``/``tgt_lang`` fill in the languages it lacks), every document's attributes
+    (its docid, genre, origlang...) with ``sysid`` set to ``sysid``, and every seg id.
+
+    Call :meth:`write` once per document, in order, then :meth:`close` (writes the XML
+    closing tags; the streams themselves stay open).
+    """
+
+    def __init__(self, fmt: str, out: IO[str], docids_out: Optional[IO[str]] = None,
+                 src_lang: str = "src", tgt_lang: str = "tgt", sysid: str = "fairseq_docctx",
+                 set_attributes: Optional[Dict[str, str]] = None):
+        if fmt not in ("docids", "blank", "marker", "xml"):
+            raise ValueError(f"unknown output format {fmt!r}")
+        self.fmt, self.out, self.docids_out, self.sysid = fmt, out, docids_out, sysid
+        self.count = 0
+        if fmt == "xml":
+            attrs = {k: v for k, v in (set_attributes or {}).items()}
+            attrs.setdefault("setid", "docctx")
+            attrs.setdefault("srclang", src_lang)
+            if not any(k in attrs for k in ("trglang", "tgtlang")):
+                attrs["trglang"] = tgt_lang
+            head = " ".join(f'{k}="{_q(v)}"' for k, v in attrs.items())
+            out.write(f'<?xml version="1.0" encoding="UTF-8"?>\n<mteval>\n<tstset {head}>\n')
+
+    def write(self, doc: Document, translation: Sequence[str]) -> None:
+        """Write the translation (one string per sentence) of one document."""
+        if len(doc.sentences) != len(translation):
+            raise ValueError(f"document {doc.doc_id!r}: {len(doc.sentences)} sentences, "
+                             f"{len(translation)} translations")
+        t = [" ".join(s.split()) for s in translation]
+        out = self.out
+        if self.fmt == "docids":
+            for s in t:
+                out.write(s + "\n")
+                if self.docids_out is not None:
+                    self.docids_out.write(doc.doc_id + "\n")
+        elif self.fmt == "blank":
+            out.write(("\n" if self.count else "") + "".join(s + "\n" for s in t))
+        elif self.fmt == "marker":
+            out.write("<d>\n" + "".join(s + "\n" for s in t))
+        else:
+            attrs = dict(doc.attributes or {})
+            attrs["docid"] = doc.doc_id
+            attrs["sysid"] = self.sysid
+            attrs = {"docid": attrs.pop("docid"), **attrs}
+            out.write("<doc " + " ".join(f'{k}="{_q(v)}"' for k, v in attrs.items()) + ">\n")
+            seg_ids: List[str] = doc.seg_ids or [str(j + 1) for j in range(len(t))]
+            for sid, s in zip(seg_ids, t):
+                out.write(f'<seg id="{_q(sid)}">{html.escape(s, quote=False)}</seg>\n')
+            out.write("</doc>\n")
+        self.count += 1
+
+    def close(self) -> None:
+        if self.fmt == "xml":
+            self.out.write("</tstset>\n</mteval>\n")
 
 
 def write_documents(docs: Sequence[Document], translations: Sequence[Sequence[str]], fmt: str,
                     out: IO[str], docids_out: IO[str] = None, src_lang: str = "src",
-                    tgt_lang: str = "tgt", sysid: str = "fairseq_docctx") -> None:
-    """``translations[i][j]`` translates ``docs[i].sentences[j]``.
-
-    ``docids``: one sentence per line; the document ids go to ``docids_out`` (if given).
-    ``blank``: an empty line between documents. ``marker``: ``<d>`` before each document.
-    ``xml``: an IWSLT/WMT-style ``<tstset>`` keeping every docid and seg id.
-    """
+                    tgt_lang: str = "tgt", sysid: str = "fairseq_docctx",
+                    set_attributes: Optional[Dict[str, str]] = None) -> None:
+    """``translations[i][j]`` translates ``docs[i].sentences[j]``; all documents at once
+    (see :class:`DocumentWriter` for the formats)."""
     if len(docs) != len(translations):
         raise ValueError("one translation list per document is needed")
     for d, t in zip(docs, translations):
         if len(d.sentences) != len(t):
             raise ValueError(f"document {d.doc_id!r}: {len(d.sentences)} sentences, {len(t)} translations")
-    clean = [[" ".join(s.split()) for s in t] for t in translations]
-    if fmt == "docids":
-        for d, t in zip(docs, clean):
-            for s in t:
-                out.write(s + "\n")
-                if docids_out is not None:
-                    docids_out.write(d.doc_id + "\n")
-    elif fmt == "blank":
-        out.write("\n\n".join("\n".join(t) for t in clean) + "\n")
-    elif fmt == "marker":
-        for t in clean:
-            out.write("<d>\n" + "".join(s + "\n" for s in t))
-    elif fmt == "xml":
-        q = lambda s: html.escape(s, quote=True)  # noqa: E731
-        out.write('<?xml version="1.0" encoding="UTF-8"?>\n<mteval>\n')
-        out.write(f'<tstset setid="docctx" srclang="{q(src_lang)}" trglang="{q(tgt_lang)}">\n')
-        for d, t in zip(docs, clean):
-            out.write(f'<doc docid="{q(d.doc_id)}" sysid="{q(sysid)}">\n')
-            seg_ids: List[str] = d.seg_ids or [str(j + 1) for j in range(len(t))]
-            for sid, s in zip(seg_ids, t):
-                out.write(f'<seg id="{q(sid)}">{html.escape(s, quote=False)}</seg>\n')
-            out.write("</doc>\n")
-        out.write("</tstset>\n</mteval>\n")
-    else:
-        raise ValueError(f"unknown output format {fmt!r}")
+    w = DocumentWriter(fmt, out, docids_out, src_lang, tgt_lang, sysid, set_attributes)
+    for d, t in zip(docs, translations):
+        w.write(d, t)
+    w.close()

@@ -247,17 +247,21 @@ def _voita_phenomenon(path: str) -> str:
 
 
 def _voita_example(src: str, dsts: Sequence[str], true_ind: int, dist, phenomenon: str, where: str,
-                   path: str, line: int) -> ContrastiveExample:
+                   path: str, line: int, number: int) -> ContrastiveExample:
+    """Example ``number`` (1-based) of a Voita et al. set; errors name it (and ``line``,
+    the line of its first candidate, where the files have lines)."""
     s = _split_eos(src)
     cands = []
-    for d in dsts:
+    for j, d in enumerate(dsts):
         t = _split_eos(d)
         if len(t) != len(s):
-            raise ContrastiveFormatError(path, line, f"a translation has {len(t)} sentences (joined by "
-                                         f"'_eos') but the source has {len(s)}")
+            raise ContrastiveFormatError(path, line + j if line else None,
+                                         f"example {number}, candidate {j + 1}: {len(t)} sentences "
+                                         f"(joined by '_eos') but the source has {len(s)}")
         cands.append(Candidate(t[-1], t[:-1]))
     if not 0 <= true_ind < len(cands):
-        raise ContrastiveFormatError(path, line, f"true_ind {true_ind} is not a candidate index")
+        raise ContrastiveFormatError(path, line, f"example {number}: true_ind {true_ind} is not a "
+                                     "candidate index")
     return ContrastiveExample(source=s[-1], source_context=s[:-1], candidates=cands, correct=int(true_ind),
                               phenomenon=phenomenon, distance=int(dist) if dist is not None else None,
                               where=where)
@@ -271,7 +275,7 @@ def read_voita(json_path: str, phenomenon: Optional[str] = None) -> List[Contras
                                      "(a list of objects with 'src', 'dst', 'true_ind')")
     phenomenon = phenomenon or _voita_phenomenon(json_path)
     return [_voita_example(ex["src"], ex["dst"], ex["true_ind"], ex.get("ctx_dist"), phenomenon,
-                           f"{json_path}:example {i + 1}", json_path, None)
+                           f"{json_path}:example {i + 1}", json_path, None, i + 1)
             for i, ex in enumerate(data)]
 
 
@@ -311,7 +315,7 @@ def read_voita_scoring(src_path: str, dst_path: Optional[str] = None,
             if d_lines[row + j] != ex["dst"][j].strip():
                 raise ContrastiveFormatError(dst_path, row + j + 1, f"does not match example {i + 1} of {groups_json}")
         out.append(_voita_example(s_lines[row], d_lines[row: row + m], ex["true_ind"], ex.get("ctx_dist"),
-                                  phenomenon, f"{dst_path}:{row + 1}", dst_path, row + 1))
+                                  phenomenon, f"{dst_path}:{row + 1}", dst_path, row + 1, i + 1))
         row += m
     return out
 
@@ -490,7 +494,7 @@ def format_report(rep: dict) -> str:
 
 # ---------------------------------------------------------------------------------- CLI
 def add_subcommand(subparsers):
-    from .scoring import add_model_args
+    from .scoring import add_json_args, add_model_args
 
     p = subparsers.add_parser(
         "contrastive", help="contrastive test suites: accuracy of the model's scores",
@@ -509,14 +513,14 @@ def add_subcommand(subparsers):
     p.add_argument("--groups", help="Voita scoring_data: the test set's JSON (default: NAME.json next "
                    "to scoring_data/)")
     add_model_args(p)
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_json_args(p)
     p.add_argument("--scores-out", help="write one log-probability per candidate line (file order)")
     p.set_defaults(func=main)
     return p
 
 
 def main(args) -> int:
-    from .scoring import scorer_from_args
+    from .scoring import scorer_from_args, write_model_json
 
     try:
         if args.format in ("bawden", "contrapro", "auto") and not (args.source_lang and args.target_lang):
@@ -530,15 +534,16 @@ def main(args) -> int:
         if scorer is None:
             scorer = scorer_from_args(args)
     except (ContrastiveFormatError, FileNotFoundError, ValueError) as e:
-        print(f"docctx-score contrastive: error: {e}", file=sys.stderr)
+        print(f"docctx-score contrastive: error: {getattr(e, 'cli_message', e)}", file=sys.stderr)
         return 2
     rep = evaluate(scorer, examples)
     if args.scores_out:
         with open(args.scores_out, "w", encoding="utf-8") as f:
             for sc in rep["scores"]:
                 f.writelines(f"{s:.6f}\n" for s in sc)
+    print(format_report(rep))
     if args.json:
-        print(json.dumps({k: v for k, v in rep.items() if k != "scores"}, indent=1))
-    else:
-        print(format_report(rep))
+        name = os.path.splitext(os.path.basename(os.path.normpath(args.testset)))[0]
+        metric = {"score": rep["accuracy"], **{k: v for k, v in rep.items() if k != "scores"}}
+        write_model_json(args, {f"contrastive:{name}": metric}, {"testset": args.testset})
     return 0

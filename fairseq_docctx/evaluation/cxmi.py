@@ -15,7 +15,6 @@ model, teacher-forced (:class:`~.scoring.ModelScorer`):
 A model that ignores its context gets exactly 0; the values are also reported over the
 sentences that have context (``with_context``: document-initial sentences excluded).
 """
-import json
 import sys
 from typing import List, Optional, Sequence
 
@@ -143,7 +142,7 @@ def format_report(rep: dict) -> str:
 
 
 def add_subcommand(subparsers):
-    from .scoring import add_model_args
+    from .scoring import add_json_args, add_model_args
 
     p = subparsers.add_parser(
         "cxmi", help="context usage: CXMI with true and random context",
@@ -156,14 +155,14 @@ def add_subcommand(subparsers):
                    "any docctx-prepare format (PREFIX.SRC, PREFIX.TGT [+ PREFIX.docids])")
     p.add_argument("--input-format", default="auto", choices=["auto", "docids", "blank", "marker", "xml"])
     p.add_argument("--seed", type=int, default=1, help="seed of the random context")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_json_args(p)
     p.set_defaults(func=main)
     return p
 
 
 def main(args) -> int:
     from ..data.readers import DocumentFormatError
-    from .scoring import scorer_from_args
+    from .scoring import scorer_from_args, write_model_json
 
     try:
         scorer = scorer_from_args(args)
@@ -175,7 +174,10 @@ def main(args) -> int:
         else:
             rep = cxmi_split(scorer, args.split, seed=args.seed)
     except (DocumentFormatError, FileNotFoundError, ValueError) as e:
-        print(f"docctx-score cxmi: error: {e}", file=sys.stderr)
+        print(f"docctx-score cxmi: error: {getattr(e, 'cli_message', e)}", file=sys.stderr)
         return 2
-    print(json.dumps(rep, indent=1) if args.json else format_report(rep))
+    print(format_report(rep))
+    if args.json:
+        write_model_json(args, {"cxmi": {"score": rep["cxmi"], **rep}},
+                         {"input": args.input} if args.input else {"split": args.split})
     return 0

@@ -422,13 +422,15 @@ class WordVectors:
 
     @classmethod
     def from_checkpoint(cls, ckpt: str, dict_path: str, spm_model: Optional[str] = None) -> "WordVectors":
-        import torch
         from fairseq.data import Dictionary
 
-        import fairseq_docctx  # noqa: F401  (registers the safe globals of fairseq checkpoints)
+        from fairseq_docctx.hub import CheckpointError, load_checkpoint_state
 
-        state = torch.load(ckpt, map_location="cpu", weights_only=True)
-        model = state.get("model", state)
+        try:
+            state = load_checkpoint_state(ckpt)
+        except CheckpointError as e:
+            raise ScoreInputError(str(e)) from None
+        model = state["model"]
         key = next((k for k in ("decoder.embed_tokens.weight", "encoder.embed_tokens.weight") if k in model), None)
         if key is None:
             raise ScoreInputError(f"{ckpt}: no decoder/encoder embed_tokens.weight in the model")

@@ -51,6 +51,7 @@ class Side:
     real_ids: bool = False  # ids from the file (docids/xml/.docs), not generated NAME:k
     structure_from: Optional[str] = None  # file the documents came from, if not `path`
     seg_ids: Optional[List[List[str]]] = None  # xml: <seg id> of every sentence
+    starts: Optional[List[int]] = None  # xml: line of every document's <doc>
 
     @property
     def sentences(self) -> List[str]:
@@ -240,11 +241,12 @@ def read_side(path: str, input_format: str = "auto", *, docids: Optional[str] = 
         return _split_by(side, doc_ids, lengths, dpath)
     if fmt not in readers.FORMATS:
         raise ScoreInputError(f"unknown format {fmt!r}")
-    docs, fmt = readers.read_file(path, fmt, _docids_file(path, docids))
+    docs, fmt = readers.read_file(path, fmt, _docids_file(path, docids), allow_empty=hypothesis)
     return Side(path, fmt, [d.doc_id for d in docs], [list(d.sentences) for d in docs],
                 [list(d.lines) for d in docs], fmt in ("docids", "xml"),
                 _docids_file(path, docids) if fmt == "docids" else None,
-                [list(d.seg_ids) for d in docs] if fmt == "xml" else None)
+                [list(d.seg_ids) for d in docs] if fmt == "xml" else None,
+                [d.start for d in docs] if fmt == "xml" else None)
 
 
 def _runs(ids: List[str]):
@@ -268,10 +270,10 @@ def _conform(side: Side, anchor: Side) -> Side:
     if side.doc_ids is None:
         return _split_by(side, anchor.doc_ids, [len(d) for d in anchor.docs], what, anchor.real_ids)
     if side.format == "xml" and anchor.format == "xml":
-        a = [readers.Document(i, s, l, anchor.path, _seg_ids(anchor, k)) for k, (i, s, l) in
-             enumerate(zip(anchor.doc_ids, anchor.docs, anchor.lines))]
-        b = [readers.Document(i, s, l, side.path, _seg_ids(side, k)) for k, (i, s, l) in
-             enumerate(zip(side.doc_ids, side.docs, side.lines))]
+        a = [readers.Document(i, s, l, anchor.path, _seg_ids(anchor, k), _start(anchor, k))
+             for k, (i, s, l) in enumerate(zip(anchor.doc_ids, anchor.docs, anchor.lines))]
+        b = [readers.Document(i, s, l, side.path, _seg_ids(side, k), _start(side, k))
+             for k, (i, s, l) in enumerate(zip(side.doc_ids, side.docs, side.lines))]
         matched = readers._match_xml(a, b)
         return Side(side.path, "xml", [d.doc_id for d in matched], [d.sentences for d in matched],
                     [d.lines for d in matched], True, seg_ids=[d.seg_ids for d in matched])
@@ -296,6 +298,13 @@ def _conform(side: Side, anchor: Side) -> Side:
 
 def _seg_ids(side: Side, k: int):
     return side.seg_ids[k]
+
+
+def _start(side: Side, k: int) -> int:
+    """The line where document ``k`` of a side starts (its ``<doc>`` in XML)."""
+    if side.starts is not None:
+        return side.starts[k]
+    return side.lines[k][0] if side.lines[k] else 1
 
 
 def load_corpus(hyp: str, ref: Optional[str] = None, src: Optional[str] = None, *,

@@ -12,9 +12,7 @@ sentence-level :class:`~fairseq.data.LanguagePairDataset`, indexed with a
 last sentence of each document is scored, many documents per batch. Models that do not read
 context get it removed by the task (``_for_model``), i.e. they are scored at sentence level.
 """
-import json
 import logging
-import os
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
@@ -28,23 +26,6 @@ from ..data.document_dataset import DocumentPairDataset
 
 # (source sentences, target sentences) of one document; the last pair is scored
 TokenDocument = Tuple[Sequence[torch.Tensor], Sequence[torch.Tensor]]
-
-
-def spm_from_manifest(data: Optional[str]) -> Optional[str]:
-    """The SentencePiece model a ``docctx-prepare`` data directory records in ``docctx.json``
-    (``None`` if there is no manifest or it names none)."""
-    if not data:
-        return None
-    manifest = os.path.join(data, "docctx.json")
-    if not os.path.exists(manifest):
-        return None
-    with open(manifest, encoding="utf-8") as f:
-        info = json.load(f).get("sentencepiece") or {}
-    model = info.get("model")
-    if not model:
-        return None
-    path = model if os.path.isabs(model) else os.path.join(data, model)
-    return path if os.path.exists(path) else None
 
 
 @dataclass
@@ -167,13 +148,13 @@ def load_scorer(path: str, data: Optional[str] = None, spm_model: Optional[str] 
                 max_tokens: int = 4000, batch_size: int = 64) -> ModelScorer:
     """Load a checkpoint the way ``docctx-translate`` does (safe loading, task
     ``document_translation``, dictionaries of ``data`` or of the training data, the
-    SentencePiece model recorded in the data directory's ``docctx.json``)."""
+    SentencePiece model recorded in the data directory's ``docctx.json``). A checkpoint that
+    cannot be used raises :class:`fairseq_docctx.hub.CheckpointError`."""
     from ..hub import from_pretrained
 
     overrides = {}
     if context_size is not None:
         overrides["context_size"] = context_size
-    spm_model = spm_model or spm_from_manifest(data)
     hub = from_pretrained(path, data=data, spm_model=spm_model, cpu=cpu, **overrides)
     return ModelScorer(hub, max_tokens=max_tokens, batch_size=batch_size)
 
@@ -205,3 +186,18 @@ def scorer_from_args(args) -> ModelScorer:
     return load_scorer(args.path, data=args.data, spm_model=args.spm_model,
                        context_size=args.context_size, cpu=not args.gpu,
                        max_tokens=args.max_tokens, batch_size=args.batch_size)
+
+
+def add_json_args(p):
+    """``--json FILE`` and ``--name NAME``, as every ``docctx-score`` subcommand has them."""
+    p.add_argument("--json", metavar="FILE", help="write the results to this JSON file (merged "
+                   "into it when it holds the same run; read by 'docctx-score table')")
+    p.add_argument("--name", help="run name in the JSON (default: the checkpoint path)")
+
+
+def write_model_json(args, metrics: dict, files: dict) -> None:
+    """Write the ``--json FILE`` of a subcommand that scores with a model."""
+    from .io import write_json
+
+    files = {"checkpoint": args.path, **({"data": args.data} if args.data else {}), **files}
+    write_json(args.json, args.name or args.path, files, metrics)

@@ -17,6 +17,7 @@ from fairseq.models.transformer import (
 )
 
 from ..modules.context_concat import concat_with_context, gather_context_rows, pack_segments
+from ..modules.masks import BoolFutureMask
 
 
 class ConcatContextEncoder(TransformerEncoderBase):
@@ -53,7 +54,7 @@ class ConcatContextEncoder(TransformerEncoderBase):
         return new
 
 
-class ConcatContextDecoder(TransformerDecoderBase):
+class ConcatContextDecoder(BoolFutureMask, TransformerDecoderBase):
     """A Transformer decoder that reads the previous target sentences as an unscored prefix."""
 
     sep_idx: int = -1  # set by ConcatTransformerModel.build_model

@@ -47,6 +47,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from ..modules import table_encoder
 from ..modules.han import HierarchicalAttention
+from ..modules.masks import BoolFutureMask
 from . import sentence_init
 from .arch_defaults import set_defaults
 
@@ -221,7 +222,7 @@ class HANTransformerEncoder(TransformerEncoderBase):
         return new
 
 
-class HANTransformerDecoder(TransformerDecoderBase):
+class HANTransformerDecoder(BoolFutureMask, TransformerDecoderBase):
     def __init__(self, cfg, dictionary, embed_tokens, args, no_encoder_attn=False, output_projection=None):
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn, output_projection)
         self.han_mode = args.han_decoder

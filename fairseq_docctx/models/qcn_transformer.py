@@ -18,6 +18,7 @@ import torch.nn as nn
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
     TransformerConfig,
+    TransformerDecoderBase,
     TransformerEncoderBase,
     TransformerModel,
     base_architecture,
@@ -26,6 +27,7 @@ from fairseq.modules import LayerNorm
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 
 from ..modules.few_keys_attention import FewKeysAttention
+from ..modules.masks import BoolFutureMask
 from ..modules.qcn import (
     PCCRegularizer,
     QueryGuidedCapsuleNetwork,
@@ -132,6 +134,11 @@ class QCNTransformerEncoder(TransformerEncoderBase):
                 layer.capsules = None
 
 
+class QCNTransformerDecoder(BoolFutureMask, TransformerDecoderBase):
+    """fairseq's Transformer decoder (the QCN reads its context in the encoder) with a causal
+    mask of the padding mask's type (:mod:`fairseq_docctx.modules.masks`)."""
+
+
 @register_model("qcn_transformer")
 class QCNTransformerModel(TransformerModel):
     """Transformer with a Query-guided Capsule Network over the previous source sentences
@@ -171,6 +178,11 @@ class QCNTransformerModel(TransformerModel):
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
         return QCNTransformerEncoder(TransformerConfig.from_namespace(args), src_dict, embed_tokens, args)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(args)
+        return QCNTransformerDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, context=None,
                 return_all_hiddens: bool = True, features_only: bool = False,

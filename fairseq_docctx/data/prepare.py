@@ -1,0 +1,430 @@
+"""Data preparation: raw parallel documents -> a fairseq data directory + document index.
+
+What ``docctx-prepare`` runs (:mod:`fairseq_docctx.cli.prepare` only parses its options and
+prints the progress this module reports). Reads documents (:mod:`.readers`), optionally
+trains or applies one joint SentencePiece model, applies explicit length filters to the
+training split, builds the dictionaries (with the context separator at index 4) and
+binarizes every split with ``fairseq_cli.preprocess.main``; beside each split it writes the
+document index ``{split}.{src}-{tgt}.docs`` (:mod:`.doc_index`), and into the data directory
+the manifest ``docctx.json`` (:mod:`.manifest`). Everything is built in a temporary
+directory next to the destination and moved there only at the end.
+"""
+import argparse
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+from .doc_index import DocIndex, doc_index_path
+from .manifest import FORMAT_VERSION, MANIFEST_NAME, SPM_MODEL_NAME, write_manifest
+from .readers import DocumentFormatError, prefix_name, read_parallel
+
+logger = logging.getLogger(__name__)
+
+SPLITS = ("train", "valid", "test")
+SPM_NAME = os.path.splitext(SPM_MODEL_NAME)[0]
+FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
+
+Log = Callable[[str], None]
+
+
+class PrepareError(Exception):
+    """A usage error (bad option combination, existing output...)."""
+
+
+@dataclass
+class SplitData:
+    """One split: documents with their (tokenized) sentence pairs."""
+
+    name: str
+    doc_ids: List[str] = field(default_factory=list)
+    src: List[List[str]] = field(default_factory=list)  # per document, one line per sentence
+    tgt: List[List[str]] = field(default_factory=list)
+    inputs: List[dict] = field(default_factory=list)  # manifest entries, one per prefix
+    filtered: Optional[dict] = None
+
+    @property
+    def num_sentences(self) -> int:
+        return sum(map(len, self.src))
+
+
+def _check_args(args) -> None:
+    splits = [s for s in SPLITS if getattr(args, f"{s}pref")]
+    if not splits:
+        raise PrepareError("give at least one of --trainpref, --validpref, --testpref")
+    if args.source_lang == args.target_lang:
+        raise PrepareError("--source-lang and --target-lang must differ")
+    if args.spm_vocab_size and args.spm_model:
+        raise PrepareError("--spm-vocab-size and --spm-model exclude each other")
+    if args.spm_vocab_size < 0:
+        raise PrepareError("--spm-vocab-size must be >= 0")
+    if args.joined_dictionary and args.srcdict and args.tgtdict:
+        raise PrepareError("cannot use both --srcdict and --tgtdict with --joined-dictionary")
+    if not args.trainpref:
+        if args.spm_vocab_size:
+            raise PrepareError("--spm-vocab-size needs --trainpref (or give --spm-model)")
+        if not (args.srcdict and (args.tgtdict or args.joined_dictionary)):
+            raise PrepareError("without --trainpref give --srcdict and --tgtdict "
+                               "(or --srcdict with --joined-dictionary)")
+    sep = args.context_separator
+    if not sep or any(c.isspace() for c in sep) or sep in FAIRSEQ_SPECIALS:
+        raise PrepareError(f"--context-separator {sep!r} must be one token, not one of {FAIRSEQ_SPECIALS}")
+    if args.min_len < 0 or (args.max_len is not None and args.max_len < 1):
+        raise PrepareError("--min-len must be >= 0 and --max-len >= 1")
+    if args.max_len_ratio is not None and args.max_len_ratio <= 0:
+        raise PrepareError("--max-len-ratio must be > 0")
+    if args.workers < 1:
+        raise PrepareError("--workers must be >= 1")
+    for f in (args.srcdict, args.tgtdict, args.spm_model):
+        if f and not os.path.isfile(f):
+            raise PrepareError(f"no such file: {f}")
+
+
+# ------------------------------------------------------------------------------------------
+# reading, tokenization, filtering
+
+
+def read_split(name: str, prefixes: Sequence[str], src: str, tgt: str, input_format: str,
+               separator: str, log: Log = logger.info) -> SplitData:
+    """Read and concatenate the prefixes of one split (raw sentences); doc ids that collide
+    with an earlier prefix's are qualified as ``NAME:id``."""
+    data = SplitData(name)
+    seen = set()
+    for k, prefix in enumerate(prefixes):
+        pd = read_parallel(prefix, src, tgt, input_format)
+        log(f"{name}: read {pd.src_path} + {pd.tgt_path}"
+            + (f" + {pd.docids_path}" if pd.docids_path else "")
+            + f" ({pd.format}): {len(pd.src)} documents, {pd.num_sentences} sentence pairs")
+        if not pd.src:
+            raise DocumentFormatError(pd.src_path, 1, "no documents")
+        for docs in (pd.src, pd.tgt):
+            for d in docs:
+                for s, ln in zip(d.sentences, d.lines):
+                    if separator in s:
+                        raise DocumentFormatError(
+                            d.path, ln, f"the context separator {separator!r} occurs in the text; "
+                            "choose another one with --context-separator")
+        ids = [d.doc_id for d in pd.src]
+        for qual in ("", prefix_name(prefix) + ":", f"{name}{k + 1}:"):
+            cand = [qual + i for i in ids]
+            if not seen.intersection(cand):
+                break
+        seen.update(cand)
+        data.doc_ids += cand
+        data.src += [d.sentences for d in pd.src]
+        data.tgt += [d.sentences for d in pd.tgt]
+        data.inputs.append({"prefix": prefix, "format": pd.format, "source": pd.src_path,
+                            "target": pd.tgt_path, "docids": pd.docids_path})
+    return data
+
+
+def train_spm(sentences: List[str], model_prefix: str, vocab_size: int, model_type: str,
+              workers: int, input_sentence_size: int) -> str:
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_prefix=model_prefix, vocab_size=vocab_size,
+        character_coverage=1.0, model_type=model_type, input_sentence_size=input_sentence_size,
+        shuffle_input_sentence=True, num_threads=workers, hard_vocab_limit=False, minloglevel=2,
+    )
+    return model_prefix + ".model"
+
+
+def _spm_model_type(sp) -> Optional[str]:
+    try:
+        from sentencepiece import sentencepiece_model_pb2 as pb
+
+        m = pb.ModelProto()
+        m.ParseFromString(sp.serialized_model_proto())
+        return pb.TrainerSpec.ModelType.Name(m.trainer_spec.model_type).lower()
+    except Exception:  # protobuf missing or incompatible: the type is informative only
+        return None
+
+
+def tokenize_split(data: SplitData, sp, workers: int) -> None:
+    """Replace every sentence by its SentencePiece pieces joined by spaces (in place)."""
+    for side in (data.src, data.tgt):
+        flat = [s for doc in side for s in doc]
+        pieces = sp.encode(flat, out_type=str, num_threads=workers)
+        it = iter(" ".join(p) for p in pieces)
+        side[:] = [[next(it) for _ in doc] for doc in side]
+
+
+def filter_split(data: SplitData, min_len: int, max_len: Optional[int],
+                 max_ratio: Optional[float]) -> dict:
+    """Drop sentence pairs by token length (each counted under the first filter that hits
+    it); documents keep their remaining sentences in order, emptied documents vanish."""
+    removed = {"min_len": 0, "max_len": 0, "max_len_ratio": 0}
+    ids, src, tgt = [], [], []
+    for d, sdoc, tdoc in zip(data.doc_ids, data.src, data.tgt):
+        keep_s, keep_t = [], []
+        for s, t in zip(sdoc, tdoc):
+            ls, lt = len(s.split()), len(t.split())
+            if min(ls, lt) < min_len:
+                removed["min_len"] += 1
+            elif max_len is not None and max(ls, lt) > max_len:
+                removed["max_len"] += 1
+            elif max_ratio is not None and (min(ls, lt) == 0 or max(ls, lt) / min(ls, lt) > max_ratio):
+                removed["max_len_ratio"] += 1
+            else:
+                keep_s.append(s)
+                keep_t.append(t)
+        if keep_s:
+            ids.append(d)
+            src.append(keep_s)
+            tgt.append(keep_t)
+    stats = {
+        "settings": {"min_len": min_len, "max_len": max_len, "max_len_ratio": max_ratio},
+        "removed_pairs": removed,
+        "removed_documents": len(data.doc_ids) - len(ids),
+    }
+    data.doc_ids, data.src, data.tgt = ids, src, tgt
+    return stats
+
+
+# ------------------------------------------------------------------------------------------
+# dictionaries and binarization (fairseq)
+
+
+def build_dictionary(files: List[str], separator: str, threshold: int, nwords: int,
+                     workers: int, padding_factor: int = 8):
+    """fairseq-preprocess's dictionary, with ``separator`` right after the special symbols."""
+    from fairseq.data import Dictionary
+    from fairseq.tokenizer import tokenize_line
+
+    d = Dictionary()
+    for f in files:
+        Dictionary.add_file_to_dictionary(f, d, tokenize_line, workers)
+    d.add_symbol(separator, n=max(d.count) + 1)
+    d.finalize(threshold=threshold, nwords=nwords, padding_factor=padding_factor)
+    return d
+
+
+def load_dictionary(path: str, separator: str, log: Log = logger.info):
+    from fairseq.data import Dictionary
+
+    d = Dictionary.load(path)
+    if separator not in d.indices:
+        log(f"{path}: adding the context separator {separator} to the dictionary")
+        d.add_symbol(separator)
+    return d
+
+
+def binarize(work: str, out: str, splits: List[str], args, srcdict: str, tgtdict: str) -> None:
+    """Run fairseq-preprocess on ``work/{split}.{lang}`` with the given dictionaries."""
+    import logging
+
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    argv = ["--source-lang", args.source_lang, "--target-lang", args.target_lang,
+            "--destdir", out, "--dataset-impl", "mmap", "--workers", str(args.workers),
+            "--srcdict", srcdict]
+    argv += ["--joined-dictionary"] if args.joined_dictionary else ["--tgtdict", tgtdict]
+    for split in splits:
+        argv += [f"--{split}pref", os.path.join(work, split)]
+    pargs = options.get_preprocessing_parser().parse_args(argv)
+    logger = preprocess.logger
+    handlers, propagate, level = list(logger.handlers), logger.propagate, logger.level
+    logger.propagate = False  # its log goes to destdir/preprocess.log only
+    logger.setLevel(logging.INFO)
+    try:
+        preprocess.main(pargs)
+    finally:
+        for h in logger.handlers:
+            if h not in handlers:
+                logger.removeHandler(h)
+                h.close()
+        logger.propagate, logger.level = propagate, level
+
+
+def _binarized_sizes(out: str, split: str, src: str, tgt: str, lang: str):
+    from fairseq.data.indexed_dataset import MMapIndexedDataset
+
+    ds = MMapIndexedDataset(os.path.join(out, f"{split}.{src}-{tgt}.{lang}"))
+    sizes = ds.sizes.astype("int64")  # a copy: ds.sizes is a view on a mmap closed with ds
+    del ds
+    return sizes
+
+
+# ------------------------------------------------------------------------------------------
+# main
+
+
+def _outputs(args, splits: List[str]) -> List[str]:
+    s, t = args.source_lang, args.target_lang
+    names = [f"dict.{s}.txt", f"dict.{t}.txt", MANIFEST_NAME]
+    for split in splits:
+        names.append(os.path.basename(doc_index_path("", split, s, t)))
+        names += [f"{split}.{s}-{t}.{lang}.{ext}" for lang in (s, t) for ext in ("bin", "idx")]
+    return names
+
+
+def _check_destdir(destdir: str, names: List[str]) -> None:
+    """Refuse a destination that exists as a file, that cannot be written (the directory,
+    or where it does not exist yet, its nearest existing parent), or that already holds
+    one of the files to write."""
+    if os.path.exists(destdir) and not os.path.isdir(destdir):
+        raise PrepareError(f"--destdir {destdir} exists and is not a directory")
+    probe = os.path.abspath(destdir)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise PrepareError(f"--destdir {destdir}: {probe} is not a directory")
+    try:  # try it (permissions, read-only file systems) rather than trust os.access
+        os.rmdir(tempfile.mkdtemp(prefix=".docctx-prepare-check-", dir=probe))
+    except OSError as e:
+        raise PrepareError(f"--destdir {destdir}: cannot write in {probe} ({e.strerror or e})") from None
+    clash = [n for n in names if os.path.exists(os.path.join(destdir, n))]
+    if clash:
+        raise PrepareError(f"{os.path.join(destdir, clash[0])} already exists; remove it or "
+                           "choose another --destdir")
+
+
+def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = logger.info) -> dict:
+    """Prepare a data directory; ``args`` holds the options of ``docctx-prepare`` (see
+    :func:`fairseq_docctx.cli.prepare.build_parser`), ``command`` is recorded in the
+    manifest, ``log`` receives one line per step. Returns the manifest written to
+    ``args.destdir``. Raises :class:`DocumentFormatError`, :class:`PrepareError` or
+    ``FileNotFoundError``."""
+    _check_args(args)
+    src, tgt, sep = args.source_lang, args.target_lang, args.context_separator
+    splits = [s for s in SPLITS if getattr(args, f"{s}pref")]
+    _check_destdir(args.destdir, _outputs(args, splits))
+
+    data: Dict[str, SplitData] = {}
+    for split in splits:
+        prefixes = [p for p in getattr(args, f"{split}pref").split(",") if p]
+        data[split] = read_split(split, prefixes, src, tgt, args.input_format, sep, log)
+
+    parent = os.path.dirname(os.path.abspath(args.destdir))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(args.destdir))}.tmp-", dir=parent)
+    try:
+        work, out = os.path.join(tmp, "work"), os.path.join(tmp, "out")
+        os.makedirs(work)
+        os.makedirs(out)
+
+        # SentencePiece
+        spm_info = None
+        if args.spm_vocab_size or args.spm_model:
+            import sentencepiece as spm
+
+            if args.spm_model:
+                shutil.copyfile(args.spm_model, os.path.join(out, SPM_NAME + ".model"))
+            else:
+                train = data["train"]
+                sents = [s for side in (train.src, train.tgt) for doc in side for s in doc]
+                log(f"training SentencePiece ({args.spm_model_type}, vocab {args.spm_vocab_size}) "
+                    f"on {len(sents)} {src}+{tgt} training sentences")
+                train_spm(sents, os.path.join(out, SPM_NAME), args.spm_vocab_size,
+                          args.spm_model_type, args.workers, args.spm_input_sentence_size)
+            sp = spm.SentencePieceProcessor(model_file=os.path.join(out, SPM_NAME + ".model"))
+            with open(os.path.join(out, SPM_NAME + ".vocab"), "w", encoding="utf-8") as f:
+                for i in range(sp.get_piece_size()):
+                    f.write(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n")
+            spm_info = {"model": SPM_NAME + ".model", "vocab": SPM_NAME + ".vocab",
+                        "vocab_size": sp.get_piece_size(),
+                        "type": args.spm_model_type if args.spm_vocab_size else _spm_model_type(sp),
+                        "trained_from": "train" if args.spm_vocab_size else args.spm_model}
+            for d in data.values():
+                tokenize_split(d, sp, args.workers)
+
+        # filters (training split only)
+        if "train" in data:
+            tr = data["train"]
+            stats = filter_split(tr, args.min_len, args.max_len, args.max_len_ratio)
+            tr.filtered = stats
+            r = stats["removed_pairs"]
+            active = [f"min-len {args.min_len}: {r['min_len']}"]
+            if args.max_len is not None:
+                active.append(f"max-len {args.max_len}: {r['max_len']}")
+            if args.max_len_ratio is not None:
+                active.append(f"max-len-ratio {args.max_len_ratio:g}: {r['max_len_ratio']}")
+            log(f"train: filters removed sentence pairs ({', '.join(active)}); "
+                f"{stats['removed_documents']} documents vanished entirely")
+            if not tr.src:
+                raise PrepareError("the filters removed every training sentence pair")
+
+        # plain text for fairseq-preprocess
+        for split, d in data.items():
+            for lang, side in ((src, d.src), (tgt, d.tgt)):
+                with open(os.path.join(work, f"{split}.{lang}"), "w", encoding="utf-8") as f:
+                    for doc in side:
+                        f.writelines(s + "\n" for s in doc)
+
+        # dictionaries (separator at index 4) -> fairseq-preprocess
+        trainfiles = {lang: os.path.join(work, f"train.{lang}") for lang in (src, tgt)}
+        if args.joined_dictionary:
+            given = args.srcdict or args.tgtdict
+            sd = td = (load_dictionary(given, sep, log) if given else build_dictionary(
+                [trainfiles[src], trainfiles[tgt]], sep, args.thresholdsrc, args.nwordssrc,
+                args.workers, args.padding_factor))
+        else:
+            sd = (load_dictionary(args.srcdict, sep, log) if args.srcdict else build_dictionary(
+                [trainfiles[src]], sep, args.thresholdsrc, args.nwordssrc, args.workers,
+                args.padding_factor))
+            td = (load_dictionary(args.tgtdict, sep, log) if args.tgtdict else build_dictionary(
+                [trainfiles[tgt]], sep, args.thresholdtgt, args.nwordstgt, args.workers,
+                args.padding_factor))
+        dict_files = {lang: os.path.join(work, f"dict.{lang}.txt") for lang in (src, tgt)}
+        sd.save(dict_files[src])
+        td.save(dict_files[tgt])
+        log(f"dictionaries: {src} {len(sd)} types, {tgt} {len(td)} types"
+            + (" (joined)" if args.joined_dictionary else "")
+            + f"; {sep} at index {sd.index(sep)}")
+        log(f"binarizing {', '.join(splits)} with fairseq-preprocess")
+        binarize(work, out, splits, args, dict_files[src], dict_files[tgt])
+
+        # document indexes + checks + manifest
+        split_info = {}
+        for split, d in data.items():
+            idx = DocIndex(d.doc_ids, [len(doc) for doc in d.src])
+            idx.write(doc_index_path(out, split, src, tgt))
+            tokens = {}
+            for lang, side in ((src, d.src), (tgt, d.tgt)):
+                sizes = _binarized_sizes(out, split, src, tgt, lang)
+                tokens[lang] = int(sizes.sum()) - len(sizes)  # without </s>
+                expected = sum(len(s.split()) for doc in side for s in doc)
+                if len(sizes) != idx.num_sentences or tokens[lang] != expected:
+                    raise RuntimeError(
+                        f"internal error: {split}.{lang} binarized {len(sizes)} lines / "
+                        f"{tokens[lang]} tokens, expected {idx.num_sentences} / {expected}")
+            split_info[split] = {
+                "inputs": d.inputs, "documents": len(idx), "sentences": idx.num_sentences,
+                "source_tokens": tokens[src], "target_tokens": tokens[tgt],
+                "filtered": d.filtered,
+            }
+            log(f"{split}: {len(idx)} documents, {idx.num_sentences} sentences, "
+                f"{tokens[src]} {src} / {tokens[tgt]} {tgt} tokens")
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "source_lang": src,
+            "target_lang": tgt,
+            "joined_dictionary": bool(args.joined_dictionary),
+            "dictionaries": {src: f"dict.{src}.txt", tgt: f"dict.{tgt}.txt"},
+            "context_separator": sep,
+            "context_separator_index": {src: sd.index(sep), tgt: td.index(sep)},
+            "spm": spm_info,
+            "input_format": args.input_format,
+            "splits": split_info,
+            "command": command or "docctx-prepare",
+        }
+        write_manifest(out, manifest)
+
+        # publish
+        _check_destdir(args.destdir, os.listdir(out))
+        if os.path.isdir(args.destdir):
+            for name in sorted(os.listdir(out)):
+                os.replace(os.path.join(out, name), os.path.join(args.destdir, name))
+        else:
+            os.replace(out, args.destdir)
+        log(f"wrote {args.destdir}: {', '.join(splits)} ({src}-{tgt} .bin/.idx + .docs), "
+            f"dict.{src}.txt, dict.{tgt}.txt, {MANIFEST_NAME}" + (f", {SPM_MODEL_NAME}" if spm_info else ""))
+        return manifest
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+

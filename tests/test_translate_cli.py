@@ -1,0 +1,213 @@
+"""docctx-translate, docctx-score and the hub with inputs and checkpoints they must refuse or
+keep intact: one-line errors (exit code 2) naming the file, XML attributes, the output file."""
+import os
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from conftest import venv_env
+from fairseq_docctx.cli.translate import cli_main as translate_main
+from fairseq_docctx.data.readers import read_file, read_set_attributes
+
+
+def translate(argv, capsys):
+    """Run docctx-translate in-process: (exit code, stdout, stderr)."""
+    try:
+        translate_main([str(a) for a in argv])
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def one_line_error(err, prog="docctx-translate"):
+    lines = [ln for ln in err.strip().splitlines() if not ln.startswith("WARNING")]
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+# ------------------------------------------------------------------------ checkpoints
+
+
+@pytest.fixture(scope="module")
+def bad_checkpoints(tmp_path_factory, concat_both_ckpt, toy_bin):
+    """Checkpoints that cannot be used, and data directories that do not fit the model."""
+    d = tmp_path_factory.mktemp("bad")
+    text = d / "notes.pt"
+    text.write_text("this is not a checkpoint\n")
+    truncated = d / "truncated.pt"
+    data = concat_both_ckpt.read_bytes()
+    truncated.write_bytes(data[: len(data) // 2])
+    # another data directory with one more type in its dictionaries
+    bigger = d / "bigger"
+    shutil.copytree(toy_bin, bigger)
+    for lang in ("src", "tgt"):
+        with open(bigger / f"dict.{lang}.txt", "a") as f:
+            f.writelines(f"zz{i} 1\n" for i in range(8))
+    # same size, other content (another language pair's dictionaries of the same size)
+    other = d / "other"
+    shutil.copytree(toy_bin, other)
+    for lang in ("src", "tgt"):
+        p = other / f"dict.{lang}.txt"
+        p.write_text(p.read_text().replace("w1 ", "x1 ").replace("W1 ", "X1 "))
+    # a checkpoint whose training data directory is gone, alone in its directory
+    moved = d / "moved"
+    moved.mkdir()
+    state = torch.load(concat_both_ckpt, weights_only=False)
+    state["cfg"]["task"]["data"] = str(d / "gone")
+    torch.save(state, moved / "checkpoint.pt")
+    return {"missing": d / "none.pt", "text": text, "truncated": truncated, "bigger": bigger,
+            "other": other, "moved": moved / "checkpoint.pt"}
+
+
+def _cases(b, ckpt, data):
+    from fairseq.data import Dictionary
+
+    n = len(Dictionary.load(str(data / "dict.src.txt")))  # joined: both sides the same
+    return [
+        (b["missing"], data, f"{b['missing']}: no such checkpoint file"),
+        (b["text"], data, f"{b['text']}: not a readable fairseq checkpoint"),
+        (b["truncated"], data, f"{b['truncated']}: not a readable fairseq checkpoint"),
+        (ckpt, b["bigger"], f"{ckpt} was trained with a {n}-type source dictionary, --data {b['bigger']} has "
+                            f"{n + 8}: give the data directory it was trained on"),
+        (ckpt, b["other"], f"{ckpt} was trained with the dictionary {data}/dict.src.txt, which differs "
+                           f"from --data {b['other']}/dict.src.txt"),
+        (b["moved"], None, "the model was trained on"),
+    ]
+
+
+def test_unusable_checkpoints_stop_docctx_translate_with_one_line(bad_checkpoints, concat_both_ckpt,
+                                                                   toy_bin, tmp_path, capsys):
+    src = tmp_path / "in.txt"
+    src.write_text("w1 w2\nw3\n\nw4\n")
+    for path, data, what in _cases(bad_checkpoints, concat_both_ckpt, toy_bin):
+        argv = [src, "--path", path, "--quiet"] + (["--data", data] if data else [])
+        code, out, err = translate(argv, capsys)
+        line = one_line_error(err)
+        assert code == 2 and what in line, (path, data, err)
+        assert out == ""
+        if data is None:  # the option, not the Python keyword
+            assert "--data DIR" in line and "data=" not in line
+
+
+def test_unusable_checkpoints_stop_docctx_score_and_the_hub(bad_checkpoints, concat_both_ckpt, toy_bin,
+                                                              capsys, tmp_path):
+    from fairseq_docctx.cli.score import build_parser
+    from fairseq_docctx.cli.score import cli_main as score_main
+
+    hyp = tmp_path / "hyp.txt"
+    hyp.write_text("w1 w2\nw3\n\nw4\n")
+    from fairseq_docctx.hub import CheckpointError, from_pretrained
+
+    for path, data, what in _cases(bad_checkpoints, concat_both_ckpt, toy_bin):
+        with pytest.raises(SystemExit) as e:
+            score_main(["cxmi", "--path", str(path)] + (["--data", str(data)] if data else []))
+        assert e.value.code == 2
+        assert what in one_line_error(capsys.readouterr().err, "docctx-score cxmi")
+        with pytest.raises(CheckpointError) as e:
+            from_pretrained(str(path), data=str(data) if data else None)
+        assert len(str(e.value).splitlines()) == 1
+        assert what.replace("--data ", "data ") in str(e.value) or data is None
+        if data is None:
+            assert "data=DIR" in str(e.value)
+    # the subcommand that reads a checkpoint's embeddings
+    for key in ("missing", "text", "truncated"):
+        args = build_parser().parse_args(["coherence", "--hyp", str(hyp), "--checkpoint", str(bad_checkpoints[key]),
+                                          "--dict", str(toy_bin / "dict.tgt.txt")])
+        assert args.func(args) == 2
+        assert str(bad_checkpoints[key]) in one_line_error(capsys.readouterr().err, "docctx-score coherence")
+
+
+# ------------------------------------------------------------------------------ inputs
+
+
+def test_xml_output_keeps_set_and_document_attributes(concat_both_ckpt, toy_bin, tmp_path, capsys):
+    src = tmp_path / "newstest.sgm"
+    src.write_text('<srcset setid="newstest2019" srclang="src" trglang="tgt">\n'
+                   '<doc docid="a-1" genre="news" origlang="src">\n<seg id="1">w1 w2</seg>\n'
+                   '<seg id="2">w3 &lt; w4</seg>\n</doc>\n<doc docid="b-2" genre="talk">\n<seg id="7">w5</seg>\n'
+                   '</doc>\n</srcset>\n')
+    out = tmp_path / "out.sgm"
+    code, _, err = translate([src, "--path", concat_both_ckpt, "--data", toy_bin, "--beam", "1",
+                              "--max-len-b", "4", "--quiet", "-o", out, "--system-name", "my-system"], capsys)
+    assert code == 0, err
+    assert read_set_attributes(str(out)) == {"setid": "newstest2019", "srclang": "src", "trglang": "tgt"}
+    docs, fmt = read_file(str(out), "xml", allow_empty=True)
+    assert [d.attributes for d in docs] == [
+        {"docid": "a-1", "genre": "news", "origlang": "src", "sysid": "my-system"},
+        {"docid": "b-2", "genre": "talk", "sysid": "my-system"}]
+    assert [d.seg_ids for d in docs] == [["1", "2"], ["7"]]
+
+
+def test_context_separator_in_the_input_is_refused(concat_both_ckpt, toy_bin, tmp_path, capsys):
+    src = tmp_path / "in.txt"
+    src.write_text("w1 w2\nw3 <sep> w4\n\nw5\n")
+    code, out, err = translate([src, "--path", concat_both_ckpt, "--data", toy_bin, "--quiet"], capsys)
+    assert code == 2 and f"{src}:2: the context separator '<sep>'" in one_line_error(err)
+
+
+def test_output_path_is_checked_before_the_work(concat_both_ckpt, toy_bin, tmp_path, capsys):
+    src = tmp_path / "in.txt"
+    src.write_text("w1 w2\nw3\n\nw4\n")
+    for out, what in ((tmp_path / "missing" / "out.txt", "cannot write in"), (tmp_path, "is a directory")):
+        code, _, err = translate([src, "--path", concat_both_ckpt, "--data", toy_bin, "-o", out], capsys)
+        assert code == 2 and f"-o {out}: " in one_line_error(err) and what in err
+        assert "translating" not in err  # nothing was translated
+    # a good run leaves the output and no temporary file
+    out = tmp_path / "out.txt"
+    code, _, err = translate([src, "--path", concat_both_ckpt, "--data", toy_bin, "-o", out, "--quiet",
+                              "--beam", "1", "--max-len-b", "3"], capsys)
+    assert code == 0 and len(out.read_text().split("\n\n")) == 2
+    assert sorted(os.listdir(tmp_path)) == ["in.txt", "out.txt"]
+
+
+def test_documents_are_written_as_they_complete(concat_both_ckpt, toy_bin, tmp_path, capsys, monkeypatch):
+    """An interrupted run has written the documents done so far (in the temporary file)."""
+    from fairseq_docctx import hub as hub_module
+
+    src = tmp_path / "in.txt"
+    src.write_text("w1\n\nw2 w3\nw4\nw5\nw6\n")  # document 1 is done after the first batch
+    seen = {}
+    original = hub_module.DocumentHubInterface.generate_documents
+
+    def interrupted(self, documents, *a, document_done=None, **kw):
+        def done(i, hypos):
+            document_done(i, hypos)
+            part = [p for p in os.listdir(tmp_path) if p.endswith(".part")]
+            seen[i] = (tmp_path / part[0]).read_text()
+            raise KeyboardInterrupt
+        return original(self, documents, *a, document_done=done, **kw)
+
+    monkeypatch.setattr(hub_module.DocumentHubInterface, "generate_documents", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        translate([src, "--path", concat_both_ckpt, "--data", toy_bin, "-o", tmp_path / "out.txt",
+                   "--quiet", "--beam", "1", "--max-len-b", "3", "--input-format", "blank"], capsys)
+    assert list(seen) == [0] and len(seen[0].splitlines()) == 1
+    assert sorted(os.listdir(tmp_path)) == ["in.txt"]  # nothing half-written left in place
+
+
+def test_invalid_utf8_and_empty_input_on_stdin(concat_both_ckpt, toy_bin):
+    cmd = ["docctx-translate", "--path", str(concat_both_ckpt), "--data", str(toy_bin), "--quiet"]
+    p = subprocess.run(cmd + ["--input-format", "blank"], input=b"w1 w2\n\nok\nbad \xff\n",
+                       capture_output=True, env=venv_env())
+    assert p.returncode == 2
+    assert "docctx-translate: error: <stdin>:4: not valid UTF-8" in p.stderr.decode(), p.stderr
+    # empty input: the same error as docctx-prepare's, not an empty output
+    p = subprocess.run(cmd + ["--input-format", "blank"], input=b"", capture_output=True, env=venv_env())
+    assert p.returncode == 2 and p.stdout == b""
+    assert "docctx-translate: error: <stdin>:1: no documents" in p.stderr.decode()
+
+
+def test_progress_counts_sentences_of_the_total(concat_both_ckpt, toy_bin, tmp_path, capsys):
+    """In document order the documents finish late; the bar counts sentences."""
+    src = tmp_path / "in.txt"
+    src.write_text("w1\nw2\nw3\nw4\n\nw5\nw6\nw7\n")
+    code, _, err = translate([src, "--path", concat_both_ckpt, "--data", toy_bin, "--beam", "1",
+                              "--max-len-b", "2", "--batch-size", "2", "-o", tmp_path / "out.txt"], capsys)
+    frames = [f for f in err.replace("\r", "\n").splitlines() if f.startswith("translating")]
+    assert code == 0 and frames
+    assert "0/7" in frames[0] and "7/7" in frames[-1] and "sent" in frames[-1]

@@ -326,7 +326,7 @@ if has_part probe && has_part ted; then
   echo
   sed 's/^/  /' "$PROBE/results/table.txt"
   echo "  attention plot: $(tail -1 "$PROBE/results/example.txt" | sed 's/^ *//')"
-  echo "  TED test, concat_transformer after $TRAIN_MINUTES CPU minutes: $(cat "$RES/bleu.txt")"
+  echo "  TED test, concat_transformer after $TRAIN_MINUTES minutes of CPU training: $(cat "$RES/bleu.txt")"
   echo
 fi
 say "done in $(( ($(date +%s) - T0) / 60 )) min $(( ($(date +%s) - T0) % 60 )) s"

@@ -1,5 +1,7 @@
 # Two commands for a fresh machine with Python 3.11 and no GPU:
-#   make demo   - the end-to-end demo on ../shared/data/maruf-ende
+#   make demo   - the demo: a sentence-level vs a context model on the context probe (accuracy
+#                 on the words that need context, CXMI, an attention plot), then raw TED
+#                 documents on ../shared/data/maruf-ende -> training -> translation -> BLEU
 #   make test   - the test suite (tiny models trained for real on CPU)
 # Both create .venv/ with pinned dependencies on first use and reuse it afterwards.
 

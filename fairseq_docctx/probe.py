@@ -375,3 +375,165 @@ def read_hypotheses(path: str, n_expected: Optional[int] = None) -> List[str]:
     if n_expected is not None and len(hyps) != n_expected:
         raise ValueError(f"{path}: {len(hyps)} hypotheses, expected {n_expected}")
     return hyps
+
+
+# ------------------------------------------------------------------ evaluating a checkpoint
+
+def source_documents(annotations: Union[str, Iterable[dict]], source: str) -> List[List[str]]:
+    """The source sentences of a probe split (``{split}.src``), grouped into the documents of
+    its annotations (``{split}.probe.jsonl``: one record per sentence, in corpus order)."""
+    anns = load_annotations(annotations)
+    with open(source, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    if len(lines) != len(anns):
+        raise ValueError(f"{source}: {len(lines)} sentences, but the annotations have "
+                         f"{len(anns)} records: give the .src file of the same split")
+    docs: List[List[str]] = []
+    for i, (line, rec) in enumerate(zip(lines, anns)):
+        if rec.get("line", i) != i:
+            raise ValueError(f"annotation record {i + 1} says line {rec['line']}: the "
+                             "annotations are not in corpus order")
+        if i == 0 or rec["doc"] != anns[i - 1]["doc"]:
+            docs.append([])
+        docs[-1].append(line)
+    return docs
+
+
+def translate_probe(hub, documents: Sequence[Sequence[str]], beam: int = 1,
+                    batch_size: int = 64) -> List[str]:
+    """Translate probe documents in document order with a loaded model
+    (:func:`fairseq_docctx.hub.from_pretrained`: a model with target context reads its own
+    previous translations); returns the hypotheses in corpus order."""
+    out = hub.translate_documents(documents, beam=beam, batch_size=batch_size)
+    return [h for doc in out for h in doc]
+
+
+def evaluate_checkpoint(path: str, data: str, annotations: str, split: str = "test",
+                        source: Optional[str] = None, beam: int = 1, batch_size: int = 64,
+                        cxmi: bool = True, seed: int = 1) -> dict:
+    """Score one checkpoint on the probe's context-dependent words and its context usage.
+
+    ``data`` is the binarized probe (the checkpoint's dictionaries and the ``split`` CXMI
+    scores); ``annotations`` the split's ``.probe.jsonl``, whose ``.src`` (default: next to it)
+    is translated in document order with beam ``beam``. Returns ``{"path", "arch",
+    "context_size", "context_sides", "reads_context", "hypotheses", "probe", "cxmi"}``:
+    ``probe`` is the :func:`score_probe` report, ``cxmi`` the report of
+    :func:`fairseq_docctx.evaluation.cxmi.cxmi_split` (``None`` with ``cxmi=False``) — CXMI
+    (Fernandes et al. 2021, *Measuring and Increasing Context Usage in Context-Aware Machine
+    Translation*): the mean per-token log-likelihood gain of the reference given the true
+    context over no context."""
+    from .evaluation.cxmi import cxmi_split
+    from .evaluation.scoring import ModelScorer, quiet_logs
+    from .hub import from_pretrained
+
+    quiet_logs()
+    anns = load_annotations(annotations)
+    if source is None:
+        if (not isinstance(annotations, (str, os.PathLike))
+                or not str(annotations).endswith(".probe.jsonl")):
+            raise ValueError("give the source file: the annotations are not a "
+                             "{split}.probe.jsonl file")
+        source = str(annotations)[: -len(".probe.jsonl")] + ".src"
+    docs = source_documents(anns, source)
+    hub = from_pretrained(path, data=data)
+    hyps = translate_probe(hub, docs, beam=beam, batch_size=batch_size)
+    scorer = ModelScorer(hub)
+    cfg = hub.task.cfg
+    return {
+        "path": path, "arch": hub.cfg.model._name, "context_size": int(cfg.context_size),
+        "context_sides": str(cfg.context_sides), "reads_context": bool(scorer.reads_context),
+        "hypotheses": hyps, "probe": score_probe(hyps, anns),
+        "cxmi": cxmi_split(scorer, split, seed=seed) if cxmi else None,
+    }
+
+
+def find_example(annotations: Union[str, Iterable[dict]], phenomenon: str = "anaphora",
+                 distance: Optional[int] = None, hypotheses: Optional[Sequence[str]] = None,
+                 wrong: Optional[Sequence[str]] = None) -> dict:
+    """A sentence to show: the first annotated item of ``phenomenon`` at ``distance`` (default:
+    the largest there is) that ``hypotheses`` get right and ``wrong`` (e.g. a sentence-level
+    model's output) gets wrong, where given; if none qualifies, the first at that distance.
+    Returns ``{"doc", "doc_number", "sentence", "line", "expected", "distance"}``
+    (``doc_number`` and ``sentence`` are 0-based)."""
+    anns = load_annotations(annotations)
+    for name, hyp in (("hypotheses", hypotheses), ("wrong", wrong)):
+        if hyp is not None and len(hyp) != len(anns):
+            raise ValueError(f"{name}: {len(hyp)} sentences for {len(anns)} annotated sentences")
+    items = []  # (record number, item, choice in hypotheses, choice in wrong)
+    for r, rec in enumerate(anns):
+        got = _choices(hypotheses[r], rec["items"]) if hypotheses is not None else None
+        bad = _choices(wrong[r], rec["items"]) if wrong is not None else None
+        for k, it in enumerate(rec["items"]):
+            if it["phenomenon"] == phenomenon and not it.get("anchor"):
+                items.append((r, it, got and got[k], bad and bad[k]))
+    if not items:
+        raise ValueError(f"no {phenomenon} item in the annotations")
+    d = distance if distance is not None else max(it["distance"] for _, it, _, _ in items)
+    at_d = [x for x in items if x[1]["distance"] == d]
+    if not at_d:
+        raise ValueError(f"no {phenomenon} item at distance {d}")
+    if phenomenon == "consistency":  # the expected form is the model's own at the anchor
+        good = at_d
+    else:
+        good = [x for x in at_d if (hypotheses is None or x[2] == x[1]["expected"])
+                and (wrong is None or x[3] != x[1]["expected"])]
+    r, it, _, _ = (good or at_d)[0]
+    doc_numbers = {}
+    for rec in anns:
+        doc_numbers.setdefault(rec["doc"], len(doc_numbers))
+    rec = anns[r]
+    return {"doc": rec["doc"], "doc_number": doc_numbers[rec["doc"]], "sentence": rec["pos"],
+            "line": rec.get("line", r), "expected": it["expected"], "distance": it["distance"]}
+
+
+def _pct(s: Optional[dict]) -> str:
+    if not s or s.get("accuracy") is None:
+        return "n/a"
+    return f"{100 * s['accuracy']:.1f}% ({s['correct']}/{s['total']})"
+
+
+def format_comparison(results: Dict[str, dict]) -> str:
+    """The reports of :func:`evaluate_checkpoint` side by side, one column per model."""
+    names = list(results)
+    rows: List[Tuple[str, List[str]]] = []
+
+    def row(label, fn):
+        rows.append((label, [fn(results[n]) for n in names]))
+
+    def ctx(r):
+        return f"{r['context_size']} prev. ({r['context_sides']})" if r["reads_context"] else "none"
+
+    row("architecture", lambda r: r["arch"])
+    row("context read", ctx)
+    distances = sorted({k.split("/")[1] for r in results.values()
+                        for k in r["probe"]["by_phenomenon_distance"] if k.startswith("anaphora/")},
+                       key=int)
+    row("pronoun it -> er/sie (anaphora)",
+        lambda r: _pct(r["probe"]["by_phenomenon"].get("anaphora")))
+    for d in distances:
+        row(f"  antecedent {d} sentence{'s' if d != '1' else ''} back",
+            lambda r, d=d: _pct(r["probe"]["by_phenomenon_distance"].get(f"anaphora/{d}")))
+    if any("consistency" in r["probe"]["by_phenomenon"] for r in results.values()):
+        row("same word as earlier (consistency)",
+            lambda r: _pct(r["probe"]["by_phenomenon"].get("consistency")))
+    row("all context-dependent words", lambda r: _pct(r["probe"]))
+
+    def cx(key, sub=None):
+        def f(r):
+            c = r.get("cxmi")
+            c = c and (c.get(sub) if sub else c)
+            return "n/a" if not c or c.get(key) is None else f"{c[key]:+.4f}"
+        return f
+
+    row("CXMI, nats/token (true context)", cx("cxmi"))
+    row("  sentences with context only", cx("cxmi", "with_context"))
+    row("  random context instead", cx("cxmi_random"))
+    width = max(len(label) for label, _ in rows)
+    cols = [max([len(n)] + [len(v[i]) for _, v in rows]) for i, n in enumerate(names)]
+
+    def line(label, vals):
+        return "  ".join([label.ljust(width)] + [v.rjust(w) for v, w in zip(vals, cols)])
+
+    out = [line("", names), line("", ["-" * w for w in cols])]
+    out += [line(label, vals) for label, vals in rows]
+    return "\n".join(out)

@@ -6,8 +6,8 @@ from collections import Counter, defaultdict
 import pytest
 
 from fairseq_docctx.cli.probe import cli_main
-from fairseq_docctx.probe import (CLASSES, CONSISTENCY, NOUNS, generate_probe, read_hypotheses,
-                                  score_probe)
+from fairseq_docctx.probe import (CLASSES, CONSISTENCY, NOUNS, find_example, format_comparison,
+                                  generate_probe, read_hypotheses, score_probe, source_documents)
 
 SPLITS = {"train": 800, "valid": 20, "test": 60}
 FILES = ("src", "tgt", "docids", "probe.jsonl")
@@ -265,3 +265,103 @@ def test_free_anchor_mode(tmp_path):
         seen.add(rec["doc"])
     with pytest.raises(ValueError):
         generate_probe(str(tmp_path), {"test": 1}, consistency_anchor="nope")
+
+
+def test_source_documents_follow_the_annotations(probe, tmp_path):
+    d, _, data = probe
+    x = data["test"]
+    docs = source_documents(str(d / "test.probe.jsonl"), str(d / "test.src"))
+    assert [s for doc in docs for s in doc] == x["src"]
+    runs = [doc for i, doc in enumerate(x["docids"]) if i == 0 or x["docids"][i - 1] != doc]
+    assert len(docs) == len(runs) == SPLITS["test"]
+    assert [len(doc) for doc in docs] == [x["docids"].count(r) for r in runs]
+    short = tmp_path / "short.src"
+    short.write_text("\n".join(x["src"][:-1]) + "\n")
+    with pytest.raises(ValueError, match="short.src: .* sentences, but the annotations have"):
+        source_documents(str(d / "test.probe.jsonl"), str(short))
+
+
+def _swap(x, phenomenon):
+    """References with every non-anchor item of ``phenomenon`` given a wrong alternative."""
+    return _hyps_with(x, lambda it, rec: next(a for a in it["alternatives"] if a != it["expected"])
+                      if it["phenomenon"] == phenomenon and not it.get("anchor") else it["expected"])
+
+
+def test_find_example_right_in_context_wrong_without(probe):
+    _, _, data = probe
+    x = data["test"]
+    ann = x["ann"]
+    # no hypotheses: the first anaphora item at the largest distance
+    ex = find_example(ann)
+    far = max(it["distance"] for _, it in _items(x, "anaphora"))
+    first = next((rec, it) for rec, it in _items(x, "anaphora") if it["distance"] == far)
+    assert (ex["line"], ex["doc"], ex["sentence"], ex["distance"]) == (
+        first[0]["line"], first[0]["doc"], first[0]["pos"], far)
+    doc_order = list(dict.fromkeys(x["docids"]))
+    assert doc_order[ex["doc_number"]] == ex["doc"]
+    # the reference gets every item right; a wrong output on one chosen item moves the pick to
+    # the next item the reference gets right and the "wrong" output gets wrong
+    wrong = _swap(x, "anaphora")
+    assert find_example(ann, hypotheses=x["tgt"], wrong=wrong)["line"] == first[0]["line"]
+    bad = list(x["tgt"])
+    bad[first[0]["line"]] = wrong[first[0]["line"]]
+    ex2 = find_example(ann, distance=far, hypotheses=bad, wrong=wrong)
+    assert ex2["line"] > first[0]["line"] and ex2["distance"] == far
+    assert ex2["expected"] in x["tgt"][ex2["line"]].split()
+    # nobody qualifies (the "wrong" output is right everywhere): the first item at the distance
+    assert find_example(ann, hypotheses=x["tgt"], wrong=x["tgt"])["line"] == first[0]["line"]
+    assert find_example(ann, distance=1)["distance"] == 1
+    with pytest.raises(ValueError, match="no anaphora item at distance 9"):
+        find_example(ann, distance=9)
+    with pytest.raises(ValueError, match="hypotheses: .* sentences for"):
+        find_example(ann, hypotheses=x["tgt"][:-1])
+
+
+def test_format_comparison_side_by_side(probe):
+    _, _, data = probe
+    x = data["test"]
+    wrong = _swap(x, "anaphora")
+
+    def report(arch, k, hyps, cxmi):
+        return {"arch": arch, "context_size": k, "context_sides": "source", "reads_context": k > 0,
+                "probe": score_probe(hyps, x["ann"]),
+                "cxmi": {"cxmi": cxmi, "cxmi_random": cxmi - 0.2, "with_context": {"cxmi": 2 * cxmi}}}
+
+    table = format_comparison({"sentence": report("transformer", 0, wrong, 0.0),
+                               "context": report("concat_transformer", 2, x["tgt"], 0.1234)})
+    lines = table.splitlines()
+    assert lines[0].split() == ["sentence", "context"]
+    rows = {line[:36].strip(): line[36:].split() for line in lines[2:]}
+    assert rows["architecture"] == ["transformer", "concat_transformer"]
+    assert rows["context read"] == ["none", "2", "prev.", "(source)"]
+    n = sum(1 for _ in _items(x, "anaphora"))
+    assert rows["pronoun it -> er/sie (anaphora)"] == ["0.0%", f"(0/{n})", "100.0%", f"({n}/{n})"]
+    assert "antecedent 2 sentences back" in rows and "antecedent 1 sentence back" in rows
+    assert rows["CXMI, nats/token (true context)"] == ["+0.0000", "+0.1234"]
+    assert rows["sentences with context only"] == ["+0.0000", "+0.2468"]
+    assert rows["random context instead"] == ["-0.2000", "-0.0766"]
+    no_cxmi = format_comparison({"m": dict(report("transformer", 0, wrong, 0.0), cxmi=None)})
+    assert "n/a" in no_cxmi.splitlines()[-1]
+
+
+def test_cli_example_and_evaluate_errors(probe, tmp_path, capsys):
+    d, _, data = probe
+    x = data["test"]
+    ann = str(d / "test.probe.jsonl")
+    wrong = tmp_path / "wrong.txt"
+    wrong.write_text("\n".join(_swap(x, "anaphora")) + "\n")
+    capsys.readouterr()
+    assert cli_main(["example", "--annotations", ann, "--hyp", str(d / "test.tgt"),
+                     "--wrong", str(wrong), "--distance", "1"]) == 0
+    doc_number, sentence, doc, line = capsys.readouterr().out.rstrip("\n").split("\t")
+    ex = find_example(ann, distance=1)
+    assert (int(doc_number), int(sentence), doc, int(line)) == (
+        ex["doc_number"], ex["sentence"], ex["doc"], ex["line"])
+    with pytest.raises(SystemExit) as e:
+        cli_main(["example", "--annotations", ann, "--distance", "7"])
+    assert e.value.code == 2 and "no anaphora item at distance 7" in capsys.readouterr().err
+    for model, msg in (("sentence", "expected NAME=CHECKPOINT"),
+                       (f"m={tmp_path / 'none.pt'}", "--model m: no checkpoint file")):
+        with pytest.raises(SystemExit) as e:
+            cli_main(["evaluate", "--data", str(tmp_path), "--annotations", ann, "--model", model])
+        assert e.value.code == 2 and msg in capsys.readouterr().err

@@ -2,6 +2,9 @@
 
     docctx-probe generate --outdir D [--train-docs N --valid-docs N --test-docs N --seed S ...]
     docctx-probe score --annotations D/test.probe.jsonl --hyp HYP [--json]
+    docctx-probe evaluate --data BIN --annotations D/test.probe.jsonl \
+        --model NAME=CKPT [--model NAME=CKPT ...] [--json FILE] [--hyp-dir DIR]
+    docctx-probe example --annotations D/test.probe.jsonl [--hyp HYP [--wrong HYP]]
 
 HYP is plain text (one hypothesis per line, corpus order) or fairseq-generate output
 (``H-<id>`` lines; generate with ``--required-batch-size-multiple 1`` so none is dropped).
@@ -10,7 +13,8 @@ import argparse
 import json
 import sys
 
-from fairseq_docctx.probe import (generate_probe, load_annotations, read_hypotheses,
+from fairseq_docctx.probe import (evaluate_checkpoint, find_example, format_comparison,
+                                  generate_probe, load_annotations, read_hypotheses,
                                   score_probe)
 
 
@@ -47,7 +51,43 @@ def cli_main(argv=None):
     s.add_argument("--phenomena", default=None,
                    help="comma-separated phenomena pooled into the overall accuracy")
     s.add_argument("--json", action="store_true", help="print the full result as JSON")
+    e = sub.add_parser("evaluate", help="translate a split with one or more checkpoints (document "
+                       "order) and print their accuracy on the context-dependent words and "
+                       "their CXMI side by side")
+    e.add_argument("--data", required=True, help="the binarized probe the models were trained on")
+    e.add_argument("--annotations", required=True, help="{split}.probe.jsonl of the split")
+    e.add_argument("--source", help="its source sentences (default: {split}.src next to it)")
+    e.add_argument("--model", action="append", required=True, metavar="NAME=CKPT",
+                   help="a column of the table: its name and checkpoint (repeat for more)")
+    e.add_argument("--split", default="test", help="split of --data CXMI scores (default: test)")
+    e.add_argument("--beam", type=int, default=1)
+    e.add_argument("--batch-size", type=int, default=64, help="documents decoded side by side")
+    e.add_argument("--no-cxmi", action="store_true", help="skip CXMI")
+    e.add_argument("--seed", type=int, default=1, help="seed of CXMI's random context")
+    e.add_argument("--json", metavar="FILE", help="write the full reports to this JSON file")
+    e.add_argument("--hyp-dir", metavar="DIR", help="write each model's hypotheses to DIR/NAME.hyp")
+    x = sub.add_parser("example", help="print a sentence worth showing: DOC_NUMBER SENTENCE "
+                       "DOC_ID LINE (tab-separated, 0-based; LINE in the split's files) of the "
+                       "first item at the largest distance that --hyp gets right and --wrong "
+                       "gets wrong")
+    x.add_argument("--annotations", required=True)
+    x.add_argument("--phenomenon", default="anaphora")
+    x.add_argument("--distance", type=int, default=None, help="default: the largest there is")
+    x.add_argument("--hyp", help="hypotheses that must get the item right")
+    x.add_argument("--wrong", help="hypotheses that must get it wrong")
     a = p.parse_args(argv)
+    if a.cmd == "evaluate":
+        return _evaluate(p, a)
+    if a.cmd == "example":
+        try:
+            anns = load_annotations(a.annotations)
+            hyps = {k: read_hypotheses(getattr(a, k), n_expected=len(anns)) if getattr(a, k)
+                    else None for k in ("hyp", "wrong")}
+            ex = find_example(anns, a.phenomenon, a.distance, hyps["hyp"], hyps["wrong"])
+        except (ValueError, OSError) as err:
+            p.exit(2, f"docctx-probe example: error: {a.annotations}: {err}\n")
+        print(f"{ex['doc_number']}\t{ex['sentence']}\t{ex['doc']}\t{ex['line']}")
+        return 0
 
     if a.cmd == "generate":
         stats = generate_probe(
@@ -76,6 +116,43 @@ def cli_main(argv=None):
         print(f"consistency: anchor-mention majority form share "
               f"{res['consistency_anchor_majority']:.2f}, unscorable "
               f"{res['consistency_unscorable']}")
+    return 0
+
+
+def _evaluate(p, a) -> int:
+    import os
+
+    models = []
+    for spec in a.model:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            p.error(f"--model {spec}: expected NAME=CHECKPOINT")
+        if not os.path.isfile(path):
+            p.exit(2, f"docctx-probe evaluate: error: --model {name}: no checkpoint file {path}\n")
+        models.append((name, path))
+    for path, what in ((a.annotations, "--annotations"), (a.source, "--source")):
+        if path and not os.path.isfile(path):
+            p.exit(2, f"docctx-probe evaluate: error: {what}: no such file {path}\n")
+    if a.json or a.hyp_dir:  # fail before the work, not after it
+        for d in filter(None, (a.hyp_dir, os.path.dirname(os.path.abspath(a.json or ".")))):
+            os.makedirs(d, exist_ok=True)
+    results = {}
+    try:
+        for name, path in models:
+            results[name] = evaluate_checkpoint(
+                path, a.data, a.annotations, split=a.split, source=a.source, beam=a.beam,
+                batch_size=a.batch_size, cxmi=not a.no_cxmi, seed=a.seed)
+    except (ValueError, FileNotFoundError) as err:
+        p.exit(2, f"docctx-probe evaluate: error: {err}\n")
+    print(format_comparison(results))
+    if a.hyp_dir:
+        for name, r in results.items():
+            with open(os.path.join(a.hyp_dir, f"{name}.hyp"), "w", encoding="utf-8") as f:
+                f.writelines(h + "\n" for h in r["hypotheses"])
+    if a.json:
+        with open(a.json, "w", encoding="utf-8") as f:
+            json.dump({n: {k: v for k, v in r.items() if k != "hypotheses"}
+                       for n, r in results.items()}, f, indent=1)
     return 0
 
 

@@ -136,8 +136,8 @@ class ConcatContextDecoder(TransformerDecoderBase):
             full_context_alignment
             or self.cross_self_attention
             or not isinstance(self.embed_positions, _CACHED_POSITIONS + (type(None),))
-            or bool(prev_output_tokens.eq(pad).any())
-            or int(prefix_len.max()) + width > self.max_target_positions
+            or bool(prev_output_tokens.eq(pad).any()
+                    | (prefix_len.max() + width > self.max_target_positions))
         ):
             self.set_incremental_state(incremental_state, "concat_prefix", {"full": None})
             return None

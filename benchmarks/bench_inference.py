@@ -103,6 +103,12 @@ def first_documents(src: Path, n: int, dest: Path) -> Path:
     return dest
 
 
+def hypotheses(out):
+    """fairseq-generate's best hypotheses: sentence id -> (score, tokens)."""
+    return {int(i): (float(score), toks)
+            for i, score, toks in re.findall(r"^H-(\d+)\t([^\t]*)\t(.*)$", out, re.M)}
+
+
 def fairseq_rate(out):
     """Sentences, sentences/s, generated tokens/s (fairseq's own figures) and the mean
     hypothesis length in words."""
@@ -204,7 +210,7 @@ def main():
     runs[CONCAT_BEFORE] = [sys.executable, Path(__file__).resolve(), FULL_RERUN, *concat_gen]
     rates = {name: [] for name in list(runs) + ["docctx-translate"]}
     tokens = {name: [] for name in runs}
-    lengths = {}
+    lengths, concat_hyps = {}, {}
     for r in range(args.repeats):
         for name, cmd in runs.items():
             p = sh(cmd)
@@ -212,6 +218,8 @@ def main():
             rates[name].append(rate)
             tokens[name].append(tok_rate)
             lengths[name] = mean_len
+            if name in (CONCAT, CONCAT_BEFORE):
+                concat_hyps[name] = hypotheses(p.stdout)
             print(f"[{r + 1}] {name}: {n} sentences, {rate:.2f} sentences/s, {tok_rate:.1f} tokens/s, "
                   f"mean hypothesis length {mean_len:.1f} words", flush=True)
         p = sh(["docctx-translate", raw, "--path", ckpt, "--data", test_bin, "--beam", str(args.beam),
@@ -231,9 +239,13 @@ def main():
         tok = f"{best_tok[k]:8.1f} {best_tok[k] / base_tok:6.2f}" if k in best_tok else f"{'':8s} {'':6s}"
         ml = f"{lengths[k]:8.1f}" if k in lengths else f"{'':8s}"
         print(f"{k:58s} {v:8.2f} {v / base:6.2f} {tok} {ml}")
-    print(f"\nconcat_transformer target prefix cached vs re-run at every step (same outputs): "
+    new, old = concat_hyps[CONCAT], concat_hyps[CONCAT_BEFORE]
+    same = sum(new[i][1] == old.get(i, (None, None))[1] for i in new)
+    diff = max((abs(new[i][0] - old[i][0]) for i in new if i in old), default=0.0)
+    print(f"\nconcat_transformer target prefix cached vs re-run at every step: "
           f"{best[CONCAT] / best[CONCAT_BEFORE]:.2f}x sentences/s, "
-          f"{best_tok[CONCAT] / best_tok[CONCAT_BEFORE]:.2f}x tokens/s")
+          f"{best_tok[CONCAT] / best_tok[CONCAT_BEFORE]:.2f}x tokens/s; identical hypotheses: "
+          f"{same} of {len(old)}, largest score difference {diff:.1e}")
 
 
 if __name__ == "__main__":

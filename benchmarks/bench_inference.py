@@ -11,7 +11,13 @@ Measured in one run on IWSLT17 TED En-De (train: the dev talks, test: the 23 tes
   * `docctx-translate` on the raw test documents (SentencePiece + detokenization included);
   * a `han_decoder_transformer` of the same size (HAN decoder over its own previous
     translations), initialised from that transformer (`--init-from-sentence-checkpoint`) and
-    trained `--han-updates` more updates, in document order with its per-document cache.
+    trained `--han-updates` more updates, in document order with its per-document cache;
+  * a `concat_transformer` of the same size with K=3 previous sentences on both sides (its
+    own previous translations form an unscored decoder prefix), trained `--concat-updates`
+    updates, in document order twice: as it decodes (the prefix run once per sentence into
+    fairseq's incremental state, one token per beam-search step after it), and re-running
+    the decoder over the whole prefix and hypothesis at every step, as it decoded before the
+    cache (the same model and outputs; this run patches the decoder inside this script only).
 
 Sentences/second and generated tokens/second are fairseq's own figures (model loading
 excluded; docctx-translate: sentences/s); the mean hypothesis length (words) is printed beside
@@ -23,8 +29,9 @@ up to ~200 sentences against 155 news documents).
 Targets: document order >= 0.8x sentence level with >= 16 documents side by side; HAN decoder
 in document order >= 0.7x sentence-level generation of the same size.
 
-Usage: python benchmarks/bench_inference.py [--updates 300] [--han-updates 100] [--batch-size 32] [--beam 4]
-       [--test-set iwslt17|nc16] [--repeats 2]
+Usage: python benchmarks/bench_inference.py [--updates 300] [--han-updates 100] [--concat-updates 300]
+       [--batch-size 32] [--beam 4] [--test-set iwslt17|nc16] [--test-docs N] [--repeats 2]
+       (--test-docs N: only the first N test documents, for a quick check that it runs)
 """
 import argparse
 import os
@@ -50,6 +57,9 @@ MODEL = [
     "--log-format", "simple", "--log-interval", "50", "--no-epoch-checkpoints",
     "--disable-validation",
 ]
+CONCAT = "concat_transformer (K=3 both), document order"
+CONCAT_BEFORE = "concat_transformer, prefix re-run every step (before)"
+FULL_RERUN = "--generate-full-rerun"  # internal: the child process of the run before the cache
 
 
 def sh(cmd, **kw):
@@ -59,6 +69,44 @@ def sh(cmd, **kw):
     if p.returncode != 0:
         sys.exit(f"failed: {' '.join(map(str, cmd))}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
     return p
+
+
+def generate_full_rerun(argv):
+    """fairseq-generate with concat_transformer's decoder re-run over the whole target prefix
+    and hypothesis at every beam-search step (the incremental state ignored): how it decoded
+    before the prefix was cached. Same model, same outputs; only for this benchmark."""
+    sys.path.insert(0, str(REPO))
+    from fairseq_cli.generate import cli_main
+
+    from fairseq_docctx.models.concat_transformer import ConcatContextDecoder
+
+    cached = ConcatContextDecoder.forward
+
+    def full_rerun(self, prev_output_tokens, encoder_out=None, incremental_state=None, **kwargs):
+        return cached(self, prev_output_tokens, encoder_out, None, **kwargs)
+
+    ConcatContextDecoder.forward = full_rerun
+    sys.argv = ["fairseq-generate", *argv]
+    cli_main()
+
+
+def first_documents(src: Path, n: int, dest: Path) -> Path:
+    """The first ``n`` documents of a ``<d>``-marker file."""
+    lines, docs = [], 0
+    for line in src.read_text(encoding="utf-8").splitlines(keepends=True):
+        if line.strip() == "<d>":
+            docs += 1
+            if docs > n:
+                break
+        lines.append(line)
+    dest.write_text("".join(lines), encoding="utf-8")
+    return dest
+
+
+def hypotheses(out):
+    """fairseq-generate's best hypotheses: sentence id -> (score, tokens)."""
+    return {int(i): (float(score), toks)
+            for i, score, toks in re.findall(r"^H-(\d+)\t([^\t]*)\t(.*)$", out, re.M)}
 
 
 def fairseq_rate(out):
@@ -75,12 +123,18 @@ def main():
     ap.add_argument("--updates", type=int, default=300, help="training updates of the model")
     ap.add_argument("--han-updates", type=int, default=100,
                     help="updates of the HAN decoder after initialising it from the transformer")
+    ap.add_argument("--concat-updates", type=int, default=None,
+                    help="training updates of the concat_transformer (default: --updates)")
     ap.add_argument("--batch-size", type=int, default=32, help="sentences (= documents side by side)")
     ap.add_argument("--beam", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--test-set", choices=["iwslt17", "nc16"], default="iwslt17",
                     help="IWSLT17 TED test (23 talks) or NC-2016 newstest2016 (155 documents)")
+    ap.add_argument("--test-docs", type=int, default=None,
+                    help="only the first N documents of the test set (a quick check)")
     args = ap.parse_args()
+    if args.concat_updates is None:
+        args.concat_updates = args.updates
     if not DATA.is_dir():
         sys.exit(f"needs {DATA} (the shared maruf-ende corpora beside the repository)")
     WORK.mkdir(parents=True, exist_ok=True)
@@ -107,15 +161,33 @@ def main():
             "--task", "document_translation", "--context-size", "3", "--context-sides", "both",
             *han_model, "--init-from-sentence-checkpoint", ckpt,
             "--max-update", str(args.han_updates), "--save-dir", han_ckpt.parent])
-    raw = DATA / "concatenated_en2de_test_en.txt"
+    concat_ckpt = WORK / "concat-ckpt" / "checkpoint_last.pt"
+    if not concat_ckpt.exists():
+        print(f"training concat_transformer (K=3, both sides) for {args.concat_updates} updates ...",
+              flush=True)
+        concat_model = [a if a != "transformer" else "concat_transformer" for a in MODEL]
+        sh(["fairseq-train", data_bin, "--user-dir", REPO / "fairseq_docctx",
+            "--task", "document_translation", "--context-size", "3", "--context-sides", "both",
+            *concat_model, "--max-update", str(args.concat_updates),
+            "--save-dir", concat_ckpt.parent])
+    test_dir = NC16 if args.test_set == "nc16" else DATA
+    raw = test_dir / "concatenated_en2de_test_en.txt"
     test_bin = data_bin
-    if args.test_set == "nc16":  # same SentencePiece model and dictionary as the models
-        test_bin = WORK / "data-nc16"
+    if args.test_set == "nc16" or args.test_docs:  # same SentencePiece model and dictionary
+        name = args.test_set + (f"-{args.test_docs}docs" if args.test_docs else "")
+        test_bin = WORK / f"data-{name}"
+        test_pref = test_dir / "concatenated_en2de_test_{lang}.txt"
+        if args.test_docs:
+            cut = WORK / f"raw-{name}"
+            cut.mkdir(exist_ok=True)
+            for lang in ("en", "de"):
+                first_documents(test_dir / f"concatenated_en2de_test_{lang}.txt", args.test_docs,
+                                cut / f"test_{lang}.txt")
+            test_pref, raw = cut / "test_{lang}.txt", cut / "test_en.txt"
         if not (test_bin / "docctx.json").exists():
             sh(["docctx-prepare", "-s", "en", "-t", "de", "--joined-dictionary", "--workers", "2",
                 "--srcdict", data_bin / "dict.en.txt", "--spm-model", data_bin / "spm.model",
-                "--testpref", NC16 / "concatenated_en2de_test_{lang}.txt", "--destdir", test_bin])
-        raw = NC16 / "concatenated_en2de_test_en.txt"
+                "--testpref", test_pref, "--destdir", test_bin])
     gen = ["--beam", str(args.beam), "--batch-size", str(args.batch_size),
            "--max-len-a", "1.2", "--max-len-b", "10", "--remove-bpe", "sentencepiece",
            "--required-batch-size-multiple", "1", "--gen-subset", "test", "--cpu"]
@@ -132,9 +204,13 @@ def main():
              "--task", "document_translation", "--context-size", "3", "--context-sides", "both",
              "--path", han_ckpt, *gen],
     }
+    concat_gen = [test_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
+                  "--context-size", "3", "--context-sides", "both", "--path", concat_ckpt, *gen]
+    runs[CONCAT] = ["fairseq-generate", *concat_gen]
+    runs[CONCAT_BEFORE] = [sys.executable, Path(__file__).resolve(), FULL_RERUN, *concat_gen]
     rates = {name: [] for name in list(runs) + ["docctx-translate"]}
     tokens = {name: [] for name in runs}
-    lengths = {}
+    lengths, concat_hyps = {}, {}
     for r in range(args.repeats):
         for name, cmd in runs.items():
             p = sh(cmd)
@@ -142,6 +218,8 @@ def main():
             rates[name].append(rate)
             tokens[name].append(tok_rate)
             lengths[name] = mean_len
+            if name in (CONCAT, CONCAT_BEFORE):
+                concat_hyps[name] = hypotheses(p.stdout)
             print(f"[{r + 1}] {name}: {n} sentences, {rate:.2f} sentences/s, {tok_rate:.1f} tokens/s, "
                   f"mean hypothesis length {mean_len:.1f} words", flush=True)
         p = sh(["docctx-translate", raw, "--path", ckpt, "--data", test_bin, "--beam", str(args.beam),
@@ -161,7 +239,17 @@ def main():
         tok = f"{best_tok[k]:8.1f} {best_tok[k] / base_tok:6.2f}" if k in best_tok else f"{'':8s} {'':6s}"
         ml = f"{lengths[k]:8.1f}" if k in lengths else f"{'':8s}"
         print(f"{k:58s} {v:8.2f} {v / base:6.2f} {tok} {ml}")
+    new, old = concat_hyps[CONCAT], concat_hyps[CONCAT_BEFORE]
+    same = sum(new[i][1] == old.get(i, (None, None))[1] for i in new)
+    diff = max((abs(new[i][0] - old[i][0]) for i in new if i in old), default=0.0)
+    print(f"\nconcat_transformer target prefix cached vs re-run at every step: "
+          f"{best[CONCAT] / best[CONCAT_BEFORE]:.2f}x sentences/s, "
+          f"{best_tok[CONCAT] / best_tok[CONCAT_BEFORE]:.2f}x tokens/s; identical hypotheses: "
+          f"{same} of {len(old)}, largest score difference {diff:.1e}")
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == FULL_RERUN:
+        generate_full_rerun(sys.argv[2:])
+    else:
+        main()

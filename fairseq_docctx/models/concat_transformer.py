@@ -6,7 +6,10 @@ encoder side (``x_{j-K} <sep> ... <sep> x_{j-1} <sep> x_j``). With target contex
 (``y_{j-K} <sep> ... y_{j-1} <sep>``) that the decoder reads but that is not scored: the
 outputs at prefix positions are cut away before the loss.
 """
+from typing import List, Optional
+
 import torch
+import torch.nn.functional as F
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
     TransformerConfig,
@@ -15,9 +18,14 @@ from fairseq.models.transformer import (
     TransformerModel,
     base_architecture,
 )
+from fairseq.modules import LearnedPositionalEmbedding, SinusoidalPositionalEmbedding
+from torch import Tensor
 
 from ..modules.context_concat import concat_with_context, gather_context_rows, pack_segments
 from ..modules.masks import BoolFutureMask
+
+# positional embeddings the cached decoding can look up at per-row positions
+_CACHED_POSITIONS = (LearnedPositionalEmbedding, SinusoidalPositionalEmbedding)
 
 
 class ConcatContextEncoder(TransformerEncoderBase):
@@ -55,7 +63,20 @@ class ConcatContextEncoder(TransformerEncoderBase):
 
 
 class ConcatContextDecoder(BoolFutureMask, TransformerDecoderBase):
-    """A Transformer decoder that reads the previous target sentences as an unscored prefix."""
+    """A Transformer decoder that reads the previous target sentences as an unscored prefix.
+
+    Teacher forcing (``incremental_state=None``) runs the decoder over ``prefix + current``
+    and keeps the outputs at the current sentence's positions. Under fairseq's beam search
+    (``incremental_state`` given) the prefix is run once per sentence: the first call runs
+    ``prefix + tokens so far`` with the causal mask into the self-attention key/value buffers
+    of every layer (fairseq's incremental state, reordered with the beams by
+    ``reorder_incremental_state``), and every later call runs only the newest token, at the
+    position it has after its row's prefix. The outputs are those of teacher forcing.
+
+    In a batch the prefixes have different lengths: for the cached run they are left-padded
+    (row ``[pad ... pad, prefix, current]``), the padding is masked as keys in every later
+    step, and the positions count only real tokens, as in teacher forcing.
+    """
 
     sep_idx: int = -1  # set by ConcatTransformerModel.build_model
 
@@ -63,15 +84,22 @@ class ConcatContextDecoder(BoolFutureMask, TransformerDecoderBase):
         prefix = encoder_out.get("tgt_prefix") if encoder_out is not None else None
         if not prefix:
             return super().forward(prev_output_tokens, encoder_out, incremental_state, **kwargs)
-        # With a prefix the decoder always runs over prefix + all tokens so far: under beam
-        # search (incremental_state given) fairseq passes every token generated so far and
-        # keeps the output of the last position, so ignoring the cache is exact, at
-        # quadratic cost in the sentence length.
+        if incremental_state is not None:
+            out = self._forward_cached(prev_output_tokens, encoder_out, prefix[0],
+                                       incremental_state, **kwargs)
+            if out is not None:
+                return out
+        return self._forward_full(prev_output_tokens, encoder_out, prefix[0], **kwargs)
+
+    def _forward_full(self, prev_output_tokens, encoder_out, prefix, **kwargs):
+        """The decoder over ``prefix + prev_output_tokens``, outputs at the current sentence's
+        positions ``[B, T, V]`` (teacher forcing; row lengths over ``max_target_positions``
+        lose their earliest prefix tokens)."""
         pad = self.padding_idx
         width = prev_output_tokens.size(1)
         cur_len = prev_output_tokens.ne(pad).sum(1)
         tokens, lengths = pack_segments(
-            [prefix[0], prev_output_tokens], pad, left_pad=False,
+            [prefix, prev_output_tokens], pad, left_pad=False,
             max_len=self.max_target_positions,
         )
         prefix_len = lengths - cur_len
@@ -85,6 +113,127 @@ class ConcatContextDecoder(BoolFutureMask, TransformerDecoderBase):
             a = extra["attn"][0]
             extra["attn"] = [a.gather(1, pos.unsqueeze(-1).expand(-1, -1, a.size(-1)))]
         return x, extra
+
+    def _forward_cached(self, prev_output_tokens, encoder_out, prefix, incremental_state,
+                        features_only: bool = False, full_context_alignment: bool = False,
+                        alignment_layer: Optional[int] = None,
+                        alignment_heads: Optional[int] = None, **unused):
+        """One beam-search step from the cache, or None where only the full run gives the
+        outputs of teacher forcing: a row longer than ``max_target_positions`` (teacher forcing
+        then cuts its prefix, which shifts every position), padding among the tokens so far,
+        or a decoder option the cached run does not implement. That choice is kept for the
+        rest of the sentence (the cache is not filled by the full run)."""
+        pad = self.padding_idx
+        state = self.get_incremental_state(incremental_state, "concat_prefix")
+        if state is not None and "prefix_len" not in state:
+            return None
+        first = state is None
+        prefix_len = prefix.ne(pad).sum(1) if first else state["prefix_len"]
+        width = prev_output_tokens.size(1)
+        if (
+            full_context_alignment
+            or self.cross_self_attention
+            or not isinstance(self.embed_positions, _CACHED_POSITIONS + (type(None),))
+            or bool(prev_output_tokens.eq(pad).any()
+                    | (prefix_len.max() + width > self.max_target_positions))
+        ):
+            self.set_incremental_state(incremental_state, "concat_prefix", {"full": None})
+            return None
+        if first:
+            # left-padded [pad ... pad, prefix, tokens so far]: the current sentence ends
+            # every row, its positions count real tokens only (as in teacher forcing)
+            tokens, _ = pack_segments([prefix, prev_output_tokens], pad, left_pad=True)
+            pad_mask = tokens.eq(pad)
+            if not bool(pad_mask.any()):
+                pad_mask = None
+            positions = self.embed_positions(tokens) if self.embed_positions is not None else None
+        else:
+            tokens = prev_output_tokens[:, -1:]
+            pad_mask = None  # the cached prefix padding stays masked in the layers' buffers
+            positions = None
+            if self.embed_positions is not None:
+                positions = self._embed_positions_at((pad + prefix_len + width).unsqueeze(1))
+        self.set_incremental_state(incremental_state, "concat_prefix", {"prefix_len": prefix_len})
+        x, extra = self._extract_features_cached(
+            tokens, positions, encoder_out, incremental_state, pad_mask, causal=first,
+            alignment_layer=alignment_layer, alignment_heads=alignment_heads,
+        )
+        if first:
+            x = x[:, -width:]
+            if extra["attn"][0] is not None:
+                extra["attn"] = [extra["attn"][0][:, -width:]]
+        if not features_only:
+            x = self.output_layer(x)
+        return x, extra
+
+    def _embed_positions_at(self, positions: Tensor) -> Tensor:
+        """Positional embeddings ``[B, T, C]`` of the absolute positions ``[B, T]`` (fairseq's
+        numbering: the first real token is at ``padding_idx + 1``)."""
+        emb = self.embed_positions
+        if isinstance(emb, SinusoidalPositionalEmbedding):
+            return emb.weights.index_select(0, positions.reshape(-1)).view(
+                *positions.shape, -1).detach()
+        return F.embedding(positions, emb.weight, emb.padding_idx, emb.max_norm,
+                           emb.norm_type, emb.scale_grad_by_freq, emb.sparse)
+
+    def _extract_features_cached(self, tokens, positions, encoder_out, incremental_state,
+                                 pad_mask: Optional[Tensor], causal: bool,
+                                 alignment_layer: Optional[int] = None,
+                                 alignment_heads: Optional[int] = None):
+        """fairseq's decoder layers over ``tokens`` ``[B, T]`` into ``incremental_state``, with
+        the given positional embeddings, the causal mask over the ``T`` new positions if
+        ``causal``, and the key padding ``pad_mask`` ``[B, T]`` (kept by the layers for the
+        later steps). Returns features ``[B, T, C]`` and fairseq's extras."""
+        enc = encoder_out["encoder_out"][0] if len(encoder_out["encoder_out"]) > 0 else None
+        enc_mask = (encoder_out["encoder_padding_mask"][0]
+                    if len(encoder_out["encoder_padding_mask"]) > 0 else None)
+        if alignment_layer is None:
+            alignment_layer = self.num_layers - 1
+        x = self.embed_scale * self.embed_tokens(tokens)
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        if self.project_in_dim is not None:
+            x = self.project_in_dim(x)
+        if positions is not None:
+            x = x + positions
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x).transpose(0, 1)  # T x B x C
+        self_attn_mask = self.buffered_future_mask(x) if causal else None
+        # a left-padding position sees only padding under the causal mask: its attention is
+        # undefined (NaN); zeroed after each layer so the next layer's keys/values there are
+        # finite (they are masked, so the real positions' outputs do not depend on them)
+        pad_rows = pad_mask.t().unsqueeze(-1) if pad_mask is not None else None
+        attn: Optional[Tensor] = None
+        inner_states: List[Optional[Tensor]] = [x]
+        for idx, layer in enumerate(self.layers):
+            x, layer_attn, _ = layer(
+                x, enc, enc_mask, incremental_state, self_attn_mask=self_attn_mask,
+                self_attn_padding_mask=pad_mask, need_attn=idx == alignment_layer,
+                need_head_weights=idx == alignment_layer,
+            )
+            if pad_rows is not None:
+                x = x.masked_fill(pad_rows, 0.0)
+            inner_states.append(x)
+            if layer_attn is not None and idx == alignment_layer:
+                attn = layer_attn.float().to(x)
+        if attn is not None:
+            if alignment_heads is not None:
+                attn = attn[:alignment_heads]
+            attn = attn.mean(dim=0)  # average over heads
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        x = x.transpose(0, 1)
+        if self.project_out_dim is not None:
+            x = self.project_out_dim(x)
+        return x, {"attn": [attn], "inner_states": inner_states}
+
+    def reorder_incremental_state(self, incremental_state, new_order):
+        """The rows' prefix lengths follow the beams (the layers reorder their own buffers)."""
+        state = self.get_incremental_state(incremental_state, "concat_prefix")
+        if state is not None and state.get("prefix_len") is not None:
+            state["prefix_len"] = state["prefix_len"].index_select(0, new_order)
+            self.set_incremental_state(incremental_state, "concat_prefix", state)
 
 
 @register_model("concat_transformer")

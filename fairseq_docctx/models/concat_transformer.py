@@ -18,7 +18,9 @@ from fairseq.models.transformer import (
     base_architecture,
 )
 
+from ..data import context_batch as cb
 from ..modules.context_concat import concat_with_context, gather_context_rows, pack_segments
+from .document_context import DocumentContextModel, task_context
 
 logger = logging.getLogger(__name__)
 
@@ -30,21 +32,22 @@ class ConcatContextEncoder(TransformerEncoderBase):
 
     def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False,
                 token_embeddings=None, context=None):
-        if context is not None and "src_index" in context:
+        if cb.has_side(context, "src"):
+            src = cb.table(context, "src")
             src_tokens, src_lengths = concat_with_context(
-                src_tokens, context["src_tokens"], context["src_index"],
+                src_tokens, src.tokens, src.index,
                 self.padding_idx, self.dictionary.eos(), self.sep_idx,
                 left_pad=True, max_len=self.max_source_positions,
             )
             token_embeddings = None
         out = self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
-        if context is not None and "tgt_index" in context:
+        if cb.has_side(context, "tgt"):
             # previous target sentences, farthest first, each ending in <sep>
-            tgt = context["tgt_tokens"]
+            tgt = cb.table(context, "tgt")
             segs = [
-                gather_context_rows(tgt, context["tgt_index"][:, k], self.padding_idx,
+                gather_context_rows(tgt.tokens, tgt.index[:, k], self.padding_idx,
                                     self.dictionary.eos(), self.sep_idx)
-                for k in reversed(range(context["tgt_index"].size(1)))
+                for k in reversed(range(tgt.index.size(1)))
             ]
             prefix, _ = pack_segments(segs, self.padding_idx, left_pad=False)
             out["tgt_prefix"] = [prefix]
@@ -91,13 +94,12 @@ class ConcatContextDecoder(TransformerDecoderBase):
 
 
 @register_model("concat_transformer")
-class ConcatTransformerModel(TransformerModel):
+class ConcatTransformerModel(DocumentContextModel, TransformerModel):
     """Transformer over context sentences concatenated with ``--context-separator``.
 
-    Context sides and size come from the task (``--context-size``, ``--context-sides``).
+    Context sides and size come from the task (``--context-size``, ``--context-sides``):
+    it reads the ``src`` and ``tgt`` sides the task gives, all K sentences.
     """
-
-    reads_document_context = True
 
     @classmethod
     def build_model(cls, args, task):
@@ -109,6 +111,8 @@ class ConcatTransformerModel(TransformerModel):
                     "dictionaries: use --task document_translation"
                 )
         model = super().build_model(args, task)
+        sides, _ = task_context(task)
+        model.declare_context([s for s in sides if s in ("src", "tgt")], None)
         model.encoder.sep_idx = task.source_dictionary.index(sep)
         model.decoder.sep_idx = task.target_dictionary.index(sep)
         return model

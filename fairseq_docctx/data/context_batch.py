@@ -204,11 +204,12 @@ def add_table(context: dict, side: str, tokens: Tensor, lengths: Tensor, index: 
 
 # ------------------------------------------------------------------ reading
 class SideTable(NamedTuple):
-    """One side of a batch's context: ``tokens [U, L]``, ``lengths [U]``, ``index [B, K]``
-    and ``self_rows [B]`` (``None`` if the table holds context only)."""
+    """One side of a batch's context: ``tokens [U, L]``, ``lengths [U]`` (``None`` in a
+    context written by hand without them), ``index [B, K]`` and ``self_rows [B]`` (``None``
+    if the table holds context only)."""
 
     tokens: Tensor
-    lengths: Tensor
+    lengths: Optional[Tensor]
     index: Tensor
     self_rows: Optional[Tensor]
 
@@ -230,7 +231,7 @@ def table(context: dict, side: str, k: Optional[int] = None) -> SideTable:
     index = context[_key(side, "index")]
     if k is not None:
         index = index[:, :k]
-    return SideTable(context[_key(side, "tokens")], context[_key(side, "lengths")], index,
+    return SideTable(context[_key(side, "tokens")], context.get(_key(side, "lengths")), index,
                      context.get(_key(side, "self")))
 
 

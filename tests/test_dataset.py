@@ -182,7 +182,9 @@ def test_task_resolves_doc_batching_from_the_model(toy_bin):
 
     assert task_for("qcn_transformer").doc_batching == "sentences"
     assert task_for("concat_transformer").doc_batching == "runs"
-    assert task_for("han_transformer").doc_batching == "grouped-runs"  # target HAN decoder
+    # (the target HAN decoder reads target context: the task must give it, see
+    # test_context_contract.py)
+    assert task_for("han_transformer", "--context-sides", "both").doc_batching == "grouped-runs"
     assert task_for("han_encoder_transformer").doc_batching == "runs"  # padded decoder
     assert task_for("qcn_transformer", "--doc-batching", "runs").doc_batching == "runs"
     task = task_for("concat_transformer", "--doc-batching", "sentences")

@@ -3,24 +3,11 @@
 :class:`DocumentPairDataset` wraps fairseq's :class:`~fairseq.data.LanguagePairDataset` (one
 item per sentence pair, in corpus order) and a :class:`~fairseq_docctx.data.doc_index.DocIndex`.
 Every collated batch is what ``LanguagePairDataset`` produces, plus
-``net_input["context"]`` with the K previous sentences of every sentence of the batch:
-
-``src_tokens`` ``[U_s, L]`` / ``src_lengths`` ``[U_s]``
-    a table of the *unique* source sentences the batch needs: the current sentences and
-    their context, each stored once, padded like ``src_tokens`` (``--left-pad-source``).
-``src_index`` ``[B, K]``
-    row of the table holding the (k+1)-th previous source sentence of batch row ``b``
-    (column 0 = the previous sentence), ``-1`` where the document has no such sentence.
-``src_self`` ``[B]``
-    row of the table holding the current source sentence of batch row ``b``.
-``tgt_tokens``, ``tgt_lengths``, ``tgt_index``, ``tgt_self``
-    the same for target sentences (right-padded, ending in EOS) when target context is
-    used and the split has references. ``tgt_self`` (the current reference) is there so a
-    model can teacher-force each sentence once per batch; it must never be read to predict
-    that sentence. In document-order inference the task replaces these with the model's own
-    translations (``tgt_self`` then is absent).
-``ids`` ``[B, K]``
-    corpus indices of the context sentences (``-1`` if none).
+``net_input["context"]`` with the K previous sentences of every sentence of the batch, on
+each side of ``--context-sides``: per side a table of the batch's *unique* sentences and
+per-row index maps, as :mod:`fairseq_docctx.data.context_batch` describes (the only module
+that knows that layout). The ``tgt`` side is there when the split has references; in
+document-order inference the task replaces it with the model's own translations.
 
 Context never crosses a document boundary; a document's first sentence has an all ``-1``
 row (masked, not filled with other text).
@@ -31,21 +18,27 @@ documents, so every sentence comes after the sentences it takes context from.
 Training batching (:meth:`batch_by_size`) keeps *runs* of consecutive sentences of a document
 together, so that sentence ``j`` is usually both a current sentence and the context of
 ``j+1 .. j+K`` in the same batch and is encoded once. Runs are re-drawn and shuffled every
-epoch. ``--max-tokens`` counts the padded tokens of the tables a batch really holds. No
+epoch. ``--max-tokens`` counts the padded tokens of the tables a batch really holds (or, with
+the other batchings, real tokens; context tokens weighted by ``context_token_cost``). No
 sentence is ever dropped by batching, whatever ``--required-batch-size-multiple`` says.
 """
 import logging
-from typing import List, Optional
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Set
 
 import numpy as np
 import torch
 from fairseq.data import FairseqDataset, data_utils
 
+from . import context_batch as cb
 from .doc_index import DocIndex
 
 logger = logging.getLogger(__name__)
 
+#: the historical spellings of ``--context-sides`` (any comma-separated set of side names is
+#: accepted too, see :func:`~fairseq_docctx.data.context_batch.parse_sides`)
 CONTEXT_SIDES = ("source", "target", "both", "none")
+BATCHINGS = ("runs", "grouped-runs", "sentences")
 
 
 class DocumentPairDataset(FairseqDataset):
@@ -55,18 +48,25 @@ class DocumentPairDataset(FairseqDataset):
         pair: the sentence-level dataset (items in corpus order).
         doc_index: documents of the split (its sentence count must equal ``len(pair)``).
         context_size: K, the number of previous sentences given as context.
-        context_sides: ``source``, ``target``, ``both`` or ``none``.
+        context_sides: the sides of the context (``--context-sides``: ``source``,
+            ``target``, ``both``, ``none`` or a comma-separated set of declared side names,
+            e.g. ``src,tgt``).
         shuffle: shuffle document runs every epoch (training).
         run_length: maximum number of consecutive sentences of a document kept together.
+        side_data: the sentences of declared sides that are not in ``pair`` (name ->
+            indexable of token tensors with a ``sizes`` array), e.g. drafts.
 
-    Attribute ``batching`` (set by the task from ``--doc-batching``): ``"runs"`` (default)
-    packs runs of consecutive sentences so that each shared context sentence sits once in a
-    batch's table; ``"sentences"`` orders and packs sentences by length like fairseq's
-    ``LanguagePairDataset``, each batch with the context of its sentences (little padding of
-    the current sentences; for models that only embed their context); ``"grouped-runs"``
-    packs runs like ``"runs"`` but counts every row of a batch's tables at its real length
-    (for models that run their tables in groups of similar length, `data.length_groups`, and
-    so hold little padding).
+    Batching (:meth:`set_batching`, by the task from ``--doc-batching`` and the model):
+    ``"runs"`` (default) packs runs of consecutive sentences so that each shared context
+    sentence sits once in a batch's table; ``"sentences"`` orders and packs sentences by
+    length like fairseq's ``LanguagePairDataset``, each batch with the context of its
+    sentences (little padding of the current sentences; for models that only embed their
+    context); ``"grouped-runs"`` packs runs like ``"runs"`` but counts every row of a
+    batch's tables at its real length (for models that run their tables in groups of similar
+    length, `data.length_groups`, and so hold little padding). ``context_token_cost``: what
+    one token of a context-only sentence counts toward ``--max-tokens`` with the
+    ``"sentences"`` batching, relative to a token of a current sentence (the model's
+    declaration, e.g. QCN's, whose context words are only embedded).
     """
 
     def __init__(
@@ -74,18 +74,17 @@ class DocumentPairDataset(FairseqDataset):
         pair,
         doc_index: DocIndex,
         context_size: int = 3,
-        context_sides: str = "source",
+        context_sides="source",
         shuffle: bool = True,
         run_length: int = 16,
         position_major: bool = False,
+        side_data: Optional[Dict[str, object]] = None,
     ):
         if doc_index.num_sentences != len(pair):
             raise ValueError(
                 f"the document index covers {doc_index.num_sentences} sentences but the "
                 f"binarized data has {len(pair)}"
             )
-        if context_sides not in CONTEXT_SIDES:
-            raise ValueError(f"context_sides must be one of {CONTEXT_SIDES}")
         if context_size < 0:
             raise ValueError("context_size must be >= 0")
         if run_length < 1:
@@ -93,11 +92,11 @@ class DocumentPairDataset(FairseqDataset):
         self.pair = pair
         self.docs = doc_index
         self.context_size = context_size
-        self.context_sides = context_sides
+        #: the sides of the context (names of declared sides)
+        self.sides = cb.parse_sides(context_sides) if context_size > 0 else ()
+        self.side_data = dict(side_data or {})
         self.shuffle = shuffle
         self.run_length = run_length
-        self.use_source = context_size > 0 and context_sides in ("source", "both")
-        self.use_target = context_size > 0 and context_sides in ("target", "both")
         #: document order for inference: batch t holds sentence t of many documents
         self.position_major = position_major
         if self.use_target and pair.tgt is None and not position_major:
@@ -107,11 +106,46 @@ class DocumentPairDataset(FairseqDataset):
             )
         self.epoch = 1
         self.batching = "runs"
+        self.context_token_cost = 1.0
+
+    @property
+    def context_sides(self) -> str:
+        return cb.format_sides(self.sides)
+
+    @property
+    def use_source(self) -> bool:
+        return "src" in self.sides
+
+    @property
+    def use_target(self) -> bool:
+        return "tgt" in self.sides
+
+    def set_batching(self, batching: str, context_token_cost: float = 1.0):
+        """How :meth:`batch_by_size` packs (see the class doc)."""
+        if batching not in BATCHINGS:
+            raise ValueError(f"batching must be one of {BATCHINGS}")
+        self.batching = batching
+        self.context_token_cost = float(context_token_cost)
+
+    def _side_sentences(self, side: str):
+        """``(getter(i) -> token tensor, sizes)`` of a side's sentences, ``None`` if this
+        split has none (e.g. no references)."""
+        spec = cb.get_side(side)
+        if spec.item_key == "source":
+            return (lambda i: self.pair.src[i]), self.pair.src_sizes
+        if spec.item_key == "target":
+            if self.pair.tgt is None:
+                return None
+            return (lambda i: self.pair.tgt[i]), self.pair.tgt_sizes
+        data = self.side_data.get(side)
+        if data is None:
+            return None
+        return (lambda i: data[i]), np.asarray(data.sizes)
 
     # ------------------------------------------------------------------ basics
     @property
     def has_context(self) -> bool:
-        return self.use_source or self.use_target
+        return bool(self.sides)
 
     @property
     def sizes(self):
@@ -194,39 +228,35 @@ class DocumentPairDataset(FairseqDataset):
         prev = self.context_rows(ids)
         return np.unique(np.concatenate([ids, prev[prev >= 0]]))
 
-    def _table(self, ids: np.ndarray, prev: np.ndarray, key: str, pad: int, eos: int, left_pad: bool):
-        """Unique-sentence table for one side: tokens, lengths, index map, self map."""
+    def _table(self, ids: np.ndarray, prev: np.ndarray, side: str):
+        """Unique-sentence table of one side: tokens, lengths, index map, self map."""
+        getter, _ = self._side_sentences(side)
+        spec = cb.get_side(side)
+        left_pad = self.pair.left_pad_source if spec.left_pad is None else spec.left_pad
+        pad = (self.pair.src_dict if spec.dictionary == "source" else self.pair.tgt_dict).pad()
         rows = np.unique(np.concatenate([ids, prev[prev >= 0]]))
-        items = [self.pair[int(i)][key] for i in rows]
-        tokens = data_utils.collate_tokens(items, pad, eos, left_pad=left_pad)
+        items = [getter(int(i)) for i in rows]
+        tokens = data_utils.collate_tokens(items, pad, self.pair.eos, left_pad=left_pad)
         lengths = torch.LongTensor([t.numel() for t in items])
         pos = np.searchsorted(rows, np.maximum(prev, 0))
         index = np.where(prev >= 0, pos, -1)
-        return {
-            "tokens": tokens,
-            "lengths": lengths,
-            "index": torch.from_numpy(index.astype(np.int64)),
-            "self": torch.from_numpy(np.searchsorted(rows, ids).astype(np.int64)),
-        }
+        return (tokens, lengths, torch.from_numpy(index.astype(np.int64)),
+                torch.from_numpy(np.searchsorted(rows, ids).astype(np.int64)))
 
     def collate_context(self, ids) -> dict:
         ids = np.asarray(ids, dtype=np.int64)
         prev = self.context_rows(ids)
         # corpus ids of the context sentences: inference fills target context from them
-        ctx = {"ids": torch.from_numpy(prev)}
-        pad, eos = self.pair.src_dict.pad(), self.pair.eos
-        if self.use_source:
-            t = self._table(ids, prev, "source", pad, eos, self.pair.left_pad_source)
-            ctx.update({"src_" + k: v for k, v in t.items()})
-        if self.use_target and self.pair.tgt is not None:
-            t = self._table(ids, prev, "target", pad, eos, False)
-            ctx.update({"tgt_" + k: v for k, v in t.items()})
+        ctx = cb.new_context(torch.from_numpy(prev))
+        for side in self.sides:
+            if self._side_sentences(side) is not None:
+                cb.add_table(ctx, side, *self._table(ids, prev, side))
         return ctx
 
     def collater(self, samples, pad_to_length=None):
         res = self.pair.collater(samples, pad_to_length=pad_to_length)
         if self.has_context and len(samples) > 0:
-            res["net_input"]["context"] = self.collate_context(res["id"].numpy())
+            res = cb.with_context(res, self.collate_context(res["id"].numpy()))
         return res
 
     # --------------------------------------------------------------- batching
@@ -322,95 +352,122 @@ class DocumentPairDataset(FairseqDataset):
         return batches
 
 
+@dataclass
+class _Table:
+    """One table a batch being packed holds: the rows (corpus indices) of one side's
+    sentences. ``sizes``: every sentence's length; ``with_context``: the table holds the
+    context sentences too (that side is context), not only the current sentences."""
+
+    sizes: np.ndarray
+    with_context: bool
+    rows: Set[int] = field(default_factory=set)
+    #: the longest row held (padded counting) or the sum of the rows' lengths (real counting)
+    longest: int = 0
+    total: int = 0
+    #: ``"sentences"`` batching: the current sentences, and the context-only rows
+    current: Set[int] = field(default_factory=set)
+    context_only: Set[int] = field(default_factory=set)
+    context_total: int = 0
+
+
+def _tables(ds: "DocumentPairDataset") -> List[_Table]:
+    """The tables of a batch of ``ds``: the source and target sentences (current sentences,
+    plus context on the sides that are context), and every other context side."""
+    tables = [_Table(ds.pair.src_sizes, ds.use_source)]
+    if ds.pair.tgt_sizes is not None:
+        tables.append(_Table(ds.pair.tgt_sizes, ds.use_target))
+    for side in ds.sides:
+        if cb.get_side(side).item_key is None:
+            found = ds._side_sentences(side)
+            if found is not None:
+                tables.append(_Table(np.asarray(found[1]), True))
+    return tables
+
+
 class _BatchState:
-    """Rows a batch being packed holds, per side (current sentences plus their context
-    where that side's context is used), and its padded cost."""
+    """The tables a batch being packed holds, and its padded cost (``batching="runs"``):
+    per table, rows x longest row; the batch costs its most expensive table."""
 
     def __init__(self, ds: DocumentPairDataset):
         self.ds = ds
-        self.sides = [(ds.pair.src_sizes, ds.use_source, set(), [0])]
-        if ds.pair.tgt_sizes is not None:
-            self.sides.append((ds.pair.tgt_sizes, ds.use_target, set(), [0]))
+        self.tables = _tables(ds)
 
-    def _new_rows(self, run, use, held):
+    def _new_rows(self, run, table: _Table) -> Set[int]:
         rows = set(run.tolist())
-        if use:
+        if table.with_context:
             prev = self.ds.context_rows(run)
             rows.update(prev[prev >= 0].tolist())
-        return rows - held
+        return rows - table.rows
+
+    def _table_cost(self, table: _Table, new: Set[int]) -> int:
+        longest_new = int(table.sizes[list(new)].max()) if new else 0
+        return (len(table.rows) + len(new)) * max(table.longest, longest_new)
+
+    def _add_to_table(self, table: _Table, new: Set[int]):
+        table.longest = max(table.longest, int(table.sizes[list(new)].max()))
 
     def cost_with(self, run) -> int:
-        cost = 0
-        for sizes, use, held, longest in self.sides:
-            new = self._new_rows(run, use, held)
-            longest_new = int(sizes[list(new)].max()) if new else 0
-            cost = max(cost, (len(held) + len(new)) * max(longest[0], longest_new))
-        return cost
+        return max(self._table_cost(t, self._new_rows(run, t)) for t in self.tables)
 
     def add(self, run):
-        for sizes, use, held, longest in self.sides:
-            new = self._new_rows(run, use, held)
+        for t in self.tables:
+            new = self._new_rows(run, t)
             if new:
-                longest[0] = max(longest[0], int(sizes[list(new)].max()))
-                held |= new
+                self._add_to_table(t, new)
+                t.rows |= new
 
 
 class _GroupedBatchState(_BatchState):
-    """Rows a batch of runs holds, per side, counted at their real lengths
+    """The tables of a batch of runs counted at their real lengths
     (``batching="grouped-runs"``): the model runs its tables in length groups, whose
-    padding (kept small by `data.length_groups`) is not counted. ``total`` (the last
-    field of a side) is the sum of the held rows' lengths."""
+    padding (kept small by `data.length_groups`) is not counted."""
 
-    def cost_with(self, run) -> int:
-        cost = 0
-        for sizes, use, held, total in self.sides:
-            new = self._new_rows(run, use, held)
-            cost = max(cost, total[0] + (int(sizes[list(new)].sum()) if new else 0))
-        return cost
+    def _table_cost(self, table: _Table, new: Set[int]) -> int:
+        return table.total + (int(table.sizes[list(new)].sum()) if new else 0)
 
-    def add(self, run):
-        for sizes, use, held, total in self.sides:
-            new = self._new_rows(run, use, held)
-            if new:
-                total[0] += int(sizes[list(new)].sum())
-                held |= new
+    def _add_to_table(self, table: _Table, new: Set[int]):
+        table.total += int(table.sizes[list(new)].sum())
 
 
 class _SentenceBatchState:
-    """Cost of a batch of sentences packed by length (``batching="sentences"``), per side:
+    """Cost of a batch of sentences packed by length (``batching="sentences"``), per table:
     the current sentences padded as fairseq pads them (rows x longest) plus the real tokens
-    of the context sentences that are not current sentences of the batch."""
+    of the context sentences that are not current sentences of the batch, each counted at
+    ``context_token_cost``."""
 
     def __init__(self, ds: DocumentPairDataset):
         self.ds = ds
-        self.sides = [[ds.pair.src_sizes, ds.use_source, set(), set(), 0, 0]]
-        if ds.pair.tgt_sizes is not None:
-            self.sides.append([ds.pair.tgt_sizes, ds.use_target, set(), set(), 0, 0])
+        self.tables = _tables(ds)
 
-    def _delta(self, run, side):
-        sizes, use, cur, ctx, longest, ctx_sum = side
-        new_cur = [int(i) for i in run if int(i) not in cur]
-        longest = max([longest] + [int(sizes[i]) for i in new_cur])
-        ctx_sum -= sum(int(sizes[i]) for i in new_cur if i in ctx)
+    def _delta(self, run, t: _Table):
+        """The run's new current rows and context-only rows, and the table's longest current
+        row and context-only total with them."""
+        sizes = t.sizes
+        new_cur = [int(i) for i in run if int(i) not in t.current]
+        longest = max([t.longest] + [int(sizes[i]) for i in new_cur])
+        context_total = t.context_total - sum(int(sizes[i]) for i in new_cur if i in t.context_only)
         new_ctx = []
-        if use:
+        if t.with_context:
             prev = self.ds.context_rows(run)
-            new_ctx = [r for r in set(prev[prev >= 0].tolist()) if r not in ctx and r not in cur and r not in new_cur]
-            ctx_sum += sum(int(sizes[r]) for r in new_ctx)
-        return new_cur, new_ctx, longest, ctx_sum
+            new_ctx = [r for r in set(prev[prev >= 0].tolist())
+                       if r not in t.context_only and r not in t.current and r not in new_cur]
+            context_total += sum(int(sizes[r]) for r in new_ctx)
+        return new_cur, new_ctx, longest, context_total
 
-    def cost_with(self, run) -> int:
+    def cost_with(self, run) -> float:
         cost = 0
-        for side in self.sides:
-            new_cur, _, longest, ctx_sum = self._delta(run, side)
-            cost = max(cost, (len(side[2]) + len(new_cur)) * longest + ctx_sum)
+        for t in self.tables:
+            new_cur, _, longest, context_total = self._delta(run, t)
+            cost = max(cost, (len(t.current) + len(new_cur)) * longest
+                       + self.ds.context_token_cost * context_total)
         return cost
 
     def add(self, run):
-        for side in self.sides:
-            new_cur, new_ctx, side[4], side[5] = self._delta(run, side)
-            side[2].update(new_cur)
-            side[3].update(new_ctx)
+        for t in self.tables:
+            new_cur, new_ctx, t.longest, t.context_total = self._delta(run, t)
+            t.current.update(new_cur)
+            t.context_only.difference_update(new_cur)
+            t.context_only.update(new_ctx)
 
 
 def _restore_dropped(batches, indices):

@@ -13,6 +13,8 @@ from typing import Dict
 
 import torch
 
+from ..data import context_batch as cb
+
 
 def sentence_sample(hub, split: str, doc: str, sentence: int):
     """A one-row batch (with its context) of sentence ``sentence`` (0-based) of document
@@ -38,13 +40,14 @@ def qcn_routing(hub, split, doc, sentence):
     if getattr(enc, "qcn", None) is None:
         raise ValueError("this checkpoint has no query-guided capsule network (qcn_transformer without --no-qcn)")
     ni = sample["net_input"]
-    cur, cur_mask, ctx, ctx_mask, _, _ = enc.capsule_inputs(ni["src_tokens"], ni.get("context"))
+    context = cb.get_context(ni)
+    cur, cur_mask, ctx, ctx_mask, _, _ = enc.capsule_inputs(ni["src_tokens"], context)
     with torch.no_grad():
         _, c, p = enc.qcn(cur, cur_mask, ctx, ctx_mask, return_history=True)
     words = []
-    context = ni.get("context")
-    if context is not None:
-        table, index = context["src_tokens"], context["src_index"][0, : ctx.size(1)]
+    if cb.has_side(context, "src"):
+        src = cb.table(context, "src", ctx.size(1))
+        table, index = src.tokens, src.index[0]
         for k, row in enumerate(index.tolist()):
             if row >= 0:
                 toks = table[row]

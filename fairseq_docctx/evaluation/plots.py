@@ -42,6 +42,8 @@ from typing import Dict, List
 import numpy as np
 from fairseq.models import MODEL_REGISTRY
 
+from ..data import context_batch as cb
+from ..models.document_context import sample_for_model
 from .analysis import sentence_sample
 
 
@@ -60,7 +62,8 @@ def _model_name(model) -> str:
 
 def _context_row(ctx, side: str, k: int, b: int = 0):
     """Table row of batch row ``b``'s sentence at distance ``k`` on ``side`` (or ``None``)."""
-    index = ctx.get({"source": "src_index", "target": "tgt_index"}[side])
+    name = {"source": "src", "target": "tgt"}[side]
+    index = cb.index(ctx, name) if cb.has_side(ctx, name) else None
     if index is None or k > index.size(1) or int(index[b, k - 1]) < 0:
         return None
     return int(index[b, k - 1])
@@ -76,8 +79,8 @@ def _column_labels(hub, sample, panel, b: int = 0) -> List[str]:
         toks = sample["target"][b] if sample.get("target") is not None else ni["prev_output_tokens"][b]
         return [hub.tgt_dict[t] for t in toks[: mask.numel()][mask].tolist()]
     if panel["columns"] == "source context":
-        ctx = ni["context"]
-        table, index = ctx["src_tokens"], ctx["src_index"]
+        src = cb.table(cb.get_context(ni), "src")
+        table, index = src.tokens, src.index
         L = table.size(1)
         return [f"-{c // L + 1}:{hub.src_dict[int(table[index[b, c // L], c % L])]}"
                 for c in mask.nonzero().view(-1).tolist()]
@@ -109,18 +112,19 @@ def context_values(hub, split: str, doc: str, sentence: int) -> Dict:
         raise ValueError(f"{type(model).__name__} has no context_weights(sample): nothing over its context "
                          "to plot (concat_transformer, han_transformer, qcn_transformer)")
     model.eval()
-    sample = hub.task._for_model(sentence_sample(hub, split, doc, sentence), model)
+    sample = sample_for_model(sentence_sample(hub, split, doc, sentence), model)
     panels = model.context_weights(sample)
     ni = sample["net_input"]
-    ctx = ni.get("context") or {}
+    ctx = cb.get_context(ni)
     rows = []
     if panels:
         first = panels[0]
         side = first["context_side"]
-        dictionary, table = (hub.src_dict, ctx.get("src_tokens")) if side == "source" else (hub.tgt_dict, ctx.get("tgt_tokens"))
+        name, dictionary = ("src", hub.src_dict) if side == "source" else ("tgt", hub.tgt_dict)
+        table = cb.table(ctx, name).tokens if cb.has_side(ctx, name) else None
         dist = {r for r in first["rows"] if isinstance(r, int)}
         if first["columns"] == "source context":  # the sentences whose words are columns
-            L = ctx["src_tokens"].size(1)
+            L = cb.table(ctx, "src").tokens.size(1)
             dist = {c // L + 1 for c in first["column_mask"][0].nonzero().view(-1).tolist()}
         for k in sorted((r for r in dist if r > 0), reverse=True):
             row = _context_row(ctx, side, k)

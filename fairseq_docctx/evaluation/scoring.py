@@ -10,7 +10,8 @@ sentence-level :class:`~fairseq.data.LanguagePairDataset`, indexed with a
 ``net_input["context"]`` exactly as in training (the model's own ``--context-size`` and
 ``--context-sides``; the target context is the given reference, teacher-forced). Only the
 last sentence of each document is scored, many documents per batch. Models that do not read
-context get it removed by the task (``_for_model``), i.e. they are scored at sentence level.
+context get it removed (:func:`~fairseq_docctx.models.document_context.sample_for_model`),
+i.e. they are scored at sentence level.
 """
 import logging
 from dataclasses import dataclass
@@ -70,9 +71,9 @@ class ModelScorer:
 
     @property
     def reads_context(self) -> bool:
-        from ..tasks.document_translation import model_reads_context
+        from ..models.document_context import reads_context
 
-        return model_reads_context(self.model) and self.task.uses_context
+        return reads_context(self.model) and self.task.uses_context
 
     # ------------------------------------------------------------------ text
     def encode_source(self, sentence: str) -> torch.Tensor:
@@ -123,7 +124,9 @@ class ModelScorer:
     def score_sample(self, sample) -> List[np.ndarray]:
         """Per-token target log-probabilities of every row of a collated batch."""
         model = self.model
-        sample = self.task._for_model(sample, model)
+        from ..models.document_context import sample_for_model
+
+        sample = sample_for_model(sample, model)
         device = next(model.parameters()).device
         sample = utils.move_to_cuda(sample, device=device) if device.type == "cuda" else sample
         net_output = model(**sample["net_input"])

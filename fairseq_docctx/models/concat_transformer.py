@@ -21,8 +21,10 @@ from fairseq.models.transformer import (
 from fairseq.modules import LearnedPositionalEmbedding, SinusoidalPositionalEmbedding
 from torch import Tensor
 
+from ..data import context_batch as cb
 from ..modules.context_concat import concat_with_context, gather_context_rows, pack_segments
 from ..modules.masks import BoolFutureMask
+from .document_context import DocumentContextModel, task_context
 
 # positional embeddings the cached decoding can look up at per-row positions
 _CACHED_POSITIONS = (LearnedPositionalEmbedding, SinusoidalPositionalEmbedding)
@@ -35,21 +37,22 @@ class ConcatContextEncoder(TransformerEncoderBase):
 
     def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False,
                 token_embeddings=None, context=None):
-        if context is not None and "src_index" in context:
+        if cb.has_side(context, "src"):
+            src = cb.table(context, "src")
             src_tokens, src_lengths = concat_with_context(
-                src_tokens, context["src_tokens"], context["src_index"],
+                src_tokens, src.tokens, src.index,
                 self.padding_idx, self.dictionary.eos(), self.sep_idx,
                 left_pad=True, max_len=self.max_source_positions,
             )
             token_embeddings = None
         out = self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
-        if context is not None and "tgt_index" in context:
+        if cb.has_side(context, "tgt"):
             # previous target sentences, farthest first, each ending in <sep>
-            tgt = context["tgt_tokens"]
+            tgt = cb.table(context, "tgt")
             segs = [
-                gather_context_rows(tgt, context["tgt_index"][:, k], self.padding_idx,
+                gather_context_rows(tgt.tokens, tgt.index[:, k], self.padding_idx,
                                     self.dictionary.eos(), self.sep_idx)
-                for k in reversed(range(context["tgt_index"].size(1)))
+                for k in reversed(range(tgt.index.size(1)))
             ]
             prefix, _ = pack_segments(segs, self.padding_idx, left_pad=False)
             out["tgt_prefix"] = [prefix]
@@ -237,13 +240,12 @@ class ConcatContextDecoder(BoolFutureMask, TransformerDecoderBase):
 
 
 @register_model("concat_transformer")
-class ConcatTransformerModel(TransformerModel):
+class ConcatTransformerModel(DocumentContextModel, TransformerModel):
     """Transformer over context sentences concatenated with ``--context-separator``.
 
-    Context sides and size come from the task (``--context-size``, ``--context-sides``).
+    Context sides and size come from the task (``--context-size``, ``--context-sides``):
+    it reads the ``src`` and ``tgt`` sides the task gives, all K sentences.
     """
-
-    reads_document_context = True
 
     @classmethod
     def build_model(cls, args, task):
@@ -255,6 +257,8 @@ class ConcatTransformerModel(TransformerModel):
                     "dictionaries: use --task document_translation"
                 )
         model = super().build_model(args, task)
+        sides, _ = task_context(task)
+        model.declare_context([s for s in sides if s in ("src", "tgt")], None)
         model.encoder.sep_idx = task.source_dictionary.index(sep)
         model.decoder.sep_idx = task.target_dictionary.index(sep)
         return model
@@ -294,7 +298,7 @@ class ConcatTransformerModel(TransformerModel):
         column sums to 1 over the sentences present (``row_mask``: the sentences the
         concatenation holds, the farthest being cut first at ``--max-source-positions``)."""
         ni = sample["net_input"]
-        ctx = ni.get("context") or {}
+        ctx = cb.get_context(ni)
         enc = self.encoder
         pad = enc.padding_idx
         was = self.training
@@ -305,9 +309,10 @@ class ConcatTransformerModel(TransformerModel):
             self.train(was)
         tokens = ni["src_tokens"]
         K = 0
-        if "src_index" in ctx:
-            K = ctx["src_index"].size(1)
-            tokens, _ = concat_with_context(tokens, ctx["src_tokens"], ctx["src_index"], pad,
+        if cb.has_side(ctx, "src"):
+            src = cb.table(ctx, "src")
+            K = src.index.size(1)
+            tokens, _ = concat_with_context(tokens, src.tokens, src.index, pad,
                                             enc.dictionary.eos(), enc.sep_idx, left_pad=True,
                                             max_len=enc.max_source_positions)
         # a position's distance: the number of separators at or after it

@@ -13,7 +13,7 @@ HAN decoder alignment            ``--han-encoder false --han-decoder alignment``
 HAN encoder + HAN decoder        ``--han-encoder --han-decoder target``           ``han_transformer`` (default)
 ===============================  ===============================================  ==========================
 
-Efficiency (training): the unique source table of a batch (``context["src_tokens"]``) is
+Efficiency (training): the unique source table of a batch (its context's ``src`` side) is
 encoded once; the current sentences' encoder output and the context states are rows of it.
 For the target/alignment decoders the decoder is teacher-forced once over the target table
 (same rows) and the current rows' states feed the loss. Every sentence is encoded and
@@ -23,14 +23,16 @@ Inference: HAN-decoder queries attend over context states given as a table + ``[
 index in the encoder output (beam search reorders the index only; the projected word-level
 keys are cached in the incremental state). In document-order inference the model keeps,
 per translated sentence, its encoder states and the decoder states / alignment vectors of
-its best hypothesis (:meth:`HANTransformerModel.document_cache_entries`) and reads them
-back from ``context["cache"]``: previous sentences are never re-encoded or re-decoded.
+its best hypothesis (:meth:`HANTransformerModel.document_cache_entries`, from the encoder
+output the task hands over) and reads them back from the context's cache
+(:func:`~fairseq_docctx.data.context_batch.cache`): previous sentences are never re-encoded
+or re-decoded. Without a cache (oracle reference context, ensembles) the decoder
+teacher-forces the target table once, at its first step, into the incremental state.
 
 Two-stage training (``--init-from-sentence-checkpoint``, ``--freeze-sentence-weights``):
 :mod:`fairseq_docctx.models.sentence_init`. What the HANs weigh the previous sentences with
 (``docctx-score plot``): :meth:`HANTransformerModel.context_weights`.
 """
-import logging
 
 import torch
 from fairseq import utils
@@ -45,13 +47,13 @@ from fairseq.models.transformer import (
 )
 from torch.nn.utils.rnn import pad_sequence
 
+from ..data import context_batch as cb
 from ..modules import table_encoder
 from ..modules.han import HierarchicalAttention
 from ..modules.masks import BoolFutureMask
 from . import sentence_init
 from .arch_defaults import set_defaults
-
-logger = logging.getLogger(__name__)
+from .document_context import DocumentContextModel, batch_encoder_out, resolve_context_size
 
 HAN_DECODER_CHOICES = ("none", "target", "source", "alignment")
 
@@ -79,15 +81,8 @@ def shift_eos_to_front(tokens, pad, eos):
 
 
 def tgt_to_src_rows(context):
-    """``[U_t]`` row of the source table holding the source of each target-table row (from
-    the index pairs of the batch: both tables index the same corpus sentences)."""
-    ut = context["tgt_tokens"].size(0)
-    m = context["tgt_index"].new_full((ut,), -1)
-    valid = context["tgt_index"] >= 0
-    m[context["tgt_index"][valid]] = context["src_index"][valid]
-    if "tgt_self" in context and "src_self" in context:
-        m[context["tgt_self"]] = context["src_self"]
-    return m.clamp(min=0)
+    """``[U_t]`` row of the source table holding the source of each target-table row."""
+    return cb.row_map(context, "tgt", "src")
 
 
 def bucketed_han(han, h, lengths, left_pad, values, values_pad, index):
@@ -127,7 +122,6 @@ class HANTransformerEncoder(TransformerEncoderBase):
         self.han_decoder = args.han_decoder
         dim = cfg.encoder.embed_dim
         self.han = _han(args, dim, dim) if args.han_encoder else None
-        self._stash = None  # (src_tokens, encoder_out, pre-HAN states) of the last inference call
 
     @property
     def needs_source_values(self):
@@ -144,16 +138,15 @@ class HANTransformerEncoder(TransformerEncoderBase):
         (HAN applied to every row that is a current sentence of the batch), the pre-HAN
         states ``[U, L, C]`` (context values) and their pad mask ``[U, L]``. The table is
         encoded in groups of similar length (:func:`~fairseq_docctx.modules.table_encoder.encode_rows`)."""
+        src = cb.table(context, "src", self.context_size)
         # rows that are only context: no backward pass through them (unless --han-context-grad)
-        out = table_encoder.encode_rows(self, context["src_tokens"],
-                                        None if self.context_grad else context["src_self"])
+        out = table_encoder.encode_rows(self, src.tokens, None if self.context_grad else src.self_rows)
         x, pad = out["encoder_out"][0], out["encoder_padding_mask"][0]
         values = self._values(x)
         if self.han is not None:  # HAN for the rows that are current sentences of the batch
-            rows = context["src_self"]
+            rows = src.self_rows
             lengths = (~pad).sum(1).index_select(0, rows)
-            cur = bucketed_han(self.han, x.index_select(1, rows), lengths, True, values, pad,
-                               context["src_index"][:, : self.context_size])
+            cur = bucketed_han(self.han, x.index_select(1, rows), lengths, True, values, pad, src.index)
             out["encoder_out"] = [x.index_copy(1, rows, cur)]
         return out, values, pad
 
@@ -164,16 +157,19 @@ class HANTransformerEncoder(TransformerEncoderBase):
     def forward_with_context(self, src_tokens, src_lengths, context, training_pass=False):
         """Encoder output of the current sentences, with the HAN-decoder context
         (``han_dec_states/mask/index``, or ``han_pending_*`` to be computed by the decoder),
-        and the table's encoder output when the source table was encoded (else ``None``)."""
+        and the table's encoder output when the source table was encoded (else ``None``).
+        At inference the output also holds ``han_context_states`` ``[B, T, C]``: the
+        pre-HAN states of the current sentences, what later sentences read as their context
+        (:meth:`HANTransformerModel.document_cache_entries`; not kept through beam search)."""
         K = self.context_size
-        cache = None if (context is None or training_pass) else context.get("cache")
+        cache = None if training_pass else cb.cache(context)
         if cache is not None and any(e is None for e in cache):
             cache = None
         table_out = None
         if cache is not None:  # document-order inference: context states of earlier sentences
             out = self.forward_scriptable(src_tokens, src_lengths, False, None)
-            x, pad = out["encoder_out"][0], out["encoder_padding_mask"][0]
-            index = context["tgt_index"][:, :K]
+            x = out["encoder_out"][0]
+            index = cb.index(context, "tgt", K)
             if self.needs_source_values:
                 values, vpad = _padded([e["enc"] for e in cache], x)
                 if self.han is not None:
@@ -184,32 +180,32 @@ class HANTransformerEncoder(TransformerEncoderBase):
                 values, vpad = _padded([e[self.han_decoder] for e in cache], x)
                 out.update(han_dec_states=[values], han_dec_mask=[vpad], han_dec_index=[index])
             pre = self._values(x)
-        elif context is not None and "src_tokens" in context and "src_self" in context:
+        elif cb.has_side(context, "src") and cb.table(context, "src").self_rows is not None:
             table_out, values, vpad = self.encode_table(context)
-            rows = context["src_self"]
+            rows = cb.table(context, "src").self_rows
             out = super().reorder_encoder_out(table_out, rows)
             pre = values.index_select(0, rows)
             if self.han_decoder == "source":
                 out.update(han_dec_states=[values], han_dec_mask=[vpad],
-                           han_dec_index=[context["src_index"][:, :K]])
+                           han_dec_index=[cb.index(context, "src", K)])
             elif self.han_decoder in ("target", "alignment") and not training_pass:
-                if "tgt_tokens" not in context:
+                if not cb.has_side(context, "tgt"):
                     raise ValueError(f"HAN decoder ({self.han_decoder}) needs target context: "
                                      "use --context-sides both")
                 # no cache (oracle reference context, ensembles): the decoder teacher-forces
-                # the target table once, lazily, at its first step
+                # the target table once, at its first step (kept in its incremental state)
                 tab = super().reorder_encoder_out(table_out, tgt_to_src_rows(context))
-                prev = shift_eos_to_front(context["tgt_tokens"], self.padding_idx, self.dictionary.eos())
+                prev = shift_eos_to_front(cb.table(context, "tgt").tokens, self.padding_idx, self.dictionary.eos())
                 out.update(han_pending_prev=[prev], han_pending_enc=tab,
-                           han_dec_index=[context["tgt_index"][:, :K]])
+                           han_dec_index=[cb.index(context, "tgt", K)])
         else:  # no context at all: HAN leaves the states unchanged
-            if context is not None and self.han_decoder != "none" and "tgt_tokens" in context:
+            if self.han_decoder != "none" and cb.has_side(context, "tgt"):
                 raise ValueError("HAN needs the source context table (--context-sides both) or "
                                  "the document-order inference cache")
             out = self.forward_scriptable(src_tokens, src_lengths, False, None)
             pre = self._values(out["encoder_out"][0])
         if not self.training and not training_pass:
-            self._stash = (src_tokens, out, pre)
+            out["han_context_states"] = [pre]
         return out, table_out
 
     def reorder_encoder_out(self, encoder_out, new_order):
@@ -270,24 +266,35 @@ class HANTransformerDecoder(BoolFutureMask, TransformerDecoderBase):
         return self.apply_han(x, encoder_out, incremental_state), extra
 
     def apply_han(self, x, encoder_out, incremental_state=None):
-        """HAN over ``x [B, T, C]`` with the context of ``encoder_out``."""
+        """HAN over ``x [B, T, C]`` with the context of ``encoder_out`` (read only)."""
         if self.han is None or encoder_out is None or "han_dec_index" not in encoder_out:
             return x
-        if "han_dec_states" not in encoder_out:  # lazy teacher-forced pass (no cache)
-            prev, enc = encoder_out["han_pending_prev"][0], encoder_out["han_pending_enc"]
-            states, aln = self.context_pass(prev, enc)
-            encoder_out["han_dec_states"] = [self.context_values(states, aln)]
-            encoder_out["han_dec_mask"] = [prev.eq(self.padding_idx)]
-        y = self.han(x.transpose(0, 1), encoder_out["han_dec_states"][0], encoder_out["han_dec_mask"][0],
-                     encoder_out["han_dec_index"][0], incremental_state)
+        if "han_dec_states" in encoder_out:
+            values, mask = encoder_out["han_dec_states"][0], encoder_out["han_dec_mask"][0]
+        else:  # no cache: teacher-force the target table once, kept in the incremental state
+            key = f"han_pending_context_{id(self)}"
+            kept = incremental_state.get(key) if incremental_state is not None else None
+            if kept is None:
+                prev, enc = encoder_out["han_pending_prev"][0], encoder_out["han_pending_enc"]
+                states, aln = self.context_pass(prev, enc)
+                kept = {"values": self.context_values(states, aln), "mask": prev.eq(self.padding_idx)}
+                if incremental_state is not None:
+                    incremental_state[key] = kept
+            values, mask = kept["values"], kept["mask"]
+        y = self.han(x.transpose(0, 1), values, mask, encoder_out["han_dec_index"][0], incremental_state)
         return y.transpose(0, 1)
 
 
 @register_model("han_transformer")
-class HANTransformerModel(TransformerModel):
-    """Transformer with Hierarchical Attention Networks over the previous sentences."""
+class HANTransformerModel(DocumentContextModel, TransformerModel):
+    """Transformer with Hierarchical Attention Networks over the previous sentences.
 
-    reads_document_context = True
+    Contract (:mod:`~fairseq_docctx.models.document_context`): reads the ``src`` side (HAN
+    encoder, source HAN decoder, and the training pass of the target/alignment HAN decoder)
+    and the ``tgt`` side (target/alignment HAN decoder); K = ``--han-context-size`` (default:
+    the task's ``--context-size``); caches each translated sentence's context states in
+    document-order inference."""
+
     @property
     def packs_training_output(self):
         """In training mode the target/alignment HAN decoder returns the logits of the real
@@ -312,7 +319,8 @@ class HANTransformerModel(TransformerModel):
                             "decoder states (target), their encoder states (source), their "
                             "encoder-decoder attention outputs (alignment)")
         parser.add_argument("--han-context-size", type=int, metavar="K",
-                            help="previous sentences HAN attends to (default 3)")
+                            help="previous sentences HAN attends to (default: the task's "
+                            "--context-size; more is an error)")
         parser.add_argument("--han-context-grad", type=utils.eval_bool, nargs="?", const=True,
                             metavar="BOOL", help="back-propagate into the context states "
                             "(default: detached, as in the paper's implementation)")
@@ -324,14 +332,15 @@ class HANTransformerModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
+        resolve_context_size(args, "han_context_size", task)
         han_transformer(args)
-        for side, needed in (("source", args.han_encoder or args.han_decoder == "source"),
-                             ("target", args.han_decoder in ("target", "alignment"))):
-            sides = getattr(getattr(task, "cfg", None), "context_sides", None)
-            if needed and sides is not None and sides not in (side, "both"):
-                logger.warning(f"han_transformer: this configuration reads {side} context but "
-                               f"the task has --context-sides {sides}")
         model = super().build_model(args, task)
+        sides = []
+        if args.han_encoder or args.han_decoder != "none":
+            sides.append("src")  # the target decoders are trained over the source table too
+        if args.han_decoder in ("target", "alignment"):
+            sides.append("tgt")
+        model.declare_context(sides, args.han_context_size)
         # two-stage training (Miculicich et al. 2018, §3.2): the HAN weights are the new ones
         return sentence_init.apply(model, args, "han_transformer", is_context=lambda n: ".han." in n,
                                    record_as="han_initialized_from")
@@ -354,16 +363,17 @@ class HANTransformerModel(TransformerModel):
         kw = dict(features_only=features_only, alignment_layer=alignment_layer,
                   alignment_heads=alignment_heads, src_lengths=src_lengths,
                   return_all_hiddens=return_all_hiddens)
-        if dec.han_mode not in ("target", "alignment") or context is None or "tgt_tokens" not in context:
+        if dec.han_mode not in ("target", "alignment") or not cb.has_side(context, "tgt"):
             return dec(prev_output_tokens, encoder_out=encoder_out, **kw)
         if table_out is None:
             raise ValueError(f"HAN decoder ({dec.han_mode}) is trained with --context-sides both")
         # teacher-force the decoder once over the target table
-        prev_tab = shift_eos_to_front(context["tgt_tokens"], dec.padding_idx, dec.dictionary.eos())
-        rows = context.get("tgt_self")  # context-only rows: states read detached, no backward
+        tgt = cb.table(context, "tgt", enc.context_size)
+        prev_tab = shift_eos_to_front(tgt.tokens, dec.padding_idx, dec.dictionary.eos())
+        rows = tgt.self_rows  # context-only rows: states read detached, no backward
         states, aln = dec.context_pass(prev_tab, enc.reorder_encoder_out(table_out, tgt_to_src_rows(context)),
                                        None if dec.context_grad else rows)
-        index = context["tgt_index"][:, : enc.context_size]
+        index = tgt.index
         encoder_out.update(han_dec_states=[dec.context_values(states, aln)],
                            han_dec_mask=[prev_tab.eq(dec.padding_idx)], han_dec_index=[index])
         T = prev_output_tokens.size(1)
@@ -432,38 +442,40 @@ class HANTransformerModel(TransformerModel):
         """
         enc, dec = self.encoder, self.decoder
         ni = sample["net_input"]
-        ctx = ni.get("context")
-        if ctx is None or "src_self" not in ctx:
+        ctx = cb.get_context(ni)
+        if not cb.has_side(ctx, "src") or cb.table(ctx, "src").self_rows is None:
             raise ValueError("han_transformer.context_weights: the batch has no source context table")
         was = self.training
         self.eval()
         try:
             K = enc.context_size
             table_out, values, vpad = enc.encode_table(ctx)
-            rows = ctx["src_self"]
+            src_tab = cb.table(ctx, "src", K)
+            rows = src_tab.self_rows
             panels = []
             if enc.han is not None:
                 # queries: the current rows' pre-HAN states at the positions of src_tokens
                 src = ni["src_tokens"]
                 width, L = src.size(1), values.size(1)
-                left = bool(ctx["src_tokens"][:, -1].ne(enc.padding_idx).all())
+                left = cb.left_padded(src_tab.tokens, enc.padding_idx)
                 cols = slice(L - width, L) if left else slice(0, width)
                 h = values.index_select(0, rows)[:, cols].transpose(0, 1)
-                index = ctx["src_index"][:, :K]
+                index = src_tab.index
                 _, w = enc.han(h, values, vpad, index, need_weights=True)
                 panels += _han_panels("encoder", w, index, "source", "source", src.ne(enc.padding_idx))
             if dec.han is not None:
                 if dec.han_mode == "source":
-                    v, v_pad, index, side = values, vpad, ctx["src_index"][:, :K], "source"
+                    v, v_pad, index, side = values, vpad, src_tab.index, "source"
                 else:
-                    if "tgt_tokens" not in ctx:
+                    if not cb.has_side(ctx, "tgt"):
                         raise ValueError(f"HAN decoder ({dec.han_mode}) needs target context: "
                                          "use --context-sides both")
-                    prev_tab = shift_eos_to_front(ctx["tgt_tokens"], dec.padding_idx, dec.dictionary.eos())
+                    tgt_tab = cb.table(ctx, "tgt", K)
+                    prev_tab = shift_eos_to_front(tgt_tab.tokens, dec.padding_idx, dec.dictionary.eos())
                     states, aln = dec.context_pass(
                         prev_tab, enc.reorder_encoder_out(table_out, tgt_to_src_rows(ctx)))
                     v, v_pad = dec.context_values(states, aln), prev_tab.eq(dec.padding_idx)
-                    index, side = ctx["tgt_index"][:, :K], "target"
+                    index, side = tgt_tab.index, "target"
                 prev = ni["prev_output_tokens"]
                 x, _ = dec.extract_features_scriptable(prev, enc.reorder_encoder_out(table_out, rows))
                 _, w = dec.han(x.transpose(0, 1), v, v_pad, index, need_weights=True)
@@ -477,18 +489,17 @@ class HANTransformerModel(TransformerModel):
     def document_cache_entries(self, sample, hypos):
         """Per batch row, what later sentences need as context: its pre-HAN encoder states
         (``enc``), and the decoder states (``target``) or alignment vectors (``alignment``)
-        of its best hypothesis, from one teacher-forced pass over the hypotheses."""
+        of its best hypothesis, from one teacher-forced pass over the hypotheses. The encoder
+        output is the one the task hands over with the batch (the search's), or recomputed."""
         enc, dec = self.encoder, self.decoder
         ni = sample["net_input"]
-        stash = enc._stash
-        if stash is None or stash[0] is not ni["src_tokens"]:
+        out = batch_encoder_out(sample)
+        if out is None or "han_context_states" not in out:
             was = self.training
             self.eval()
-            enc.forward(ni["src_tokens"], ni["src_lengths"], context=ni.get("context"))
+            out = enc.forward(ni["src_tokens"], ni["src_lengths"], context=cb.get_context(sample))
             self.train(was)
-            stash = enc._stash
-        _, out, pre = stash
-        enc._stash = None
+        pre = out["han_context_states"][0]
         entries = [{} for _ in hypos]
         if enc.needs_source_values:
             lengths = (~out["encoder_padding_mask"][0]).sum(1).tolist()
@@ -526,10 +537,11 @@ def _han_panels(part, weights, index, side, columns, column_mask):
 
 @register_model_architecture("han_transformer", "han_transformer")
 def han_transformer(args):
-    """Paper defaults: Transformer base (6+6, 512, 8 heads, dropout 0.1), K=3, joint HAN
-    encoder + HAN decoder (target context)."""
+    """Paper defaults: Transformer base (6+6, 512, 8 heads, dropout 0.1), joint HAN encoder
+    + HAN decoder (target context); K (the paper's 3) is the task's ``--context-size``
+    unless ``--han-context-size`` says otherwise."""
     base_architecture(args)
-    set_defaults(args, han_encoder=True, han_decoder="target", han_context_size=3, han_context_grad=False,
+    set_defaults(args, han_encoder=True, han_decoder="target", han_context_size=None, han_context_grad=False,
                  han_attention_heads=args.encoder_attention_heads,
                  han_ffn_embed_dim=args.encoder_ffn_embed_dim)
     sentence_init.set_defaults(args)

@@ -14,7 +14,6 @@ The paper's Table 2 rows are flags: Transformer (``--no-qcn --no-pcc-regularizer
 +regularizer (``--no-qcn``), +QCN (``--no-pcc-regularizer``), +QCN+regularizer (default).
 """
 import torch
-import torch.nn as nn
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
     TransformerConfig,
@@ -26,6 +25,7 @@ from fairseq.models.transformer import (
 from fairseq.modules import LayerNorm
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 
+from ..data import context_batch as cb
 from ..modules.few_keys_attention import FewKeysAttention
 from ..modules.masks import BoolFutureMask
 from ..modules.qcn import (
@@ -35,6 +35,7 @@ from ..modules.qcn import (
     word_mask,
 )
 from .arch_defaults import set_defaults
+from .document_context import DocumentContextModel, resolve_context_size
 
 
 class QCNEncoderLayer(TransformerEncoderLayerBase):
@@ -100,9 +101,8 @@ class QCNTransformerEncoder(TransformerEncoderBase):
         pad, eos = self.padding_idx, self.dictionary.eos()
         cur = self.embed_tokens(src_tokens) if token_embeddings is None else token_embeddings
         cur_mask = word_mask(src_tokens, pad, eos)
-        if context is not None and "src_index" in context:
-            index = context["src_index"][:, : self.qcn_context_size]
-            table = context["src_tokens"]
+        if cb.has_side(context, "src"):
+            table, _, index, _ = cb.table(context, "src", self.qcn_context_size)
             if gathered:
                 ctx, ctx_mask = gather_context_embeddings(self.embed_tokens, table, index, pad, eos)
                 return cur, cur_mask, ctx, ctx_mask, None, None
@@ -140,15 +140,35 @@ class QCNTransformerDecoder(BoolFutureMask, TransformerDecoderBase):
 
 
 @register_model("qcn_transformer")
-class QCNTransformerModel(TransformerModel):
+class QCNTransformerModel(DocumentContextModel, TransformerModel):
     """Transformer with a Query-guided Capsule Network over the previous source sentences
-    and the PCC regularization layer (SPEC §3.1)."""
+    and the PCC regularization layer (Yang et al. 2019, §3).
 
-    reads_document_context = True
+    Contract (:mod:`~fairseq_docctx.models.document_context`): reads the ``src`` side, K =
+    ``--qcn-context-size`` (default: the task's ``--context-size``)."""
+
     #: the context is only embedded (never run through the encoder), so nothing is gained by
     #: keeping runs of a document together: batches group sentences by length (little
     #: padding), each with its own context (--doc-batching auto)
     context_batching = "sentences"
+
+    @property
+    def context_token_cost(self) -> float:
+        """A context word is embedded, projected by ``f`` (Eq. 6) and routed (Algorithm 1),
+        never run through the encoder: its matrix-product multiply-adds relative to those of
+        a source word through the encoder layers, ``(E·D + 3·r·m·D) / (L·(4E² + 2E·F))``
+        (``f``; per routing iteration the weighted sum, the agreement and the query
+        correlation over ``m`` capsules of size ``D``; an encoder layer's four attention
+        projections and its FFN). About 0.023 at the paper's size (512, 2048, 4 layers,
+        m=4, r=4), 0 without the QCN (``--no-qcn``: the context is not read)."""
+        enc = self.encoder
+        if enc.qcn is None:
+            return 0.0
+        E, L = enc.embed_tokens.embedding_dim, max(len(enc.layers), 1)
+        F = enc.layers[0].fc1.out_features if len(enc.layers) else 4 * E
+        caps = enc.qcn.capsules
+        D, m, r = enc.qcn.query_proj.out_features, caps.num_caps, caps.iters
+        return (E * D + 3 * r * m * D) / (L * (4 * E * E + 2 * E * F))
 
     @classmethod
     def add_args(cls, parser):
@@ -158,7 +178,8 @@ class QCNTransformerModel(TransformerModel):
         parser.add_argument("--capsule-dim", type=int, metavar="D",
                             help="capsule size (default: encoder embedding size)")
         parser.add_argument("--qcn-context-size", type=int, metavar="K",
-                            help="previous source sentences the QCN reads")
+                            help="previous source sentences the QCN reads (default: the "
+                            "task's --context-size; more is an error)")
         parser.add_argument("--no-qcn", action="store_true",
                             help="ablation: no capsule network / context attention")
         parser.add_argument("--no-pcc-regularizer", action="store_true",
@@ -166,8 +187,10 @@ class QCNTransformerModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
+        resolve_context_size(args, "qcn_context_size", task)
         qcn_transformer(args)
         model = super().build_model(args, task)
+        model.declare_context(("src",), args.qcn_context_size)
         model.regularizer = None
         if not args.no_pcc_regularizer:
             model.regularizer = PCCRegularizer(
@@ -245,10 +268,11 @@ class QCNTransformerModel(TransformerModel):
 
 @register_model_architecture("qcn_transformer", "qcn_transformer")
 def qcn_transformer(args):
-    """Paper defaults: 4+4 layers, 512/2048, 8 heads, dropout 0.2, K=3, 4 capsules, 4
-    routing iterations."""
+    """Paper defaults: 4+4 layers, 512/2048, 8 heads, dropout 0.2, 4 capsules, 4 routing
+    iterations; K (the paper's 3) is the task's ``--context-size`` unless
+    ``--qcn-context-size`` says otherwise."""
     set_defaults(args, encoder_layers=4, decoder_layers=4, encoder_embed_dim=512, encoder_ffn_embed_dim=2048,
                  encoder_attention_heads=8, decoder_attention_heads=8, dropout=0.2)
     base_architecture(args)
-    set_defaults(args, num_capsules=4, routing_iters=4, capsule_dim=args.encoder_embed_dim, qcn_context_size=3,
+    set_defaults(args, num_capsules=4, routing_iters=4, capsule_dim=args.encoder_embed_dim, qcn_context_size=None,
                  no_qcn=False, no_pcc_regularizer=False)

@@ -12,6 +12,7 @@ the target table uses it too).
 """
 import torch
 
+from ..data import context_batch as cb
 from ..data import length_groups
 
 
@@ -59,7 +60,7 @@ def encode_rows(encoder, tokens, grad_rows=None):
     ``encoder_padding_mask [U, L]`` and ``encoder_embedding [U, L, C]``. Rows not in
     ``grad_rows`` (row numbers, default all) run without autograd."""
     pad = encoder.padding_idx
-    left = bool(tokens[:, -1].ne(pad).all())  # left-padded (fairseq's source default)
+    left = cb.left_padded(tokens, pad)  # fairseq pads sources on the left by default
 
     def run(rows, width):
         t = tokens.index_select(0, rows)

@@ -2,10 +2,17 @@
 
 With ``--context-size 0`` (or ``--context-sides none``) it is exactly fairseq's translation
 task: same datasets, same batches, same loss. Otherwise every batch also carries the K
-previous sentences of each sentence (see :mod:`fairseq_docctx.data.document_dataset`).
+previous sentences of each sentence (see :mod:`fairseq_docctx.data.document_dataset`; the
+layout: :mod:`fairseq_docctx.data.context_batch`). What a model reads of it, and how it wants
+its batches, is its contract (:mod:`fairseq_docctx.models.document_context`).
+
+Context settings at inference: ``--context-size`` and ``--context-sides`` default to those the
+checkpoint was trained with; a command-line value that differs is used, with a warning.
 """
+import argparse
 import logging
 import os
+from typing import Optional
 
 import torch
 from dataclasses import dataclass, field
@@ -15,27 +22,37 @@ from fairseq.data import data_utils, iterators
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
+from omegaconf import open_dict
 
+from ..data import context_batch as cb
 from ..data import length_groups
 from ..data.doc_index import DocIndex, doc_index_path
-from ..data.document_dataset import CONTEXT_SIDES, DocumentPairDataset
+from ..data.document_dataset import DocumentPairDataset
+from ..models import document_context as dc
 
 logger = logging.getLogger(__name__)
 
 TARGET_CONTEXT_CHOICES = ("reference", "hypothesis")
 DOC_BATCHING_CHOICES = ("auto", "runs", "grouped-runs", "sentences")
+#: training defaults of the context settings (at inference: the checkpoint's)
+DEFAULT_CONTEXT_SIZE = 3
+DEFAULT_CONTEXT_SIDES = "source"
 
 
 @dataclass
 class DocumentTranslationConfig(TranslationConfig):
-    context_size: int = field(
-        default=3,
+    context_size: Optional[int] = field(
+        default=None,
         metadata={"help": "number K of previous sentences of the same document given as "
-                  "context (0 = sentence-level translation)"},
+                  "context (0 = sentence-level translation; default 3 in training, the "
+                  "checkpoint's at inference)"},
     )
-    context_sides: ChoiceEnum(CONTEXT_SIDES) = field(
-        default="source",
-        metadata={"help": "which sides of the previous sentences are context"},
+    context_sides: Optional[str] = field(
+        default=None,
+        metadata={"help": "which sides of the previous sentences are context: a "
+                  "comma-separated set of sides (src, tgt, and any a model declares), or "
+                  "source, target, both, none (default source in training, the "
+                  "checkpoint's at inference)"},
     )
     target_context: ChoiceEnum(TARGET_CONTEXT_CHOICES) = field(
         default="hypothesis",
@@ -59,70 +76,125 @@ class DocumentTranslationConfig(TranslationConfig):
                   "context sentence encoded once per batch; for models that encode their "
                   "context), 'sentences' grouped by length like fairseq's translation task, "
                   "each with its own context (little padding; for models that only embed "
-                  "their context), or 'auto': what the model asks for (its "
-                  "``context_batching`` attribute; runs if it says nothing)"},
+                  "their context), 'grouped-runs' (runs, tables counted at their real "
+                  "length), or 'auto': what the model's contract asks for "
+                  "(``context_batching``; runs for sentence-level models)"},
     )
 
 
 def model_reads_context(model) -> bool:
-    """A model consumes ``net_input["context"]`` if it says so (``reads_document_context``)."""
-    return bool(getattr(model, "reads_document_context", False))
+    """A model consumes ``net_input["context"]`` if its contract says so."""
+    return dc.reads_context(model)
+
+
+def _set_cfg(cfg, name, value):
+    try:
+        with open_dict(cfg):
+            setattr(cfg, name, value)
+    except Exception:  # a plain namespace
+        setattr(cfg, name, value)
 
 
 @register_task("document_translation", dataclass=DocumentTranslationConfig)
 class DocumentTranslationTask(TranslationTask):
     """Translate documents sentence by sentence with the previous sentences as context.
 
-    Models that read context set ``reads_document_context = True`` and accept a
-    ``context`` keyword (a dict of tensors) in their forward and encoder forward; for all
-    other models (fairseq's ``transformer``, ``lstm``, ...) the context is removed from the
-    batch, so they train and generate at sentence level through this task.
+    Models that read context follow :class:`~fairseq_docctx.models.document_context.
+    DocumentContextModel`; for all other models (fairseq's ``transformer``, ``lstm``, ...)
+    the context is removed from the batch (:func:`~fairseq_docctx.models.document_context.
+    sample_for_model`), so they train and generate at sentence level through this task.
     """
 
     cfg: DocumentTranslationConfig
 
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
+        #: the context settings given on the command line (not defaulted): a checkpoint's
+        #: settings are taken for the others (:meth:`adopt_context_settings`)
+        self.given_context = {k for k in ("context_size", "context_sides")
+                              if getattr(cfg, k, None) is not None}
+        self._warned = set()
+        if cfg.context_size is None:
+            _set_cfg(cfg, "context_size", DEFAULT_CONTEXT_SIZE)
+        if cfg.context_sides is None:
+            _set_cfg(cfg, "context_sides", DEFAULT_CONTEXT_SIDES)
         if cfg.context_size < 0:
             raise ValueError("--context-size must be >= 0")
+        cb.parse_sides(cfg.context_sides)  # a clear error for an unknown side
         #: document-order inference memory, by corpus index of a decoded sentence: its best
         #: translation (target token ids ending in EOS), the target context of the next
         #: sentences, and whatever the model caches (see :meth:`inference_step`). A sentence
         #: is forgotten once the sentence K positions later has been decoded.
         self.hypotheses = {}
         self.model_cache = {}
-        #: batching the last built model asks for (``context_batching``), for --doc-batching auto
-        self.model_batching = None
+        #: the contract of the last built model (batching of --doc-batching auto)
+        self.model_spec = dc.SENTENCE_LEVEL
+
+    @property
+    def context_sides(self):
+        """The sides of the context (names of declared sides; empty with K=0)."""
+        if not self.cfg.context_size:
+            return ()
+        return cb.parse_sides(self.cfg.context_sides)
 
     @property
     def hypothesis_context(self) -> bool:
         """Target context at inference comes from the model's own translations."""
         return (
-            self.cfg.context_size > 0
-            and self.cfg.context_sides in ("target", "both")
+            any(cb.get_side(s).from_hypotheses for s in self.context_sides)
             and self.cfg.target_context == "hypothesis"
         )
 
     @property
     def uses_context(self) -> bool:
-        return self.cfg.context_size > 0 and self.cfg.context_sides != "none"
+        return bool(self.context_sides)
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):
         task = super().setup_task(cfg, **kwargs)
-        if cfg.context_size > 0 and cfg.context_sides != "none":
-            sep = cfg.context_separator
-            for d in {id(task.src_dict): task.src_dict, id(task.tgt_dict): task.tgt_dict}.values():
-                if sep not in d.indices:
-                    logger.warning(
-                        f"context separator {sep} is not in the dictionary: adding it "
-                        "(docctx-prepare puts it there for you)"
-                    )
-                    d.add_symbol(sep)
+        if task.uses_context:
+            task.add_separator()
         return task
 
+    def add_separator(self):
+        sep = self.cfg.context_separator
+        for d in {id(self.src_dict): self.src_dict, id(self.tgt_dict): self.tgt_dict}.values():
+            if sep not in d.indices:
+                logger.warning(
+                    f"context separator {sep} is not in the dictionary: adding it "
+                    "(docctx-prepare puts it there for you)"
+                )
+                d.add_symbol(sep)
+
+    def adopt_context_settings(self, saved, where="the checkpoint"):
+        """Take the context settings of a checkpoint (``saved``: its task config or model
+        args) for those not given on the command line; warn about given ones that differ."""
+        for name in ("context_size", "context_sides"):
+            value = getattr(saved, name, None)
+            if value is None:
+                continue
+            mine = getattr(self.cfg, name)
+            same = (cb.parse_sides(value) == cb.parse_sides(mine) if name == "context_sides"
+                    else int(value) == int(mine))
+            if same:
+                continue
+            flag = "--" + name.replace("_", "-")
+            if name in self.given_context:
+                msg = f"{flag} {mine} differs from {where}'s ({value}): decoding with {mine}"
+                if msg not in self._warned:
+                    self._warned.add(msg)
+                    logger.warning(msg)
+            else:
+                logger.info(f"{flag} {value} (from {where})")
+                _set_cfg(self.cfg, name, value)
+        if self.uses_context:
+            self.add_separator()
+
     # ------------------------------------------------------------------ data
-    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+    # ------------------------------------------------------------------ data
+    def load_dataset(self, split, epoch=1, combine=False, task_cfg=None, **kwargs):
+        if task_cfg is not None:  # fairseq-generate: the checkpoint's task config
+            self.adopt_context_settings(task_cfg)
         super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
         pair = self.datasets[split]
         paths = utils.split_paths(self.cfg.data)
@@ -134,7 +206,7 @@ class DocumentTranslationTask(TranslationTask):
             pair,
             docs,
             context_size=self.cfg.context_size,
-            context_sides=self.cfg.context_sides,
+            context_sides=self.context_sides,
             shuffle=(split != "test"),
             run_length=self.cfg.doc_run_length,
             # inference reads its own translations: decode in document order
@@ -208,7 +280,7 @@ class DocumentTranslationTask(TranslationTask):
         # Document batching: runs are re-drawn every epoch, so the batch sampler is a
         # callable that EpochBatchIterator calls once per epoch.
         dataset.set_epoch(epoch)
-        dataset.batching = self.doc_batching
+        dataset.set_batching(self.doc_batching, self.model_spec.context_token_cost)
 
         def make_batches(dataset, epoch):
             with data_utils.numpy_seed(seed + epoch):
@@ -239,66 +311,62 @@ class DocumentTranslationTask(TranslationTask):
     # ---------------------------------------------------------------- models
     @property
     def doc_batching(self) -> str:
-        """How training batches are formed (--doc-batching, auto resolved by the model)."""
+        """How training batches are formed: --doc-batching, ``auto`` resolved by the
+        contract of the last built model (``runs`` for sentence-level models)."""
         mode = self.cfg.doc_batching
         if mode == "auto":
-            mode = self.model_batching or "runs"
+            mode = self.model_spec.batching
         return mode
 
     def build_model(self, cfg, from_checkpoint=False):
+        if from_checkpoint:  # legacy models' args hold the task settings they were trained with
+            self.adopt_context_settings(cfg)
         model = super().build_model(cfg, from_checkpoint)
-        self.model_batching = getattr(model, "context_batching", None)
-        if self.uses_context and not model_reads_context(model):
+        self.model_spec = dc.context_spec(model)
+        dc.check_context(model, self.context_sides, self.cfg.context_size, from_checkpoint)
+        if self.uses_context and not self.model_spec.reads_context:
             logger.info(
                 f"{model.__class__.__name__} does not read document context: it is "
                 "trained and decoded at sentence level"
             )
+        if not from_checkpoint and isinstance(cfg, argparse.Namespace):
+            # recorded with the model's args, read back at inference (:meth:`build_model`)
+            for name in ("context_size", "context_sides"):
+                setattr(cfg, name, getattr(self.cfg, name))
         return model
 
     def _for_model(self, sample, model_or_models):
-        """Remove the context from the batch for models that do not read it."""
-        if sample is None or "net_input" not in sample or "context" not in sample["net_input"]:
-            return sample
-        if isinstance(model_or_models, (list, tuple, torch.nn.ModuleList)):
-            models = list(model_or_models)
-        else:
-            models = [model_or_models]
-        readers = [model_reads_context(m) for m in models]
-        if all(readers):
-            return sample
-        if any(readers):
-            raise ValueError("an ensemble must not mix context-aware and sentence-level models")
-        net_input = {k: v for k, v in sample["net_input"].items() if k != "context"}
-        return {**sample, "net_input": net_input}
+        """Deprecated name of :func:`~fairseq_docctx.models.document_context.sample_for_model`."""
+        return dc.sample_for_model(sample, model_or_models)
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        if getattr(model, "packs_training_output", False) and getattr(criterion, "ignore_prefix_size", 0) > 0:
+        if dc.context_spec(model).packs_training_output and getattr(criterion, "ignore_prefix_size", 0) > 0:
             # fairseq's criteria cut the prefix off the [B, T, V] output: not that of packed positions
             raise ValueError(f"{model.__class__.__name__} packs its training output (real "
                              "target positions only): --ignore-prefix-size is not supported")
         return super().train_step(
-            self._for_model(sample, model), model, criterion, optimizer, update_num, ignore_grad
+            dc.sample_for_model(sample, model), model, criterion, optimizer, update_num, ignore_grad
         )
 
     def valid_step(self, sample, model, criterion):
-        return super().valid_step(self._for_model(sample, model), model, criterion)
+        return super().valid_step(dc.sample_for_model(sample, model), model, criterion)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         """Beam search; in document-order inference (``--target-context hypothesis``) the
         batch's target context is first replaced by the model's own translations.
 
-        Caching protocol: a model may define ``document_cache_entries(sample, hypos)``
-        returning one entry (anything, e.g. a dict of tensors) per batch row: the context
-        representation of that sentence it wants to keep. The entries of a batch's context
-        sentences then come back to it in ``net_input["context"]["cache"]``, a list aligned
-        with the rows of ``tgt_tokens``, instead of the model re-running the network over
-        those sentences. Single models only (an ensemble recomputes).
+        Cache hand-off (a single model whose contract defines ``document_cache_entries``):
+        after the search of a batch the model gets the batch, with the encoder output the
+        search computed (:data:`~fairseq_docctx.models.document_context.ENCODER_OUT`), and
+        its hypotheses, and returns one entry per row; the entries of a batch's context
+        sentences come back to it in the context's ``cache``, aligned with the ``tgt``
+        table (see :mod:`fairseq_docctx.models.document_context`).
         """
-        sample = self._for_model(sample, models)
-        from_hypotheses = self.hypothesis_context and "context" in sample.get("net_input", {})
+        sample = dc.sample_for_model(sample, models)
+        from_hypotheses = self.hypothesis_context and cb.get_context(sample) is not None
         cacher = None
-        if from_hypotheses and len(models) == 1:
-            cacher = getattr(models[0], "document_cache_entries", None)
+        if from_hypotheses and len(models) == 1 and dc.context_spec(models[0]).caches:
+            cacher = models[0].document_cache_entries
         if not self.hypothesis_context:  # batches are length-sorted: nothing to do
             return super().inference_step(
                 generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
@@ -312,13 +380,18 @@ class DocumentTranslationTask(TranslationTask):
         B = sample["id"].numel()
         hypos, entries = [None] * B, [None] * B
         for rows in length_groups.length_buckets(sample["net_input"]["src_lengths"], overhead=256):
-            sub = self._select_rows(sample, rows)
-            sub_hypos = super().inference_step(
-                generator, models, sub,
-                prefix_tokens=None if prefix_tokens is None else prefix_tokens.index_select(0, rows),
-                constraints=None if constraints is None else constraints.index_select(0, rows),
-            )
-            sub_entries = cacher(sub, sub_hypos) if cacher is not None else [None] * len(sub_hypos)
+            sub = self.select_rows(sample, rows)
+            with _captured_encoder_out(generator if cacher is not None else None) as captured:
+                sub_hypos = super().inference_step(
+                    generator, models, sub,
+                    prefix_tokens=None if prefix_tokens is None else prefix_tokens.index_select(0, rows),
+                    constraints=None if constraints is None else constraints.index_select(0, rows),
+                )
+            if cacher is not None:
+                handed = {**sub, dc.ENCODER_OUT: captured[0]} if captured else sub
+                sub_entries = cacher(handed, sub_hypos)
+            else:
+                sub_entries = [None] * len(sub_hypos)
             for j, r in enumerate(rows.tolist()):
                 hypos[r], entries[r] = sub_hypos[j], sub_entries[j]
         if not from_hypotheses:
@@ -328,27 +401,25 @@ class DocumentTranslationTask(TranslationTask):
             if entries[i] is not None:
                 self.model_cache[sent_id] = entries[i]
         # the farthest context sentence of each row is no one's context any more
-        ctx_ids = sample["net_input"]["context"]["ids"]
+        ctx_ids = cb.context_ids(cb.get_context(sample))
         for old in ctx_ids[:, -1][ctx_ids[:, -1] >= 0].tolist():
             self.hypotheses.pop(old, None)
             self.model_cache.pop(old, None)
         return hypos
 
-    def _select_rows(self, sample, rows):
-        """The rows ``rows`` of a batch, sources cut to their longest; context tables are
-        shared (only the per-row index maps are selected)."""
+    def select_rows(self, sample, rows):
+        """The rows ``rows`` of a batch, sources cut to their longest; the context's tables
+        are shared (:func:`~fairseq_docctx.data.context_batch.select_rows`)."""
         ni = sample["net_input"]
         if len(rows) == sample["id"].numel() and torch.equal(rows, torch.arange(len(rows), device=rows.device)):
             return sample  # the whole batch in its order
         lengths = ni["src_lengths"].index_select(0, rows)
-        width = int(lengths.max())
         src = ni["src_tokens"].index_select(0, rows)
-        left_pad = bool(ni["src_tokens"][:, -1].ne(self.source_dictionary.pad()).all())
-        src = src[:, src.size(1) - width:] if left_pad else src[:, :width]
-        per_row = lambda k: k == "ids" or k.endswith("_index") or k.endswith("_self")  # noqa: E731
+        src = cb.cut_width(src, int(lengths.max()), cb.left_padded(ni["src_tokens"], self.source_dictionary.pad()))
         new_ni = {**ni, "src_tokens": src, "src_lengths": lengths}
-        if "context" in ni:
-            new_ni["context"] = {k: (v.index_select(0, rows) if per_row(k) else v) for k, v in ni["context"].items()}
+        ctx = cb.get_context(sample)
+        if ctx is not None:
+            new_ni[cb.NET_INPUT_KEY] = cb.select_rows(ctx, rows)
         if ni.get("prev_output_tokens") is not None:
             new_ni["prev_output_tokens"] = ni["prev_output_tokens"].index_select(0, rows)
         sub = {**sample, "id": sample["id"].index_select(0, rows), "nsentences": len(rows),
@@ -357,33 +428,52 @@ class DocumentTranslationTask(TranslationTask):
             sub["target"] = sample["target"].index_select(0, rows)
         return sub
 
-    def with_hypothesis_context(self, sample, with_cache=False):
-        """Replace the target context of a batch by the model's own translations of those
-        sentences (decoded earlier: batches come in document order), and add the model's
-        cached entries for them if asked."""
-        ctx = sample["net_input"]["context"]
-        ids = ctx["ids"]
-        needed = torch.unique(ids[ids >= 0])
-        missing = [i for i in needed.tolist() if i not in self.hypotheses]
-        if missing:
-            raise RuntimeError(
-                f"document-order inference: sentence {missing[0]} is context of this batch "
-                "but has not been translated yet (batches must come in document order: "
-                "use --target-context reference for oracle context)"
-            )
-        rows = [self.hypotheses[i] for i in needed.tolist()]
-        pad, eos = self.tgt_dict.pad(), self.tgt_dict.eos()
-        new = {k: v for k, v in ctx.items() if not k.startswith("tgt_")}
-        if rows:
-            new["tgt_tokens"] = data_utils.collate_tokens(rows, pad, eos, left_pad=False).to(ids.device)
-            new["tgt_lengths"] = torch.tensor([len(r) for r in rows], device=ids.device)
-        else:  # no sentence of the batch has context (first sentences of documents)
-            new["tgt_tokens"] = ids.new_full((1, 1), pad)
-            new["tgt_lengths"] = ids.new_zeros(1)
-        if with_cache:
-            new["cache"] = [self.model_cache.get(i) for i in needed.tolist()]
-        new["tgt_index"] = torch.where(
-            ids >= 0, torch.searchsorted(needed, ids.clamp(min=0).contiguous()), ids.new_tensor(-1)
-        )
-        return {**sample, "net_input": {**sample["net_input"], "context": new}}
+    _select_rows = select_rows
 
+    def with_hypothesis_context(self, sample, with_cache=False):
+        """Replace the sides of a batch's context that come from translations by the model's
+        own translations of those sentences (decoded earlier: batches come in document
+        order), with the model's cached entries for them if asked."""
+        ctx = cb.get_context(sample)
+        for side in cb.parse_sides(self.cfg.context_sides):
+            if not cb.get_side(side).from_hypotheses:
+                continue
+            try:
+                ctx = cb.replace_side(ctx, side, self.hypotheses, self.tgt_dict.pad(),
+                                      cache_entries=self.model_cache if with_cache else None)
+            except KeyError as e:
+                raise RuntimeError(
+                    f"document-order inference: sentence {e.args[0]} is context of this batch "
+                    "but has not been translated yet (batches must come in document order: "
+                    "use --target-context reference for oracle context)"
+                ) from None
+        return cb.with_context(sample, ctx)
+
+
+class _captured_encoder_out:
+    """Within the block, the encoder output fairseq's generator computes (its model's
+    ``forward_encoder``; single model) is kept in the list it yields."""
+
+    def __init__(self, generator):
+        self.model = getattr(generator, "model", None) if generator is not None else None
+        self.found = []
+
+    def __enter__(self):
+        fe = getattr(self.model, "forward_encoder", None)
+        if fe is None:
+            self.model = None
+            return self.found
+
+        def capture(net_input):
+            out = fe(net_input)
+            if out is not None and len(out) == 1:
+                self.found.append(out[0])
+            return out
+
+        self.model.forward_encoder = capture
+        return self.found
+
+    def __exit__(self, *exc):
+        if self.model is not None:
+            del self.model.forward_encoder
+        return False

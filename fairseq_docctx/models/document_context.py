@@ -1,0 +1,203 @@
+"""The contract between the ``document_translation`` task and a model that reads document
+context. A model opts in by inheriting :class:`DocumentContextModel` (next to its fairseq base
+class); every other model (fairseq's ``transformer``, ``lstm``, ...) is a sentence-level
+model: the task removes the context from its batches (:func:`sample_for_model`), so it trains
+and decodes through the task as through fairseq's ``translation``.
+
+What a model declares, and what the task does with it:
+
+======================================  =====================================================
+declaration (default)                   use
+======================================  =====================================================
+``context_sides`` (``("src",)``)        the sides it reads (:mod:`~fairseq_docctx.data.
+                                        context_batch`); checked against ``--context-sides``
+                                        when the model is built: an error if the task does
+                                        not give one of them
+``context_size`` (the task's K)         K, the previous sentences it reads; an error if it
+                                        is more than ``--context-size`` (a checkpoint built
+                                        before this check reads ``min`` of both, as it did)
+``context_batching`` (``"runs"``)       the batching of ``--doc-batching auto``: ``runs``,
+                                        ``grouped-runs`` or ``sentences``
+                                        (:class:`~fairseq_docctx.data.document_dataset.
+                                        DocumentPairDataset`)
+``context_token_cost`` (1.0)            what a token of a context-only sentence counts toward
+                                        ``--max-tokens`` with the ``sentences`` batching,
+                                        relative to a token of a current sentence: 1 for a
+                                        model that runs its context through the network; less
+                                        for one that only embeds its context words (QCN)
+``packs_training_output`` (False)       in training mode the model returns the logits of the
+                                        real target positions only (``[1, R, V]``) and its
+                                        ``get_targets`` returns the matching ``[1, R]``
+                                        targets; fairseq's ``--ignore-prefix-size`` then
+                                        cannot work and is refused
+``document_cache_entries`` (None)       optional method ``(sample, hypos) -> list``: in
+                                        document-order inference, per batch row, what later
+                                        sentences need of it as context; see below
+======================================  =====================================================
+
+The model's ``forward`` (and its encoder's) takes a ``context`` keyword: the batch's context
+dict (read it with :mod:`~fairseq_docctx.data.context_batch`), ``None`` when there is none.
+
+**Document-order inference** (``--target-context hypothesis``): batches come in document
+order and the task replaces the ``tgt`` side by the model's own translations
+(:func:`~fairseq_docctx.data.context_batch.replace_side`). A model that defines
+``document_cache_entries(sample, hypos)`` is called after each batch's beam search with
+the batch (``sample``, holding under :data:`ENCODER_OUT` the encoder output the search
+computed for it, when the task could capture it: single models under fairseq's
+``SequenceGenerator``) and its hypotheses, and returns one entry per row (anything, e.g. a
+dict of tensors). The entries of a batch's context sentences come back to it in the
+context's ``cache`` (:func:`~fairseq_docctx.data.context_batch.cache`), aligned with the
+``tgt`` table, so earlier sentences are never re-encoded. Nothing is kept on modules and
+nothing is written into an encoder output while decoding: what a model caches during beam
+search lives in fairseq's incremental state.
+"""
+import logging
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple
+
+import torch
+
+from ..data import context_batch as cb
+
+logger = logging.getLogger(__name__)
+
+#: key of the sample handed to ``document_cache_entries`` holding the batch's encoder output
+ENCODER_OUT = "encoder_out"
+#: K of models whose own option and task say nothing (the papers' K)
+DEFAULT_CONTEXT_SIZE = 3
+
+
+class DocumentContextModel:
+    """Mixin for a fairseq model that reads ``net_input["context"]`` (see the module doc).
+
+    ``class MyModel(DocumentContextModel, TransformerModel)``; in ``build_model`` call
+    :meth:`declare_context` with the sides and K the configuration reads."""
+
+    reads_document_context = True
+    context_sides: Tuple[str, ...] = ("src",)
+    context_size: Optional[int] = None
+    context_batching: str = "runs"
+    context_token_cost: float = 1.0
+    packs_training_output: bool = False
+    document_cache_entries = None
+
+    def declare_context(self, sides: Sequence[str], size: Optional[int] = None):
+        """Record the sides (names or ``--context-sides`` spellings) and K this model reads
+        (``None``: as many as the task gives)."""
+        self.context_sides = cb.parse_sides(list(sides))
+        self.context_size = size
+        return self
+
+
+@dataclass(frozen=True)
+class ContextSpec:
+    """What a model reads of a batch's context (:func:`context_spec`)."""
+
+    reads_context: bool
+    sides: Tuple[str, ...] = ()
+    size: Optional[int] = None
+    batching: str = "runs"
+    context_token_cost: float = 1.0
+    packs_training_output: bool = False
+    caches: bool = False
+
+
+SENTENCE_LEVEL = ContextSpec(reads_context=False)
+
+
+def context_spec(model) -> ContextSpec:
+    """The contract of any model: a :class:`DocumentContextModel`'s declarations, or
+    :data:`SENTENCE_LEVEL` for every other model."""
+    if not isinstance(model, DocumentContextModel):
+        return SENTENCE_LEVEL
+    return ContextSpec(True, tuple(model.context_sides), model.context_size, model.context_batching,
+                       float(model.context_token_cost), bool(model.packs_training_output),
+                       model.document_cache_entries is not None)
+
+
+def reads_context(model) -> bool:
+    return context_spec(model).reads_context
+
+
+def task_context(task) -> Tuple[Tuple[str, ...], Optional[int]]:
+    """``(sides, K)`` a task gives (``((), None)`` for a task without document context)."""
+    cfg = getattr(task, "cfg", None)
+    size = getattr(cfg, "context_size", None)
+    sides = getattr(cfg, "context_sides", None)
+    if size is None and sides is None:
+        return (), None
+    return (cb.parse_sides(sides) if sides is not None else ("src",)), size
+
+
+def resolve_context_size(args, name: str, task) -> int:
+    """One source of K: the model option ``name`` (e.g. ``han_context_size``) when it is set
+    (given on the command line, or stored in a checkpoint), else the task's
+    ``--context-size``, else :data:`DEFAULT_CONTEXT_SIZE`; written back into ``args`` so
+    that the checkpoint records it."""
+    k = getattr(args, name, None)
+    if k is None:
+        _, task_k = task_context(task)
+        k = task_k if task_k else DEFAULT_CONTEXT_SIZE
+        setattr(args, name, k)
+    return int(k)
+
+
+class ContextMismatchError(ValueError):
+    """A model asks for context the task does not give."""
+
+
+def check_context(model, sides: Sequence[str], size: int, from_checkpoint: bool = False):
+    """Check what ``model`` reads against what the task gives (``sides``, K = ``size``).
+
+    A side the task does not give is an error. More previous sentences than the task gives
+    is an error for a new model; a checkpoint written before this check reads as many as the
+    task gives (what it always did), with a note."""
+    spec = context_spec(model)
+    if not spec.reads_context or size == 0 or not sides:
+        return
+    name = model.__class__.__name__
+    missing = [s for s in spec.sides if s not in sides]
+    if missing:
+        raise ContextMismatchError(
+            f"{name} reads the {cb.format_sides(missing)} side of the context but the task "
+            f"gives --context-sides {cb.format_sides(sides)}: use --context-sides "
+            f"{cb.format_sides(sorted(set(sides) | set(spec.sides), key=cb.declared_sides().index))}")
+    if spec.size is not None and spec.size > size:
+        msg = (f"{name} reads K={spec.size} previous sentences but the task gives "
+               f"--context-size {size}")
+        if not from_checkpoint:
+            raise ContextMismatchError(msg + f": use --context-size {spec.size} (or a smaller model K)")
+        logger.info(msg + f": it reads {size}")
+    elif spec.size is not None and spec.size < size:
+        logger.warning(f"{name} reads K={spec.size} previous sentences; the task collates "
+                       f"--context-size {size} (the extra ones cost batch space for nothing)")
+
+
+def sample_for_model(sample, model_or_models):
+    """The batch as ``model_or_models`` (a model, or an ensemble's list) reads it: unchanged
+    for models that read context, without the context for sentence-level models. An
+    ensemble must not mix both kinds."""
+    if cb.get_context(sample) is None:
+        return sample
+    if isinstance(model_or_models, (list, tuple, torch.nn.ModuleList)):
+        models = list(model_or_models)
+    else:
+        models = [model_or_models]
+    readers = [reads_context(m) for m in models]
+    if all(readers):
+        return sample
+    if any(readers):
+        raise ValueError("an ensemble must not mix context-aware and sentence-level models")
+    return cb.without_context(sample)
+
+
+def batch_encoder_out(sample) -> Optional[dict]:
+    """The encoder output the task handed over with a batch (``document_cache_entries``)."""
+    return sample.get(ENCODER_OUT) if isinstance(sample, dict) else None
+
+
+__all__ = [
+    "DocumentContextModel", "ContextSpec", "SENTENCE_LEVEL", "context_spec", "reads_context",
+    "task_context", "resolve_context_size", "check_context", "ContextMismatchError",
+    "sample_for_model", "batch_encoder_out", "ENCODER_OUT", "DEFAULT_CONTEXT_SIZE",
+]

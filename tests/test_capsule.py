@@ -33,7 +33,7 @@ def ref_softmax(x):
 
 
 def ref_query_routing(u, u_hat, q, mask, iters):
-    """Algorithm 1 line by line (SPEC §3.1), only over the real inputs of each row."""
+    """Algorithm 1 line by line of Yang et al. (2019, §3.2), only over the real inputs of each row."""
     B, N, M, D = u_hat.shape
     V = np.zeros((B, M, D))
     C = np.zeros((iters, B, N, M))

@@ -1,4 +1,4 @@
-"""docctx-score: document-level evaluation (see README, "Evaluation").
+"""docctx-score: document-level evaluation (see docs/evaluation.md).
 
 Every subcommand lives in a module of ``fairseq_docctx.evaluation`` that defines
 ``add_subcommand(subparsers)``; the parser it adds sets ``func`` to a callable taking the

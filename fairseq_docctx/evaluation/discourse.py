@@ -497,7 +497,7 @@ def _per_doc_text(res, digits=2):
 
 def add_subcommand(sub):
     p = sub.add_parser("accuracy", help="pronoun and noun translation accuracy against the reference (APT-style)",
-                       description="Pronoun / noun translation accuracy (see README).")
+                       description="Pronoun / noun translation accuracy (see docs/evaluation.md).")
     add_input_args(p, ref=True, src=True, src_required=True)
     g = p.add_argument_group("accuracy")
     g.add_argument("-t", "--target-lang", required=True, help="language of hypotheses and references")
@@ -512,14 +512,14 @@ def add_subcommand(sub):
     p.set_defaults(func=lambda a: run_command("docctx-score accuracy", _accuracy_main, a))
 
     p = sub.add_parser("cohesion", help="lexical cohesion (Wong & Kit 2012) per document",
-                       description="Lexical cohesion (see README).")
+                       description="Lexical cohesion (see docs/evaluation.md).")
     add_input_args(p, ref=True, ref_required=False)
     p.add_argument("-t", "--target-lang", required=True)
     p.add_argument("--tokenize", choices=("words", "none"), default="words")
     p.set_defaults(func=lambda a: run_command("docctx-score cohesion", _cohesion_main, a))
 
     p = sub.add_parser("coherence", help="coherence: cosine of adjacent sentences' mean word vectors",
-                       description="Coherence (see README).")
+                       description="Coherence (see docs/evaluation.md).")
     add_input_args(p, ref=True, ref_required=False)
     g = p.add_argument_group("vectors (one of)")
     g.add_argument("--vectors", help="word2vec text file")

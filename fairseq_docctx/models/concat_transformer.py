@@ -1,4 +1,5 @@
-"""``concat_transformer``: the concatenation baseline (SPEC §3.6).
+"""``concat_transformer``: the concatenation baseline (Tiedemann & Scherrer 2017,
+"Neural Machine Translation with Extended Context"). See ``docs/concat.md``.
 
 The K previous source sentences are joined to the current one with a separator token on the
 encoder side (``x_{j-K} <sep> ... <sep> x_{j-1} <sep> x_j``). With target context
@@ -202,7 +203,9 @@ class ConcatContextDecoder(BoolFutureMask, TransformerDecoderBase):
         if self.layernorm_embedding is not None:
             x = self.layernorm_embedding(x)
         x = self.dropout_module(x).transpose(0, 1)  # T x B x C
-        self_attn_mask = self.buffered_future_mask(x) if causal else None
+        # with an incremental state fairseq's attention adds the mask to its weights itself:
+        # the float causal mask (a bool one cannot be added), not BoolFutureMask's
+        self_attn_mask = TransformerDecoderBase.buffered_future_mask(self, x) if causal else None
         # a left-padding position sees only padding under the causal mask: its attention is
         # undefined (NaN); zeroed after each layer so the next layer's keys/values there are
         # finite (they are masked, so the real positions' outputs do not depend on them)

@@ -1,5 +1,5 @@
-"""``han_transformer``: Hierarchical Attention Networks (Miculicich et al. 2018, paper 002;
-SPEC §3.3). See ``docs/han.md``.
+"""``han_transformer``: Hierarchical Attention Networks (Miculicich et al. 2018:
+the configurations of §2.3, two-stage training of §3.2). See ``docs/han.md``.
 
 The paper's five configurations are flags (and named archs):
 

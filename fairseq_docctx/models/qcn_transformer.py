@@ -1,5 +1,5 @@
 """``qcn_transformer``: Query-guided Capsule Network + PCC regularizer (Yang et al. 2019,
-paper 000; SPEC §3.1).
+§3; settings §4.1, ablation rows Table 2). See ``docs/qcn.md``.
 
 * A Query-guided Capsule Network turns the words of the K previous source sentences into
   ``--num-capsules`` output capsules, routed (``--routing-iters``) under the guidance of the

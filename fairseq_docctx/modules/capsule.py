@@ -1,4 +1,5 @@
-"""Capsule-network building blocks for the QCN model (Yang et al., 2019; SPEC §3.1).
+"""Capsule-network building blocks for the QCN model (Yang et al., 2019, §3.2 and §3.4;
+the dynamic routing of Sabour et al., 2017).
 
 Everything is batched and vectorised; the only Python loop is over routing iterations.
 
@@ -41,7 +42,8 @@ _PCC_EPS = 1e-6
 
 
 def pearson(a: Tensor, b: Tensor, dim: int = -1, eps: float = _PCC_EPS) -> Tensor:
-    """Centred Pearson correlation (the PCC of Eq. 7 in the centred form SPEC §3.1 asks for).
+    """Centred Pearson correlation (the PCC of Yang et al. 2019, Eq. 7, in its centred
+    form: Eq. 7 prints uncentred norms in the denominator, the text defines PCC as Cov/(σσ)).
 
     ``PCC(a, b) = (a-ā)·(b-b̄) / (‖a-ā‖ ‖b-b̄‖ + eps)``, means taken along ``dim``; leading
     dims broadcast. ``eps`` sits in the denominator only, so a constant vector gives exactly
@@ -315,7 +317,8 @@ def query_guided_routing(
     iters: int = 4,
     return_history: bool = False,
 ) -> Union[Tensor, Tuple[Tensor, Tensor, Tensor]]:
-    """Algorithm 1 of Yang et al. (2019), "improved dynamic routing", as SPEC §3.1 gives it.
+    """Algorithm 1 of Yang et al. (2019), "improved dynamic routing" (§3.2),
+    with the PCC of Eq. 7 and the squash of Eq. 8.
 
     ``u``: ``[B, N, D]`` input capsules, ``u_hat``: ``[B, N, M, D]`` predictions
     ``û_{j|i} = W_j u_i``, ``q``: ``[B, D]`` query, ``mask``: ``[B, N]`` (True = real).

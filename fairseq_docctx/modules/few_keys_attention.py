@@ -1,5 +1,5 @@
 """Encoder-decoder attention over a handful of keys per batch row (QCN's context attention
-over the ``m`` output capsules, SPEC §3.1), computed without projecting the queries or the
+over the ``m`` output capsules, Yang et al. 2019, §3.3, Eqs. 9-10), computed without projecting the queries or the
 per-query outputs.
 
 With ``S`` keys per row, ``H`` heads of size ``d`` (``E = H·d``) and fairseq's

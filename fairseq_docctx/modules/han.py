@@ -1,4 +1,5 @@
-"""Hierarchical Attention Network (Miculicich et al. 2018, paper 002; SPEC §3.3).
+"""Hierarchical Attention Network (Miculicich et al. 2018, §2.1, Eqs. 3-6;
+the context gate §2.2, Eqs. 7-8).
 
 For query states ``h`` (``[T, B, C]``) and the states of the K previous sentences of each
 batch row:

@@ -1,5 +1,5 @@
-"""The Query-guided Capsule Network and the PCC regularization layer (Yang et al. 2019;
-SPEC §3.1). Shapes are batch first."""
+"""The Query-guided Capsule Network and the PCC regularization layer (Yang et al. 2019,
+§3.2, Eqs. 5-8 and Algorithm 1; the regularization layer §3.4). Shapes are batch first."""
 from typing import Optional, Tuple
 
 import torch

@@ -37,14 +37,20 @@ def test_concat_with_context_farthest_first_and_masked():
 
 
 def _tiny_concat_model():
-    from fairseq.models.transformer import base_architecture
-
-    from fairseq_docctx.models.concat_transformer import ConcatTransformerModel
-
     d = Dictionary()
     d.add_symbol("<sep>")
     for i in range(20):
         d.add_symbol(f"w{i}")
+    model = build_concat(d)
+    model.eval()
+    return model, d
+
+
+def build_concat(d):
+    """A 1+1-layer, 16-dim concat_transformer over dictionary ``d`` (which holds ``<sep>``)."""
+    from fairseq.models.transformer import base_architecture
+
+    from fairseq_docctx.models.concat_transformer import ConcatTransformerModel
 
     class Task:
         source_dictionary = target_dictionary = d
@@ -58,9 +64,7 @@ def _tiny_concat_model():
     )
     base_architecture(args)
     torch.manual_seed(0)
-    model = ConcatTransformerModel.build_model(args, Task())
-    model.eval()
-    return model, d
+    return ConcatTransformerModel.build_model(args, Task())
 
 
 def test_decoder_prefix_is_read_but_not_scored():

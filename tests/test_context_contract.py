@@ -3,25 +3,15 @@
 import numpy as np
 import pytest
 import torch
-from fairseq.data import Dictionary, LanguagePairDataset
 
 from fairseq_docctx.data import context_batch as cb
-from fairseq_docctx.data.doc_index import DocIndex
-from fairseq_docctx.data.document_dataset import DocumentPairDataset
 from fairseq_docctx.models import document_context as dc
+from test_dataset import make_dataset
 
 
 def _dataset(sides, side_data=None, lengths=(3, 4), K=2, seed=0):
-    rng = np.random.RandomState(seed)
-    d = Dictionary()
-    for i in range(40):
-        d.add_symbol(f"w{i}")
-    n = sum(lengths)
-    src = [torch.LongTensor([d.index(f"w{i}")] + list(rng.randint(5, 40, rng.randint(1, 6))) + [d.eos()]) for i in range(n)]
-    tgt = [torch.LongTensor([d.index(f"w{i}")] + list(rng.randint(5, 40, rng.randint(1, 6))) + [d.eos()]) for i in range(n)]
-    pair = LanguagePairDataset(src, [len(s) for s in src], d, tgt, [len(t) for t in tgt], d, shuffle=False)
-    docs = DocIndex([f"d{i}" for i in range(len(lengths))], np.array(lengths))
-    return DocumentPairDataset(pair, docs, K, sides, shuffle=False, side_data=side_data), d, src, tgt
+    return make_dataset(K, sides, shuffle=False, run_length=16, seed=seed, doc_lengths=list(lengths),
+                        vocab=40, max_words=5, side_data=side_data)
 
 
 @pytest.mark.parametrize("spelling,sides", [

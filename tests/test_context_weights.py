@@ -2,38 +2,17 @@
 (shapes, masks, distributions) on whole batches of documents; each row's weights are those of
 the row alone. The plots of trained models: tests/test_score_contrastive.py (concat, HAN),
 tests/test_qcn.py (QCN)."""
-import argparse
-
 import pytest
 import torch
 
 from conftest import toy_dictionary as _dict
 from conftest import toy_document_batch
+from test_concat_modules import build_concat
 from test_han import CONFIGS, _drop_rows, sides_of
 from test_han import build as build_han
 from test_qcn import build as build_qcn
 
 DOCS = [1, 2, 3, 4, 5]  # the first sentence of each document has no context
-
-
-def build_concat(d):
-    from fairseq.models.transformer import base_architecture
-
-    from fairseq_docctx.models.concat_transformer import ConcatTransformerModel
-
-    class Task:
-        source_dictionary = target_dictionary = d
-        cfg = argparse.Namespace(context_separator="<sep>")
-
-    args = argparse.Namespace(
-        encoder_layers=1, decoder_layers=1, encoder_embed_dim=16, decoder_embed_dim=16,
-        encoder_ffn_embed_dim=32, decoder_ffn_embed_dim=32, encoder_attention_heads=2,
-        decoder_attention_heads=2, dropout=0.0, share_all_embeddings=True,
-        max_source_positions=256, max_target_positions=256,
-    )
-    base_architecture(args)
-    torch.manual_seed(0)
-    return ConcatTransformerModel.build_model(args, Task())
 
 
 def check_panel(p, sample):

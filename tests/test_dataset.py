@@ -10,18 +10,22 @@ from fairseq_docctx.data.document_dataset import DocumentPairDataset
 DOC_LENGTHS = [1, 5, 2, 9, 1, 3, 7, 4]
 
 
-def make_dataset(context_size=3, sides="both", shuffle=True, run_length=4, seed=0):
+def make_dataset(context_size=3, sides="both", shuffle=True, run_length=4, seed=0,
+                 doc_lengths=DOC_LENGTHS, vocab=50, max_words=7, side_data=None):
+    """Random documents of ``doc_lengths`` sentences (1 to ``max_words`` words and EOS)."""
     rng = np.random.RandomState(seed)
     d = Dictionary()
-    for i in range(50):
+    for i in range(vocab):
         d.add_symbol(f"w{i}")
-    n = sum(DOC_LENGTHS)
+    n = sum(doc_lengths)
     # sentence i starts with a token that encodes i, so rows can be traced back
-    src = [torch.LongTensor([d.index(f"w{i}")] + list(rng.randint(5, 40, rng.randint(1, 8))) + [d.eos()]) for i in range(n)]
-    tgt = [torch.LongTensor([d.index(f"w{i}")] + list(rng.randint(5, 40, rng.randint(1, 8))) + [d.eos()]) for i in range(n)]
+    src = [torch.LongTensor([d.index(f"w{i}")] + list(rng.randint(5, 40, rng.randint(1, max_words + 1))) + [d.eos()]) for i in range(n)]
+    tgt = [torch.LongTensor([d.index(f"w{i}")] + list(rng.randint(5, 40, rng.randint(1, max_words + 1))) + [d.eos()]) for i in range(n)]
     pair = LanguagePairDataset(src, [len(s) for s in src], d, tgt, [len(t) for t in tgt], d, shuffle=shuffle)
-    docs = DocIndex([f"d{i}" for i in range(len(DOC_LENGTHS))], np.array(DOC_LENGTHS))
-    return DocumentPairDataset(pair, docs, context_size, sides, shuffle=shuffle, run_length=run_length), d, src, tgt
+    docs = DocIndex([f"d{i}" for i in range(len(doc_lengths))], np.array(doc_lengths))
+    ds = DocumentPairDataset(pair, docs, context_size, sides, shuffle=shuffle, run_length=run_length,
+                             side_data=side_data)
+    return ds, d, src, tgt
 
 
 def strip(t, pad):

@@ -191,7 +191,6 @@ class DocumentTranslationTask(TranslationTask):
             self.add_separator()
 
     # ------------------------------------------------------------------ data
-    # ------------------------------------------------------------------ data
     def load_dataset(self, split, epoch=1, combine=False, task_cfg=None, **kwargs):
         if task_cfg is not None:  # fairseq-generate: the checkpoint's task config
             self.adopt_context_settings(task_cfg)

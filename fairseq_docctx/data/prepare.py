@@ -1,10 +1,11 @@
 """Data preparation: raw parallel documents -> a fairseq data directory + document index.
 
-What ``docctx-prepare`` runs (:mod:`fairseq_docctx.cli.prepare` only parses its options and
-prints the progress this module reports). Reads documents (:mod:`.readers`), optionally
+What ``docctx-prepare`` runs (the command only parses its options and prints the progress
+this module reports). Reads documents (:mod:`.readers`), optionally
 trains or applies one joint SentencePiece model, applies explicit length filters to the
 training split, builds the dictionaries (with the context separator at index 4) and
-binarizes every split with ``fairseq_cli.preprocess.main``; beside each split it writes the
+binarizes every split with fairseq's binarizer (:mod:`fairseq.binarizer`, what
+``fairseq-preprocess`` runs); beside each split it writes the
 document index ``{split}.{src}-{tgt}.docs`` (:mod:`.doc_index`), and into the data directory
 the manifest ``docctx.json`` (:mod:`.manifest`). Everything is built in a temporary
 directory next to the destination and moved there only at the end.
@@ -212,32 +213,26 @@ def load_dictionary(path: str, separator: str, log: Log = logger.info):
     return d
 
 
-def binarize(work: str, out: str, splits: List[str], args, srcdict: str, tgtdict: str) -> None:
-    """Run fairseq-preprocess on ``work/{split}.{lang}`` with the given dictionaries."""
-    import logging
+def binarize(work: str, out: str, splits: List[str], langs: Sequence[str], dicts, workers: int,
+             log: Log = logger.info) -> None:
+    """Binarize ``work/{split}.{lang}`` into ``out/{split}.{src}-{tgt}.{lang}.{bin,idx}``
+    (mmap) with fairseq's own binarizer (what ``fairseq-preprocess`` runs), and save the
+    dictionaries as ``out/dict.{lang}.txt``; ``langs`` = (src, tgt), ``dicts`` their
+    dictionaries. Lines end in EOS, unknown words become ``<unk>`` (counted in the log)."""
+    from fairseq.binarizer import FileBinarizer, VocabularyDatasetBinarizer
 
-    from fairseq import options
-    from fairseq_cli import preprocess
-
-    argv = ["--source-lang", args.source_lang, "--target-lang", args.target_lang,
-            "--destdir", out, "--dataset-impl", "mmap", "--workers", str(args.workers),
-            "--srcdict", srcdict]
-    argv += ["--joined-dictionary"] if args.joined_dictionary else ["--tgtdict", tgtdict]
+    src, tgt = langs
+    for lang, d in zip(langs, dicts):
+        d.save(os.path.join(out, f"dict.{lang}.txt"))
     for split in splits:
-        argv += [f"--{split}pref", os.path.join(work, split)]
-    pargs = options.get_preprocessing_parser().parse_args(argv)
-    logger = preprocess.logger
-    handlers, propagate, level = list(logger.handlers), logger.propagate, logger.level
-    logger.propagate = False  # its log goes to destdir/preprocess.log only
-    logger.setLevel(logging.INFO)
-    try:
-        preprocess.main(pargs)
-    finally:
-        for h in logger.handlers:
-            if h not in handlers:
-                logger.removeHandler(h)
-                h.close()
-        logger.propagate, logger.level = propagate, level
+        for lang, d in zip(langs, dicts):
+            summary = FileBinarizer.multiprocess_dataset(
+                os.path.join(work, f"{split}.{lang}"), "mmap",
+                VocabularyDatasetBinarizer(d, append_eos=True),
+                os.path.join(out, f"{split}.{src}-{tgt}.{lang}"),
+                vocab_size=len(d), num_workers=workers,
+            )
+            log(f"  {split}.{lang}: {summary} (by {d.unk_word})")
 
 
 def _binarized_sizes(out: str, split: str, src: str, tgt: str, lang: str):
@@ -284,8 +279,8 @@ def _check_destdir(destdir: str, names: List[str]) -> None:
 
 
 def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = logger.info) -> dict:
-    """Prepare a data directory; ``args`` holds the options of ``docctx-prepare`` (see
-    :func:`fairseq_docctx.cli.prepare.build_parser`), ``command`` is recorded in the
+    """Prepare a data directory; ``args`` holds the options of ``docctx-prepare`` (as its
+    ``--help`` lists them, with their defaults), ``command`` is recorded in the
     manifest, ``log`` receives one line per step. Returns the manifest written to
     ``args.destdir``. Raises :class:`DocumentFormatError`, :class:`PrepareError` or
     ``FileNotFoundError``."""
@@ -348,14 +343,14 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
             if not tr.src:
                 raise PrepareError("the filters removed every training sentence pair")
 
-        # plain text for fairseq-preprocess
+        # plain text for the binarizer
         for split, d in data.items():
             for lang, side in ((src, d.src), (tgt, d.tgt)):
                 with open(os.path.join(work, f"{split}.{lang}"), "w", encoding="utf-8") as f:
                     for doc in side:
                         f.writelines(s + "\n" for s in doc)
 
-        # dictionaries (separator at index 4) -> fairseq-preprocess
+        # dictionaries (separator at index 4)
         trainfiles = {lang: os.path.join(work, f"train.{lang}") for lang in (src, tgt)}
         if args.joined_dictionary:
             given = args.srcdict or args.tgtdict
@@ -369,14 +364,11 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
             td = (load_dictionary(args.tgtdict, sep, log) if args.tgtdict else build_dictionary(
                 [trainfiles[tgt]], sep, args.thresholdtgt, args.nwordstgt, args.workers,
                 args.padding_factor))
-        dict_files = {lang: os.path.join(work, f"dict.{lang}.txt") for lang in (src, tgt)}
-        sd.save(dict_files[src])
-        td.save(dict_files[tgt])
         log(f"dictionaries: {src} {len(sd)} types, {tgt} {len(td)} types"
             + (" (joined)" if args.joined_dictionary else "")
             + f"; {sep} at index {sd.index(sep)}")
-        log(f"binarizing {', '.join(splits)} with fairseq-preprocess")
-        binarize(work, out, splits, args, dict_files[src], dict_files[tgt])
+        log(f"binarizing {', '.join(splits)}")
+        binarize(work, out, splits, (src, tgt), (sd, td), args.workers, log)
 
         # document indexes + checks + manifest
         split_info = {}

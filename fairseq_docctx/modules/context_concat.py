@@ -9,6 +9,8 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
+from ..data import context_batch as cb
+
 
 def pack_segments(
     segments: List[Tensor], pad: int, left_pad: bool, max_len: Optional[int] = None
@@ -39,8 +41,7 @@ def gather_context_rows(
 ) -> Tensor:
     """``table[index]`` with missing rows (``index < 0``) all padding and, if ``sep`` is
     given, each sentence's EOS replaced by the separator."""
-    rows = table.index_select(0, index.clamp(min=0))
-    rows = rows.masked_fill(index.lt(0).unsqueeze(1), pad)
+    rows = cb.gather_rows(table, index, fill=pad)
     if sep is not None:
         rows = rows.masked_fill(rows.eq(eos), sep)
     return rows

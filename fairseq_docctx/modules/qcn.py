@@ -7,6 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..data import context_batch as cb
 from .capsule import CapsuleLayer, pearson, route_together
 
 
@@ -122,12 +123,8 @@ def gather_context_embeddings(
 ) -> Tuple[Tensor, Tensor]:
     """Embed each unique context sentence once and gather the K context sentences of every
     batch row: ``([B, K, L, E], [B, K, L] word mask)``; EOS and padding are not words."""
-    emb = embed_tokens(table)  # [U, L, E]
-    rows = index.clamp(min=0)
-    out = emb[rows]  # [B, K, L, E]
-    mask = table.ne(pad) & table.ne(eos)
-    mask = mask[rows] & index.ge(0).unsqueeze(-1)
-    return out, mask
+    out = cb.gather_rows(embed_tokens(table), index)  # [B, K, L, E]
+    return out, cb.gather_rows(word_mask(table, pad, eos), index, fill=False)
 
 
 def word_mask(tokens: Tensor, pad: int, eos: int) -> Tensor:

@@ -73,7 +73,6 @@ class DocumentContextModel:
     ``class MyModel(DocumentContextModel, TransformerModel)``; in ``build_model`` call
     :meth:`declare_context` with the sides and K the configuration reads."""
 
-    reads_document_context = True
     context_sides: Tuple[str, ...] = ("src",)
     context_size: Optional[int] = None
     context_batching: str = "runs"

@@ -272,14 +272,13 @@ class HANTransformerDecoder(BoolFutureMask, TransformerDecoderBase):
         if "han_dec_states" in encoder_out:
             values, mask = encoder_out["han_dec_states"][0], encoder_out["han_dec_mask"][0]
         else:  # no cache: teacher-force the target table once, kept in the incremental state
-            key = f"han_pending_context_{id(self)}"
-            kept = incremental_state.get(key) if incremental_state is not None else None
+            # (fairseq's per-module key; a table shared by all rows: never reordered)
+            kept = self.get_incremental_state(incremental_state, "han_context_table")
             if kept is None:
                 prev, enc = encoder_out["han_pending_prev"][0], encoder_out["han_pending_enc"]
                 states, aln = self.context_pass(prev, enc)
                 kept = {"values": self.context_values(states, aln), "mask": prev.eq(self.padding_idx)}
-                if incremental_state is not None:
-                    incremental_state[key] = kept
+                self.set_incremental_state(incremental_state, "han_context_table", kept)
             values, mask = kept["values"], kept["mask"]
         y = self.han(x.transpose(0, 1), values, mask, encoder_out["han_dec_index"][0], incremental_state)
         return y.transpose(0, 1)

@@ -82,11 +82,6 @@ class DocumentTranslationConfig(TranslationConfig):
     )
 
 
-def model_reads_context(model) -> bool:
-    """A model consumes ``net_input["context"]`` if its contract says so."""
-    return dc.reads_context(model)
-
-
 def _set_cfg(cfg, name, value):
     try:
         with open_dict(cfg):

@@ -263,13 +263,13 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
     if os.path.isdir(checkpoint_dir):
         path = os.path.join(checkpoint_dir, checkpoint_file)
     ckpt_dir = os.path.dirname(os.path.abspath(path))
-    if not os.path.isfile(path):
-        load_checkpoint_state(path)  # raises the error that says why
+    state = load_checkpoint_state(path)  # read once (one-line errors for unusable files)
+    trained_on = _trained_on(state)
     if data is None:
         if glob.glob(os.path.join(ckpt_dir, "dict.*.txt")):
             data = ckpt_dir
         else:
-            data = _trained_on(load_checkpoint_state(path))
+            data = trained_on
             if not data or not os.path.isdir(data):
                 msg = (f"{path}: the dictionaries are not found: the model was trained on "
                        f"'{data}', which is not there; give the data directory with its dict.*.txt ({{opt}})")
@@ -277,8 +277,6 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
     elif not os.path.isdir(data):
         raise CheckpointError(f"data={data}: no such directory", f"--data {data}: no such directory")
     arg_overrides = {"data": data, "target_context": "hypothesis", **overrides}
-    state = load_checkpoint_state(path)
-    trained_on = _trained_on(state)
     _apply_overrides(state, arg_overrides)
     try:
         task = tasks.setup_task(state["cfg"].task, from_checkpoint=True)

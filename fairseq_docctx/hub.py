@@ -111,11 +111,21 @@ def _apply_overrides(state: dict, arg_overrides: dict) -> None:
         overwrite_args_by_name(state["cfg"], arg_overrides)
 
 
+def _recorded_digests(state: dict) -> Optional[str]:
+    """The dictionary digests the task recorded in a checkpoint's model args (if any)."""
+    cfg = state.get("cfg")
+    model = cfg.get("model") if cfg is not None else None
+    if model is None:
+        model = state.get("args")
+    return getattr(model, "dictionary_digests", None) if not isinstance(model, dict) else model.get("dictionary_digests")
+
+
 def check_dictionaries(path: str, state: dict, task, data: str, trained_on: Optional[str] = None) -> None:
     """Refuse (:class:`CheckpointError`) a checkpoint whose embedding tables do not have one
     row per type of the data directory's dictionaries, or, where the directory the model
     was trained on is still there, whose training dictionaries differ in content from the
-    data directory's (another language pair's dictionaries of the same size)."""
+    data directory's (another language pair's dictionaries of the same size); where it is
+    gone, the digests of the dictionaries' words recorded in the checkpoint decide."""
     weights = state["model"]
     fix = "give the data directory it was trained on"
     for side, name, d in (("encoder", "source", task.source_dictionary),
@@ -127,6 +137,12 @@ def check_dictionaries(path: str, state: dict, task, data: str, trained_on: Opti
                f"{len(d):,}: {fix}")
         raise CheckpointError(msg.format(opt="data"), msg.format(opt="--data"))
     if not trained_on or not os.path.isdir(trained_on):
+        # the directory is gone: the digests of its dictionaries' words the task recorded
+        mismatch = getattr(task, "dictionary_mismatch", lambda _: None)(_recorded_digests(state))
+        if mismatch:
+            msg = (f"{path} was trained with another {mismatch} dictionary than {{opt}} {data}'s "
+                   f"(same size, other words): {fix}")
+            raise CheckpointError(msg.format(opt="data"), msg.format(opt="--data"))
         return
     if os.path.realpath(trained_on) == os.path.realpath(data):
         return

@@ -170,10 +170,45 @@ def test_qcn_context_counts_at_its_real_cost(toy_bin):
     ds = task.dataset("train")
     n = {}
     for c in (1.0, cost, 0.0):
-        ds.set_batching("sentences", c)
+        ds.set_doc_batching("sentences", c)
         np.random.seed(1)
         n[c] = len(ds.batch_by_size(ds.ordered_indices(), max_tokens=200))
     assert n[0.0] <= n[cost] < n[1.0]
     np.random.seed(1)
     sentence_level = ds.pair.ordered_indices()
     assert len(ds.pair.batch_by_size(sentence_level, max_tokens=200)) == n[0.0]
+
+
+def _reversed_sources(task, split, data_path, pair):
+    """A ``load`` hook: the split's source sentences reversed (standing for drafts read from
+    the data directory); the ``short`` split of the test has one sentence too few."""
+    if split == "test":
+        return None
+    rev = _Reversed([torch.cat([pair.src[i][:-1].flip(0), pair.src[i][-1:]]) for i in range(len(pair))])
+    return rev[:-1] if getattr(task, "_short", False) else rev
+
+
+def test_the_task_loads_a_declared_side_through_its_load_hook(toy_bin):
+    """A side declared with a ``load`` hook reaches the batches through ``load_dataset``
+    (no edit of the task or the dataset); a split without it has no such side; a hook
+    whose sentence count differs from the split's is refused, naming the side."""
+    cb.register_side(cb.ContextSide("revl", "source", left_pad=False, load=_reversed_sources))
+    task, _, _ = _task_and_model(toy_bin, "transformer", "--context-size", "2",
+                                 "--context-sides", "src,revl")
+    task.load_dataset("valid")
+    ds = task.dataset("valid")
+    batch = ds.collater([ds[i] for i in range(len(ds))])
+    ctx = cb.get_context(batch)
+    assert cb.sides(ctx) == ("src", "revl")
+    t = cb.table(ctx, "revl")
+    pad = task.source_dictionary.pad()
+    for b, i in enumerate(batch["id"].tolist()):
+        row = t.tokens[t.self_rows[b]]
+        src = ds.pair.src[i]
+        assert row[row.ne(pad)].tolist() == src[:-1].flip(0).tolist() + [src[-1].item()]
+    task.load_dataset("test")
+    ds = task.dataset("test")
+    assert cb.sides(cb.get_context(ds.collater([ds[0], ds[1]]))) == ("src",)
+    task._short = True
+    with pytest.raises(ValueError, match="'revl' sentences of 'valid'"):
+        task.load_dataset("valid")

@@ -84,14 +84,14 @@ def test_max_tokens_counts_context_tables():
 
 
 def test_grouped_runs_count_real_tokens_and_fill_batches():
-    """``batching="grouped-runs"``: the same document runs, every sentence once, but a
+    """``doc_batching="grouped-runs"``: the same document runs, every sentence once, but a
     batch's tables are counted at their real length (models that run them in length
     groups), so batches hold more sentences than padded counting allows."""
     ds, d, *_ = make_dataset(context_size=3, sides="both")
     max_tokens = 60
     sizes = {}
     for mode in ("runs", "grouped-runs"):
-        ds.batching = mode
+        ds.doc_batching = mode
         np.random.seed(1)
         order = ds.ordered_indices()
         batches = ds.batch_by_size(order, max_tokens=max_tokens)
@@ -104,7 +104,7 @@ def test_grouped_runs_count_real_tokens_and_fill_batches():
             held = real if mode == "grouped-runs" else padded
             assert held <= max_tokens or len(b) == 1, (mode, held, len(b))
         sizes[mode] = len(batches)
-    ds.batching = "runs"
+    ds.doc_batching = "runs"
     assert sizes["grouped-runs"] < sizes["runs"]
 
 
@@ -138,11 +138,11 @@ def test_unique_table_saves_encodings():
 
 @pytest.mark.parametrize("mult", [1, 8])
 def test_sentence_batching_groups_by_length_with_each_sentence_context(mult):
-    """``batching="sentences"``: every sentence once, batches sorted by length like
+    """``doc_batching="sentences"``: every sentence once, batches sorted by length like
     fairseq's, each with the right context, and --max-tokens counting the current sentences
     padded plus the real tokens of their context sentences."""
     ds, d, src, tgt = make_dataset(context_size=2, sides="both")
-    ds.batching = "sentences"
+    ds.doc_batching = "sentences"
     np.random.seed(0)
     order = ds.ordered_indices()
     assert (np.diff(ds.pair.src_sizes[order]) >= 0).all()  # fairseq's order: by length
@@ -162,7 +162,7 @@ def test_sentence_batching_groups_by_length_with_each_sentence_context(mult):
                 for k in range(min(2, int(ds.docs.sent_pos[i]))):
                     assert strip(table[index[row, k]], d.pad()) == sents[i - k - 1].tolist()
         sentence_padding += batch["net_input"]["src_tokens"].numel() - int(batch["net_input"]["src_lengths"].sum())
-    ds.batching = "runs"
+    ds.doc_batching = "runs"
     for b in ds.batch_by_size(ds.ordered_indices(), max_tokens=max_tokens):
         batch = ds.collater([ds[int(i)] for i in b])
         runs_padding += batch["net_input"]["src_tokens"].numel() - int(batch["net_input"]["src_lengths"].sum())
@@ -194,7 +194,7 @@ def test_task_resolves_doc_batching_from_the_model(toy_bin):
     task = task_for("concat_transformer", "--doc-batching", "sentences")
     task.load_dataset("train")
     task.get_batch_iterator(task.dataset("train"), max_tokens=500)
-    assert task.dataset("train").batching == "sentences"
+    assert task.dataset("train").doc_batching == "sentences"
 
 
 def test_sentence_level_is_plain_language_pair_dataset():

@@ -241,8 +241,13 @@ def test_cli_roundtrip(tmp_path, capsys):
     ref = d / "test.tgt"
     capsys.readouterr()
     assert cli_main(["score", "--annotations", str(d / "test.probe.jsonl"), "--hyp", str(ref),
-                     "--json"]) == 0
+                     "--json", "-"]) == 0
     assert json.loads(capsys.readouterr().out)["accuracy"] == 1.0
+    # --json FILE, as every other scoring command: the file, and the table printed
+    assert cli_main(["score", "--annotations", str(d / "test.probe.jsonl"), "--hyp", str(ref),
+                     "--json", str(tmp_path / "res.json")]) == 0
+    assert json.loads((tmp_path / "res.json").read_text())["accuracy"] == 1.0
+    assert "overall" in capsys.readouterr().out
     assert cli_main(["score", "--annotations", str(d / "test.probe.jsonl"),
                      "--hyp", str(ref)]) == 0
     assert "overall" in capsys.readouterr().out

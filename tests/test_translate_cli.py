@@ -77,6 +77,9 @@ def _cases(b, ckpt, data):
         (ckpt, b["other"], f"{ckpt} was trained with the dictionary {data}/dict.src.txt, which differs "
                            f"from --data {b['other']}/dict.src.txt"),
         (b["moved"], None, "the model was trained on"),
+        # its training directory gone: the dictionary digests recorded in the checkpoint
+        (b["moved"], b["other"], f"{b['moved']} was trained with another source dictionary than "
+                                 f"--data {b['other']}'s (same size, other words)"),
     ]
 
 

@@ -1,7 +1,7 @@
 """docctx-probe: generate the synthetic context probe, or score translations of it.
 
     docctx-probe generate --outdir D [--train-docs N --valid-docs N --test-docs N --seed S ...]
-    docctx-probe score --annotations D/test.probe.jsonl --hyp HYP [--json]
+    docctx-probe score --annotations D/test.probe.jsonl --hyp HYP [--json FILE]
     docctx-probe evaluate --data BIN --annotations D/test.probe.jsonl \
         --model NAME=CKPT [--model NAME=CKPT ...] [--json FILE] [--hyp-dir DIR]
     docctx-probe example --annotations D/test.probe.jsonl [--hyp HYP [--wrong HYP]]
@@ -50,7 +50,8 @@ def cli_main(argv=None):
                    default="hypothesis")
     s.add_argument("--phenomena", default=None,
                    help="comma-separated phenomena pooled into the overall accuracy")
-    s.add_argument("--json", action="store_true", help="print the full result as JSON")
+    s.add_argument("--json", metavar="FILE", help="also write the full result to this JSON "
+                   "file ('-': print it instead of the table)")
     e = sub.add_parser("evaluate", help="translate a split with one or more checkpoints (document "
                        "order) and print their accuracy on the context-dependent words and "
                        "their CXMI side by side")
@@ -104,9 +105,15 @@ def cli_main(argv=None):
     hyps = read_hypotheses(a.hyp, n_expected=len(anns))
     res = score_probe(hyps, anns, consistency_against=a.consistency_against,
                       phenomena=a.phenomena.split(",") if a.phenomena else None)
-    if a.json:
+    if a.json == "-":
         print(json.dumps(res, indent=2))
         return 0
+    if a.json:
+        try:
+            with open(a.json, "w", encoding="utf-8") as f:
+                json.dump(res, f, indent=2)
+        except OSError as err:
+            p.exit(2, f"docctx-probe score: error: --json {a.json}: {err.strerror}\n")
     print(_fmt("overall", res))
     for k, v in res["by_phenomenon"].items():
         print(_fmt(k, v))

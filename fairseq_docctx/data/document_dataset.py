@@ -56,7 +56,7 @@ class DocumentPairDataset(FairseqDataset):
         side_data: the sentences of declared sides that are not in ``pair`` (name ->
             indexable of token tensors with a ``sizes`` array), e.g. drafts.
 
-    Batching (:meth:`set_batching`, by the task from ``--doc-batching`` and the model):
+    Batching (:meth:`set_doc_batching`, by the task from ``--doc-batching`` and the model):
     ``"runs"`` (default) packs runs of consecutive sentences so that each shared context
     sentence sits once in a batch's table; ``"sentences"`` orders and packs sentences by
     length like fairseq's ``LanguagePairDataset``, each batch with the context of its
@@ -105,7 +105,7 @@ class DocumentPairDataset(FairseqDataset):
                 "model's own translations (document-order inference)"
             )
         self.epoch = 1
-        self.batching = "runs"
+        self.doc_batching = "runs"
         self.context_token_cost = 1.0
 
     @property
@@ -120,11 +120,11 @@ class DocumentPairDataset(FairseqDataset):
     def use_target(self) -> bool:
         return "tgt" in self.sides
 
-    def set_batching(self, batching: str, context_token_cost: float = 1.0):
+    def set_doc_batching(self, doc_batching: str, context_token_cost: float = 1.0):
         """How :meth:`batch_by_size` packs (see the class doc)."""
-        if batching not in BATCHINGS:
-            raise ValueError(f"batching must be one of {BATCHINGS}")
-        self.batching = batching
+        if doc_batching not in BATCHINGS:
+            raise ValueError(f"doc_batching must be one of {BATCHINGS}")
+        self.doc_batching = doc_batching
         self.context_token_cost = float(context_token_cost)
 
     def _side_sentences(self, side: str):
@@ -283,7 +283,7 @@ class DocumentPairDataset(FairseqDataset):
             return self.pair.ordered_indices()
         if self.position_major:  # by position in the document, then by length
             return np.lexsort((self.pair.num_tokens_vec(np.arange(len(self))), self.docs.sent_pos))
-        if self.batching == "sentences":  # fairseq's order: shuffled, then by length
+        if self.doc_batching == "sentences":  # fairseq's order: shuffled, then by length
             return self.pair.ordered_indices()
         runs = self.doc_runs(np.arange(len(self), dtype=np.int64))
         order = np.arange(len(runs))
@@ -310,10 +310,10 @@ class DocumentPairDataset(FairseqDataset):
                 for group in np.split(indices, cuts)
                 for b in self._pack_runs(group, max_tokens, max_sentences)
             ]
-        if self.batching == "sentences":
+        if self.doc_batching == "sentences":
             return self._pack_runs(indices, max_tokens, max_sentences, _SentenceBatchState,
                                    runs=[indices[i : i + 1] for i in range(len(indices))])
-        if self.batching == "grouped-runs":
+        if self.doc_batching == "grouped-runs":
             return self._pack_runs(indices, max_tokens, max_sentences, _GroupedBatchState)
         return self._pack_runs(indices, max_tokens, max_sentences)
 
@@ -385,7 +385,7 @@ def _tables(ds: "DocumentPairDataset") -> List[_Table]:
 
 
 class _BatchState:
-    """The tables a batch being packed holds, and its padded cost (``batching="runs"``):
+    """The tables a batch being packed holds, and its padded cost (``doc_batching="runs"``):
     per table, rows x longest row; the batch costs its most expensive table."""
 
     def __init__(self, ds: DocumentPairDataset):
@@ -419,7 +419,7 @@ class _BatchState:
 
 class _GroupedBatchState(_BatchState):
     """The tables of a batch of runs counted at their real lengths
-    (``batching="grouped-runs"``): the model runs its tables in length groups, whose
+    (``doc_batching="grouped-runs"``): the model runs its tables in length groups, whose
     padding (kept small by `data.length_groups`) is not counted."""
 
     def _table_cost(self, table: _Table, new: Set[int]) -> int:
@@ -430,7 +430,7 @@ class _GroupedBatchState(_BatchState):
 
 
 class _SentenceBatchState:
-    """Cost of a batch of sentences packed by length (``batching="sentences"``), per table:
+    """Cost of a batch of sentences packed by length (``doc_batching="sentences"``), per table:
     the current sentences padded as fairseq pads them (rows x longest) plus the real tokens
     of the context sentences that are not current sentences of the batch, each counted at
     ``context_token_cost``."""

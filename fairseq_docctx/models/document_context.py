@@ -16,7 +16,7 @@ declaration (default)                   use
 ``context_size`` (the task's K)         K, the previous sentences it reads; an error if it
                                         is more than ``--context-size`` (a checkpoint built
                                         before this check reads ``min`` of both, as it did)
-``context_batching`` (``"runs"``)       the batching of ``--doc-batching auto``: ``runs``,
+``doc_batching`` (``"runs"``)           the batching of ``--doc-batching auto``: ``runs``,
                                         ``grouped-runs`` or ``sentences``
                                         (:class:`~fairseq_docctx.data.document_dataset.
                                         DocumentPairDataset`)
@@ -75,7 +75,7 @@ class DocumentContextModel:
 
     context_sides: Tuple[str, ...] = ("src",)
     context_size: Optional[int] = None
-    context_batching: str = "runs"
+    doc_batching: str = "runs"
     context_token_cost: float = 1.0
     packs_training_output: bool = False
     document_cache_entries = None
@@ -95,7 +95,7 @@ class ContextSpec:
     reads_context: bool
     sides: Tuple[str, ...] = ()
     size: Optional[int] = None
-    batching: str = "runs"
+    doc_batching: str = "runs"
     context_token_cost: float = 1.0
     packs_training_output: bool = False
     caches: bool = False
@@ -109,7 +109,7 @@ def context_spec(model) -> ContextSpec:
     :data:`SENTENCE_LEVEL` for every other model."""
     if not isinstance(model, DocumentContextModel):
         return SENTENCE_LEVEL
-    return ContextSpec(True, tuple(model.context_sides), model.context_size, model.context_batching,
+    return ContextSpec(True, tuple(model.context_sides), model.context_size, model.doc_batching,
                        float(model.context_token_cost), bool(model.packs_training_output),
                        model.document_cache_entries is not None)
 

@@ -301,7 +301,7 @@ class HANTransformerModel(DocumentContextModel, TransformerModel):
         return self.decoder.han_mode in ("target", "alignment")
 
     @property
-    def context_batching(self):
+    def doc_batching(self):
         """Batching for --doc-batching auto: document runs (each sentence encoded once, as
         current sentence and as context). With a target/alignment HAN decoder both tables and
         the current rows run in length groups, so --max-tokens counts rows at their real

@@ -150,7 +150,7 @@ class QCNTransformerModel(DocumentContextModel, TransformerModel):
     #: the context is only embedded (never run through the encoder), so nothing is gained by
     #: keeping runs of a document together: batches group sentences by length (little
     #: padding), each with its own context (--doc-batching auto)
-    context_batching = "sentences"
+    doc_batching = "sentences"
 
     @property
     def context_token_cost(self) -> float:

@@ -78,8 +78,17 @@ class DocumentTranslationConfig(TranslationConfig):
                   "each with its own context (little padding; for models that only embed "
                   "their context), 'grouped-runs' (runs, tables counted at their real "
                   "length), or 'auto': what the model's contract asks for "
-                  "(``context_batching``; runs for sentence-level models)"},
+                  "(its ``doc_batching``; runs for sentence-level models)"},
     )
+
+
+def dictionary_digest(d, separator: Optional[str] = None) -> str:
+    """A digest of a fairseq ``Dictionary``'s words in order (counts ignored; the context
+    separator, which the task adds when missing, left out)."""
+    import hashlib
+
+    words = [w for w in d.symbols if w != separator]
+    return hashlib.sha1("\n".join(words).encode("utf-8")).hexdigest()[:16]
 
 
 def _set_cfg(cfg, name, value):
@@ -205,7 +214,29 @@ class DocumentTranslationTask(TranslationTask):
             run_length=self.cfg.doc_run_length,
             # inference reads its own translations: decode in document order
             position_major=(split != self.cfg.train_subset and self.hypothesis_context),
+            side_data=self.load_side_data(split, data_path, pair),
         )
+
+    def load_side_data(self, split, data_path, pair) -> dict:
+        """The sentences of the context sides that are not in the pair dataset: each such
+        side's ``load(task, split, data_path, pair)`` hook
+        (:class:`~fairseq_docctx.data.context_batch.ContextSide`), one sentence per sentence
+        of ``pair``; a side whose hook returns ``None`` is absent from this split's batches."""
+        found = {}
+        for side in self.context_sides:
+            spec = cb.get_side(side)
+            if spec.item_key is not None or spec.load is None:
+                continue
+            data = spec.load(self, split, data_path, pair)
+            if data is None:
+                logger.warning(f"{split}: no {side!r} context sentences in {data_path}: the "
+                               f"batches of {split} carry no {side!r} side")
+                continue
+            if len(data) != len(pair):
+                raise ValueError(f"{data_path}: the {side!r} sentences of '{split}' are "
+                                 f"{len(data)}, the binarized data has {len(pair)} sentences")
+            found[side] = data
+        return found
 
     def load_doc_index(self, data_path, split, num_sentences, combine) -> DocIndex:
         """The document index of ``split`` (shards ``split1``, ``split2``... concatenated
@@ -274,7 +305,7 @@ class DocumentTranslationTask(TranslationTask):
         # Document batching: runs are re-drawn every epoch, so the batch sampler is a
         # callable that EpochBatchIterator calls once per epoch.
         dataset.set_epoch(epoch)
-        dataset.set_batching(self.doc_batching, self.model_spec.context_token_cost)
+        dataset.set_doc_batching(self.doc_batching, self.model_spec.context_token_cost)
 
         def make_batches(dataset, epoch):
             with data_utils.numpy_seed(seed + epoch):
@@ -309,7 +340,7 @@ class DocumentTranslationTask(TranslationTask):
         contract of the last built model (``runs`` for sentence-level models)."""
         mode = self.cfg.doc_batching
         if mode == "auto":
-            mode = self.model_spec.batching
+            mode = self.model_spec.doc_batching
         return mode
 
     def build_model(self, cfg, from_checkpoint=False):
@@ -327,7 +358,32 @@ class DocumentTranslationTask(TranslationTask):
             # recorded with the model's args, read back at inference (:meth:`build_model`)
             for name in ("context_size", "context_sides"):
                 setattr(cfg, name, getattr(self.cfg, name))
+            cfg.dictionary_digests = self.dictionary_digests()
+        elif from_checkpoint:
+            mismatch = self.dictionary_mismatch(getattr(cfg, "dictionary_digests", None))
+            if mismatch:
+                raise ValueError(f"the model was trained with another {mismatch} dictionary than "
+                                 f"{self.cfg.data}'s (same size, other words): give the data "
+                                 "directory it was trained on")
         return model
+
+    def dictionary_digests(self) -> str:
+        """``"<source digest>,<target digest>"`` of the dictionaries' words (recorded in a
+        model's args, so that a checkpoint paired with other dictionaries of the same size is
+        refused without its training data directory)."""
+        return ",".join(dictionary_digest(d, self.cfg.context_separator)
+                        for d in (self.src_dict, self.tgt_dict))
+
+    def dictionary_mismatch(self, recorded: Optional[str]) -> Optional[str]:
+        """``"source"``/``"target"`` when the dictionary digests a checkpoint recorded differ
+        from this task's dictionaries, else ``None`` (also for checkpoints without them)."""
+        if not recorded:
+            return None
+        for name, theirs, ours in zip(("source", "target"), recorded.split(","),
+                                      self.dictionary_digests().split(",")):
+            if theirs != ours:
+                return name
+        return None
 
     def _for_model(self, sample, model_or_models):
         """Deprecated name of :func:`~fairseq_docctx.models.document_context.sample_for_model`."""

@@ -69,6 +69,31 @@ def load_sentence_weights(model, path: str, name: str) -> List[str]:
     return loaded
 
 
+def load_part_weights(module, path: str, prefix: str, name: str, option: str) -> List[str]:
+    """Copy the weights of the part ``prefix`` (e.g. ``"encoder."``) of the checkpoint
+    ``path`` into ``module`` (e.g. a sentence encoder of a context model), where the name
+    without the prefix and the shape match; print a report (``name``: the module's name in the
+    messages; ``option``: the command-line option that gave ``path``). Returns the names of
+    the loaded weights (in ``module``)."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{option}: no such file {path}")
+    state = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
+    part = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    own = module.state_dict()
+    loaded = [k for k, v in part.items() if k in own and own[k].shape == v.shape]
+    ignored = sorted(set(part) - set(loaded))
+    new = sorted(set(own) - set(loaded))
+    module.load_state_dict({k: part[k] for k in loaded}, strict=False)
+    lines = [f"{name}: initialised from the {prefix.rstrip('.')} of {path} ({option}): "
+             f"{len(loaded)} loaded, {len(new)} new, {len(ignored)} ignored"]
+    lines += [f"  new: {k}" for k in new] + [
+        f"  ignored: {k} {tuple(part[k].shape)}" + (f" (model: {tuple(own[k].shape)})" if k in own else "")
+        for k in ignored]
+    print("\n".join(lines), flush=True)
+    logger.info(lines[0])
+    return loaded
+
+
 def apply(model, args, name: str, is_context: Callable[[str], bool],
           record_as: str = "initialized_from_sentence_checkpoint"):
     """``--init-from-sentence-checkpoint`` and ``--freeze-sentence-weights`` on a freshly

@@ -59,13 +59,17 @@ class HierarchicalAttention(nn.Module):
     Args:
         embed_dim: size of the query states ``h`` (and of the output).
         heads: attention heads of both levels.
-        ffn_dim: hidden size of the sentence-level FFN.
+        ffn_dim: hidden size of the sentence-level FFN (unused without ``ffn_and_gate``).
         dropout / attention_dropout: as in the Transformer.
         context_dim: size of the context states (default ``embed_dim``).
     """
 
-    def __init__(self, embed_dim, heads, ffn_dim, dropout=0.1, attention_dropout=0.0, context_dim=None):
+    def __init__(self, embed_dim, heads, ffn_dim, dropout=0.1, attention_dropout=0.0, context_dim=None,
+                 ffn_and_gate=True):
         super().__init__()
+        #: False: the module ends at the sentence level (no FFN, no gate; rows without context
+        #: get ``h`` back), for a model that combines the summary with its own gate
+        self.ffn_and_gate = ffn_and_gate
         context_dim = context_dim or embed_dim
         self.f_w = nn.Linear(embed_dim, embed_dim)
         self.f_s = nn.Linear(embed_dim, embed_dim)
@@ -80,10 +84,11 @@ class HierarchicalAttention(nn.Module):
             embed_dim, heads, dropout=attention_dropout, encoder_decoder_attention=True
         )
         self.sent_norm = LayerNorm(embed_dim)
-        self.fc1 = nn.Linear(embed_dim, ffn_dim)
-        self.fc2 = nn.Linear(ffn_dim, embed_dim)
-        self.ffn_norm = LayerNorm(embed_dim)
-        self.gate = nn.Linear(2 * embed_dim, embed_dim)  # [W_h; W_d] on [h; d]
+        if ffn_and_gate:
+            self.fc1 = nn.Linear(embed_dim, ffn_dim)
+            self.fc2 = nn.Linear(ffn_dim, embed_dim)
+            self.ffn_norm = LayerNorm(embed_dim)
+            self.gate = nn.Linear(2 * embed_dim, embed_dim)  # [W_h; W_d] on [h; d]
         self.dropout = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self._cache_key = f"han_word_kv_{id(self)}"
 
@@ -246,6 +251,8 @@ class HierarchicalAttention(nn.Module):
         if need_weights:
             a, probs = a
         a = self.sent_norm(self.dropout(a)).view(T, B, C)
+        if not self.ffn_and_gate:
+            return torch.where(has_ctx.view(1, B, 1), a, h)
         d = self.ffn_norm(a + self.dropout(self.fc2(F.relu(self.fc1(a)))))
         lam = torch.sigmoid(self.gate(torch.cat([h, d], -1)))
         out = torch.where(has_ctx.view(1, B, 1), lam * h + (1 - lam) * d, h)

@@ -1,0 +1,170 @@
+"""The context sublayer of the Multi-Hop Transformer (Zhang et al. 2021, §3.2-3.3).
+
+In layer ``n`` a query ``q [T, B, C]`` (the encoder's self-attention output ``A_s``, or the
+decoder's draft-attention output ``F_t``) reads the layer-``n`` states of the K previous
+sentences of one side (source sentences, or target drafts) and is combined with what it read
+by the context gate:
+
+* **multi-hop** (Eqs. 3-4 and 8-9): hops in sentence order; the first hop's query is ``q``
+  over the farthest sentence, each later hop's query is the previous hop's output,
+  ``B^{i-j} = MHA(B^{i-j-1}, A^{(n)}_{c^{i-j}})``; the last hop's output is ``B^{i-1}``.
+  With ``direction="r2l"`` (§5.3, Table 3) the hops go from the nearest sentence to the
+  farthest. Each hop is a multi-head attention with its own parameters, followed, as every
+  sublayer of fairseq's Transformer layers, by dropout, a residual connection and a
+  LayerNorm;
+* **concat** (§5.1, Table 2): one attention over the concatenated states of the K sentences;
+* **hierarchical** (§5.1, Table 2): word-level attention inside each sentence, then
+  sentence-level attention over the K results, as in Miculicich et al. (2018, §2.1), without
+  their FFN and gate (:class:`~fairseq_docctx.modules.han.HierarchicalAttention`);
+* **context gate** (Eqs. 5-6 and 10): ``α = σ(W_a q + W_b B)``, ``out = α q + (1 - α) B``.
+
+Context states are a *table* ``states [L, U, C]`` (time-major, one column per unique
+sentence of the batch, ``pad [U, L]`` True at padding) and an index ``[B, K]`` (column 0 =
+the previous sentence, -1 = none): a sentence shared by several rows is encoded once. A hop
+over a missing sentence is skipped (its query passes on unchanged), so a row without context
+gets ``q`` back.
+
+Incremental decoding: the attentions are fairseq ``MultiheadAttention`` modules with static
+keys (``encoder_decoder_attention``), so the projected context is computed at the first
+step and kept, and reordered, in fairseq's incremental state.
+"""
+from typing import Dict, Optional
+
+import torch
+import torch.nn as nn
+from fairseq.modules import LayerNorm, MultiheadAttention
+from fairseq.modules.fairseq_dropout import FairseqDropout
+from torch import Tensor
+
+from .han import HierarchicalAttention
+
+CONTEXT_MODULES = ("multi-hop", "concat", "hierarchical")
+DIRECTIONS = ("l2r", "r2l")
+
+IncrementalState = Optional[Dict[str, Dict[str, Optional[Tensor]]]]
+
+
+def _static_attention(embed_dim, heads, attention_dropout):
+    return MultiheadAttention(embed_dim, heads, dropout=attention_dropout, encoder_decoder_attention=True)
+
+
+def cached(attn: MultiheadAttention, incremental_state: IncrementalState) -> bool:
+    """Whether ``attn`` holds its projected keys in ``incremental_state`` (later steps of
+    incremental decoding: its keys need not be given again)."""
+    if incremental_state is None:
+        return False
+    buf = attn._get_input_buffer(incremental_state)
+    return buf is not None and "prev_key" in buf
+
+
+def attend_rows(attn, norm, dropout, query, states, pad, rows, incremental_state=None,
+                normalize_before=False, need_weights=False):
+    """One attention sublayer of ``query [T, B, C]`` over the table sentences ``rows [B]``
+    (-1 = none: the query passes unchanged) with fairseq's residual and LayerNorm; returns
+    ``(output, attention weights [B, T, L] or None)``."""
+    present = rows >= 0
+    r = rows.clamp(min=0)
+    if cached(attn, incremental_state):
+        key = kpm = None
+    else:
+        key, kpm = states.index_select(1, r), pad.index_select(0, r)
+    x = norm(query) if normalize_before else query
+    y, w = attn(query=x, key=key, value=key, key_padding_mask=kpm, incremental_state=incremental_state,
+                static_kv=True, need_weights=need_weights)
+    y = query + dropout(y)
+    if not normalize_before:
+        y = norm(y)
+    return torch.where(present.view(1, -1, 1), y, query), w
+
+
+class ContextHops(nn.Module):
+    """One side's context sublayer (see the module doc).
+
+    Args:
+        embed_dim: size of the queries and of the context states.
+        heads: attention heads.
+        context_size: K.
+        module: ``multi-hop``, ``concat`` or ``hierarchical``.
+        direction: ``l2r`` (farthest sentence first, the paper's) or ``r2l``.
+        dropout / attention_dropout: as in the Transformer.
+        normalize_before: pre-norm residual blocks (``--encoder/decoder-normalize-before``).
+    """
+
+    def __init__(self, embed_dim: int, heads: int, context_size: int, module: str = "multi-hop",
+                 direction: str = "l2r", dropout: float = 0.1, attention_dropout: float = 0.0,
+                 normalize_before: bool = False):
+        super().__init__()
+        if module not in CONTEXT_MODULES:
+            raise ValueError(f"context module {module!r}: one of {', '.join(CONTEXT_MODULES)}")
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction {direction!r}: one of {', '.join(DIRECTIONS)}")
+        self.module, self.direction, self.context_size = module, direction, context_size
+        self.normalize_before = normalize_before
+        self.dropout = FairseqDropout(dropout, module_name=self.__class__.__name__)
+        if module == "hierarchical":
+            self.han = HierarchicalAttention(embed_dim, heads, None, dropout, attention_dropout,
+                                             ffn_and_gate=False)
+        else:
+            n = context_size if module == "multi-hop" else 1
+            self.attn = nn.ModuleList(_static_attention(embed_dim, heads, attention_dropout) for _ in range(n))
+            self.norm = nn.ModuleList(LayerNorm(embed_dim) for _ in range(n))
+        # context gate, Eq. 5: α = σ(W_a q + W_b B)
+        self.gate_a = nn.Linear(embed_dim, embed_dim)
+        self.gate_b = nn.Linear(embed_dim, embed_dim, bias=False)
+
+    def hop_order(self, k: int):
+        """Columns of the index in hop order: farthest first (``l2r``) or nearest first."""
+        cols = list(range(min(k, self.context_size)))
+        return cols[::-1] if self.direction == "l2r" else cols
+
+    def read(self, query: Tensor, states: Tensor, pad: Tensor, index: Tensor,
+             incremental_state: IncrementalState = None, weights: Optional[list] = None) -> Tensor:
+        """``B``: what ``query`` reads of the K sentences (``query`` itself for rows without
+        any). ``weights``: a list that receives each hop's ``(distance, [B, T, L] weights)``."""
+        index = index[:, : self.context_size]
+        if self.module == "multi-hop":
+            b = query
+            for j in self.hop_order(index.size(1)):
+                b, w = attend_rows(self.attn[j], self.norm[j], self.dropout, b, states, pad, index[:, j],
+                                   incremental_state, self.normalize_before, weights is not None)
+                if weights is not None:
+                    weights.append((j + 1, w))
+            return b
+        if self.module == "concat":
+            return self._concat(query, states, pad, index, incremental_state)
+        out = self.han(query, states.transpose(0, 1), pad, index, incremental_state)
+        return out
+
+    def _concat(self, query, states, pad, index, incremental_state):
+        attn, norm = self.attn[0], self.norm[0]
+        present = index >= 0
+        has = present.any(1)
+        if cached(attn, incremental_state):
+            key = kpm = None
+        else:
+            K = index.size(1)
+            r = index.clamp(min=0)
+            L, B = states.size(0), index.size(0)
+            key = states.index_select(1, r.reshape(-1)).view(L, B, K, -1).transpose(1, 2).reshape(K * L, B, -1)
+            kpm = (pad.index_select(0, r.reshape(-1)).view(B, K, L) | ~present.unsqueeze(2)).reshape(B, K * L)
+            kpm = kpm & has.unsqueeze(1)  # rows without context: unmasked, discarded below
+        x = norm(query) if self.normalize_before else query
+        y, _ = attn(query=x, key=key, value=key, key_padding_mask=kpm, incremental_state=incremental_state,
+                    static_kv=True, need_weights=False)
+        y = query + self.dropout(y)
+        if not self.normalize_before:
+            y = norm(y)
+        return torch.where(has.view(1, -1, 1), y, query)
+
+    def forward(self, query: Tensor, states: Tensor, pad: Tensor, index: Tensor,
+                incremental_state: IncrementalState = None, weights: Optional[list] = None) -> Tensor:
+        """``query [T, B, C]``; ``states [L, U, C]``, ``pad [U, L]``; ``index [B, K]``.
+        Returns the gated ``α q + (1 - α) B`` (Eq. 6 / Eq. 10)."""
+        b = self.read(query, states, pad, index, incremental_state, weights)
+        alpha = torch.sigmoid(self.gate_a(query) + self.gate_b(b))
+        if weights is not None:
+            weights.append(("gate", alpha.mean(-1).transpose(0, 1)))  # [B, T]
+        return alpha * query + (1 - alpha) * b
+
+
+__all__ = ["ContextHops", "attend_rows", "cached", "CONTEXT_MODULES", "DIRECTIONS"]

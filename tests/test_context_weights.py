@@ -111,3 +111,25 @@ def test_qcn_context_weights():
         assert panels[0]["column_mask"][b].tolist() == expect.tolist()
     assert not panels[0]["column_mask"][0].any()  # a first sentence: no context word
     same_row_alone(model, sample, panels)
+
+
+def test_mht_context_weights():
+    """mht_transformer: the context gate α of every encoder and decoder layer (one column per
+    source / target token), masked on rows without context; each row's as alone."""
+    from test_mht import _batch, _model
+
+    model, d = _model()
+    src, lengths, prev, ctx = _batch(d)
+    sample = {"net_input": {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev,
+                            "context": ctx}, "target": prev}
+    model.train()
+    panels = model.context_weights(sample)
+    assert model.training
+    assert [p["title"].split(":")[0] for p in panels] == [
+        "MHT encoder layer 1", "MHT encoder layer 2", "MHT decoder layer 1", "MHT decoder layer 2"]
+    first = torch.tensor([True, False, False, True, False])  # first sentences of documents
+    for p in panels:
+        check_panel(p, sample)
+        assert p["row_mask"][:, 0].tolist() == (~first).tolist()
+        w = p["weights"][:, 0]
+        assert (w[~first][p["column_mask"][~first]] > 0).all()

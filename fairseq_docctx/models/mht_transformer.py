@@ -1,0 +1,501 @@
+"""``mht_transformer``: the Multi-Hop Transformer (Zhang et al. 2021, "Multi-Hop Transformer
+for Document-Level Machine Translation", NAACL). See ``docs/mht.md``.
+
+Three components (§3):
+
+* **sentence encoders** (§3.1, Eq. 2): a source-side one over the previous source
+  sentences, a target-side one over the *drafts* (a sentence-level model's translations) of
+  the previous sentences and of the current sentence; parameters shared among the sentence
+  encoders of one side; each layer's output ``A^(n)`` is used by layer ``n`` of the
+  multi-hop encoder / decoder. Initialised from the encoders of a src→tgt and a tgt→src
+  sentence-level ``transformer`` (§4.3: ``--src-sentence-encoder-from``,
+  ``--tgt-sentence-encoder-from``); ``--freeze-sentence-encoders`` keeps them fixed;
+* **multi-hop encoder** (§3.2): per layer self-attention ``A_s``, hops over the previous
+  source sentences (Eqs. 3-4), the context gate (Eqs. 5-6), FFN;
+* **multi-hop decoder** (§3.3): per layer masked self-attention ``A_t``, draft attention
+  ``F_t`` over the current sentence's draft (Eq. 7), hops over the previous sentences'
+  drafts (Eqs. 8-9), the gate (Eq. 10), encoder-decoder attention (Eq. 11), FFN.
+
+Every sublayer has fairseq's dropout, residual and LayerNorm (post-norm as the paper; pre-norm
+with ``--encoder/decoder-normalize-before``). The hops and the gate:
+:mod:`fairseq_docctx.modules.multi_hop`.
+
+Context (:mod:`fairseq_docctx.data.context_batch`): the ``src`` side, the ``draft`` side
+(declared by :mod:`fairseq_docctx.data.drafts`: the draft of every current sentence through
+the self map, of its K previous sentences through the index) and, for the ablation that
+trains on reference target context, the ``ref`` side (the references, declared here: unlike
+``tgt`` it is never replaced by the model's own translations). Drafts come from a data
+directory (``docctx-drafts``), so an MHT model decodes ordinary length-sorted batches, not
+in document order. Everything the decoder reads of the context is computed once per sentence
+in the encoder (beam search reorders the per-row maps only; the tables are not copied).
+
+The paper's ablations are flags (§5, Tables 2-5):
+
+====================================  ===============================================
+ablation                              flag
+====================================  ===============================================
+context module (Table 2)              ``--mht-context-module multi-hop|concat|hierarchical``
+reasoning direction (Table 3)         ``--mht-direction l2r|r2l``
+sides with context (Table 4)          ``--mht-context-sides both|source|target|none``
+training target context (Table 5)     ``--mht-target-context draft|reference``
+context window (Figure 2)             ``--mht-context-size K`` (default ``--context-size``)
+====================================  ===============================================
+"""
+from typing import Dict, List, Optional
+
+import torch
+import torch.nn as nn
+from fairseq import utils
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import (
+    TransformerConfig,
+    TransformerDecoderBase,
+    TransformerEncoderBase,
+    TransformerModel,
+    TransformerModelBase,
+    base_architecture,
+)
+from fairseq.modules import LayerNorm
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
+from torch import Tensor
+
+from ..data import context_batch as cb
+from ..data import drafts  # noqa: F401  (declares the draft side)
+from ..modules import table_encoder
+from ..modules.masks import BoolFutureMask
+from ..modules.multi_hop import CONTEXT_MODULES, DIRECTIONS, ContextHops, attend_rows, _static_attention
+from . import sentence_init
+from .arch_defaults import set_defaults
+from .document_context import DocumentContextModel, resolve_context_size
+
+MHT_CONTEXT_SIDES = ("both", "source", "target", "none")
+TARGET_CONTEXTS = ("draft", "reference")
+
+#: the references of the previous sentences, never replaced by the model's own translations
+#: (the ``tgt`` side is, in document-order inference): the target context of
+#: ``--mht-target-context reference`` in training
+REF = cb.register_side(cb.ContextSide("ref", "target", item_key="target", left_pad=False,
+                                      aliases=("reference",)))
+
+
+def _hops(args, k):
+    return ContextHops(args.encoder_embed_dim, args.encoder_attention_heads, k, args.mht_context_module,
+                       args.mht_direction, args.dropout, args.attention_dropout)
+
+
+class _Sublayers:
+    """fairseq's residual block around a sublayer ``fn``: dropout, residual, LayerNorm
+    (before the sublayer with ``normalize_before``)."""
+
+    def block(self, x, norm, fn):
+        residual = x
+        if self.normalize_before:
+            x = norm(x)
+        x = self.residual_connection(self.dropout_module(fn(x)), residual)
+        return x if self.normalize_before else norm(x)
+
+    def ffn(self, x):
+        return self.fc2(self.activation_dropout_module(self.activation_fn(self.fc1(x))))
+
+
+class MHTEncoderLayer(_Sublayers, TransformerEncoderLayerBase):
+    """fairseq's encoder layer with the context sublayer (hops + gate) between the
+    self-attention and the FFN (§3.2); without context it is fairseq's layer."""
+
+    def forward(self, x, encoder_padding_mask: Optional[Tensor], context=None, weights=None):
+        x = self.block(x, self.self_attn_layer_norm, lambda h: self.self_attn(
+            query=h, key=h, value=h, key_padding_mask=encoder_padding_mask, need_weights=False)[0])
+        if context is not None and getattr(self, "context", None) is not None:
+            x = self.context(x, *context, weights=weights)
+        return self.block(x, self.final_layer_norm, self.ffn)
+
+
+class MHTDecoderLayer(_Sublayers, TransformerDecoderLayerBase):
+    """fairseq's decoder layer with draft attention and the context sublayer between the
+    self-attention and the encoder-decoder attention (§3.3)."""
+
+    def forward(self, x, encoder_out, encoder_padding_mask, incremental_state=None, self_attn_mask=None,
+                self_attn_padding_mask=None, draft=None, context=None, weights=None):
+        x = self.block(x, self.self_attn_layer_norm, lambda h: self.self_attn(
+            query=h, key=h, value=h, key_padding_mask=self_attn_padding_mask,
+            incremental_state=incremental_state, need_weights=False, attn_mask=self_attn_mask)[0])
+        # Eq. 7: F_t = MHA(A_t, A_d)
+        x, w = attend_rows(self.draft_attn, self.draft_attn_layer_norm, self.dropout_module, x, *draft,
+                           incremental_state, self.normalize_before, weights is not None)
+        if weights is not None:
+            weights.append(("draft", w))
+        if context is not None and getattr(self, "context", None) is not None:
+            x = self.context(x, *context, incremental_state, weights)
+        x = self.block(x, self.encoder_attn_layer_norm, lambda h: self.encoder_attn(
+            query=h, key=encoder_out, value=encoder_out, key_padding_mask=encoder_padding_mask,
+            incremental_state=incremental_state, static_kv=True, need_weights=False)[0])
+        return self.block(x, self.final_layer_norm, self.ffn)
+
+
+def _sentence_encoder(args, dictionary, layers):
+    """A fairseq Transformer encoder of the model's encoder sizes (its own embeddings)."""
+    cfg = TransformerConfig.from_namespace(args)
+    cfg.encoder.layers = layers
+    embed = TransformerModelBase.build_embedding(cfg, dictionary, cfg.encoder.embed_dim)
+    return TransformerEncoderBase(cfg, dictionary, embed)
+
+
+def _rows_of(index: Tensor, extra: Optional[Tensor] = None):
+    """The table rows ``index`` (and ``extra``) refer to, and the map from table row to
+    their position among them (-1 elsewhere)."""
+    parts = [index[index >= 0]] + ([extra] if extra is not None else [])
+    return torch.unique(torch.cat(parts))
+
+
+def _remap(rows: Tensor, size: int, index: Tensor) -> Tensor:
+    m = index.new_full((size,), -1)
+    m[rows] = torch.arange(rows.numel(), device=rows.device)
+    return torch.where(index >= 0, m[index.clamp(min=0)], index)
+
+
+class MHTEncoder(TransformerEncoderBase):
+    """The multi-hop encoder; it also runs the sentence encoders, so that everything the
+    decoder reads of the context is in its output (computed once per sentence in beam
+    search)."""
+
+    def build_encoder_layer(self, cfg):
+        layer = MHTEncoderLayer(cfg)
+        return layer
+
+    def setup_context(self, args, tgt_dict):
+        """Sentence encoders and the context sublayers (after fairseq built the layers)."""
+        self.mht_sides = args.mht_context_sides
+        self.context_size = args.mht_context_size
+        self.target_context = args.mht_target_context
+        self.freeze_sentence_encoders = bool(args.freeze_sentence_encoders)
+        self.src_sentence_encoder = (_sentence_encoder(args, self.dictionary, args.encoder_layers)
+                                     if self.reads("source") else None)
+        self.tgt_sentence_encoder = _sentence_encoder(args, tgt_dict, args.decoder_layers)
+        if self.reads("source"):
+            for layer in self.layers:
+                layer.context = _hops(args, self.context_size)
+
+    def reads(self, side: str) -> bool:
+        return self.mht_sides in ("both", side)
+
+    def sentence_states(self, encoder, tokens: Tensor, rows: Tensor):
+        """Layer-wise states ``[A^(1) .. A^(N)]`` (each ``[L, n, C]``) and padding ``[n, L]``
+        of the table sentences ``rows``, each encoded once, in groups of similar length."""
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.freeze_sentence_encoders):
+            out = table_encoder.encode_rows(encoder, tokens.index_select(0, rows), return_all_hiddens=True)
+        return out["encoder_states"][1:], out["encoder_padding_mask"][0]
+
+    def context_states(self, context: Optional[dict]) -> Dict[str, List]:
+        """What the multi-hop layers read, from the batch's context tables."""
+        if context is None or not cb.has_side(context, "draft"):
+            raise ValueError("mht_transformer reads the drafts of the sentences: train and decode with "
+                             "--context-sides ...,draft on a data directory with drafts (docctx-drafts), "
+                             "and --context-size >= 1")
+        K = self.context_size
+        out: Dict[str, List] = {}
+        draft = cb.table(context, "draft", K)
+        if draft.self_rows is None:
+            raise ValueError("the batch's draft table has no drafts of the current sentences")
+        use_ref = self.training and self.target_context == "reference"
+        tgt_side = "ref" if use_ref else "draft"
+        if use_ref and not cb.has_side(context, "ref"):
+            raise ValueError("--mht-target-context reference trains on the references: --context-sides "
+                             "...,ref,draft and a split with references")
+        hops_tgt = self.reads("target")
+        # the drafts: of the current sentences, and of the previous ones unless the
+        # references are the target context; each table row encoded once
+        rows = _rows_of(draft.index if hops_tgt and not use_ref else draft.index[:0], draft.self_rows)
+        states, pad = self.sentence_states(self.tgt_sentence_encoder, draft.tokens, rows)
+        U = draft.tokens.size(0)
+        out.update(mht_draft_states=states, mht_draft_pad=[pad],
+                   mht_draft_self=[_remap(rows, U, draft.self_rows)])
+        if hops_tgt:
+            if use_ref:
+                ref = cb.table(context, "ref", K)
+                ref_rows = _rows_of(ref.index)
+                states, pad = (self.sentence_states(self.tgt_sentence_encoder, ref.tokens, ref_rows)
+                               if ref_rows.numel() else (None, None))
+                index = _remap(ref_rows, ref.tokens.size(0), ref.index)
+            else:
+                index = _remap(rows, U, draft.index)
+            if states is not None:
+                out.update(mht_tgt_states=states, mht_tgt_pad=[pad], mht_tgt_index=[index])
+        if self.reads("source"):
+            src = cb.table(context, "src", K)
+            src_rows = _rows_of(src.index)
+            if src_rows.numel():
+                states, pad = self.sentence_states(self.src_sentence_encoder, src.tokens, src_rows)
+                out.update(mht_src_states=states, mht_src_pad=[pad],
+                           mht_src_index=[_remap(src_rows, src.tokens.size(0), src.index)])
+        return out
+
+    def forward(self, src_tokens, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
+                token_embeddings: Optional[Tensor] = None, context: Optional[dict] = None,
+                weights: Optional[list] = None):
+        """fairseq's encoder output plus what the decoder reads of the context (``mht_*``
+        keys). ``weights``: a list that receives, per layer, the list of what its context
+        sublayer weighs (:meth:`MHTTransformerModel.context_weights`)."""
+        ctx = self.context_states(context)
+        pad = src_tokens.eq(self.padding_idx)
+        has_pads = bool(pad.any())
+        x, emb = self.forward_embedding(src_tokens, token_embeddings)
+        if has_pads:
+            x = x * (1 - pad.unsqueeze(-1).type_as(x))
+        x = x.transpose(0, 1)
+        states = [x] if return_all_hiddens else []
+        for n, layer in enumerate(self.layers):
+            src_ctx = None
+            if "mht_src_states" in ctx:
+                src_ctx = (ctx["mht_src_states"][n], ctx["mht_src_pad"][0], ctx["mht_src_index"][0])
+            layer_weights = [] if weights is not None else None
+            x = layer(x, pad if has_pads else None, context=src_ctx, weights=layer_weights)
+            if weights is not None:
+                weights.append(layer_weights)
+            if return_all_hiddens:
+                states.append(x)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        lengths = src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1).contiguous()
+        out = {"encoder_out": [x], "encoder_padding_mask": [pad], "encoder_embedding": [emb],
+               "encoder_states": states, "fc_results": [], "src_tokens": [], "src_lengths": [lengths]}
+        out.update({k: v for k, v in ctx.items() if k.startswith("mht_draft") or k.startswith("mht_tgt")})
+        return out
+
+    @torch.jit.export
+    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
+        new = super().reorder_encoder_out(encoder_out, new_order)
+        for k, v in encoder_out.items():
+            if k.startswith("mht_"):  # tables stay; the per-row maps follow the beams
+                new[k] = [x.index_select(0, new_order) for x in v] if k.endswith(("_self", "_index")) else v
+        return new
+
+
+class MHTDecoder(BoolFutureMask, TransformerDecoderBase):
+    """The multi-hop decoder (§3.3)."""
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        layer = MHTDecoderLayer(cfg, no_encoder_attn)
+        return layer
+
+    def setup_context(self, args):
+        self.reads_target = args.mht_context_sides in ("both", "target")
+        for layer in self.layers:
+            layer.draft_attn = _static_attention(args.decoder_embed_dim, args.decoder_attention_heads,
+                                                 args.attention_dropout)
+            layer.draft_attn_layer_norm = LayerNorm(args.decoder_embed_dim)
+            if self.reads_target:
+                layer.context = _hops(args, args.mht_context_size)
+
+    def extract_features_scriptable(self, prev_output_tokens, encoder_out: Optional[Dict[str, List[Tensor]]],
+                                    incremental_state=None, full_context_alignment: bool = False,
+                                    alignment_layer: Optional[int] = None, alignment_heads: Optional[int] = None,
+                                    weights: Optional[list] = None):
+        enc = encoder_out["encoder_out"][0]
+        enc_pad = encoder_out["encoder_padding_mask"][0] if encoder_out["encoder_padding_mask"] else None
+        positions = None
+        if self.embed_positions is not None:
+            positions = self.embed_positions(prev_output_tokens, incremental_state=incremental_state)
+        if incremental_state is not None:
+            prev_output_tokens = prev_output_tokens[:, -1:]
+            positions = positions[:, -1:] if positions is not None else None
+        x = self.embed_scale * self.embed_tokens(prev_output_tokens.contiguous())
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        if self.project_in_dim is not None:
+            x = self.project_in_dim(x)
+        if positions is not None:
+            x = x + positions
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x).transpose(0, 1)
+        self_pad = prev_output_tokens.eq(self.padding_idx)
+        self_pad = self_pad if bool(self_pad.any()) else None
+        ds, dpad, dself = (encoder_out["mht_draft_states"], encoder_out["mht_draft_pad"][0],
+                           encoder_out["mht_draft_self"][0])
+        tgt = "mht_tgt_states" in encoder_out and self.reads_target
+        inner_states: List[Optional[Tensor]] = [x]
+        for n, layer in enumerate(self.layers):
+            mask = self.buffered_future_mask(x) if incremental_state is None and not full_context_alignment else None
+            ctx = ((encoder_out["mht_tgt_states"][n], encoder_out["mht_tgt_pad"][0],
+                    encoder_out["mht_tgt_index"][0]) if tgt else None)
+            layer_weights = [] if weights is not None else None
+            x = layer(x, enc, enc_pad, incremental_state, mask, self_pad, draft=(ds[n], dpad, dself),
+                      context=ctx, weights=layer_weights)
+            if weights is not None:
+                weights.append(layer_weights)
+            inner_states.append(x)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        x = x.transpose(0, 1)
+        if self.project_out_dim is not None:
+            x = self.project_out_dim(x)
+        return x, {"attn": [None], "inner_states": inner_states}
+
+
+@register_model("mht_transformer")
+class MHTTransformerModel(DocumentContextModel, TransformerModel):
+    """Multi-Hop Transformer (Zhang et al. 2021).
+
+    Contract (:mod:`~fairseq_docctx.models.document_context`): reads the ``draft`` side
+    always (the current sentence's draft), the ``src`` side with source hops, the ``ref``
+    side with ``--mht-target-context reference`` (training only); K = ``--mht-context-size``
+    (default: the task's ``--context-size``); document runs (each context sentence and draft
+    encoded once per batch)."""
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        parser.add_argument("--mht-context-size", type=int, metavar="K",
+                            help="previous sentences read (default: the task's --context-size; more is "
+                            "an error; the paper's 3)")
+        parser.add_argument("--mht-context-sides", choices=MHT_CONTEXT_SIDES,
+                            help="sides with multi-hop context (Zhang et al. 2021, Table 4): both "
+                            "(default), source, target, none (the current draft only)")
+        parser.add_argument("--mht-context-module", choices=CONTEXT_MODULES,
+                            help="how a side reads its K sentences (Table 2): multi-hop (default), concat, "
+                            "hierarchical")
+        parser.add_argument("--mht-direction", choices=DIRECTIONS,
+                            help="order of the hops (Table 3): l2r, farthest sentence first (default), "
+                            "or r2l")
+        parser.add_argument("--mht-target-context", choices=TARGET_CONTEXTS,
+                            help="target context in training (Table 5): the previous sentences' drafts "
+                            "(default) or their references (needs --context-sides ...,ref); always the "
+                            "drafts at inference")
+        parser.add_argument("--src-sentence-encoder-from", metavar="PATH",
+                            help="initialise the source-side sentence encoder from the encoder of this "
+                            "src->tgt sentence-level checkpoint (also the default --draft-path of "
+                            "docctx-translate)")
+        parser.add_argument("--tgt-sentence-encoder-from", metavar="PATH",
+                            help="initialise the target-side sentence encoder from the encoder of this "
+                            "tgt->src sentence-level checkpoint")
+        parser.add_argument("--freeze-sentence-encoders", type=utils.eval_bool, nargs="?", const=True,
+                            metavar="BOOL", help="keep the sentence encoders fixed (no gradients)")
+        sentence_init.add_args(parser)
+
+    @classmethod
+    def build_model(cls, args, task):
+        resolve_context_size(args, "mht_context_size", task)
+        mht_transformer(args)
+        if args.encoder_embed_dim != args.decoder_embed_dim:
+            raise ValueError("mht_transformer: the decoder reads encoder-sized drafts states: "
+                             "--encoder-embed-dim must equal --decoder-embed-dim")
+        if args.mht_context_size < 1:
+            raise ValueError("mht_transformer: --mht-context-size must be >= 1")
+        unsupported = [o for o in ("checkpoint_activations", "scale_attn", "scale_fc", "scale_heads",
+                                   "scale_resids", "cross_self_attention") if getattr(args, o, False)]
+        if unsupported:
+            raise ValueError("mht_transformer does not support " + ", ".join(
+                "--" + o.replace("_", "-") for o in unsupported))
+        model = super().build_model(args, task)
+        model.encoder.setup_context(args, task.target_dictionary)
+        model.decoder.setup_context(args)
+        sides = ["draft"]
+        if args.mht_context_sides in ("both", "source"):
+            sides.append("src")
+        if args.mht_context_sides in ("both", "target") and args.mht_target_context == "reference":
+            sides.append("ref")
+        model.declare_context(sides, args.mht_context_size)
+        model.init_sentence_encoders(args)
+        # --init-from-sentence-checkpoint: the multi-hop encoder/decoder from a sentence model
+        sentence_init.apply(model, args, "mht_transformer", is_context=cls.is_context_weight,
+                            record_as="mht_initialized_from")
+        if args.freeze_sentence_encoders:
+            for n, p in model.named_parameters():
+                if "sentence_encoder." in n:
+                    p.requires_grad_(False)
+        return model
+
+    @staticmethod
+    def is_context_weight(name: str) -> bool:
+        """Weights a sentence-level ``transformer`` does not have."""
+        return any(s in name for s in ("sentence_encoder.", ".context.", ".draft_attn"))
+
+    def init_sentence_encoders(self, args):
+        """``--src/tgt-sentence-encoder-from``: applied once (cleared in the args, the path
+        kept in ``args.mht_draft_path`` for the source one, so a checkpoint of this model
+        restores its own weights and knows the model that makes its drafts)."""
+        resume = sentence_init.restore_path(args)
+        for opt, module in (("src_sentence_encoder_from", self.encoder.src_sentence_encoder),
+                            ("tgt_sentence_encoder_from", self.encoder.tgt_sentence_encoder)):
+            path = getattr(args, opt, None)
+            if not path:
+                continue
+            flag = "--" + opt.replace("_", "-")
+            if opt == "src_sentence_encoder_from":
+                args.mht_draft_path = path
+            if resume:
+                print(f"mht_transformer: resuming from {resume}: {flag} {path} not applied again", flush=True)
+            elif module is None:
+                print(f"mht_transformer: {flag} {path} not used (no source-side context)", flush=True)
+            else:
+                which = "source" if opt.startswith("src") else "target"
+                sentence_init.load_part_weights(module, path, "encoder.", f"mht_transformer {which}-side "
+                                                "sentence encoder", flag)
+            setattr(args, opt, None)
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return MHTEncoder(TransformerConfig.from_namespace(args), src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        return MHTDecoder(TransformerConfig.from_namespace(args), tgt_dict, embed_tokens,
+                          no_encoder_attn=args.no_cross_attention)
+
+    def context_weights(self, sample):
+        """What the model weighs its context with, for every row of a batch (the panel format
+        of :mod:`fairseq_docctx.evaluation.plots`): per layer with context, the context gate
+        ``α`` of the multi-hop encoder (Eq. 5; one column per source token) and decoder (Eq.
+        10; one per target token), mean over channels: ``α`` weighs the current sentence
+        (the self-attention / draft-attention output), ``1 - α`` what the hops read. Rows
+        without a previous sentence have no gate (their row is masked)."""
+        ni = sample["net_input"]
+        was = self.training
+        self.eval()
+        enc_w, dec_w = [], []
+        try:
+            with torch.no_grad():
+                eo = self.encoder(ni["src_tokens"], src_lengths=ni["src_lengths"], context=ni.get("context"),
+                                  weights=enc_w)
+                self.decoder.extract_features_scriptable(ni["prev_output_tokens"], eo, weights=dec_w)
+        finally:
+            self.train(was)
+        panels = []
+        ctx, K = ni.get("context"), self.encoder.context_size
+        for part, layers, tokens, pad, columns, side in (
+                ("encoder", enc_w, ni["src_tokens"], self.encoder.padding_idx, "source", "src"),
+                ("decoder", dec_w, ni["prev_output_tokens"], self.decoder.padding_idx, "target", "draft")):
+            real = tokens.ne(pad)
+            # rows without a previous sentence: the gate mixes the query with itself
+            has = cb.index(ctx, side, K).ge(0).any(1, keepdim=True) if cb.has_side(ctx, side) else None
+            for n, ws in enumerate(layers):
+                for name, w in ws:
+                    if name != "gate":
+                        continue
+                    B = w.size(0)
+                    panels.append(dict(
+                        title=f"MHT {part} layer {n + 1}: context gate α (weight of the current sentence)",
+                        weights=(w * real * has).unsqueeze(1), rows=["α"], row_mask=has,
+                        columns=columns, column_mask=real, context_side=columns, normalized=False))
+        return panels
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, context=None, return_all_hiddens: bool = True,
+                features_only: bool = False, alignment_layer=None, alignment_heads=None):
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
+                                   context=context)
+        return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
+                            alignment_layer=alignment_layer, alignment_heads=alignment_heads,
+                            src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
+
+
+@register_model_architecture("mht_transformer", "mht_transformer")
+def mht_transformer(args):
+    """Paper defaults (Zhang et al. 2021, §4.3): Transformer base (6+6 layers, 512/2048, 8
+    heads, dropout 0.1), multi-hop context on both sides, left to right, drafts as training
+    target context; K (the paper's 3) is the task's ``--context-size`` unless
+    ``--mht-context-size`` says otherwise."""
+    base_architecture(args)
+    set_defaults(args, mht_context_size=None, mht_context_sides="both", mht_context_module="multi-hop",
+                 mht_direction="l2r", mht_target_context="draft", src_sentence_encoder_from=None,
+                 tgt_sentence_encoder_from=None, freeze_sentence_encoders=False, mht_draft_path=None)
+    sentence_init.set_defaults(args)

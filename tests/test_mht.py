@@ -1,0 +1,280 @@
+"""mht_transformer (Zhang et al. 2021): incremental decoding is exact, every ablation flag
+changes the computation the way the paper describes it, rows without context work, the
+sentence encoders are initialised from sentence-level checkpoints, and fairseq-generate
+decodes a trained model."""
+import argparse
+
+import pytest
+import torch
+from fairseq.models.transformer import base_architecture
+
+from conftest import REPO, TINY_MODEL, run, toy_dictionary
+from fairseq_docctx.data import context_batch as cb
+from fairseq_docctx.models.mht_transformer import MHTTransformerModel, mht_transformer
+
+MODULES = ["multi-hop", "concat", "hierarchical"]
+
+
+def _model(seed=0, **flags):
+    d = toy_dictionary()
+
+    class Task:
+        source_dictionary = target_dictionary = d
+        cfg = argparse.Namespace(context_size=3, context_sides="src,ref,draft")
+
+    args = argparse.Namespace(
+        encoder_layers=2, decoder_layers=2, encoder_embed_dim=16, decoder_embed_dim=16,
+        encoder_ffn_embed_dim=32, decoder_ffn_embed_dim=32, encoder_attention_heads=2,
+        decoder_attention_heads=2, dropout=0.0, share_all_embeddings=True,
+        max_source_positions=256, max_target_positions=256, **flags)
+    base_architecture(args)
+    mht_transformer(args)
+    torch.manual_seed(seed)
+    return MHTTransformerModel.build_model(args, Task()).eval(), d
+
+
+def _sentences(g, n, eos, lo=2, hi=7):
+    return [torch.randint(5, 35, (int(torch.randint(lo, hi, (1,), generator=g)),), generator=g).tolist() + [eos]
+            for _ in range(n)]
+
+
+def _table(rows, pad, left=False):
+    w = max(len(r) for r in rows)
+    t = torch.full((len(rows), w), pad)
+    for i, r in enumerate(rows):
+        if left:
+            t[i, w - len(r):] = torch.tensor(r)
+        else:
+            t[i, : len(r)] = torch.tensor(r)
+    return t, torch.tensor([len(r) for r in rows])
+
+
+def _batch(d, seed=1):
+    """Five rows of two documents (lengths 3 and 2, K=3): the src, draft and ref tables hold
+    each sentence once; rows 0 and 3 are first sentences (no context)."""
+    g = torch.Generator().manual_seed(seed)
+    eos, pad = d.eos(), d.pad()
+    src, drafts, refs = (_sentences(g, 5, eos) for _ in range(3))
+    index = torch.tensor([[-1, -1, -1], [0, -1, -1], [1, 0, -1], [-1, -1, -1], [3, -1, -1]])
+    self_rows = torch.arange(5)
+    ctx = cb.new_context(index.clone())
+    cb.add_table(ctx, "src", *_table(src, pad, left=True), index, self_rows)
+    cb.add_table(ctx, "draft", *_table(drafts, pad), index, self_rows)
+    cb.add_table(ctx, "ref", *_table(refs, pad), index, self_rows)
+    src_tokens, src_lengths = _table(src, pad, left=True)
+    prev = torch.randint(5, 35, (5, 6), generator=g)
+    prev[:, 0] = eos
+    return src_tokens, src_lengths, prev, ctx
+
+
+def _forward(model, batch, ctx=None):
+    src, lengths, prev, c = batch
+    with torch.no_grad():
+        return model(src, lengths, prev, context=ctx if ctx is not None else c)[0]
+
+
+def _perturbed(ctx, side, d, rows):
+    """``ctx`` with the words of table rows ``rows`` of ``side`` replaced."""
+    new = dict(ctx)
+    t = ctx[f"{side}_tokens"].clone()
+    for r in rows:
+        words = t[r].ne(d.pad()) & t[r].ne(d.eos())
+        t[r][words] = (t[r][words] - 5 + 7) % 30 + 5
+    new[f"{side}_tokens"] = t
+    return new
+
+
+CONTEXT_ROWS = [0, 1, 3]  # sentences that are context of a later row (self rows of 0, 1, 3)
+
+
+def _changed(a, b):
+    return (a - b).abs().flatten(1).max(1).values > 1e-5
+
+
+@pytest.mark.parametrize("sides,src_used,draft_used", [
+    ("both", True, True), ("source", True, False), ("target", False, True), ("none", False, False)])
+def test_context_sides_flag(sides, src_used, draft_used):
+    """--mht-context-sides (Table 4): the source hops read the previous source sentences, the
+    target hops the previous drafts; with ``none`` only the current draft is read. Rows
+    without context (0 and 3) never change."""
+    model, d = _model(mht_context_sides=sides)
+    batch = _batch(d)
+    ctx = batch[3]
+    base = _forward(model, batch)
+    assert torch.isfinite(base).all()
+    has_ctx = torch.tensor([False, True, True, False, True])
+    for side, used in (("src", src_used), ("draft", draft_used)):
+        # the words of sentences that are only context of other rows (never the row's own)
+        out = _forward(model, batch, _perturbed(ctx, side, d, CONTEXT_ROWS))
+        changed = _changed(out, base)
+        if side == "draft":  # rows 0, 1 and 3 read their own draft: perturbed too
+            changed[[0, 1, 3]] = False
+        assert not changed[~has_ctx].any()
+        assert changed[has_ctx & torch.tensor([False, False, True, False, True])].all() == used, (side, changed)
+    # the current sentence's draft is always read (draft attention, Eq. 7)
+    out = _forward(model, batch, _perturbed(ctx, "draft", d, [4]))
+    assert _changed(out, base)[4]
+
+
+def test_direction_flag_reverses_the_hops():
+    """--mht-direction (Table 3), same weights: rows with two or more previous sentences
+    change, rows with at most one do not."""
+    l2r, d = _model(mht_direction="l2r")
+    r2l, _ = _model(mht_direction="r2l")
+    r2l.load_state_dict(l2r.state_dict())
+    batch = _batch(d)
+    changed = _changed(_forward(l2r, batch), _forward(r2l, batch))
+    assert changed.tolist() == [False, False, True, False, False]
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_context_module_flag(module):
+    """--mht-context-module (Table 2): each module reads the previous source sentences and
+    drafts; the modules differ from each other."""
+    model, d = _model(mht_context_module=module)
+    batch = _batch(d)
+    base = _forward(model, batch)
+    for side in ("src", "draft"):
+        changed = _changed(_forward(model, batch, _perturbed(batch[3], side, d, [0, 1])), base)
+        assert changed[2] and not changed[3]
+    others = [m for m in MODULES if m != module]
+    for other in others:
+        m2, _ = _model(mht_context_module=other)
+        shared = {k: v for k, v in model.state_dict().items() if k in m2.state_dict()}
+        m2.load_state_dict(shared, strict=False)
+        assert _changed(_forward(m2, batch), base)[[1, 2, 4]].all()
+
+
+def test_reference_target_context_in_training_drafts_at_inference():
+    """--mht-target-context reference (Table 5): in training the target hops read the
+    references of the previous sentences; in evaluation (and decoding) their drafts."""
+    model, d = _model(mht_target_context="reference")
+    assert model.context_sides == ("src", "draft", "ref") or set(model.context_sides) == {"src", "draft", "ref"}
+    batch = _batch(d)
+    ctx = batch[3]
+    for mode, ref_used in (("train", True), ("eval", False)):
+        getattr(model, mode)()
+        with torch.random.fork_rng():
+            base = _forward(model, batch)
+            ref = _forward(model, batch, _perturbed(ctx, "ref", d, CONTEXT_ROWS))
+            draft = _forward(model, batch, _perturbed(ctx, "draft", d, [0]))  # context of rows 1, 2
+        assert bool(_changed(ref, base)[2]) == ref_used
+        assert bool(_changed(draft, base)[2]) == (not ref_used)
+    draft_model, _ = _model(mht_target_context="draft")
+    assert "ref" not in draft_model.context_sides
+
+
+@pytest.mark.parametrize("module", MODULES)
+@pytest.mark.parametrize("sides", ["both", "none"])
+def test_incremental_decoding_equals_full_run_under_beam_reordering(module, sides):
+    """Beam 2, step by step from fairseq's incremental state with beam search's reorderings
+    (rows redrawn among the beams of their sentence; sentence 1 leaves the batch at step 3):
+    each step's output equals the full teacher-forced run's."""
+    model, d = _model(mht_context_module=module, mht_context_sides=sides, seed=3)
+    src, lengths, prev, ctx = _batch(d)
+    B, T = prev.shape
+    with torch.no_grad():
+        full = model(src, lengths, prev, context=ctx)[0]
+        enc = model.encoder(src, src_lengths=lengths, context=ctx)
+        sent = torch.arange(B).repeat_interleave(2)  # row -> sentence (2 beams each)
+        enc = model.encoder.reorder_encoder_out(enc, sent)
+        state = {}
+        g = torch.Generator().manual_seed(0)
+        for t in range(T):
+            if t > 0:
+                # each row takes the state of a random beam of its own sentence
+                order = sent * 2 + torch.randint(0, 2, sent.shape, generator=g)
+                pos = {int(s): i for i, s in enumerate(torch.unique(sent))}
+                order = torch.tensor([2 * pos[int(s)] + int(o % 2) for s, o in zip(sent, order)])
+                if t == 3:  # sentence 1 finishes
+                    keep = (sent != 1).nonzero().squeeze(1)
+                    order, sent = order[keep], sent[keep]
+                model.decoder.reorder_incremental_state_scripting(state, order)
+                enc = model.encoder.reorder_encoder_out(enc, order)
+            out = model.decoder(prev[sent, : t + 1], encoder_out=enc, incremental_state=state)[0]
+            assert torch.allclose(out[:, -1], full[sent, t], atol=1e-5), (module, sides, t)
+
+
+# ------------------------------------------------------------------ with fairseq-train
+@pytest.fixture(scope="module")
+def mht_bin(toy_bin, tmp_path_factory):
+    """The toy data with drafts that differ from the references (the reference with its
+    first word dropped), written as docctx-drafts writes them."""
+    import shutil
+
+    from fairseq.data import data_utils, indexed_dataset
+    from fairseq.data.dictionary import Dictionary
+
+    dest = tmp_path_factory.mktemp("mht") / "bin"
+    shutil.copytree(toy_bin, dest)
+    d = Dictionary.load(str(dest / "dict.tgt.txt"))
+    for split in ("train", "valid", "test"):
+        tgt = data_utils.load_indexed_dataset(str(dest / f"{split}.src-tgt.tgt"), d)
+        out = str(dest / f"{split}.src-tgt.draft")
+        b = indexed_dataset.make_builder(out + ".bin", impl="mmap", vocab_size=len(d))
+        for i in range(len(tgt)):
+            t = tgt[i]
+            b.add_item(t[1:] if len(t) > 2 else t)
+        b.finalize(out + ".idx")
+    return dest
+
+
+def _train(data, save, *extra, arch="mht_transformer", epochs=4):
+    return run(["fairseq-train", data, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
+                "--arch", arch, *TINY_MODEL, "--max-tokens", "600", "--max-epoch", str(epochs),
+                "--no-epoch-checkpoints", "--save-dir", save, *extra])
+
+
+@pytest.fixture(scope="module")
+def sentence_ckpts(mht_bin, tmp_path_factory):
+    """Tiny src->tgt and tgt->src sentence-level transformers on the toy data."""
+    out = {}
+    for name, pair in (("fwd", ["-s", "src", "-t", "tgt"]), ("bwd", ["-s", "tgt", "-t", "src"])):
+        save = tmp_path_factory.mktemp(name)
+        _train(mht_bin, save, "--context-size", "0", *pair, arch="transformer", epochs=2)
+        out[name] = save / "checkpoint_last.pt"
+    return out
+
+
+def test_sentence_encoders_initialised_and_frozen(mht_bin, sentence_ckpts, tmp_path):
+    """--src/tgt-sentence-encoder-from copy the encoders of the src->tgt and tgt->src
+    checkpoints (printed report; tensors equal); --freeze-sentence-encoders keeps them
+    through training; the src->tgt checkpoint is recorded as the model's draft maker."""
+    from fairseq import checkpoint_utils
+
+    p = _train(mht_bin, tmp_path, "--context-size", "2", "--context-sides", "src,draft",
+               "--src-sentence-encoder-from", sentence_ckpts["fwd"],
+               "--tgt-sentence-encoder-from", sentence_ckpts["bwd"], "--freeze-sentence-encoders", epochs=1)
+    assert "source-side sentence encoder: initialised from the encoder of" in p.stdout
+    assert "target-side sentence encoder: initialised from the encoder of" in p.stdout
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "checkpoint_last.pt"))
+    mht = state["model"]
+    args = state["cfg"]["model"]
+    assert args.mht_draft_path == str(sentence_ckpts["fwd"]) and args.src_sentence_encoder_from is None
+    # frozen through training: still the sentence models' tensors
+    for name, side in (("fwd", "src"), ("bwd", "tgt")):
+        sent = checkpoint_utils.load_checkpoint_to_cpu(str(sentence_ckpts[name]))["model"]
+        keys = [k for k in sent if k.startswith("encoder.") and "version" not in k and "_float_tensor" not in k]
+        assert len(keys) > 10
+        for k in keys:
+            mk = f"encoder.{side}_sentence_encoder." + k[len("encoder."):]
+            assert torch.equal(mht[mk], sent[k]), mk
+
+
+def test_trained_model_generates_every_sentence_once(mht_bin, tmp_path):
+    """fairseq-generate with beam 4 and length-sorted batches (no document order) returns
+    every test sentence exactly once; the loss falls."""
+    p = _train(mht_bin, tmp_path, "--context-size", "2", "--context-sides", "src,draft", epochs=6)
+    losses = [float(l.split(" loss ")[1].split(" ")[0]) for l in p.stdout.splitlines()
+              if "| train |" in l and "train_wall" in l]
+    assert losses[-1] < losses[0]
+    g = run(["fairseq-generate", mht_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
+             "--path", tmp_path / "checkpoint_last.pt", "--beam", "4", "--batch-size", "7",
+             "--required-batch-size-multiple", "1", "--gen-subset", "test", "--cpu"])
+    ids = sorted(int(l.split("\t")[0][2:]) for l in g.stdout.splitlines() if l.startswith("H-"))
+    from fairseq.data import data_utils
+    from fairseq.data.dictionary import Dictionary
+
+    src = data_utils.load_indexed_dataset(str(mht_bin / "test.src-tgt.src"), Dictionary.load(str(mht_bin / "dict.src.txt")))
+    assert ids == list(range(len(src)))
+    assert "document order" not in g.stderr

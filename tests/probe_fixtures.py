@@ -74,3 +74,16 @@ def han_decoder_model(probe, tmp_path_factory):
     context (``--target-context hypothesis``, the task's default)."""
     train_args, task_args = han_args("decoder")
     return dict(_train(probe, tmp_path_factory, "han_dec", "han_transformer", train_args), task_args=task_args)
+
+
+@pytest.fixture(scope="session")
+def mht_model(probe, sentence_model, tmp_path_factory):
+    """mht_transformer (paper defaults at the probe's tiny size: both sides, multi-hop, K=2):
+    drafts of the train and test splits by the sentence-level model (greedy), the source-side
+    sentence encoder initialised from its encoder."""
+    from fairseq_docctx.data.drafts import make_drafts
+
+    make_drafts(probe["data_bin"], sentence_model["checkpoint"], splits=("train", "test"), beam=1,
+                max_tokens=4000, cpu=True)
+    return _train(probe, tmp_path_factory, "mht", "mht_transformer", K + [
+        "--context-sides", "src,draft", "--src-sentence-encoder-from", sentence_model["checkpoint"]])

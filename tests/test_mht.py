@@ -236,21 +236,29 @@ def sentence_ckpts(mht_bin, tmp_path_factory):
     return out
 
 
-def test_sentence_encoders_initialised_and_frozen(mht_bin, sentence_ckpts, tmp_path):
+@pytest.fixture(scope="module")
+def mht_init(mht_bin, sentence_ckpts, tmp_path_factory):
+    """MHT trained with both sentence encoders initialised and frozen."""
+    save = tmp_path_factory.mktemp("mht_init")
+    p = _train(mht_bin, save, "--context-size", "2", "--context-sides", "src,draft",
+               "--src-sentence-encoder-from", sentence_ckpts["fwd"],
+               "--tgt-sentence-encoder-from", sentence_ckpts["bwd"], "--freeze-sentence-encoders", epochs=3)
+    return save / "checkpoint_last.pt", p.stdout
+
+
+def test_sentence_encoders_initialised_and_frozen(mht_init, sentence_ckpts):
     """--src/tgt-sentence-encoder-from copy the encoders of the src->tgt and tgt->src
     checkpoints (printed report; tensors equal); --freeze-sentence-encoders keeps them
     through training; the src->tgt checkpoint is recorded as the model's draft maker."""
     from fairseq import checkpoint_utils
 
-    p = _train(mht_bin, tmp_path, "--context-size", "2", "--context-sides", "src,draft",
-               "--src-sentence-encoder-from", sentence_ckpts["fwd"],
-               "--tgt-sentence-encoder-from", sentence_ckpts["bwd"], "--freeze-sentence-encoders", epochs=1)
-    assert "source-side sentence encoder: initialised from the encoder of" in p.stdout
-    assert "target-side sentence encoder: initialised from the encoder of" in p.stdout
-    state = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "checkpoint_last.pt"))
+    ckpt, log = mht_init
+    assert "source-side sentence encoder: initialised from the encoder of" in log
+    assert "target-side sentence encoder: initialised from the encoder of" in log
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(ckpt))
     mht = state["model"]
     args = state["cfg"]["model"]
-    assert args.mht_draft_path == str(sentence_ckpts["fwd"]) and args.src_sentence_encoder_from is None
+    assert args.draft_path == str(sentence_ckpts["fwd"]) and args.src_sentence_encoder_from is None
     # frozen through training: still the sentence models' tensors
     for name, side in (("fwd", "src"), ("bwd", "tgt")):
         sent = checkpoint_utils.load_checkpoint_to_cpu(str(sentence_ckpts[name]))["model"]
@@ -278,3 +286,43 @@ def test_trained_model_generates_every_sentence_once(mht_bin, tmp_path):
     src = data_utils.load_indexed_dataset(str(mht_bin / "test.src-tgt.src"), Dictionary.load(str(mht_bin / "dict.src.txt")))
     assert ids == list(range(len(src)))
     assert "document order" not in g.stderr
+
+
+def test_docctx_translate_makes_drafts_on_the_fly(mht_init, mht_bin, sentence_ckpts, tmp_path):
+    """Raw documents in, translations out in one command: docctx-translate (and the hub)
+    translate every sentence with the draft model the checkpoint records, then decode; the
+    result equals fairseq-generate's on the binarized split whose drafts docctx-drafts made
+    with the same model and beam. A model that records no draft model needs --draft-path."""
+    import shutil
+
+    from fairseq_docctx.data.drafts import make_drafts
+
+    ckpt, _ = mht_init
+    data = tmp_path / "bin"
+    shutil.copytree(mht_bin, data)
+    make_drafts(str(data), str(sentence_ckpts["fwd"]), splits=("test",), beam=2, batch_size=8, cpu=True)
+    g = run(["fairseq-generate", data, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
+             "--path", ckpt, "--beam", "3", "--batch-size", "8", "--required-batch-size-multiple", "1",
+             "--gen-subset", "test", "--cpu"])
+    expected = dict(sorted((int(l.split("\t")[0][2:]), l.split("\t")[2]) for l in g.stdout.splitlines()
+                           if l.startswith("H-")))
+    src = tmp_path / "test.txt"
+    from fairseq.data import data_utils
+    from fairseq.data.dictionary import Dictionary
+
+    d = Dictionary.load(str(data / "dict.src.txt"))
+    lines = [d.string(t) for t in data_utils.load_indexed_dataset(str(data / "test.src-tgt.src"), d)]
+    docs = [l.split("\t")[0] for l in (data / "test.src-tgt.docs").read_text().splitlines()]
+    sizes = [int(l.split("\t")[1]) for l in (data / "test.src-tgt.docs").read_text().splitlines()]
+    src.write_text("\n".join(lines) + "\n")
+    (tmp_path / "test.docids").write_text("".join(f"{doc}\n" * n for doc, n in zip(docs, sizes)))
+    out = tmp_path / "out.txt"
+    run(["docctx-translate", src, "--path", ckpt, "--data", data, "--input-format", "docids",
+         "--docids", tmp_path / "test.docids", "--beam", "3", "--draft-beam", "2", "--batch-size", "8", "--cpu", "--quiet", "-o", out])
+    assert out.read_text().splitlines() == [expected[i] for i in range(len(lines))]
+    # without a recorded draft model: one line, exit 2
+    bare = tmp_path / "bare"
+    _train(mht_bin, bare, "--context-size", "2", "--context-sides", "src,draft", epochs=1)
+    p = run(["docctx-translate", src, "--path", bare / "checkpoint_last.pt", "--data", data,
+             "--input-format", "docids", "--docids", tmp_path / "test.docids", "--cpu", "--quiet"], check=False)
+    assert p.returncode == 2 and "--draft-path" in p.stderr and len(p.stderr.strip().splitlines()) == 1

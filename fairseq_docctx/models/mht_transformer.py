@@ -412,7 +412,7 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
 
     def init_sentence_encoders(self, args):
         """``--src/tgt-sentence-encoder-from``: applied once (cleared in the args, the path
-        kept in ``args.mht_draft_path`` for the source one, so a checkpoint of this model
+        kept in ``args.draft_path`` for the source one, so a checkpoint of this model
         restores its own weights and knows the model that makes its drafts)."""
         resume = sentence_init.restore_path(args)
         for opt, module in (("src_sentence_encoder_from", self.encoder.src_sentence_encoder),
@@ -422,7 +422,7 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
                 continue
             flag = "--" + opt.replace("_", "-")
             if opt == "src_sentence_encoder_from":
-                args.mht_draft_path = path
+                args.draft_path = path
             if resume:
                 print(f"mht_transformer: resuming from {resume}: {flag} {path} not applied again", flush=True)
             elif module is None:
@@ -497,5 +497,5 @@ def mht_transformer(args):
     base_architecture(args)
     set_defaults(args, mht_context_size=None, mht_context_sides="both", mht_context_module="multi-hop",
                  mht_direction="l2r", mht_target_context="draft", src_sentence_encoder_from=None,
-                 tgt_sentence_encoder_from=None, freeze_sentence_encoders=False, mht_draft_path=None)
+                 tgt_sentence_encoder_from=None, freeze_sentence_encoders=False, draft_path=None)
     sentence_init.set_defaults(args)

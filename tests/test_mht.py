@@ -69,8 +69,8 @@ def _batch(d, seed=1):
 
 def _forward(model, batch, ctx=None):
     src, lengths, prev, c = batch
-    with torch.no_grad():
-        return model(src, lengths, prev, context=ctx if ctx is not None else c)[0]
+    with torch.no_grad():  # [B, T, V] (unpacked in training mode)
+        return model.unpack_logits(model(src, lengths, prev, context=ctx if ctx is not None else c))
 
 
 def _perturbed(ctx, side, d, rows):
@@ -162,6 +162,34 @@ def test_reference_target_context_in_training_drafts_at_inference():
         assert bool(_changed(draft, base)[2]) == (not ref_used)
     draft_model, _ = _model(mht_target_context="draft")
     assert "ref" not in draft_model.context_sides
+
+
+def test_training_runs_rows_in_length_groups_exactly():
+    """In training the encoder and the decoder run the rows in groups of similar length and
+    the output holds the real target positions only: the same logits as one padded pass."""
+    model, d = _model(seed=5)
+    g = torch.Generator().manual_seed(2)
+    eos, pad = d.eos(), d.pad()
+    B = 12
+    src_rows = [torch.randint(5, 35, (n,), generator=g).tolist() + [eos] for n in [2, 40, 3, 35, 4, 2] * 2]
+    tgt_rows = [torch.randint(5, 35, (n,), generator=g).tolist() + [eos] for n in [30, 2, 3, 40, 2, 5] * 2]
+    src, lengths = _table(src_rows, pad, left=True)
+    target, _ = _table(tgt_rows, pad)
+    prev = target.roll(1, 1)
+    prev[:, 0] = eos
+    prev[target.eq(pad)] = pad
+    index = torch.tensor([[-1, -1, -1]] + [[i - 1, i - 2 if i > 1 else -1, -1] for i in range(1, B)])
+    ctx = cb.new_context(index.clone())
+    cb.add_table(ctx, "src", src, lengths, index, torch.arange(B))
+    cb.add_table(ctx, "draft", target, target.ne(pad).sum(1), index, torch.arange(B))
+    with torch.no_grad():
+        full = model(src, lengths, prev, context=ctx)[0]
+        model.train()
+        packed = model(src, lengths, prev, context=ctx)
+    real = target.ne(pad)
+    assert packed[0].shape == (1, int(real.sum()), full.size(-1))
+    torch.testing.assert_close(packed[0][0], full[real], atol=1e-4, rtol=1e-4)
+    assert torch.equal(model.get_targets({"target": target}, packed)[0], target[real])
 
 
 @pytest.mark.parametrize("module", MODULES)

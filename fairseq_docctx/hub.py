@@ -265,8 +265,10 @@ class DocumentHubInterface(GeneratorHubInterface):
         if self.reads_drafts:
             side_data["draft"] = _Sentences(self.make_drafts(flat, beam=draft_beam, batch_size=batch_size,
                                                              max_tokens=max_tokens))
-        dataset = DocumentPairDataset(pair, doc_index, cfg.context_size, cfg.context_sides,
-                                      shuffle=False, position_major=True, side_data=side_data)
+        # document order only where the model reads its own previous translations
+        dataset = DocumentPairDataset(pair, doc_index, cfg.context_size, cfg.context_sides, shuffle=False,
+                                      position_major=bool(getattr(self.task, "hypothesis_context", True)),
+                                      side_data=side_data)
         gen_args = copy.deepcopy(self.cfg.generation)
         with open_dict(gen_args):
             gen_args.beam = beam

@@ -21,7 +21,8 @@
 # Settings (environment variables, defaults in brackets):
 #   DATA_BIN (required)  WORK [mht-work]  FRESH [0]
 #   SRC, TGT [the data directory's languages, from its docctx.json]
-#   CONTEXT_SIZE [3]  MHT_ARGS [''; e.g. '--mht-direction r2l' or '--mht-context-sides source']
+#   CONTEXT_SIZE [3]  CONTEXT_SIDES [src,draft; src,ref,draft with --mht-target-context reference]
+#   MHT_ARGS [''; e.g. '--mht-direction r2l' or '--mht-context-sides source']
 #   model (all four): LAYERS [6] DIM [512] FFN [2048] HEADS [8] DROPOUT [0.1]
 #   optimisation: LR [5e-4] WARMUP [4000] MAX_TOKENS [4096] MAX_UPDATE [100000 sentence models,
 #     MHT_MAX_UPDATE for MHT, default MAX_UPDATE] PATIENCE [10; validation loss, 0 = off]
@@ -36,6 +37,7 @@ set -euo pipefail
 WORK=${WORK:-mht-work}
 FRESH=${FRESH:-0}
 CONTEXT_SIZE=${CONTEXT_SIZE:-3}
+CONTEXT_SIDES=${CONTEXT_SIDES:-src,draft}
 MHT_ARGS=${MHT_ARGS:-}
 LAYERS=${LAYERS:-6}
 DIM=${DIM:-512}
@@ -129,7 +131,7 @@ fi
 # (4) the Multi-Hop Transformer, its sentence encoders from (1) and (2)
 # shellcheck disable=SC2206
 MHT=($MHT_ARGS)
-train mht "$MHT_MAX_UPDATE" --context-size "$CONTEXT_SIZE" --context-sides src,draft --arch mht_transformer \
+train mht "$MHT_MAX_UPDATE" --context-size "$CONTEXT_SIZE" --context-sides "$CONTEXT_SIDES" --arch mht_transformer \
   -s "$SRC" -t "$TGT" --src-sentence-encoder-from "$WORK/fwd/checkpoint_best.pt" \
   --tgt-sentence-encoder-from "$WORK/bwd/checkpoint_best.pt" "${MHT[@]}"
 

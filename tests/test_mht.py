@@ -354,3 +354,25 @@ def test_docctx_translate_makes_drafts_on_the_fly(mht_init, mht_bin, sentence_ck
     p = run(["docctx-translate", src, "--path", bare / "checkpoint_last.pt", "--data", data,
              "--input-format", "docids", "--docids", tmp_path / "test.docids", "--cpu", "--quiet"], check=False)
     assert p.returncode == 2 and "--draft-path" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_a_batch_of_first_sentences(module):
+    """Sentences without any previous sentence (a batch of document starts): no hop runs,
+    the output equals that of the same rows with context elsewhere in the batch, and beam
+    search's incremental path agrees."""
+    model, d = _model(mht_context_module=module)
+    src, lengths, prev, ctx = _batch(d)
+    rows = torch.tensor([0, 3])
+    sub = cb.select_rows(ctx, rows)
+    with torch.no_grad():
+        alone = model(src[rows], lengths[rows], prev[rows], context=sub)[0]
+        full = model(src, lengths, prev, context=ctx)[0]
+        enc = model.encoder(src[rows], src_lengths=lengths[rows], context=sub)
+        assert (enc["mht_tgt_index"][0] < 0).all()  # nothing to hop over
+        state, steps = {}, []
+        for t in range(prev.size(1)):
+            steps.append(model.decoder(prev[rows, : t + 1], encoder_out=enc, incremental_state=state)[0][:, -1])
+    assert torch.isfinite(alone).all()
+    torch.testing.assert_close(alone, full[rows], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.stack(steps, 1), alone, atol=1e-5, rtol=1e-5)

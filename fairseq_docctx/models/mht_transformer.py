@@ -62,6 +62,7 @@ from torch import Tensor
 from ..data import context_batch as cb
 from ..data import drafts  # noqa: F401  (declares the draft side)
 from ..modules import table_encoder
+from ..modules.decoder_input import embed_decoder_input
 from ..modules.masks import BoolFutureMask
 from ..modules.multi_hop import CONTEXT_MODULES, DIRECTIONS, ContextHops, attend_rows, _static_attention
 from . import sentence_init
@@ -316,16 +317,7 @@ class MHTDecoder(BoolFutureMask, TransformerDecoderBase):
         if incremental_state is not None:
             prev_output_tokens = prev_output_tokens[:, -1:]
             positions = positions[:, -1:] if positions is not None else None
-        x = self.embed_scale * self.embed_tokens(prev_output_tokens.contiguous())
-        if self.quant_noise is not None:
-            x = self.quant_noise(x)
-        if self.project_in_dim is not None:
-            x = self.project_in_dim(x)
-        if positions is not None:
-            x = x + positions
-        if self.layernorm_embedding is not None:
-            x = self.layernorm_embedding(x)
-        x = self.dropout_module(x).transpose(0, 1)
+        x = embed_decoder_input(self, prev_output_tokens.contiguous(), positions)
         self_pad = prev_output_tokens.eq(self.padding_idx)
         self_pad = self_pad if bool(self_pad.any()) else None
         ds, dpad, dself = (encoder_out["mht_draft_states"], encoder_out["mht_draft_pad"][0],

@@ -9,9 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 
 from conftest import REPO, TINY_MODEL, run, venv_env
 

@@ -30,7 +30,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -432,8 +432,6 @@ def make_drafts(data_dir: str, checkpoint: str, splits: Optional[Sequence[str]] 
     """
     from fairseq.data import data_utils
 
-    from .. import hub
-
     data_dir = os.fspath(data_dir)
     if not os.path.isdir(data_dir):
         raise DraftsError(f"{data_dir}: no such data directory")
@@ -441,8 +439,6 @@ def make_drafts(data_dir: str, checkpoint: str, splits: Optional[Sequence[str]] 
         raise DraftsError("give --max-tokens or --batch-size, not both")
     if chunk_sentences < 1:
         raise DraftsError("chunk_sentences must be >= 1")
-    if not os.path.isfile(os.fspath(checkpoint)):
-        raise hub.CheckpointError(f"{checkpoint}: no such checkpoint file")
     if splits is None:
         splits = mf.split_names(data_dir) or DEFAULT_SPLITS
     splits = list(dict.fromkeys(splits))

@@ -91,11 +91,18 @@ def test_drafts_equal_fairseq_generate(data, sent_ckpt, made):
     assert len({tuple(x) for x in drafts}) > len(drafts) // 2  # real translations, not one string
 
 
-def test_finished_split_is_skipped_and_other_settings_remake_it(data, sent_ckpt, made):
+def test_finished_split_is_skipped_and_other_settings_remake_it(data, sent_ckpt, made, tmp_path):
     notes = []
     again = make_drafts(data, sent_ckpt, splits=["valid"], beam=4, batch_size=8, cpu=True, log=notes.append)
     assert again[0].skipped and again[0].translated == 0
     assert any("already made" in n for n in notes)
+    d = tmp_path / "bin"
+    shutil.copytree(data, d)  # with its drafts
+    notes = []
+    other = make_drafts(d, sent_ckpt, splits=["valid"], beam=1, batch_size=8, cpu=True, log=notes.append)
+    assert not other[0].skipped and other[0].translated == other[0].sentences
+    assert any("other settings or data: making them again" in n for n in notes)
+    assert mf.drafts_record(d, "valid").beam == 1
 
 
 def _task(data, sides="src,draft", k=2):

@@ -16,7 +16,8 @@ from conftest import REPO, TINY_MODEL, run, venv_env
 import fairseq_docctx  # noqa: F401  (declares the draft side)
 from fairseq_docctx.data import context_batch as cb
 from fairseq_docctx.data import manifest as mf
-from fairseq_docctx.data.drafts import DraftsError, draft_prefix, make_drafts
+from fairseq_docctx.data.drafts import (DraftSentences, DraftsError, draft_prefix, load_draft_translator,
+                                        make_drafts)
 
 BATCH = ["--beam", "4", "--batch-size", "8"]
 
@@ -89,6 +90,31 @@ def test_drafts_equal_fairseq_generate(data, sent_ckpt, made):
     assert sorted(hyp) == list(range(len(drafts)))
     assert [hyp[i] for i in range(len(drafts))] == drafts
     assert len({tuple(x) for x in drafts}) > len(drafts) // 2  # real translations, not one string
+
+
+def test_drafts_on_the_fly_equal_the_files(data, sent_ckpt, made):
+    """What the hub does for raw input: translate binarized sentences, hand them to a
+    document dataset as the draft side."""
+    from fairseq.data import LanguagePairDataset
+    from fairseq.data.indexed_dataset import MMapIndexedDataset
+
+    from fairseq_docctx.data.doc_index import DocIndex, doc_index_path
+    from fairseq_docctx.data.document_dataset import DocumentPairDataset
+
+    tr = load_draft_translator(sent_ckpt, data, beam=4, cpu=True)
+    src = MMapIndexedDataset(str(data / "valid.src-tgt.src"))
+    sents = [src[i] for i in range(len(src))]
+    drafts = tr.translate(sents, batch_size=8)
+    assert [d.tolist() for d in drafts] == _drafts(data, "valid")
+    pair = LanguagePairDataset(sents, [len(s) for s in sents], tr.source_dictionary,
+                               tgt_dict=tr.target_dictionary, shuffle=False)
+    docs = DocIndex.read(doc_index_path(str(data), "valid", "src", "tgt"))
+    ds = DocumentPairDataset(pair, docs, 1, "src,draft", shuffle=False,
+                             side_data={"draft": DraftSentences(drafts)})
+    batch = ds.collater([ds[i] for i in range(len(ds))])
+    t = cb.table(cb.get_context(batch), "draft")
+    for b, i in enumerate(batch["id"].tolist()):
+        assert t.tokens[t.self_rows[b]][: len(drafts[i])].tolist() == drafts[i].tolist()
 
 
 def test_finished_split_is_skipped_and_other_settings_remake_it(data, sent_ckpt, made, tmp_path):

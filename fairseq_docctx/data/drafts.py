@@ -204,6 +204,22 @@ class DraftTranslator:
         return out
 
 
+class DraftSentences:
+    """Drafts held in memory as a context side's sentences (an indexable of token tensors
+    with a ``sizes`` array), e.g. those :meth:`DraftTranslator.translate` made on the fly
+    for raw input: ``DocumentPairDataset(..., side_data={"draft": DraftSentences(drafts)})``."""
+
+    def __init__(self, drafts: Sequence[torch.Tensor]):
+        self.drafts = [torch.as_tensor(d).long() for d in drafts]
+        self.sizes = np.array([len(d) for d in self.drafts], dtype=np.int64)
+
+    def __len__(self):
+        return len(self.drafts)
+
+    def __getitem__(self, i):
+        return self.drafts[i]
+
+
 def checkpoint_sha1(path: str) -> str:
     h = hashlib.sha1()
     with open(path, "rb") as f:
@@ -531,6 +547,6 @@ def make_drafts(data_dir: str, checkpoint: str, splits: Optional[Sequence[str]] 
 
 
 __all__ = [
-    "DRAFT_SIDE", "DraftsError", "DraftTranslator", "DraftsResult", "draft_prefix",
+    "DRAFT_SIDE", "DraftsError", "DraftTranslator", "DraftSentences", "DraftsResult", "draft_prefix",
     "drafts_exist", "load_drafts", "load_draft_translator", "make_drafts",
 ]

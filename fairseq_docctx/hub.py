@@ -158,26 +158,16 @@ def check_dictionaries(path: str, state: dict, task, data: str, trained_on: Opti
             raise CheckpointError(msg.format(opt="data"), msg.format(opt="--data"))
 
 
-class _Sentences(list):
-    """Token tensors of a context side made on the fly (e.g. drafts), with their ``sizes``."""
-
-    @property
-    def sizes(self):
-        import numpy as np
-
-        return np.array([t.numel() for t in self], dtype=np.int64)
-
-
 class DocumentHubInterface(GeneratorHubInterface):
     """fairseq's hub interface plus :meth:`translate_document` / :meth:`translate_documents`.
 
     A model that reads the ``draft`` context side (``mht_transformer``) gets the drafts of
-    raw input from ``drafter``, the hub of a sentence-level src->tgt checkpoint
-    (:func:`from_pretrained`'s ``draft_path``), which translates every sentence first
-    (length-sorted batches, beam ``draft_beam``, default the translation's beam)."""
+    raw input from ``drafter``, a sentence-level src->tgt checkpoint
+    (:class:`~fairseq_docctx.data.drafts.DraftTranslator`, :func:`from_pretrained`'s
+    ``draft_path``), which translates every sentence first, as ``docctx-drafts`` does for a
+    data directory (length-sorted batches)."""
 
-    def __init__(self, cfg, task, models, spm_model: Optional[str] = None,
-                 drafter: Optional["DocumentHubInterface"] = None):
+    def __init__(self, cfg, task, models, spm_model: Optional[str] = None, drafter=None):
         super().__init__(cfg, task, models)
         self.spm = None
         if spm_model is not None:
@@ -191,7 +181,7 @@ class DocumentHubInterface(GeneratorHubInterface):
         """Whether the model reads drafts, which raw input has to be given on the fly."""
         return any("draft" in context_spec(m).sides for m in self.models)
 
-    def make_drafts(self, sentences: Sequence[torch.LongTensor], beam: int = 5, batch_size: int = 16,
+    def make_drafts(self, sentences: Sequence[torch.LongTensor], batch_size: Optional[int] = None,
                     max_tokens: Optional[int] = None) -> List[torch.LongTensor]:
         """The drafter's best translations (target token ids ending in EOS) of binarized
         source sentences, each on its own (no context)."""
@@ -200,9 +190,7 @@ class DocumentHubInterface(GeneratorHubInterface):
                                   "sentence-level checkpoint that makes them (draft_path=...)",
                                   "the model reads drafts of the sentences: give the src->tgt "
                                   "sentence-level checkpoint that makes them (--draft-path)")
-        hypos = self.drafter.generate_documents([[s] for s in sentences], beam=beam, batch_size=batch_size,
-                                                max_tokens=max_tokens)
-        return [h[0][0]["tokens"].cpu() for h in hypos]
+        return self.drafter.translate(sentences, max_tokens=max_tokens, batch_size=batch_size)
 
     # raw text <-> model tokens: the SentencePiece model docctx-prepare trained
     def apply_bpe(self, sentence: str) -> str:
@@ -261,10 +249,10 @@ class DocumentHubInterface(GeneratorHubInterface):
                                    tgt_dict=self.tgt_dict, shuffle=False)
         cfg = self.task.cfg
         side_data = {}
-        draft_beam = kwargs.pop("draft_beam", None) or beam
         if self.reads_drafts:
-            side_data["draft"] = _Sentences(self.make_drafts(flat, beam=draft_beam, batch_size=batch_size,
-                                                             max_tokens=max_tokens))
+            from .data.drafts import DraftSentences
+
+            side_data["draft"] = DraftSentences(self.make_drafts(flat, batch_size=batch_size, max_tokens=max_tokens))
         # document order only where the model reads its own previous translations
         dataset = DocumentPairDataset(pair, doc_index, cfg.context_size, cfg.context_sides, shuffle=False,
                                       position_major=bool(getattr(self.task, "hypothesis_context", True)),
@@ -307,13 +295,13 @@ class DocumentHubInterface(GeneratorHubInterface):
 def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best.pt",
                     data: Optional[str] = None, spm_model: Optional[str] = None,
                     cpu: bool = True, fp16: bool = False, draft_path: Optional[str] = None,
-                    **overrides) -> DocumentHubInterface:
+                    draft_beam: Optional[int] = None, **overrides) -> DocumentHubInterface:
     """Load a checkpoint (directory + file name, or a path to the ``.pt`` itself).
 
     ``draft_path``: for a model that reads drafts (``mht_transformer``), the src->tgt
     sentence-level checkpoint that makes them (default: the one the model records, the
     checkpoint its source-side sentence encoder was initialised from); loaded with the same
-    data directory.
+    data directory; ``draft_beam``: its beam (default that of ``docctx-drafts``, 4).
 
     ``data``: the data directory with the dictionaries (default: the checkpoint directory if
     it holds ``dict.*.txt``, else the ``data`` the model was trained on). ``spm_model``:
@@ -369,7 +357,10 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
             msg = (f"{path} reads drafts of the sentences and records no model that makes them: give the "
                    "src->tgt sentence-level checkpoint ({opt})")
             raise CheckpointError(msg.format(opt="draft_path=CKPT"), msg.format(opt="--draft-path CKPT"))
-        drafter = from_pretrained(draft_path, data=data, spm_model=spm_model, cpu=cpu, fp16=fp16)
+        from .data import drafts
+
+        drafter = drafts.load_draft_translator(draft_path, data, beam=draft_beam or drafts.DEFAULT_BEAM,
+                                               cpu=cpu, fp16=fp16)
     hub = DocumentHubInterface(cfg, task, models, spm_model, drafter=drafter)
     if not cpu and torch.cuda.is_available():
         hub.cuda()

@@ -331,7 +331,7 @@ def test_docctx_translate_makes_drafts_on_the_fly(mht_init, mht_bin, sentence_ck
     make_drafts(str(data), str(sentence_ckpts["fwd"]), splits=("test",), beam=2, batch_size=8, cpu=True)
     g = run(["fairseq-generate", data, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
              "--path", ckpt, "--beam", "3", "--batch-size", "8", "--required-batch-size-multiple", "1",
-             "--gen-subset", "test", "--cpu"])
+             "--max-len-a", "1.2", "--max-len-b", "10", "--gen-subset", "test", "--cpu"])
     expected = dict(sorted((int(l.split("\t")[0][2:]), l.split("\t")[2]) for l in g.stdout.splitlines()
                            if l.startswith("H-")))
     src = tmp_path / "test.txt"
@@ -353,7 +353,9 @@ def test_docctx_translate_makes_drafts_on_the_fly(mht_init, mht_bin, sentence_ck
     _train(mht_bin, bare, "--context-size", "2", "--context-sides", "src,draft", epochs=1)
     p = run(["docctx-translate", src, "--path", bare / "checkpoint_last.pt", "--data", data,
              "--input-format", "docids", "--docids", tmp_path / "test.docids", "--cpu", "--quiet"], check=False)
-    assert p.returncode == 2 and "--draft-path" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    errors = [l for l in p.stderr.splitlines() if "error" in l]
+    assert p.returncode == 2 and len(errors) == 1 and "--draft-path" in errors[0]
+    assert errors[0].startswith("docctx-translate: error:")
 
 
 @pytest.mark.parametrize("module", MODULES)

@@ -174,7 +174,8 @@ def main(argv=None):
         if args.context_size is not None:
             overrides["context_size"] = args.context_size
         hub = from_pretrained(args.path, data=args.data, spm_model=args.spm_model,
-                              cpu=args.cpu, fp16=args.fp16, draft_path=args.draft_path, **overrides)
+                              cpu=args.cpu, fp16=args.fp16, draft_path=args.draft_path,
+                              draft_beam=args.draft_beam or args.beam, **overrides)
         cfg = hub.task.cfg
         _check_separator(docs, getattr(cfg, "context_separator", None))
         writer = DocumentWriter(fmt, output.out, output.ids, src_lang=cfg.source_lang,
@@ -196,7 +197,6 @@ def main(argv=None):
             [d.sentences for d in docs], beam=args.beam, batch_size=args.batch_size,
             max_tokens=args.max_tokens, progress=update, document_done=document_done,
             lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
-            draft_beam=args.draft_beam,
         )
         bar.close()
         elapsed = time.time() - start

@@ -17,6 +17,7 @@ import logging
 import os
 from typing import Callable, List, Optional, Sequence
 
+import numpy as np
 import torch
 from fairseq import checkpoint_utils, tasks, utils
 from fairseq.data import LanguagePairDataset
@@ -268,8 +269,10 @@ class DocumentHubInterface(GeneratorHubInterface):
             max_positions=self.max_positions, disable_iterator_cache=True,
         ).next_epoch_itr(shuffle=False)
         nonempty = [i for i, n in enumerate(lengths) if n]
-        last_of_doc = {int(last): (d, int(first)) for d, last, first in zip(
-            nonempty, doc_index.offsets + doc_index.lengths - 1, doc_index.offsets)}
+        # a document is done when all its sentences are (in document order: its last one; in
+        # length-sorted batches: in any order)
+        doc_of = np.repeat(np.arange(len(nonempty)), doc_index.lengths)
+        left = doc_index.lengths.astype(np.int64).copy()
         results, done_docs = [None] * len(flat), 0
         for batch in batches:
             batch = utils.apply_to_sample(lambda t: t.to(self.device), batch)
@@ -277,12 +280,14 @@ class DocumentHubInterface(GeneratorHubInterface):
             ids = batch["id"].tolist()
             for i, h in zip(ids, hypos):
                 results[i] = h
-            done_docs += sum(i in last_of_doc for i in ids)
-            if document_done is not None:
-                for i in ids:
-                    if i in last_of_doc:
-                        d, first = last_of_doc[i]
-                        document_done(d, results[first : i + 1])
+            for i in ids:
+                k = int(doc_of[i])
+                left[k] -= 1
+                if left[k] == 0:
+                    done_docs += 1
+                    if document_done is not None:
+                        first = int(doc_index.offsets[k])
+                        document_done(nonempty[k], results[first : first + int(doc_index.lengths[k])])
             if progress is not None:
                 progress(len(ids), done_docs)
         out, start = [], 0

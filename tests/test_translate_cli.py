@@ -214,3 +214,31 @@ def test_progress_counts_sentences_of_the_total(concat_both_ckpt, toy_bin, tmp_p
     frames = [f for f in err.replace("\r", "\n").splitlines() if f.startswith("translating")]
     assert code == 0 and frames
     assert "0/7" in frames[0] and "7/7" in frames[-1] and "sent" in frames[-1]
+
+
+def test_sentence_level_model_in_length_sorted_batches_writes_every_document(toy_bin, tmp_path):
+    """A model that does not read its own translations is decoded in fairseq's length-sorted
+    batches, where documents complete in any order: every document is written, in input
+    order, with the translations fairseq-generate gives the same sentences."""
+    from conftest import REPO, TINY_MODEL, run
+    from fairseq.data import Dictionary, data_utils
+
+    save = tmp_path / "sent"
+    run(["fairseq-train", toy_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
+         "--context-size", "0", "--arch", "transformer", *TINY_MODEL, "--max-tokens", "600", "--max-epoch", "2",
+         "--no-epoch-checkpoints", "--save-dir", save])
+    g = run(["fairseq-generate", toy_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "translation",
+             "--path", save / "checkpoint_last.pt", "--beam", "2", "--batch-size", "5", "--max-len-a", "1.2",
+             "--max-len-b", "10", "--required-batch-size-multiple", "1", "--gen-subset", "test", "--cpu"])
+    expected = {int(l.split("\t")[0][2:]): l.split("\t")[2] for l in g.stdout.splitlines() if l.startswith("H-")}
+    d = Dictionary.load(str(toy_bin / "dict.src.txt"))
+    lines = [d.string(t) for t in data_utils.load_indexed_dataset(str(toy_bin / "test.src-tgt.src"), d)]
+    docs = [l.split("\t") for l in (toy_bin / "test.src-tgt.docs").read_text().splitlines()]
+    src, ids = tmp_path / "in.txt", tmp_path / "in.docids"
+    src.write_text("\n".join(lines) + "\n")
+    ids.write_text("".join(f"{doc}\n" * int(n) for doc, n in docs))
+    out = tmp_path / "out.txt"
+    run(["docctx-translate", src, "--docids", ids, "--input-format", "docids", "--path", save / "checkpoint_last.pt",
+         "--data", toy_bin, "--beam", "2", "--batch-size", "5", "--cpu", "--quiet", "-o", out])
+    assert out.read_text().splitlines() == [expected[i] for i in range(len(lines))]
+    assert (tmp_path / "out.docids").read_text() == ids.read_text()

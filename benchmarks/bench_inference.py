@@ -253,7 +253,8 @@ def main():
             "--task", "document_translation", "--context-size", "3", "--context-sides", "both",
             *concat_model, "--max-update", str(args.concat_updates),
             "--save-dir", concat_ckpt.parent])
-    mht_ckpt = WORK / "mht-ckpt" / "checkpoint_last.pt"
+    # one checkpoint per number of updates (a quick check's model is not reused by a real run)
+    mht_ckpt = WORK / f"mht-ckpt-{args.mht_updates}" / "checkpoint_last.pt"
     if args.mht_updates > 0 and not mht_ckpt.exists():
         print(f"training mht_transformer (K=3, both sides) from it for {args.mht_updates} updates ...",
               flush=True)

@@ -15,6 +15,7 @@ setup(
             "docctx-translate = fairseq_docctx.cli.translate:cli_main",
             "docctx-analyze = fairseq_docctx.cli.analyze:cli_main",
             "docctx-score = fairseq_docctx.cli.score:cli_main",
+            "docctx-drafts = fairseq_docctx.cli.drafts:cli_main",
         ]
     },
 )

@@ -26,6 +26,7 @@ from omegaconf import open_dict
 from .data.doc_index import DocIndex
 from .data.document_dataset import DocumentPairDataset
 from .data.manifest import spm_model_path
+from .models.document_context import context_spec
 
 logger = logging.getLogger(__name__)
 
@@ -111,13 +112,13 @@ def _apply_overrides(state: dict, arg_overrides: dict) -> None:
         overwrite_args_by_name(state["cfg"], arg_overrides)
 
 
-def _recorded_digests(state: dict) -> Optional[str]:
-    """The dictionary digests the task recorded in a checkpoint's model args (if any)."""
+def _recorded(state: dict, name: str):
+    """A value the task or the model recorded in a checkpoint's model args (if any)."""
     cfg = state.get("cfg")
     model = cfg.get("model") if cfg is not None else None
     if model is None:
         model = state.get("args")
-    return getattr(model, "dictionary_digests", None) if not isinstance(model, dict) else model.get("dictionary_digests")
+    return model.get(name) if isinstance(model, dict) else getattr(model, name, None)
 
 
 def check_dictionaries(path: str, state: dict, task, data: str, trained_on: Optional[str] = None) -> None:
@@ -138,7 +139,7 @@ def check_dictionaries(path: str, state: dict, task, data: str, trained_on: Opti
         raise CheckpointError(msg.format(opt="data"), msg.format(opt="--data"))
     if not trained_on or not os.path.isdir(trained_on):
         # the directory is gone: the digests of its dictionaries' words the task recorded
-        mismatch = getattr(task, "dictionary_mismatch", lambda _: None)(_recorded_digests(state))
+        mismatch = getattr(task, "dictionary_mismatch", lambda _: None)(_recorded(state, "dictionary_digests"))
         if mismatch:
             msg = (f"{path} was trained with another {mismatch} dictionary than {{opt}} {data}'s "
                    f"(same size, other words): {fix}")
@@ -158,15 +159,38 @@ def check_dictionaries(path: str, state: dict, task, data: str, trained_on: Opti
 
 
 class DocumentHubInterface(GeneratorHubInterface):
-    """fairseq's hub interface plus :meth:`translate_document` / :meth:`translate_documents`."""
+    """fairseq's hub interface plus :meth:`translate_document` / :meth:`translate_documents`.
 
-    def __init__(self, cfg, task, models, spm_model: Optional[str] = None):
+    A model that reads the ``draft`` context side (``mht_transformer``) gets the drafts of
+    raw input from ``drafter``, a sentence-level src->tgt checkpoint
+    (:class:`~fairseq_docctx.data.drafts.DraftTranslator`, :func:`from_pretrained`'s
+    ``draft_path``), which translates every sentence first, as ``docctx-drafts`` does for a
+    data directory (length-sorted batches)."""
+
+    def __init__(self, cfg, task, models, spm_model: Optional[str] = None, drafter=None):
         super().__init__(cfg, task, models)
         self.spm = None
         if spm_model is not None:
             import sentencepiece
 
             self.spm = sentencepiece.SentencePieceProcessor(model_file=spm_model)
+        self.drafter = drafter
+
+    @property
+    def reads_drafts(self) -> bool:
+        """Whether the model reads drafts, which raw input has to be given on the fly."""
+        return any("draft" in context_spec(m).sides for m in self.models)
+
+    def make_drafts(self, sentences: Sequence[torch.LongTensor], batch_size: Optional[int] = None,
+                    max_tokens: Optional[int] = None) -> List[torch.LongTensor]:
+        """The drafter's best translations (target token ids ending in EOS) of binarized
+        source sentences, each on its own (no context)."""
+        if self.drafter is None:
+            raise CheckpointError("the model reads drafts of the sentences: give the src->tgt "
+                                  "sentence-level checkpoint that makes them (draft_path=...)",
+                                  "the model reads drafts of the sentences: give the src->tgt "
+                                  "sentence-level checkpoint that makes them (--draft-path)")
+        return self.drafter.translate(sentences, max_tokens=max_tokens, batch_size=batch_size)
 
     # raw text <-> model tokens: the SentencePiece model docctx-prepare trained
     def apply_bpe(self, sentence: str) -> str:
@@ -224,8 +248,15 @@ class DocumentHubInterface(GeneratorHubInterface):
         pair = LanguagePairDataset(flat, [t.numel() for t in flat], self.src_dict,
                                    tgt_dict=self.tgt_dict, shuffle=False)
         cfg = self.task.cfg
-        dataset = DocumentPairDataset(pair, doc_index, cfg.context_size, cfg.context_sides,
-                                      shuffle=False, position_major=True)
+        side_data = {}
+        if self.reads_drafts:
+            from .data.drafts import DraftSentences
+
+            side_data["draft"] = DraftSentences(self.make_drafts(flat, batch_size=batch_size, max_tokens=max_tokens))
+        # document order only where the model reads its own previous translations
+        dataset = DocumentPairDataset(pair, doc_index, cfg.context_size, cfg.context_sides, shuffle=False,
+                                      position_major=bool(getattr(self.task, "hypothesis_context", True)),
+                                      side_data=side_data)
         gen_args = copy.deepcopy(self.cfg.generation)
         with open_dict(gen_args):
             gen_args.beam = beam
@@ -263,8 +294,14 @@ class DocumentHubInterface(GeneratorHubInterface):
 
 def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best.pt",
                     data: Optional[str] = None, spm_model: Optional[str] = None,
-                    cpu: bool = True, fp16: bool = False, **overrides) -> DocumentHubInterface:
+                    cpu: bool = True, fp16: bool = False, draft_path: Optional[str] = None,
+                    draft_beam: Optional[int] = None, **overrides) -> DocumentHubInterface:
     """Load a checkpoint (directory + file name, or a path to the ``.pt`` itself).
+
+    ``draft_path``: for a model that reads drafts (``mht_transformer``), the src->tgt
+    sentence-level checkpoint that makes them (default: the one the model records, the
+    checkpoint its source-side sentence encoder was initialised from); loaded with the same
+    data directory; ``draft_beam``: its beam (default that of ``docctx-drafts``, 4).
 
     ``data``: the data directory with the dictionaries (default: the checkpoint directory if
     it holds ``dict.*.txt``, else the ``data`` the model was trained on). ``spm_model``:
@@ -313,7 +350,18 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
             m.half()
         if not cpu and torch.cuda.is_available():
             m.cuda()
-    hub = DocumentHubInterface(cfg, task, models, spm_model)
+    drafter = None
+    if any("draft" in context_spec(m).sides for m in models):
+        draft_path = draft_path or _recorded(state, "draft_path")
+        if not draft_path:
+            msg = (f"{path} reads drafts of the sentences and records no model that makes them: give the "
+                   "src->tgt sentence-level checkpoint ({opt})")
+            raise CheckpointError(msg.format(opt="draft_path=CKPT"), msg.format(opt="--draft-path CKPT"))
+        from .data import drafts
+
+        drafter = drafts.load_draft_translator(draft_path, data, beam=draft_beam or drafts.DEFAULT_BEAM,
+                                               cpu=cpu, fp16=fp16)
+    hub = DocumentHubInterface(cfg, task, models, spm_model, drafter=drafter)
     if not cpu and torch.cuda.is_available():
         hub.cuda()
     return hub

@@ -2,8 +2,12 @@
 probe data and the tiny models trained on it once per session (600 updates each).
 
 Loaded by conftest.py (``pytest_plugins``); a model is only trained when a collected test
-asks for it.
+asks for it. The trainings (one thread each) run one after the other in a background thread
+from the start of the session, while the other tests run: the suite keeps both cores busy.
 """
+import concurrent.futures
+import threading
+
 import pytest
 
 import probe_utils as pu
@@ -21,19 +25,70 @@ def _train(probe, tmp_path_factory, name, arch, extra):
     return pu.train(probe["data_bin"], arch, work, task="document_translation", extra_args=extra)
 
 
-@pytest.fixture(scope="session")
-def sentence_model(probe, tmp_path_factory):
-    return _train(probe, tmp_path_factory, "sent", "transformer", ["--context-size", "0"])
+#: fixture name -> the probe training it stands for, in the order the background thread trains
+#: them (the sentence-level model first: its translations are MHT's drafts)
+TRAININGS = {}
+
+
+def _training(fn):
+    TRAININGS[fn.__name__] = fn
+    return fn
+
+
+class _Background:
+    """The probe trainings the collected tests need, one at a time in a worker thread."""
+
+    def __init__(self, needed, probe, factory):
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe")
+        self.lock = threading.Lock()
+        self.futures = {}
+        self.probe, self.factory = probe, factory
+        if "mht_model" in needed:  # its drafts come from the sentence-level model
+            needed = set(needed) | {"sentence_model"}
+        for name in TRAININGS:
+            if name in needed:
+                self.get(name, wait=False)
+
+    def get(self, name, wait=True):
+        with self.lock:
+            if name not in self.futures:
+                self.futures[name] = self.pool.submit(TRAININGS[name], self, self.probe, self.factory)
+            future = self.futures[name]
+        return future.result() if wait else future
 
 
 @pytest.fixture(scope="session")
-def concat_model(probe, tmp_path_factory):
-    return _train(probe, tmp_path_factory, "concat", "concat_transformer", K + ["--context-sides", "both"])
+def probe_trainings(request, tmp_path_factory):
+    needed = {f for item in request.session.items for f in getattr(item, "fixturenames", ())}
+    if not needed & set(TRAININGS):
+        yield None
+        return
+    bg = _Background(needed, request.getfixturevalue("probe"), tmp_path_factory)
+    yield bg
+    bg.pool.shutdown(wait=False, cancel_futures=True)
 
 
-@pytest.fixture(scope="session")
-def qcn_model(probe, tmp_path_factory):
-    return _train(probe, tmp_path_factory, "qcn", "qcn_transformer", K + [
+@pytest.fixture(scope="session", autouse=True)
+def _start_probe_trainings(request):
+    """Start the background trainings when the session starts (if any test needs one)."""
+    needed = {f for item in request.session.items for f in getattr(item, "fixturenames", ())}
+    if needed & set(TRAININGS):
+        request.getfixturevalue("probe_trainings")
+
+
+@_training
+def sentence_model(bg, probe, factory):
+    return _train(probe, factory, "sent", "transformer", ["--context-size", "0"])
+
+
+@_training
+def concat_model(bg, probe, factory):
+    return _train(probe, factory, "concat", "concat_transformer", K + ["--context-sides", "both"])
+
+
+@_training
+def qcn_model(bg, probe, factory):
+    return _train(probe, factory, "qcn", "qcn_transformer", K + [
         "--qcn-context-size", "2", "--num-capsules", "4", "--routing-iters", "3",
         "--criterion", "label_smoothed_cross_entropy_pcc"])
 
@@ -60,17 +115,44 @@ def han_args(config):
     return args, args[2:6]  # --context-size 3 --context-sides source|both
 
 
-@pytest.fixture(scope="session")
-def han_encoder_model(probe, tmp_path_factory):
+@_training
+def han_encoder_model(bg, probe, factory):
     """HAN encoder (``--han-encoder True --han-decoder none``): source context only."""
     train_args, task_args = han_args("encoder")
-    return dict(_train(probe, tmp_path_factory, "han_enc", "han_transformer", train_args), task_args=task_args)
+    return dict(_train(probe, factory, "han_enc", "han_transformer", train_args), task_args=task_args)
 
 
-@pytest.fixture(scope="session")
-def han_decoder_model(probe, tmp_path_factory):
+@_training
+def han_decoder_model(bg, probe, factory):
     """HAN decoder (``--han-encoder False --han-decoder target``): decoder states of the
     previous target sentences, decoded in document order with its own translations as
     context (``--target-context hypothesis``, the task's default)."""
     train_args, task_args = han_args("decoder")
-    return dict(_train(probe, tmp_path_factory, "han_dec", "han_transformer", train_args), task_args=task_args)
+    return dict(_train(probe, factory, "han_dec", "han_transformer", train_args), task_args=task_args)
+
+
+@_training
+def mht_model(bg, probe, factory):
+    """mht_transformer (paper defaults at the probe's tiny size: both sides, multi-hop, K=2):
+    drafts of the train and test splits by the sentence-level model (greedy), the source-side
+    sentence encoder initialised from its encoder."""
+    from fairseq_docctx.data.drafts import make_drafts
+
+    sentence_model = bg.get("sentence_model")  # trained before (the queue's order)
+    make_drafts(probe["data_bin"], sentence_model["checkpoint"], splits=("train", "test"), beam=1,
+                max_tokens=4000, cpu=True)
+    return _train(probe, factory, "mht", "mht_transformer", K + [
+        "--context-sides", "src,draft", "--src-sentence-encoder-from", sentence_model["checkpoint"]])
+
+
+def _fixture(name):
+    def fixture(probe_trainings):
+        return probe_trainings.get(name)
+
+    fixture.__name__ = name
+    fixture.__doc__ = TRAININGS[name].__doc__
+    return pytest.fixture(scope="session", name=name)(fixture)
+
+
+for _name in TRAININGS:
+    globals()[_name + "_fixture"] = _fixture(_name)

@@ -31,6 +31,16 @@ def test_own_translations_as_context_match_reference_context(probe, concat_model
         assert h >= r - 0.05
 
 
+def test_mht_transformer_uses_source_context(probe, mht_model, sentence_acc):
+    """The Multi-Hop Transformer's hops over the previous source sentences resolve the
+    pronouns (their drafts, by the sentence-level model, are at chance on them)."""
+    print(f"mht_transformer trained in {mht_model['seconds']:.0f} s")
+    res = accuracy(probe, mht_model, *K, "--context-sides", "src,draft")
+    ana, base = res["by_phenomenon"]["anaphora"]["accuracy"], sentence_acc["by_phenomenon"]["anaphora"]["accuracy"]
+    print(f"pronouns: mht_transformer {ana:.3f} vs transformer {base:.3f}")
+    assert ana >= base + 0.3
+
+
 def test_qcn_transformer_uses_context(probe, qcn_model, sentence_acc):
     res = accuracy(probe, qcn_model, *K)
     ana, base = res["by_phenomenon"]["anaphora"]["accuracy"], sentence_acc["by_phenomenon"]["anaphora"]["accuracy"]

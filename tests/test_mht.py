@@ -69,8 +69,8 @@ def _batch(d, seed=1):
 
 def _forward(model, batch, ctx=None):
     src, lengths, prev, c = batch
-    with torch.no_grad():
-        return model(src, lengths, prev, context=ctx if ctx is not None else c)[0]
+    with torch.no_grad():  # [B, T, V] (unpacked in training mode)
+        return model.unpack_logits(model(src, lengths, prev, context=ctx if ctx is not None else c))
 
 
 def _perturbed(ctx, side, d, rows):
@@ -164,6 +164,34 @@ def test_reference_target_context_in_training_drafts_at_inference():
     assert "ref" not in draft_model.context_sides
 
 
+def test_training_runs_rows_in_length_groups_exactly():
+    """In training the encoder and the decoder run the rows in groups of similar length and
+    the output holds the real target positions only: the same logits as one padded pass."""
+    model, d = _model(seed=5)
+    g = torch.Generator().manual_seed(2)
+    eos, pad = d.eos(), d.pad()
+    B = 12
+    src_rows = [torch.randint(5, 35, (n,), generator=g).tolist() + [eos] for n in [2, 40, 3, 35, 4, 2] * 2]
+    tgt_rows = [torch.randint(5, 35, (n,), generator=g).tolist() + [eos] for n in [30, 2, 3, 40, 2, 5] * 2]
+    src, lengths = _table(src_rows, pad, left=True)
+    target, _ = _table(tgt_rows, pad)
+    prev = target.roll(1, 1)
+    prev[:, 0] = eos
+    prev[target.eq(pad)] = pad
+    index = torch.tensor([[-1, -1, -1]] + [[i - 1, i - 2 if i > 1 else -1, -1] for i in range(1, B)])
+    ctx = cb.new_context(index.clone())
+    cb.add_table(ctx, "src", src, lengths, index, torch.arange(B))
+    cb.add_table(ctx, "draft", target, target.ne(pad).sum(1), index, torch.arange(B))
+    with torch.no_grad():
+        full = model(src, lengths, prev, context=ctx)[0]
+        model.train()
+        packed = model(src, lengths, prev, context=ctx)
+    real = target.ne(pad)
+    assert packed[0].shape == (1, int(real.sum()), full.size(-1))
+    torch.testing.assert_close(packed[0][0], full[real], atol=1e-4, rtol=1e-4)
+    assert torch.equal(model.get_targets({"target": target}, packed)[0], target[real])
+
+
 @pytest.mark.parametrize("module", MODULES)
 @pytest.mark.parametrize("sides", ["both", "none"])
 def test_incremental_decoding_equals_full_run_under_beam_reordering(module, sides):
@@ -236,21 +264,29 @@ def sentence_ckpts(mht_bin, tmp_path_factory):
     return out
 
 
-def test_sentence_encoders_initialised_and_frozen(mht_bin, sentence_ckpts, tmp_path):
+@pytest.fixture(scope="module")
+def mht_init(mht_bin, sentence_ckpts, tmp_path_factory):
+    """MHT trained with both sentence encoders initialised and frozen."""
+    save = tmp_path_factory.mktemp("mht_init")
+    p = _train(mht_bin, save, "--context-size", "2", "--context-sides", "src,draft",
+               "--src-sentence-encoder-from", sentence_ckpts["fwd"],
+               "--tgt-sentence-encoder-from", sentence_ckpts["bwd"], "--freeze-sentence-encoders", epochs=3)
+    return save / "checkpoint_last.pt", p.stdout
+
+
+def test_sentence_encoders_initialised_and_frozen(mht_init, sentence_ckpts):
     """--src/tgt-sentence-encoder-from copy the encoders of the src->tgt and tgt->src
     checkpoints (printed report; tensors equal); --freeze-sentence-encoders keeps them
     through training; the src->tgt checkpoint is recorded as the model's draft maker."""
     from fairseq import checkpoint_utils
 
-    p = _train(mht_bin, tmp_path, "--context-size", "2", "--context-sides", "src,draft",
-               "--src-sentence-encoder-from", sentence_ckpts["fwd"],
-               "--tgt-sentence-encoder-from", sentence_ckpts["bwd"], "--freeze-sentence-encoders", epochs=1)
-    assert "source-side sentence encoder: initialised from the encoder of" in p.stdout
-    assert "target-side sentence encoder: initialised from the encoder of" in p.stdout
-    state = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "checkpoint_last.pt"))
+    ckpt, log = mht_init
+    assert "source-side sentence encoder: initialised from the encoder of" in log
+    assert "target-side sentence encoder: initialised from the encoder of" in log
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(ckpt))
     mht = state["model"]
     args = state["cfg"]["model"]
-    assert args.mht_draft_path == str(sentence_ckpts["fwd"]) and args.src_sentence_encoder_from is None
+    assert args.draft_path == str(sentence_ckpts["fwd"]) and args.src_sentence_encoder_from is None
     # frozen through training: still the sentence models' tensors
     for name, side in (("fwd", "src"), ("bwd", "tgt")):
         sent = checkpoint_utils.load_checkpoint_to_cpu(str(sentence_ckpts[name]))["model"]
@@ -278,3 +314,67 @@ def test_trained_model_generates_every_sentence_once(mht_bin, tmp_path):
     src = data_utils.load_indexed_dataset(str(mht_bin / "test.src-tgt.src"), Dictionary.load(str(mht_bin / "dict.src.txt")))
     assert ids == list(range(len(src)))
     assert "document order" not in g.stderr
+
+
+def test_docctx_translate_makes_drafts_on_the_fly(mht_init, mht_bin, sentence_ckpts, tmp_path):
+    """Raw documents in, translations out in one command: docctx-translate (and the hub)
+    translate every sentence with the draft model the checkpoint records, then decode; the
+    result equals fairseq-generate's on the binarized split whose drafts docctx-drafts made
+    with the same model and beam. A model that records no draft model needs --draft-path."""
+    import shutil
+
+    from fairseq_docctx.data.drafts import make_drafts
+
+    ckpt, _ = mht_init
+    data = tmp_path / "bin"
+    shutil.copytree(mht_bin, data)
+    make_drafts(str(data), str(sentence_ckpts["fwd"]), splits=("test",), beam=2, batch_size=8, cpu=True)
+    g = run(["fairseq-generate", data, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
+             "--path", ckpt, "--beam", "3", "--batch-size", "8", "--required-batch-size-multiple", "1",
+             "--max-len-a", "1.2", "--max-len-b", "10", "--gen-subset", "test", "--cpu"])
+    expected = dict(sorted((int(l.split("\t")[0][2:]), l.split("\t")[2]) for l in g.stdout.splitlines()
+                           if l.startswith("H-")))
+    src = tmp_path / "test.txt"
+    from fairseq.data import data_utils
+    from fairseq.data.dictionary import Dictionary
+
+    d = Dictionary.load(str(data / "dict.src.txt"))
+    lines = [d.string(t) for t in data_utils.load_indexed_dataset(str(data / "test.src-tgt.src"), d)]
+    docs = [l.split("\t")[0] for l in (data / "test.src-tgt.docs").read_text().splitlines()]
+    sizes = [int(l.split("\t")[1]) for l in (data / "test.src-tgt.docs").read_text().splitlines()]
+    src.write_text("\n".join(lines) + "\n")
+    (tmp_path / "test.docids").write_text("".join(f"{doc}\n" * n for doc, n in zip(docs, sizes)))
+    out = tmp_path / "out.txt"
+    run(["docctx-translate", src, "--path", ckpt, "--data", data, "--input-format", "docids",
+         "--docids", tmp_path / "test.docids", "--beam", "3", "--draft-beam", "2", "--batch-size", "8", "--cpu", "--quiet", "-o", out])
+    assert out.read_text().splitlines() == [expected[i] for i in range(len(lines))]
+    # without a recorded draft model: one line, exit 2
+    bare = tmp_path / "bare"
+    _train(mht_bin, bare, "--context-size", "2", "--context-sides", "src,draft", epochs=1)
+    p = run(["docctx-translate", src, "--path", bare / "checkpoint_last.pt", "--data", data,
+             "--input-format", "docids", "--docids", tmp_path / "test.docids", "--cpu", "--quiet"], check=False)
+    errors = [l for l in p.stderr.splitlines() if "error" in l]
+    assert p.returncode == 2 and len(errors) == 1 and "--draft-path" in errors[0]
+    assert errors[0].startswith("docctx-translate: error:")
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_a_batch_of_first_sentences(module):
+    """Sentences without any previous sentence (a batch of document starts): no hop runs,
+    the output equals that of the same rows with context elsewhere in the batch, and beam
+    search's incremental path agrees."""
+    model, d = _model(mht_context_module=module)
+    src, lengths, prev, ctx = _batch(d)
+    rows = torch.tensor([0, 3])
+    sub = cb.select_rows(ctx, rows)
+    with torch.no_grad():
+        alone = model(src[rows], lengths[rows], prev[rows], context=sub)[0]
+        full = model(src, lengths, prev, context=ctx)[0]
+        enc = model.encoder(src[rows], src_lengths=lengths[rows], context=sub)
+        assert (enc["mht_tgt_index"][0] < 0).all()  # nothing to hop over
+        state, steps = {}, []
+        for t in range(prev.size(1)):
+            steps.append(model.decoder(prev[rows, : t + 1], encoder_out=enc, incremental_state=state)[0][:, -1])
+    assert torch.isfinite(alone).all()
+    torch.testing.assert_close(alone, full[rows], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.stack(steps, 1), alone, atol=1e-5, rtol=1e-5)

@@ -50,6 +50,11 @@ def build_parser():
                    help="override the model's number of context sentences")
     p.add_argument("--target-context", choices=["hypothesis", "reference"], default="hypothesis",
                    help=argparse.SUPPRESS)
+    p.add_argument("--draft-path", metavar="CKPT",
+                   help="for a model that reads drafts (mht_transformer): the src->tgt sentence-level "
+                   "checkpoint that translates every sentence first (default: the one the model "
+                   "records, which initialised its source-side sentence encoder)")
+    p.add_argument("--draft-beam", type=int, default=None, help="beam of the drafts (default: --beam)")
     p.add_argument("--cpu", action="store_true", help="decode on the CPU even if a GPU is there")
     p.add_argument("--fp16", action="store_true", help="half-precision inference")
     p.add_argument("--system-name", default="fairseq_docctx", metavar="NAME",
@@ -169,7 +174,8 @@ def main(argv=None):
         if args.context_size is not None:
             overrides["context_size"] = args.context_size
         hub = from_pretrained(args.path, data=args.data, spm_model=args.spm_model,
-                              cpu=args.cpu, fp16=args.fp16, **overrides)
+                              cpu=args.cpu, fp16=args.fp16, draft_path=args.draft_path,
+                              draft_beam=args.draft_beam or args.beam, **overrides)
         cfg = hub.task.cfg
         _check_separator(docs, getattr(cfg, "context_separator", None))
         writer = DocumentWriter(fmt, output.out, output.ids, src_lang=cfg.source_lang,

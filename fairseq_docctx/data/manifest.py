@@ -13,12 +13,16 @@ This module alone reads and writes it. The manifest is a JSON object with, among
     input_format              the --input-format docctx-prepare was given
     splits                    {split: {"inputs", "documents", "sentences", ...}}
     command                   the docctx-prepare command line
+    drafts                    {split: {"files", "sentences", "checkpoint", "checkpoint_sha1",
+                              "beam", "max_tokens", "batch_size", "fp16"}}, written by
+                              docctx-drafts (:func:`record_drafts`)
 
 Readers use :func:`read_manifest` and the helpers below (never the JSON keys themselves).
 """
 import json
 import os
-from typing import Optional
+from dataclasses import asdict, dataclass, field, fields
+from typing import List, Optional, Tuple
 
 MANIFEST_NAME = "docctx.json"
 FORMAT_VERSION = 1
@@ -37,9 +41,11 @@ def manifest_path(data_dir: str) -> str:
 def write_manifest(data_dir: str, manifest: dict) -> str:
     """Write ``manifest`` as ``DATA_DIR/docctx.json``; returns the path."""
     path = manifest_path(data_dir)
-    with open(path, "w", encoding="utf-8") as f:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=2, ensure_ascii=False)
         f.write("\n")
+    os.replace(tmp, path)  # an interrupted write leaves the old manifest
     return path
 
 
@@ -68,7 +74,7 @@ def spm_model_path(data_dir: Optional[str]) -> Optional[str]:
     if not data_dir:
         return None
     manifest = read_manifest(data_dir)
-    if manifest is not None:
+    if manifest is not None and "spm" in manifest:  # (a manifest of drafts only has no "spm")
         model = (manifest.get("spm") or {}).get("model")
         if not model:
             return None
@@ -78,3 +84,78 @@ def spm_model_path(data_dir: Optional[str]) -> Optional[str]:
         return path
     path = os.path.join(data_dir, SPM_MODEL_NAME)
     return path if os.path.isfile(path) else None
+
+
+def language_pair(data_dir: Optional[str]) -> Optional[Tuple[str, str]]:
+    """``(source_lang, target_lang)`` of a data directory, ``None`` without a manifest."""
+    manifest = read_manifest(data_dir)
+    if manifest is None or not manifest.get("source_lang") or not manifest.get("target_lang"):
+        return None
+    return manifest["source_lang"], manifest["target_lang"]
+
+
+def split_names(data_dir: Optional[str]) -> List[str]:
+    """The splits a data directory's manifest lists (empty without a manifest)."""
+    manifest = read_manifest(data_dir)
+    return list((manifest or {}).get("splits") or {})
+
+
+# ------------------------------------------------------------------ drafts
+_DRAFTS = "drafts"
+
+
+@dataclass
+class DraftsRecord:
+    """The drafts of one split (``docctx-drafts``; Zhang et al. 2021, §3.1): ``files`` (the
+    ``.bin``/``.idx`` names, relative to the directory), ``sentences``, the sentence-level
+    ``checkpoint`` (its path and the SHA-1 of its content) and the beam size and batch
+    settings it decoded with."""
+
+    files: List[str] = field(default_factory=list)
+    sentences: int = 0
+    checkpoint: str = ""
+    checkpoint_sha1: str = ""
+    beam: int = 0
+    max_tokens: Optional[int] = None
+    batch_size: Optional[int] = None
+    fp16: bool = False
+
+
+def drafts_record(data_dir: Optional[str], split: str) -> Optional[DraftsRecord]:
+    """The recorded drafts of ``split``, ``None`` if none are recorded."""
+    entry = ((read_manifest(data_dir) or {}).get(_DRAFTS) or {}).get(split)
+    if not isinstance(entry, dict):
+        return None
+    known = {f.name for f in fields(DraftsRecord)}
+    return DraftsRecord(**{k: v for k, v in entry.items() if k in known})
+
+
+def drafts_splits(data_dir: Optional[str]) -> List[str]:
+    """The splits whose drafts are recorded."""
+    return list(((read_manifest(data_dir) or {}).get(_DRAFTS) or {}))
+
+
+def _update_drafts(data_dir: str, split: str, record: Optional[DraftsRecord]) -> None:
+    manifest = read_manifest(data_dir)
+    if manifest is None:  # data binarized without docctx-prepare: a manifest of drafts only
+        manifest = {"format_version": FORMAT_VERSION}
+    drafts = dict(manifest.get(_DRAFTS) or {})
+    if record is None:
+        if split not in drafts:
+            return
+        drafts.pop(split)
+    else:
+        drafts[split] = asdict(record)
+    manifest[_DRAFTS] = drafts
+    write_manifest(data_dir, manifest)
+
+
+def record_drafts(data_dir: str, split: str, record: DraftsRecord) -> None:
+    """Record (or replace) the drafts of ``split`` in the directory's manifest (one is
+    created if the directory has none)."""
+    _update_drafts(data_dir, split, record)
+
+
+def forget_drafts(data_dir: str, split: str) -> None:
+    """Remove the record of ``split``'s drafts (before they are made again)."""
+    _update_drafts(data_dir, split, None)

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from ..data import context_batch as cb
 from ..modules.context_concat import concat_with_context, gather_context_rows, pack_segments
+from ..modules.decoder_input import embed_decoder_input
 from ..modules.masks import BoolFutureMask
 from .document_context import DocumentContextModel, task_context
 
@@ -193,16 +194,7 @@ class ConcatContextDecoder(BoolFutureMask, TransformerDecoderBase):
                     if len(encoder_out["encoder_padding_mask"]) > 0 else None)
         if alignment_layer is None:
             alignment_layer = self.num_layers - 1
-        x = self.embed_scale * self.embed_tokens(tokens)
-        if self.quant_noise is not None:
-            x = self.quant_noise(x)
-        if self.project_in_dim is not None:
-            x = self.project_in_dim(x)
-        if positions is not None:
-            x = x + positions
-        if self.layernorm_embedding is not None:
-            x = self.layernorm_embedding(x)
-        x = self.dropout_module(x).transpose(0, 1)  # T x B x C
+        x = embed_decoder_input(self, tokens, positions)  # T x B x C
         # with an incremental state fairseq's attention adds the mask to its weights itself:
         # the float causal mask (a bool one cannot be added), not BoolFutureMask's
         self_attn_mask = TransformerDecoderBase.buffered_future_mask(self, x) if causal else None

@@ -26,10 +26,13 @@ declaration (default)                   use
                                         model that runs its context through the network; less
                                         for one that only embeds its context words (QCN)
 ``packs_training_output`` (False)       in training mode the model returns the logits of the
-                                        real target positions only (``[1, R, V]``) and its
-                                        ``get_targets`` returns the matching ``[1, R]``
-                                        targets; fairseq's ``--ignore-prefix-size`` then
-                                        cannot work and is refused
+                                        real target positions only (``[1, R, V]``, with
+                                        ``packed_positions [B, T]`` in the extra dict); the
+                                        mixin's ``get_targets`` returns the matching
+                                        ``[1, R]`` targets and ``unpack_logits`` the
+                                        ``[B, T, V]`` logits; fairseq's
+                                        ``--ignore-prefix-size`` then cannot work and is
+                                        refused
 ``document_cache_entries`` (None)       optional method ``(sample, hypos) -> list``: in
                                         document-order inference, per batch row, what later
                                         sentences need of it as context; see below
@@ -79,6 +82,32 @@ class DocumentContextModel:
     context_token_cost: float = 1.0
     packs_training_output: bool = False
     document_cache_entries = None
+
+    def get_targets(self, sample, net_output):
+        """fairseq's targets, or with a packed training output (``packed_positions`` in the
+        output's extra dict, see ``packs_training_output``) those of the real positions,
+        ``[1, R]``."""
+        extra = net_output[1] if len(net_output) > 1 and isinstance(net_output[1], dict) else {}
+        target = sample["target"]
+        real = extra.get("packed_positions")
+        if real is None:
+            return target
+        if real.shape != target.shape or not torch.equal(real, target.ne(self.decoder.padding_idx)):
+            raise ValueError(f"{self.__class__.__name__}: packed output positions do not match the "
+                             "target's non-padding positions (right-padded targets expected)")
+        return target[real].unsqueeze(0)
+
+    @staticmethod
+    def unpack_logits(net_output):
+        """``[B, T, V]`` logits (zeros at padding) from a packed training-mode output
+        (unchanged if it is not packed)."""
+        logits, extra = net_output[0], net_output[1]
+        real = extra.get("packed_positions") if isinstance(extra, dict) else None
+        if real is None:
+            return logits
+        full = logits.new_zeros(*real.shape, logits.size(-1))
+        full[real] = logits[0]
+        return full
 
     def declare_context(self, sides: Sequence[str], size: Optional[int] = None):
         """Record the sides (names or ``--context-sides`` spellings) and K this model reads

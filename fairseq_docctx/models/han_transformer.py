@@ -397,30 +397,6 @@ class HANTransformerModel(DocumentContextModel, TransformerModel):
         logits[real] = y
         return logits, extra
 
-    def get_targets(self, sample, net_output):
-        """The targets matching the model's output: those of the real positions, ``[1, R]``,
-        when the output is packed (training mode)."""
-        extra = net_output[1] if len(net_output) > 1 and isinstance(net_output[1], dict) else {}
-        target = sample["target"]
-        real = extra.get("packed_positions")
-        if real is None:
-            return target
-        if real.shape != target.shape or not torch.equal(real, target.ne(self.decoder.padding_idx)):
-            raise ValueError("han_transformer: packed output positions do not match the "
-                             "target's non-padding positions (right-padded targets expected)")
-        return target[real].unsqueeze(0)
-
-    @staticmethod
-    def unpack_logits(net_output):
-        """``[B, T, V]`` logits (zeros at padding) from a packed training-mode output."""
-        logits, extra = net_output[0], net_output[1]
-        real = extra.get("packed_positions") if isinstance(extra, dict) else None
-        if real is None:
-            return logits
-        full = logits.new_zeros(*real.shape, logits.size(-1))
-        full[real] = logits[0]
-        return full
-
     # ------------------------------------------------------------------- analysis
     @torch.no_grad()
     def context_weights(self, sample):

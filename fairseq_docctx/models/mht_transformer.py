@@ -62,6 +62,7 @@ from torch import Tensor
 from ..data import context_batch as cb
 from ..data import drafts  # noqa: F401  (declares the draft side)
 from ..modules import table_encoder
+from ..modules.decoder_input import embed_decoder_input
 from ..modules.masks import BoolFutureMask
 from ..modules.multi_hop import CONTEXT_MODULES, DIRECTIONS, ContextHops, attend_rows, _static_attention
 from . import sentence_init
@@ -237,16 +238,38 @@ class MHTEncoder(TransformerEncoderBase):
         sublayer weighs (:meth:`MHTTransformerModel.context_weights`)."""
         ctx = self.context_states(context)
         pad = src_tokens.eq(self.padding_idx)
+        left = cb.left_padded(src_tokens, self.padding_idx)
+        # the rows run in groups of similar length (a batch of document runs mixes lengths):
+        # the same states as one padded pass, with a fraction of the padding
+        if weights is not None:  # analysis: one pass, the weights in row order
+            outs = self._run_layers(src_tokens, ctx, torch.arange(src_tokens.size(0), device=src_tokens.device),
+                                    return_all_hiddens, weights)
+        else:
+            outs = table_encoder.run_bucketed(
+                pad.logical_not().sum(1), src_tokens.size(1),
+                lambda rows, w: self._run_layers(cb.cut_width(src_tokens.index_select(0, rows), w, left), ctx,
+                                                 rows, return_all_hiddens),
+                left)
+        x, emb, states = outs[0].transpose(0, 1), outs[1], [h.transpose(0, 1) for h in outs[2:]]
+        lengths = src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1).contiguous()
+        out = {"encoder_out": [x], "encoder_padding_mask": [pad], "encoder_embedding": [emb],
+               "encoder_states": states, "fc_results": [], "src_tokens": [], "src_lengths": [lengths]}
+        out.update({k: v for k, v in ctx.items() if k.startswith("mht_draft") or k.startswith("mht_tgt")})
+        return out
+
+    def _run_layers(self, src_tokens, ctx, rows, return_all_hiddens=False, weights=None):
+        """The multi-hop layers over the batch rows ``rows`` (their sources cut to
+        ``src_tokens``): ``[x, embedding] + states``, each ``[n, T, C]``."""
+        pad = src_tokens.eq(self.padding_idx)
         has_pads = bool(pad.any())
-        x, emb = self.forward_embedding(src_tokens, token_embeddings)
+        x, emb = self.forward_embedding(src_tokens)
         if has_pads:
             x = x * (1 - pad.unsqueeze(-1).type_as(x))
         x = x.transpose(0, 1)
         states = [x] if return_all_hiddens else []
+        index = ctx["mht_src_index"][0].index_select(0, rows) if "mht_src_index" in ctx else None
         for n, layer in enumerate(self.layers):
-            src_ctx = None
-            if "mht_src_states" in ctx:
-                src_ctx = (ctx["mht_src_states"][n], ctx["mht_src_pad"][0], ctx["mht_src_index"][0])
+            src_ctx = (ctx["mht_src_states"][n], ctx["mht_src_pad"][0], index) if index is not None else None
             layer_weights = [] if weights is not None else None
             x = layer(x, pad if has_pads else None, context=src_ctx, weights=layer_weights)
             if weights is not None:
@@ -255,11 +278,7 @@ class MHTEncoder(TransformerEncoderBase):
                 states.append(x)
         if self.layer_norm is not None:
             x = self.layer_norm(x)
-        lengths = src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1).contiguous()
-        out = {"encoder_out": [x], "encoder_padding_mask": [pad], "encoder_embedding": [emb],
-               "encoder_states": states, "fc_results": [], "src_tokens": [], "src_lengths": [lengths]}
-        out.update({k: v for k, v in ctx.items() if k.startswith("mht_draft") or k.startswith("mht_tgt")})
-        return out
+        return [x.transpose(0, 1), emb] + [h.transpose(0, 1) for h in states]
 
     @torch.jit.export
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
@@ -298,16 +317,7 @@ class MHTDecoder(BoolFutureMask, TransformerDecoderBase):
         if incremental_state is not None:
             prev_output_tokens = prev_output_tokens[:, -1:]
             positions = positions[:, -1:] if positions is not None else None
-        x = self.embed_scale * self.embed_tokens(prev_output_tokens.contiguous())
-        if self.quant_noise is not None:
-            x = self.quant_noise(x)
-        if self.project_in_dim is not None:
-            x = self.project_in_dim(x)
-        if positions is not None:
-            x = x + positions
-        if self.layernorm_embedding is not None:
-            x = self.layernorm_embedding(x)
-        x = self.dropout_module(x).transpose(0, 1)
+        x = embed_decoder_input(self, prev_output_tokens.contiguous(), positions)
         self_pad = prev_output_tokens.eq(self.padding_idx)
         self_pad = self_pad if bool(self_pad.any()) else None
         ds, dpad, dself = (encoder_out["mht_draft_states"], encoder_out["mht_draft_pad"][0],
@@ -340,7 +350,12 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
     always (the current sentence's draft), the ``src`` side with source hops, the ``ref``
     side with ``--mht-target-context reference`` (training only); K = ``--mht-context-size``
     (default: the task's ``--context-size``); document runs (each context sentence and draft
-    encoded once per batch)."""
+    encoded once per batch); in training the rows run in groups of similar length and the
+    output is packed (real target positions only), so batches count their tables at their
+    real length (``grouped-runs``)."""
+
+    doc_batching = "grouped-runs"
+    packs_training_output = True
 
     @classmethod
     def add_args(cls, parser):
@@ -412,7 +427,7 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
 
     def init_sentence_encoders(self, args):
         """``--src/tgt-sentence-encoder-from``: applied once (cleared in the args, the path
-        kept in ``args.mht_draft_path`` for the source one, so a checkpoint of this model
+        kept in ``args.draft_path`` for the source one, so a checkpoint of this model
         restores its own weights and knows the model that makes its drafts)."""
         resume = sentence_init.restore_path(args)
         for opt, module in (("src_sentence_encoder_from", self.encoder.src_sentence_encoder),
@@ -422,7 +437,7 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
                 continue
             flag = "--" + opt.replace("_", "-")
             if opt == "src_sentence_encoder_from":
-                args.mht_draft_path = path
+                args.draft_path = path
             if resume:
                 print(f"mht_transformer: resuming from {resume}: {flag} {path} not applied again", flush=True)
             elif module is None:
@@ -483,9 +498,29 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
                 features_only: bool = False, alignment_layer=None, alignment_heads=None):
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
                                    context=context)
+        if self.training and not features_only:
+            return self._packed_training_output(prev_output_tokens, encoder_out)
         return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
                             alignment_layer=alignment_layer, alignment_heads=alignment_heads,
                             src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
+
+
+    def _packed_training_output(self, prev_output_tokens, encoder_out):
+        """Training: the decoder over the rows in groups of similar target length (a batch of
+        document runs pads its targets to ~2.3x their length) and the output projection of the
+        real positions only: logits ``[1, R, V]`` (``packs_training_output``)."""
+        dec = self.decoder
+        real = prev_output_tokens.ne(dec.padding_idx)
+        # (fairseq's reorder_encoder_out reorders the list of encoder states in place)
+        encoder_out = {**encoder_out, "encoder_states": []}
+
+        def run(rows, w):
+            eo = self.encoder.reorder_encoder_out(encoder_out, rows)
+            return [dec.extract_features(prev_output_tokens.index_select(0, rows)[:, :w], eo)[0]]
+
+        x = table_encoder.run_bucketed(real.sum(1), prev_output_tokens.size(1), run, False)[0]
+        return dec.output_layer(x[real]).unsqueeze(0), {"attn": [None], "inner_states": None,
+                                                         "packed_positions": real}
 
 
 @register_model_architecture("mht_transformer", "mht_transformer")
@@ -497,5 +532,5 @@ def mht_transformer(args):
     base_architecture(args)
     set_defaults(args, mht_context_size=None, mht_context_sides="both", mht_context_module="multi-hop",
                  mht_direction="l2r", mht_target_context="draft", src_sentence_encoder_from=None,
-                 tgt_sentence_encoder_from=None, freeze_sentence_encoders=False, mht_draft_path=None)
+                 tgt_sentence_encoder_from=None, freeze_sentence_encoders=False, draft_path=None)
     sentence_init.set_defaults(args)

@@ -51,29 +51,14 @@ def load_sentence_weights(model, path: str, name: str) -> List[str]:
     """Copy every weight of the sentence-level checkpoint ``path`` whose name and shape match
     into ``model``; print a report (``name``: the model's name, its first word). Returns the
     names of the loaded parameters/buffers."""
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"--init-from-sentence-checkpoint: no such file {path}")
-    state = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
-    own = model.state_dict()
-    loaded = [k for k, v in state.items() if k in own and own[k].shape == v.shape]
-    ignored = sorted(set(state) - set(loaded))
-    new = sorted(set(own) - set(loaded))
-    model.load_state_dict({k: state[k] for k in loaded}, strict=False)
-    lines = [f"{name}: initialised from {path}: {len(loaded)} loaded, "
-             f"{len(new)} new, {len(ignored)} ignored"]
-    lines += [f"  new: {k}" for k in new] + [
-        f"  ignored: {k} {tuple(state[k].shape)}" + (f" (model: {tuple(own[k].shape)})" if k in own else "")
-        for k in ignored]
-    print("\n".join(lines), flush=True)
-    logger.info(lines[0])
-    return loaded
+    return load_part_weights(model, path, "", name, "--init-from-sentence-checkpoint")
 
 
 def load_part_weights(module, path: str, prefix: str, name: str, option: str) -> List[str]:
-    """Copy the weights of the part ``prefix`` (e.g. ``"encoder."``) of the checkpoint
-    ``path`` into ``module`` (e.g. a sentence encoder of a context model), where the name
-    without the prefix and the shape match; print a report (``name``: the module's name in the
-    messages; ``option``: the command-line option that gave ``path``). Returns the names of
+    """Copy the weights of the part ``prefix`` (e.g. ``"encoder."``; ``""``: all) of the
+    checkpoint ``path`` into ``module`` (e.g. a sentence encoder of a context model), where the
+    name without the prefix and the shape match; print a report (``name``: the module's name in
+    the messages; ``option``: the command-line option that gave ``path``). Returns the names of
     the loaded weights (in ``module``)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"{option}: no such file {path}")
@@ -84,8 +69,8 @@ def load_part_weights(module, path: str, prefix: str, name: str, option: str) ->
     ignored = sorted(set(part) - set(loaded))
     new = sorted(set(own) - set(loaded))
     module.load_state_dict({k: part[k] for k in loaded}, strict=False)
-    lines = [f"{name}: initialised from the {prefix.rstrip('.')} of {path} ({option}): "
-             f"{len(loaded)} loaded, {len(new)} new, {len(ignored)} ignored"]
+    source = f"the {prefix.rstrip('.')} of {path} ({option})" if prefix else path
+    lines = [f"{name}: initialised from {source}: {len(loaded)} loaded, {len(new)} new, {len(ignored)} ignored"]
     lines += [f"  new: {k}" for k in new] + [
         f"  ignored: {k} {tuple(part[k].shape)}" + (f" (model: {tuple(own[k].shape)})" if k in own else "")
         for k in ignored]

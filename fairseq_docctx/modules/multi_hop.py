@@ -63,6 +63,8 @@ def attend_rows(attn, norm, dropout, query, states, pad, rows, incremental_state
     (-1 = none: the query passes unchanged) with fairseq's residual and LayerNorm; returns
     ``(output, attention weights [B, T, L] or None)``."""
     present = rows >= 0
+    if not bool(present.any()):  # no row has this sentence (e.g. a batch of first sentences)
+        return query, None
     r = rows.clamp(min=0)
     if cached(attn, incremental_state):
         key = kpm = None

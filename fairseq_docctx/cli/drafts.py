@@ -1,0 +1,118 @@
+"""``docctx-drafts``: translate every source sentence of a prepared data directory with a
+sentence-level checkpoint, the drafts of the Multi-Hop Transformer (Zhang et al. 2021, §3.1).
+
+Only parses the command line and calls :func:`fairseq_docctx.data.drafts.make_drafts`;
+see docs/drafts.md.
+"""
+import argparse
+import logging
+import sys
+import warnings
+
+
+def build_parser():
+    from ..data.drafts import DEFAULT_BEAM, DEFAULT_CHUNK_SENTENCES
+
+    p = argparse.ArgumentParser(
+        prog="docctx-drafts",
+        description="Translate every source sentence of the splits of a prepared data directory "
+                    "with a sentence-level src->tgt checkpoint and store the translations (drafts) "
+                    "as {split}.{src}-{tgt}.draft.{bin,idx} in that directory. Restartable.",
+    )
+    p.add_argument("data", metavar="DATA", help="data directory prepared by docctx-prepare")
+    p.add_argument("--path", required=True, metavar="CKPT",
+                   help="sentence-level src->tgt checkpoint (e.g. a transformer)")
+    p.add_argument("--splits", default=None,
+                   help="comma-separated splits (default: those docctx.json lists, else train,valid,test)")
+    p.add_argument("--beam", type=int, default=DEFAULT_BEAM, help=f"beam size (default {DEFAULT_BEAM})")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--max-tokens", type=int, default=None,
+                      help="source tokens per batch (default 8000 unless --batch-size)")
+    size.add_argument("--batch-size", type=int, default=None, help="sentences per batch")
+    dev = p.add_mutually_exclusive_group()
+    dev.add_argument("--cpu", action="store_true", help="decode on the CPU even if a GPU is there")
+    dev.add_argument("--fp16", action="store_true", help="half-precision inference")
+    p.add_argument("--chunk-sentences", type=int, default=DEFAULT_CHUNK_SENTENCES, metavar="N",
+                   help="sentences per chunk of restartable work (default %(default)s)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="make the drafts again even of splits made with the same checkpoint and beam")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+class _Progress:
+    """A tqdm bar per split: sentences done of the split's total."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.bar = None
+        self.split = None
+
+    def __call__(self, split, done, total):
+        from tqdm import tqdm
+
+        if split != self.split:
+            self.close()
+            self.split = split
+            self.bar = tqdm(total=total, initial=done, unit="sent", file=sys.stderr,
+                            disable=self.quiet, desc=f"drafts {split}", dynamic_ncols=True)
+        self.bar.update(done - self.bar.n)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    for name in ("fairseq", "fairseq_docctx"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*pin_memory.*")
+    from ..data.drafts import make_drafts
+
+    splits = None
+    if args.splits is not None:
+        splits = [s.strip() for s in args.splits.split(",") if s.strip()]
+        if not splits:
+            raise ValueError("--splits: no split given")
+    progress = _Progress(args.quiet)
+
+    def log(line):
+        progress.close()
+        print(f"docctx-drafts: {line}", file=sys.stderr, flush=True)
+
+    try:
+        results = make_drafts(args.data, args.path, splits=splits, beam=args.beam,
+                              max_tokens=args.max_tokens, batch_size=args.batch_size,
+                              cpu=True if args.cpu else None, fp16=args.fp16,
+                              chunk_sentences=args.chunk_sentences, overwrite=args.overwrite,
+                              progress=progress, log=log)
+    finally:
+        progress.close()
+    for r in results:
+        if r.skipped:
+            line = f"{r.split}: {r.sentences} sentences, already made ({r.prefix}.bin/.idx)"
+        else:
+            rate = r.translated / max(r.seconds, 1e-9)
+            line = (f"{r.split}: {r.sentences} sentences ({r.translated} translated"
+                    + (f", {r.reused} from an earlier run" if r.reused else "")
+                    + f") in {r.seconds:.1f}s ({rate:.1f} sentences/s) -> {r.prefix}.bin/.idx")
+        print(f"docctx-drafts: {line}", file=sys.stderr, flush=True)
+    return results
+
+
+def cli_main(argv=None):
+    from ..data.manifest import ManifestError
+    from ..hub import CheckpointError
+
+    try:
+        main(argv)
+    except (FileNotFoundError, CheckpointError, ManifestError, ValueError) as e:
+        print(f"docctx-drafts: error: {e}", file=sys.stderr)  # DATA is positional: not cli_message
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    cli_main()

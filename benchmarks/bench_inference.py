@@ -17,7 +17,25 @@ Measured in one run on IWSLT17 TED En-De (train: the dev talks, test: the 23 tes
     updates, in document order twice: as it decodes (the prefix run once per sentence into
     fairseq's incremental state, one token per beam-search step after it), and re-running
     the decoder over the whole prefix and hypothesis at every step, as it decoded before the
-    cache (the same model and outputs; this run patches the decoder inside this script only).
+    cache (the same model and outputs; this run patches the decoder inside this script only);
+  * with ``--mht-updates N`` (N > 0), an ``mht_transformer`` of the same size (Zhang et al.
+    2021: K=3, multi-hop context on both sides), its multi-hop encoder and decoder and its
+    source-side sentence encoder initialised from that transformer (``--init-from-sentence-
+    checkpoint``, ``--src-sentence-encoder-from``, the latter as the paper, §4.3) and trained N
+    more updates, decoding with its drafts given (``fairseq-generate --task
+    document_translation``): in fairseq's length-sorted batches (``--doc-batching
+    sentences``, the batches of the sentence-level run) and in the task's default batches for
+    it (document runs in corpus order: each context sentence and draft encoded once per
+    batch). Its drafts are the data directory's drafts stream of each split if it has one
+    (``docctx-drafts``), else the references copied as drafts (``bench_models.ensure_drafts``:
+    the speed depends on the drafts' lengths only; the header says which). Next to the speed,
+    the matrix-product FLOPs per generated token and per sentence of the sentence-level run
+    and of MHT's length-sorted run are counted inside fairseq-generate (torch's
+    ``FlopCounterMode`` around the task's ``inference_step``: beam search with the encoders,
+    every ``--flop-every``-th batch, the same sentences in both runs, checked), and their
+    ratio, the speed ratio MHT could reach at the transformer's FLOP rate, is printed with the
+    measured ratio over it (the FLOP-rate efficiency). ``--mht-only`` runs the sentence-level
+    and MHT runs only.
 
 Sentences/second and generated tokens/second are fairseq's own figures (model loading
 excluded; docctx-translate: sentences/s); the mean hypothesis length (words) is printed beside
@@ -27,19 +45,24 @@ holds at most one sentence per document, and a test set's longest document sets 
 batches, so the document count and length spread of the test set bound its speed (23 talks of
 up to ~200 sentences against 155 news documents).
 Targets: document order >= 0.8x sentence level with >= 16 documents side by side; HAN decoder
-in document order >= 0.7x sentence-level generation of the same size.
+in document order >= 0.7x sentence-level generation of the same size; MHT with drafts given
+>= 0.6x sentence-level generation and >= 0.9 of its FLOP-bound ratio.
 
 Usage: python benchmarks/bench_inference.py [--updates 300] [--han-updates 100] [--concat-updates 300]
        [--batch-size 32] [--beam 4] [--test-set iwslt17|nc16] [--test-docs N] [--repeats 2]
+       [--mht-updates 0] [--mht-only] [--flop-every 4]
        (--test-docs N: only the first N test documents, for a quick check that it runs)
 """
 import argparse
+import hashlib
 import os
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from bench_models import drafts_note, ensure_drafts
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "maruf-ende" / "IWSLT2017"
@@ -60,6 +83,10 @@ MODEL = [
 CONCAT = "concat_transformer (K=3 both), document order"
 CONCAT_BEFORE = "concat_transformer, prefix re-run every step (before)"
 FULL_RERUN = "--generate-full-rerun"  # internal: the child process of the run before the cache
+COUNT_FLOPS = "--generate-count-flops"  # internal: fairseq-generate counting matrix-product FLOPs
+SENTENCE_LEVEL = "sentence-level fairseq-generate (translation task)"
+MHT = "mht_transformer (drafts given), length-sorted batches"
+MHT_RUNS = "mht_transformer (drafts given), document runs (default)"
 
 
 def sh(cmd, **kw):
@@ -88,6 +115,49 @@ def generate_full_rerun(argv):
     ConcatContextDecoder.forward = full_rerun
     sys.argv = ["fairseq-generate", *argv]
     cli_main()
+
+
+def generate_count_flops(every, argv):
+    """fairseq-generate with the matrix-product FLOPs (torch's FlopCounterMode: matmuls and
+    linear layers) of every ``every``-th batch's ``inference_step`` counted (the whole beam
+    search, encoders included); prints ``FLOPS <flops> <generated tokens> <sentences> <digest
+    of their ids>`` for those batches (tokens as fairseq counts them: the best hypothesis of
+    each sentence, EOS included). Only for this benchmark."""
+    sys.path.insert(0, str(REPO))
+    from fairseq.tasks.fairseq_task import FairseqTask
+    from fairseq_cli.generate import cli_main
+    from torch.utils.flop_counter import FlopCounterMode
+
+    step = FairseqTask.inference_step
+    tally = {"batches": 0, "flops": 0, "tokens": 0, "ids": []}
+
+    def counted(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        tally["batches"] += 1
+        if (tally["batches"] - 1) % every:
+            return step(self, generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints)
+        counter = FlopCounterMode(display=False)
+        with counter:
+            hypos = step(self, generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints)
+        tally["flops"] += counter.get_total_flops()
+        tally["tokens"] += sum(len(h[0]["tokens"]) for h in hypos)
+        tally["ids"] += sample["id"].tolist()
+        return hypos
+
+    FairseqTask.inference_step = counted  # the document task's length-sorted batches call it too
+    sys.argv = ["fairseq-generate", *argv]
+    cli_main()
+    ids = sorted(tally["ids"])
+    digest = hashlib.sha1(" ".join(map(str, ids)).encode()).hexdigest()[:12]
+    print(f"FLOPS {tally['flops']} {tally['tokens']} {len(ids)} {digest}", flush=True)
+
+
+def count_flops(cmd, every):
+    """FLOPs, generated tokens, sentences and the digest of the sentence ids of the counted
+    batches of the fairseq-generate command ``cmd`` (run again in a child process)."""
+    assert cmd[0] == "fairseq-generate"
+    p = sh([sys.executable, Path(__file__).resolve(), COUNT_FLOPS, str(every), *cmd[1:]])
+    flops, tokens, sents, digest = re.findall(r"^FLOPS (\d+) (\d+) (\d+) (\w+)$", p.stdout, re.M)[-1]
+    return int(flops), int(tokens), int(sents), digest
 
 
 def first_documents(src: Path, n: int, dest: Path) -> Path:
@@ -132,7 +202,18 @@ def main():
                     help="IWSLT17 TED test (23 talks) or NC-2016 newstest2016 (155 documents)")
     ap.add_argument("--test-docs", type=int, default=None,
                     help="only the first N documents of the test set (a quick check)")
+    ap.add_argument("--mht-updates", type=int, default=0,
+                    help="an mht_transformer of the same size, initialised from the transformer and "
+                    "trained N more updates, decoding with drafts given (0: no MHT runs, the default)")
+    ap.add_argument("--mht-only", action="store_true",
+                    help="only the sentence-level and MHT runs (no document order, HAN, concat, "
+                    "docctx-translate)")
+    ap.add_argument("--flop-every", type=int, default=4,
+                    help="with MHT: count the matrix-product FLOPs of every N-th batch of the "
+                    "sentence-level and MHT generation (1: all batches, 0: no count)")
     args = ap.parse_args()
+    if args.mht_only and args.mht_updates <= 0:
+        sys.exit("--mht-only needs --mht-updates N (N > 0)")
     if args.concat_updates is None:
         args.concat_updates = args.updates
     if not DATA.is_dir():
@@ -145,6 +226,8 @@ def main():
             "--trainpref", DATA / "concatenated_en2de_dev_{lang}.txt",
             "--testpref", DATA / "concatenated_en2de_test_{lang}.txt",
             "--spm-vocab-size", "4000", "--destdir", data_bin])
+    if args.mht_updates > 0:
+        drafts = ensure_drafts(data_bin, ["train", "test"])
     ckpt = WORK / "ckpt" / "checkpoint_last.pt"
     if not ckpt.exists():
         print(f"training a sentence-level transformer for {args.updates} updates ...", flush=True)
@@ -154,7 +237,7 @@ def main():
             "--max-update", str(args.updates), "--save-dir", ckpt.parent])
         print(f"  trained in {time.time() - t:.0f}s")
     han_ckpt = WORK / "han-ckpt" / "checkpoint_last.pt"
-    if not han_ckpt.exists():
+    if not han_ckpt.exists() and not args.mht_only:
         print(f"training han_decoder_transformer from it for {args.han_updates} updates ...", flush=True)
         han_model = [a if a != "transformer" else "han_decoder_transformer" for a in MODEL]
         sh(["fairseq-train", data_bin, "--user-dir", REPO / "fairseq_docctx",
@@ -162,7 +245,7 @@ def main():
             *han_model, "--init-from-sentence-checkpoint", ckpt,
             "--max-update", str(args.han_updates), "--save-dir", han_ckpt.parent])
     concat_ckpt = WORK / "concat-ckpt" / "checkpoint_last.pt"
-    if not concat_ckpt.exists():
+    if not concat_ckpt.exists() and not args.mht_only:
         print(f"training concat_transformer (K=3, both sides) for {args.concat_updates} updates ...",
               flush=True)
         concat_model = [a if a != "transformer" else "concat_transformer" for a in MODEL]
@@ -170,6 +253,16 @@ def main():
             "--task", "document_translation", "--context-size", "3", "--context-sides", "both",
             *concat_model, "--max-update", str(args.concat_updates),
             "--save-dir", concat_ckpt.parent])
+    # one checkpoint per number of updates (a quick check's model is not reused by a real run)
+    mht_ckpt = WORK / f"mht-ckpt-{args.mht_updates}" / "checkpoint_last.pt"
+    if args.mht_updates > 0 and not mht_ckpt.exists():
+        print(f"training mht_transformer (K=3, both sides) from it for {args.mht_updates} updates ...",
+              flush=True)
+        mht_model = [a if a != "transformer" else "mht_transformer" for a in MODEL]
+        sh(["fairseq-train", data_bin, "--user-dir", REPO / "fairseq_docctx",
+            "--task", "document_translation", "--context-size", "3", "--context-sides", "src,draft",
+            *mht_model, "--init-from-sentence-checkpoint", ckpt, "--src-sentence-encoder-from", ckpt,
+            "--max-update", str(args.mht_updates), "--save-dir", mht_ckpt.parent])
     test_dir = NC16 if args.test_set == "nc16" else DATA
     raw = test_dir / "concatenated_en2de_test_en.txt"
     test_bin = data_bin
@@ -188,27 +281,24 @@ def main():
             sh(["docctx-prepare", "-s", "en", "-t", "de", "--joined-dictionary", "--workers", "2",
                 "--srcdict", data_bin / "dict.en.txt", "--spm-model", data_bin / "spm.model",
                 "--testpref", test_pref, "--destdir", test_bin])
+    if args.mht_updates > 0 and test_bin != data_bin:
+        drafts["test"] = ensure_drafts(test_bin, ["test"])["test"]
     gen = ["--beam", str(args.beam), "--batch-size", str(args.batch_size),
            "--max-len-a", "1.2", "--max-len-b", "10", "--remove-bpe", "sentencepiece",
            "--required-batch-size-multiple", "1", "--gen-subset", "test", "--cpu"]
     runs = {
-        "sentence-level fairseq-generate (translation task)":
+        SENTENCE_LEVEL:
             ["fairseq-generate", test_bin, "--user-dir", REPO / "fairseq_docctx",
              "--task", "translation", "--path", ckpt, *gen],
-        "document-order fairseq-generate (document_translation)":
-            ["fairseq-generate", test_bin, "--user-dir", REPO / "fairseq_docctx",
-             "--task", "document_translation", "--context-size", "3", "--context-sides", "both",
-             "--path", ckpt, *gen],
-        "han_decoder_transformer, document order":
-            ["fairseq-generate", test_bin, "--user-dir", REPO / "fairseq_docctx",
-             "--task", "document_translation", "--context-size", "3", "--context-sides", "both",
-             "--path", han_ckpt, *gen],
     }
-    concat_gen = [test_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
-                  "--context-size", "3", "--context-sides", "both", "--path", concat_ckpt, *gen]
-    runs[CONCAT] = ["fairseq-generate", *concat_gen]
-    runs[CONCAT_BEFORE] = [sys.executable, Path(__file__).resolve(), FULL_RERUN, *concat_gen]
-    rates = {name: [] for name in list(runs) + ["docctx-translate"]}
+    mht_gen = ["fairseq-generate", test_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
+               "--context-size", "3", "--context-sides", "src,draft", "--path", mht_ckpt, *gen]
+    if args.mht_updates > 0:
+        runs[MHT] = [*mht_gen, "--doc-batching", "sentences"]
+        runs[MHT_RUNS] = mht_gen
+    if not args.mht_only:
+        add_document_runs(runs, test_bin, ckpt, han_ckpt, concat_ckpt, gen)
+    rates = {name: [] for name in list(runs) + ([] if args.mht_only else ["docctx-translate"])}
     tokens = {name: [] for name in runs}
     lengths, concat_hyps = {}, {}
     for r in range(args.repeats):
@@ -222,6 +312,8 @@ def main():
                 concat_hyps[name] = hypotheses(p.stdout)
             print(f"[{r + 1}] {name}: {n} sentences, {rate:.2f} sentences/s, {tok_rate:.1f} tokens/s, "
                   f"mean hypothesis length {mean_len:.1f} words", flush=True)
+        if args.mht_only:
+            continue
         p = sh(["docctx-translate", raw, "--path", ckpt, "--data", test_bin, "--beam", str(args.beam),
                 "--batch-size", str(args.batch_size), "--cpu", "-o", WORK / "test.de.txt"])
         m = re.search(r"(\d+) sentences in [\d.]+s \(([\d.]+) sentences/s\)", p.stderr)
@@ -229,27 +321,72 @@ def main():
         print(f"[{r + 1}] docctx-translate: {m.group(1)} sentences, {m.group(2)} sentences/s", flush=True)
     best = {k: max(v) for k, v in rates.items()}
     best_tok = {k: max(v) for k, v in tokens.items()}
-    base = best["sentence-level fairseq-generate (translation task)"]
-    base_tok = best_tok["sentence-level fairseq-generate (translation task)"]
+    base = best[SENTENCE_LEVEL]
+    base_tok = best_tok[SENTENCE_LEVEL]
     print(f"\ntest set {args.test_set}, beam {args.beam}, --batch-size {args.batch_size} (documents side by "
           f"side in document order), best of {args.repeats}; tokens/s: generated tokens (fairseq's figure), "
           f"the fair measure when models write outputs of different lengths")
+    if args.mht_updates > 0:
+        print(f"mht_transformer trained {args.mht_updates} updates from the transformer; " + drafts_note(drafts))
     print(f"{'run':58s} {'sent/s':>8s} {'ratio':>6s} {'tok/s':>8s} {'ratio':>6s} {'mean len':>8s}")
     for k, v in best.items():
         tok = f"{best_tok[k]:8.1f} {best_tok[k] / base_tok:6.2f}" if k in best_tok else f"{'':8s} {'':6s}"
         ml = f"{lengths[k]:8.1f}" if k in lengths else f"{'':8s}"
         print(f"{k:58s} {v:8.2f} {v / base:6.2f} {tok} {ml}")
-    new, old = concat_hyps[CONCAT], concat_hyps[CONCAT_BEFORE]
-    same = sum(new[i][1] == old.get(i, (None, None))[1] for i in new)
-    diff = max((abs(new[i][0] - old[i][0]) for i in new if i in old), default=0.0)
-    print(f"\nconcat_transformer target prefix cached vs re-run at every step: "
-          f"{best[CONCAT] / best[CONCAT_BEFORE]:.2f}x sentences/s, "
-          f"{best_tok[CONCAT] / best_tok[CONCAT_BEFORE]:.2f}x tokens/s; identical hypotheses: "
-          f"{same} of {len(old)}, largest score difference {diff:.1e}")
+    if not args.mht_only:
+        new, old = concat_hyps[CONCAT], concat_hyps[CONCAT_BEFORE]
+        same = sum(new[i][1] == old.get(i, (None, None))[1] for i in new)
+        diff = max((abs(new[i][0] - old[i][0]) for i in new if i in old), default=0.0)
+        print(f"\nconcat_transformer target prefix cached vs re-run at every step: "
+              f"{best[CONCAT] / best[CONCAT_BEFORE]:.2f}x sentences/s, "
+              f"{best_tok[CONCAT] / best_tok[CONCAT_BEFORE]:.2f}x tokens/s; identical hypotheses: "
+              f"{same} of {len(old)}, largest score difference {diff:.1e}")
+    if args.mht_updates > 0 and args.flop_every > 0:
+        print_flop_bound(runs, best, best_tok, args.flop_every)
+
+
+def print_flop_bound(runs, best, best_tok, every):
+    """The matrix-product FLOPs per generated token and per sentence of the sentence-level run
+    and of MHT's length-sorted run (counted over the same batches), the speed ratios they
+    allow (the transformer's FLOPs over MHT's) and the measured ratios over those."""
+    work = {name: count_flops(runs[name], every) for name in (SENTENCE_LEVEL, MHT)}
+    (f0, t0, n0, d0), (f1, t1, n1, d1) = work[SENTENCE_LEVEL], work[MHT]
+    same = "the same sentences" if d0 == d1 else "NOT the same sentences (the two tasks batched differently)"
+    print(f"\nmatrix-product FLOPs of generation (beam search with the encoders), every {every}. batch, "
+          f"{n0} and {n1} sentences ({same}); bound = sentence level's FLOPs over MHT's, "
+          f"efficiency = measured ratio / bound")
+    print(f"{'run':58s} {'MFLOP/tok':>10s} {'MFLOP/sent':>10s}")
+    for name, (f, t, n, _) in work.items():
+        print(f"{name:58s} {f / t / 1e6:10.2f} {f / n / 1e6:10.2f}")
+    tok_bound, sent_bound = (f0 / t0) / (f1 / t1), (f0 / n0) / (f1 / n1)
+    tok_ratio, sent_ratio = best_tok[MHT] / best_tok[SENTENCE_LEVEL], best[MHT] / best[SENTENCE_LEVEL]
+    print(f"MHT / sentence level: tokens/s {tok_ratio:.2f}x (FLOP bound {tok_bound:.2f}x, efficiency "
+          f"{tok_ratio / tok_bound:.2f}); sentences/s {sent_ratio:.2f}x (FLOP bound {sent_bound:.2f}x, "
+          f"efficiency {sent_ratio / sent_bound:.2f})")
+
+
+def add_document_runs(runs, test_bin, ckpt, han_ckpt, concat_ckpt, gen):
+    """The document-order runs (transformer, HAN decoder, concat with and without its cache)."""
+    runs.update({
+        "document-order fairseq-generate (document_translation)":
+            ["fairseq-generate", test_bin, "--user-dir", REPO / "fairseq_docctx",
+             "--task", "document_translation", "--context-size", "3", "--context-sides", "both",
+             "--path", ckpt, *gen],
+        "han_decoder_transformer, document order":
+            ["fairseq-generate", test_bin, "--user-dir", REPO / "fairseq_docctx",
+             "--task", "document_translation", "--context-size", "3", "--context-sides", "both",
+             "--path", han_ckpt, *gen],
+    })
+    concat_gen = [test_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
+                  "--context-size", "3", "--context-sides", "both", "--path", concat_ckpt, *gen]
+    runs[CONCAT] = ["fairseq-generate", *concat_gen]
+    runs[CONCAT_BEFORE] = [sys.executable, Path(__file__).resolve(), FULL_RERUN, *concat_gen]
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == FULL_RERUN:
         generate_full_rerun(sys.argv[2:])
+    elif len(sys.argv) > 2 and sys.argv[1] == COUNT_FLOPS:
+        generate_count_flops(int(sys.argv[2]), sys.argv[3:])
     else:
         main()

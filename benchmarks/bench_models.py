@@ -7,9 +7,19 @@ fairseq's own training words/second (`wps` of the last `train` line) is compared
 alternate (A B A B ...) and the best of the repeats is kept, to damp machine noise.
 
 Usage: python benchmarks/bench_models.py [--updates 60] [--repeats 2] [--size small|qcn-paper|base]
-       [--models qcn han concat] [--flop-batches 20]
+       [--models qcn han concat mht mht-frozen] [--flop-batches 20]
 Targets: qcn_transformer (with the PCC regularizer) >= 0.8x transformer; joint HAN
-(han_transformer) >= 0.8x.
+(han_transformer) >= 0.8x; mht_transformer >= 0.5x and >= 0.9 of the ratio its FLOPs allow
+(efficiency >= 0.9), at the paper's size (Transformer base, Zhang et al. 2021, §4.3:
+``--size base``).
+
+``mht`` is the Multi-Hop Transformer as the paper trains it (Zhang et al. 2021, §3-4: K=3,
+multi-hop context on both sides, the sentence encoders trained with the rest);
+``mht-frozen`` the same with ``--freeze-sentence-encoders`` (no backward pass through them).
+MHT reads drafts, a sentence-level model's translations (§3.1). Unless the data directory
+holds real drafts (made by ``docctx-drafts``), the script writes the references of each split
+as its drafts stream (:func:`ensure_drafts`): the speed depends on the drafts' lengths only,
+and a trained sentence model's drafts are about as long as the references.
 
 Next to the speed, each model's matrix-product work is counted (torch's FlopCounterMode:
 matmuls and linear layers, forward + backward, one training step per batch) over its first
@@ -19,8 +29,10 @@ FLOPs per word over the model's is the highest speed ratio the model can reach w
 the same arithmetic; "efficiency" is the model's achieved FLOP rate over the transformer's.
 """
 import argparse
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -59,7 +71,17 @@ MODELS = {
     # joint HAN (HAN encoder + HAN decoder over the previous target sentences)
     "han": ["--arch", "han_transformer", "--context-size", "3", "--context-sides", "both",
             "--criterion", "label_smoothed_cross_entropy"],
+    # Multi-Hop Transformer (Zhang et al. 2021): K=3 previous source sentences and drafts,
+    # multi-hop on both sides, sentence encoders trained (the paper's setting, §4.3) or frozen
+    "mht": ["--arch", "mht_transformer", "--context-size", "3", "--context-sides", "src,draft",
+            "--criterion", "label_smoothed_cross_entropy"],
+    "mht-frozen": ["--arch", "mht_transformer", "--context-size", "3", "--context-sides", "src,draft",
+                   "--freeze-sentence-encoders", "--criterion", "label_smoothed_cross_entropy"],
 }
+#: the models that read the ``draft`` context side
+READS_DRAFTS = ("mht", "mht-frozen")
+#: beside a drafts stream this script wrote from the references (see :func:`ensure_drafts`)
+STAND_IN_MARK = ".references-as-drafts"
 
 
 def sh(cmd):
@@ -81,6 +103,45 @@ def prepare():
             "--trainpref", DATA / "concatenated_en2de_dev_{lang}.txt", "--spm-vocab-size", "4000",
             "--destdir", data_bin])
     return data_bin
+
+
+def ensure_drafts(data_bin, splits, src="en", tgt="de"):
+    """A drafts stream (``{split}.{src}-{tgt}.draft.{bin,idx}``, target dictionary, line i =
+    draft of source line i) for every split of ``splits`` in the prepared directory
+    ``data_bin``, and what it holds: ``"drafts"`` where the directory already has one that this
+    function did not write (``docctx-drafts``'s, recorded in ``docctx.json`` under
+    ``"drafts"``; used as it is), else ``"references"``: the split's target stream, copied as
+    its drafts (written once, marked by a ``.references-as-drafts`` file beside it). For speed
+    figures only: MHT's work depends on the drafts' lengths, not on their words."""
+    data_bin = Path(data_bin)
+    manifest = data_bin / "docctx.json"
+    recorded = (json.loads(manifest.read_text(encoding="utf-8")).get("drafts") or {}) if manifest.exists() else {}
+    kinds = {}
+    for split in splits:
+        prefix = data_bin / f"{split}.{src}-{tgt}.draft"
+        mark = Path(f"{prefix}{STAND_IN_MARK}")
+        complete = all(Path(f"{prefix}.{ext}").is_file() for ext in ("bin", "idx"))
+        if complete and (split in recorded or not mark.exists()):
+            kinds[split] = "drafts"
+            continue
+        if not complete:
+            mark.write_text("the references of this split, copied by benchmarks/bench_models.py as its drafts "
+                            "(for speed figures only)\n", encoding="utf-8")
+            ref = data_bin / f"{split}.{src}-{tgt}.{tgt}"
+            for ext in ("bin", "idx"):  # the .idx last: a stream is there only when complete
+                shutil.copyfile(f"{ref}.{ext}", f"{prefix}.{ext}.tmp")
+                os.replace(f"{prefix}.{ext}.tmp", f"{prefix}.{ext}")
+        kinds[split] = "references"
+    return kinds
+
+
+def drafts_note(kinds):
+    """One line saying what the drafts of a run are."""
+    if set(kinds.values()) == {"drafts"}:
+        return "drafts: a sentence-level model's translations (docctx-drafts)"
+    refs = ", ".join(s for s, k in kinds.items() if k == "references")
+    return (f"drafts ({refs}): copies of the references, standing in for a sentence-level model's "
+            "translations (the speed depends on the drafts' lengths only)")
 
 
 def wps(data_bin, name, updates, size):
@@ -132,7 +193,10 @@ def main():
     ap.add_argument("--size", choices=list(SIZES), default="small",
                     help="model size of every run: small (3+3 x 256, default), qcn-paper (4+4 x 512), "
                     "base (6+6 x 512)")
-    ap.add_argument("--models", nargs="+", default=["qcn", "han", "concat"], choices=[m for m in MODELS if m != "transformer"])
+    ap.add_argument("--models", nargs="+", default=["qcn", "han", "concat"],
+                    choices=[m for m in MODELS if m != "transformer"],
+                    help="models compared with transformer (default: qcn han concat); mht: the Multi-Hop "
+                    "Transformer as the paper trains it, mht-frozen: with --freeze-sentence-encoders")
     ap.add_argument("--flop-batches", type=int, default=20,
                     help="batches over which each model's FLOPs per word are counted (0: skip)")
     ap.add_argument("--count-flops", choices=list(MODELS), help=argparse.SUPPRESS)  # worker
@@ -144,6 +208,7 @@ def main():
         sys.exit(f"needs {DATA} (the shared maruf-ende corpora beside the repository)")
     WORK.mkdir(parents=True, exist_ok=True)
     data_bin = prepare()
+    drafts = ensure_drafts(data_bin, ["train"]) if set(args.models) & set(READS_DRAFTS) else None
     best = {}
     for r in range(args.repeats):
         for name in ["transformer"] + args.models:
@@ -158,6 +223,8 @@ def main():
     threads = os.environ.get("OMP_NUM_THREADS", "all cores")
     print(f"\ntraining words/second, {args.updates} updates, best of {args.repeats}, size {args.size} "
           f"({' '.join(SIZES[args.size][:8])} ...), --max-tokens 2048, K=3, threads: {threads}")
+    if drafts:
+        print(drafts_note(drafts))
     if work:
         print(f"FLOPs: matrix products, forward + backward, per target word, first {args.flop_batches} batches; "
               f"ceiling = transformer's FLOPs/word over the model's")

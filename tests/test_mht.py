@@ -298,7 +298,7 @@ def test_sentence_encoders_initialised_and_frozen(mht_init, sentence_ckpts):
 
 
 def test_trained_model_generates_every_sentence_once(mht_bin, tmp_path):
-    """fairseq-generate with beam 4 and length-sorted batches (no document order) returns
+    """fairseq-generate with beam 4 and ordinary batches (no document order) returns
     every test sentence exactly once; the loss falls."""
     p = _train(mht_bin, tmp_path, "--context-size", "2", "--context-sides", "src,draft", epochs=6)
     losses = [float(l.split(" loss ")[1].split(" ")[0]) for l in p.stdout.splitlines()

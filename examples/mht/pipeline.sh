@@ -6,7 +6,7 @@
 #   (3) drafts: (1) translates every source sentence of train/valid/test (docctx-drafts);
 #   (4) mht_transformer, its source-side sentence encoder initialised from (1)'s encoder and
 #       its target-side one from (2)'s;
-#   (5) beam search on the test split (drafts given: length-sorted batches) and BLEU.
+#   (5) beam search on the test split (drafts given: ordinary batches, not document order) and BLEU.
 #
 #   DATA_BIN=data-bin bash examples/mht/pipeline.sh
 #

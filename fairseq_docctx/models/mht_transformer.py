@@ -25,7 +25,7 @@ Context (:mod:`fairseq_docctx.data.context_batch`): the ``src`` side, the ``draf
 the self map, of its K previous sentences through the index) and, for the ablation that
 trains on reference target context, the ``ref`` side (the references, declared here: unlike
 ``tgt`` it is never replaced by the model's own translations). Drafts come from a data
-directory (``docctx-drafts``), so an MHT model decodes ordinary length-sorted batches, not
+directory (``docctx-drafts``), so an MHT model decodes ordinary batches, not
 in document order. Everything the decoder reads of the context is computed once per sentence
 in the encoder (beam search reorders the per-row maps only; the tables are not copied).
 

@@ -10,6 +10,15 @@ sys.path.insert(0, str(REPO / "tests"))
 pytest_plugins = ["probe_fixtures"]
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """The tests that read the context probe's trained models run last: the models train in
+    the background meanwhile (probe_fixtures.py)."""
+    from probe_fixtures import TRAININGS
+
+    uses = [bool(set(getattr(item, "fixturenames", ())) & (set(TRAININGS) | {"sentence_acc"})) for item in items]
+    items[:] = [i for i, u in zip(items, uses) if not u] + [i for i, u in zip(items, uses) if u]
+
+
 def venv_env():
     """Environment for subprocesses: the interpreter's bin dir first on PATH."""
     env = dict(os.environ)

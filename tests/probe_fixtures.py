@@ -2,8 +2,9 @@
 probe data and the tiny models trained on it once per session (600 updates each).
 
 Loaded by conftest.py (``pytest_plugins``); a model is only trained when a collected test
-asks for it. The trainings (one thread each) run one after the other in a background thread
-from the start of the session, while the other tests run: the suite keeps both cores busy.
+asks for it. The trainings (one thread each) run two at a time in background threads from the
+start of the session, while the other tests run (the tests that read them run last, see
+conftest.py): the suite keeps both cores busy.
 """
 import concurrent.futures
 import threading
@@ -36,10 +37,10 @@ def _training(fn):
 
 
 class _Background:
-    """The probe trainings the collected tests need, one at a time in a worker thread."""
+    """The probe trainings the collected tests need, two at a time in worker threads."""
 
     def __init__(self, needed, probe, factory):
-        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe")
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="probe")
         self.lock = threading.Lock()
         self.futures = {}
         self.probe, self.factory = probe, factory

@@ -16,34 +16,11 @@ Writes under bench-work/drafts/ (git-ignored).
 import argparse
 import os
 import re
-import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data" / "maruf-ende" / "IWSLT2017"
+from bench_inference import DATA, MODEL, REPO, sh
+
 WORK = REPO / "bench-work" / "drafts"
-BIN = Path(sys.executable).parent
-MODEL = [
-    "--arch", "transformer", "--encoder-layers", "3", "--decoder-layers", "3",
-    "--encoder-embed-dim", "256", "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024",
-    "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "4",
-    "--decoder-attention-heads", "4", "--share-all-embeddings", "--dropout", "0.1",
-    "--optimizer", "adam", "--lr", "1e-3", "--lr-scheduler", "inverse_sqrt",
-    "--warmup-updates", "200", "--criterion", "label_smoothed_cross_entropy",
-    "--label-smoothing", "0.1", "--max-tokens", "4096", "--cpu", "--seed", "1",
-    "--log-format", "simple", "--log-interval", "50", "--no-epoch-checkpoints",
-    "--disable-validation", "--num-workers", "0",
-]
-
-
-def sh(cmd):
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONWARNINGS="ignore")
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep, not spin
-    p = subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"failed: {' '.join(map(str, cmd))}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
-    return p
 
 
 def main():
@@ -67,7 +44,8 @@ def main():
     if not ckpt.exists():
         print(f"training a sentence-level transformer for {args.updates} updates ...", flush=True)
         sh(["fairseq-train", data_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
-            "--context-size", "0", *MODEL, "--max-update", str(args.updates), "--save-dir", ckpt.parent])
+            "--context-size", "0", *MODEL, "--num-workers", "0", "--max-update", str(args.updates),
+            "--save-dir", ckpt.parent])
     common = ["--beam", str(args.beam), "--max-tokens", str(args.max_tokens), "--cpu"]
     runs = {
         "fairseq-generate": ["fairseq-generate", data_bin, "--user-dir", REPO / "fairseq_docctx",

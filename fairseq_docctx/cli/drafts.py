@@ -5,9 +5,9 @@ Only parses the command line and calls :func:`fairseq_docctx.data.drafts.make_dr
 see docs/drafts.md.
 """
 import argparse
-import logging
 import sys
-import warnings
+
+from . import quiet_logging
 
 
 def build_parser():
@@ -66,10 +66,7 @@ class _Progress:
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    for name in ("fairseq", "fairseq_docctx"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=".*pin_memory.*")
+    quiet_logging()
     from ..data.drafts import make_drafts
 
     splits = None

@@ -10,14 +10,13 @@ written document by document as they complete into a temporary file beside it, a
 into place at the end.
 """
 import argparse
-import logging
 import os
 import shutil
 import sys
 import tempfile
 import time
-import warnings
 
+from . import quiet_logging
 from ..data.readers import DocumentFormatError, docids_path, read_file, read_set_attributes
 from ..data.writers import DocumentWriter
 
@@ -161,10 +160,7 @@ class OutputError(ValueError):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    for name in ("fairseq", "fairseq_docctx"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=".*pin_memory.*")
+    quiet_logging()
     docs, fmt, set_attributes = _read_input(args)
     output = _Output(args.output, fmt == "docids")
     try:

@@ -44,7 +44,6 @@ context window (Figure 2)             ``--mht-context-size K`` (default ``--cont
 from typing import Dict, List, Optional
 
 import torch
-import torch.nn as nn
 from fairseq import utils
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
@@ -64,7 +63,7 @@ from ..data import drafts  # noqa: F401  (declares the draft side)
 from ..modules import table_encoder
 from ..modules.decoder_input import embed_decoder_input
 from ..modules.masks import BoolFutureMask
-from ..modules.multi_hop import CONTEXT_MODULES, DIRECTIONS, ContextHops, attend_rows, _static_attention
+from ..modules.multi_hop import CONTEXT_MODULES, DIRECTIONS, ContextHops, attend_rows, static_attention
 from . import sentence_init
 from .arch_defaults import set_defaults
 from .document_context import DocumentContextModel, resolve_context_size
@@ -198,7 +197,6 @@ class MHTEncoder(TransformerEncoderBase):
         if draft.self_rows is None:
             raise ValueError("the batch's draft table has no drafts of the current sentences")
         use_ref = self.training and self.target_context == "reference"
-        tgt_side = "ref" if use_ref else "draft"
         if use_ref and not cb.has_side(context, "ref"):
             raise ValueError("--mht-target-context reference trains on the references: --context-sides "
                              "...,ref,draft and a split with references")
@@ -299,7 +297,7 @@ class MHTDecoder(BoolFutureMask, TransformerDecoderBase):
     def setup_context(self, args):
         self.reads_target = args.mht_context_sides in ("both", "target")
         for layer in self.layers:
-            layer.draft_attn = _static_attention(args.decoder_embed_dim, args.decoder_attention_heads,
+            layer.draft_attn = static_attention(args.decoder_embed_dim, args.decoder_attention_heads,
                                                  args.attention_dropout)
             layer.draft_attn_layer_norm = LayerNorm(args.decoder_embed_dim)
             if self.reads_target:
@@ -485,9 +483,8 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
             has = cb.index(ctx, side, K).ge(0).any(1, keepdim=True) if cb.has_side(ctx, side) else None
             for n, ws in enumerate(layers):
                 for name, w in ws:
-                    if name != "gate":
+                    if name != "gate" or has is None:
                         continue
-                    B = w.size(0)
                     panels.append(dict(
                         title=f"MHT {part} layer {n + 1}: context gate α (weight of the current sentence)",
                         weights=(w * real * has).unsqueeze(1), rows=["α"], row_mask=has,

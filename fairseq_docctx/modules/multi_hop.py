@@ -44,7 +44,9 @@ DIRECTIONS = ("l2r", "r2l")
 IncrementalState = Optional[Dict[str, Dict[str, Optional[Tensor]]]]
 
 
-def _static_attention(embed_dim, heads, attention_dropout):
+def static_attention(embed_dim, heads, attention_dropout):
+    """A fairseq attention whose keys are fixed for a sentence (projected once in incremental
+    decoding and kept, reordered, in fairseq's incremental state)."""
     return MultiheadAttention(embed_dim, heads, dropout=attention_dropout, encoder_decoder_attention=True)
 
 
@@ -108,7 +110,7 @@ class ContextHops(nn.Module):
                                              ffn_and_gate=False)
         else:
             n = context_size if module == "multi-hop" else 1
-            self.attn = nn.ModuleList(_static_attention(embed_dim, heads, attention_dropout) for _ in range(n))
+            self.attn = nn.ModuleList(static_attention(embed_dim, heads, attention_dropout) for _ in range(n))
             self.norm = nn.ModuleList(LayerNorm(embed_dim) for _ in range(n))
         # context gate, Eq. 5: α = σ(W_a q + W_b B)
         self.gate_a = nn.Linear(embed_dim, embed_dim)
@@ -169,4 +171,4 @@ class ContextHops(nn.Module):
         return alpha * query + (1 - alpha) * b
 
 
-__all__ = ["ContextHops", "attend_rows", "cached", "CONTEXT_MODULES", "DIRECTIONS"]
+__all__ = ["ContextHops", "attend_rows", "cached", "static_attention", "CONTEXT_MODULES", "DIRECTIONS"]

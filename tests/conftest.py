@@ -24,6 +24,8 @@ def venv_env():
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env.setdefault("OMP_NUM_THREADS", "2")
+    # idle OpenMP threads sleep instead of spinning (the probe's models train beside the tests)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     env["PYTHONWARNINGS"] = "ignore"
     return env
 

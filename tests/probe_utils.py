@@ -49,8 +49,10 @@ def _run(cmd: List[str], log_path: str, cwd: Optional[str] = None) -> str:
     # CPU and a tiny model trains 5-10x slower (measured 0.8 vs 6.5 updates/s); when the
     # machine is idle one thread costs only ~25%. Override with DOCCTX_PROBE_THREADS.
     threads = os.environ.get("DOCCTX_PROBE_THREADS", "1")
+    # idle OpenMP threads sleep instead of spinning: the suite runs these trainings beside
+    # other tests, and spinning threads of one process slow the others several-fold
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=threads,
-               MKL_NUM_THREADS=threads)
+               MKL_NUM_THREADS=threads, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
     with open(log_path, "w", encoding="utf-8") as f:  # streamed, so a long run can be watched
         f.write(" ".join(cmd) + "\n")
         f.flush()

@@ -349,9 +349,11 @@ def test_docctx_translate_makes_drafts_on_the_fly(mht_init, mht_bin, sentence_ck
          "--docids", tmp_path / "test.docids", "--beam", "3", "--draft-beam", "2", "--batch-size", "8", "--cpu", "--quiet", "-o", out])
     assert out.read_text().splitlines() == [expected[i] for i in range(len(lines))]
     # without a recorded draft model: one line, exit 2
-    bare = tmp_path / "bare"
-    _train(mht_bin, bare, "--context-size", "2", "--context-sides", "src,draft", epochs=1)
-    p = run(["docctx-translate", src, "--path", bare / "checkpoint_last.pt", "--data", data,
+    state = torch.load(ckpt, weights_only=False)
+    state["cfg"]["model"].draft_path = None
+    bare = tmp_path / "bare.pt"
+    torch.save(state, bare)
+    p = run(["docctx-translate", src, "--path", bare, "--data", data,
              "--input-format", "docids", "--docids", tmp_path / "test.docids", "--cpu", "--quiet"], check=False)
     errors = [l for l in p.stderr.splitlines() if "error" in l]
     assert p.returncode == 2 and len(errors) == 1 and "--draft-path" in errors[0]

@@ -1,8 +1,10 @@
-"""examples/mht/pipeline.sh end to end on the toy data at a tiny size: the two sentence-level
+"""examples/mht/pipeline.sh end to end (``make test-all``) on the toy data at a tiny size: the two sentence-level
 models, the drafts of every split, the Multi-Hop Transformer initialised from both, the test
 set translated; a second run reuses every step."""
 import os
 import shutil
+
+import pytest
 
 from conftest import REPO, run, venv_env
 
@@ -21,6 +23,7 @@ def _pipeline(data, work, **extra):
     return p.stdout + p.stderr
 
 
+@pytest.mark.slow  # about a minute: make test-all (its parts are tested in make test)
 def test_pipeline_end_to_end_and_restart(toy_bin, tmp_path):
     data = tmp_path / "bin"
     shutil.copytree(toy_bin, data)

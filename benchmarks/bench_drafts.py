@@ -18,7 +18,7 @@ import os
 import re
 import sys
 
-from bench_inference import DATA, MODEL, REPO, sh
+from bench_inference import REPO, prepare_data, sentence_model, sh
 
 WORK = REPO / "bench-work" / "drafts"
 
@@ -30,22 +30,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=4000, help="batch size of both commands")
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
-    if not DATA.is_dir():
-        sys.exit(f"needs {DATA} (the shared maruf-ende corpora beside the repository)")
-    WORK.mkdir(parents=True, exist_ok=True)
-    data_bin = WORK / "data"
-    if not (data_bin / "docctx.json").exists():
-        print("preparing IWSLT17 TED (SentencePiece 4000) ...", flush=True)
-        sh(["docctx-prepare", "-s", "en", "-t", "de", "--joined-dictionary", "--workers", "2",
-            "--trainpref", DATA / "concatenated_en2de_dev_{lang}.txt",
-            "--testpref", DATA / "concatenated_en2de_test_{lang}.txt",
-            "--spm-vocab-size", "4000", "--destdir", data_bin])
-    ckpt = WORK / "ckpt" / "checkpoint_last.pt"
-    if not ckpt.exists():
-        print(f"training a sentence-level transformer for {args.updates} updates ...", flush=True)
-        sh(["fairseq-train", data_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
-            "--context-size", "0", *MODEL, "--num-workers", "0", "--max-update", str(args.updates),
-            "--save-dir", ckpt.parent])
+    data_bin = prepare_data(WORK)
+    ckpt = sentence_model(data_bin, WORK, args.updates)
     common = ["--beam", str(args.beam), "--max-tokens", str(args.max_tokens), "--cpu"]
     runs = {
         "fairseq-generate": ["fairseq-generate", data_bin, "--user-dir", REPO / "fairseq_docctx",

@@ -188,6 +188,36 @@ def fairseq_rate(out):
     return int(m.group(1).replace(",", "")), float(m.group(2)), float(m.group(3)), mean_len
 
 
+def prepare_data(work: Path) -> Path:
+    """``work/data``: the IWSLT17 TED dev talks (training) and test talks, SentencePiece 4000
+    (prepared once)."""
+    if not DATA.is_dir():
+        sys.exit(f"needs {DATA} (the shared maruf-ende corpora beside the repository)")
+    work.mkdir(parents=True, exist_ok=True)
+    data_bin = work / "data"
+    if not (data_bin / "docctx.json").exists():
+        print("preparing IWSLT17 TED (SentencePiece 4000) ...", flush=True)
+        sh(["docctx-prepare", "-s", "en", "-t", "de", "--joined-dictionary", "--workers", "2",
+            "--trainpref", DATA / "concatenated_en2de_dev_{lang}.txt",
+            "--testpref", DATA / "concatenated_en2de_test_{lang}.txt",
+            "--spm-vocab-size", "4000", "--destdir", data_bin])
+    return data_bin
+
+
+def sentence_model(data_bin: Path, work: Path, updates: int) -> Path:
+    """``work/ckpt/checkpoint_last.pt``: the sentence-level ``MODEL`` trained ``updates``
+    updates on ``data_bin`` (trained once)."""
+    ckpt = work / "ckpt" / "checkpoint_last.pt"
+    if not ckpt.exists():
+        print(f"training a sentence-level transformer for {updates} updates ...", flush=True)
+        t = time.time()
+        sh(["fairseq-train", data_bin, "--user-dir", REPO / "fairseq_docctx",
+            "--task", "document_translation", "--context-size", "0", *MODEL,
+            "--max-update", str(updates), "--save-dir", ckpt.parent])
+        print(f"  trained in {time.time() - t:.0f}s")
+    return ckpt
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--updates", type=int, default=300, help="training updates of the model")
@@ -216,26 +246,10 @@ def main():
         sys.exit("--mht-only needs --mht-updates N (N > 0)")
     if args.concat_updates is None:
         args.concat_updates = args.updates
-    if not DATA.is_dir():
-        sys.exit(f"needs {DATA} (the shared maruf-ende corpora beside the repository)")
-    WORK.mkdir(parents=True, exist_ok=True)
-    data_bin = WORK / "data"
-    if not (data_bin / "docctx.json").exists():
-        print("preparing IWSLT17 TED (SentencePiece 4000) ...", flush=True)
-        sh(["docctx-prepare", "-s", "en", "-t", "de", "--joined-dictionary", "--workers", "2",
-            "--trainpref", DATA / "concatenated_en2de_dev_{lang}.txt",
-            "--testpref", DATA / "concatenated_en2de_test_{lang}.txt",
-            "--spm-vocab-size", "4000", "--destdir", data_bin])
+    data_bin = prepare_data(WORK)
     if args.mht_updates > 0:
         drafts = ensure_drafts(data_bin, ["train", "test"])
-    ckpt = WORK / "ckpt" / "checkpoint_last.pt"
-    if not ckpt.exists():
-        print(f"training a sentence-level transformer for {args.updates} updates ...", flush=True)
-        t = time.time()
-        sh(["fairseq-train", data_bin, "--user-dir", REPO / "fairseq_docctx",
-            "--task", "document_translation", "--context-size", "0", *MODEL,
-            "--max-update", str(args.updates), "--save-dir", ckpt.parent])
-        print(f"  trained in {time.time() - t:.0f}s")
+    ckpt = sentence_model(data_bin, WORK, args.updates)
     han_ckpt = WORK / "han-ckpt" / "checkpoint_last.pt"
     if not han_ckpt.exists() and not args.mht_only:
         print(f"training han_decoder_transformer from it for {args.han_updates} updates ...", flush=True)

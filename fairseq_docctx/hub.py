@@ -159,6 +159,10 @@ def check_dictionaries(path: str, state: dict, task, data: str, trained_on: Opti
             raise CheckpointError(msg.format(opt="data"), msg.format(opt="--data"))
 
 
+def _reads_drafts(models) -> bool:
+    return any("draft" in context_spec(m).sides for m in models)
+
+
 class DocumentHubInterface(GeneratorHubInterface):
     """fairseq's hub interface plus :meth:`translate_document` / :meth:`translate_documents`.
 
@@ -180,7 +184,7 @@ class DocumentHubInterface(GeneratorHubInterface):
     @property
     def reads_drafts(self) -> bool:
         """Whether the model reads drafts, which raw input has to be given on the fly."""
-        return any("draft" in context_spec(m).sides for m in self.models)
+        return _reads_drafts(self.models)
 
     def make_drafts(self, sentences: Sequence[torch.LongTensor], batch_size: Optional[int] = None,
                     max_tokens: Optional[int] = None) -> List[torch.LongTensor]:
@@ -356,7 +360,7 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
         if not cpu and torch.cuda.is_available():
             m.cuda()
     drafter = None
-    if any("draft" in context_spec(m).sides for m in models):
+    if _reads_drafts(models):
         draft_path = draft_path or _recorded(state, "draft_path")
         if not draft_path:
             msg = (f"{path} reads drafts of the sentences and records no model that makes them: give the "

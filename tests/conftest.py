@@ -30,6 +30,17 @@ def venv_env():
     return env
 
 
+def run_in_process(cli_main, argv, capsys):
+    """A command's ``cli_main`` in this process: (exit code, stdout, stderr)."""
+    try:
+        cli_main([str(a) for a in argv])
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
 @pytest.fixture(scope="session")
 def shared_data():
     if not SHARED_DATA.is_dir():

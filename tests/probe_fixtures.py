@@ -58,9 +58,14 @@ class _Background:
         return future.result() if wait else future
 
 
+def _needed(request):
+    """The fixtures the collected tests use."""
+    return {f for item in request.session.items for f in getattr(item, "fixturenames", ())}
+
+
 @pytest.fixture(scope="session")
 def probe_trainings(request, tmp_path_factory):
-    needed = {f for item in request.session.items for f in getattr(item, "fixturenames", ())}
+    needed = _needed(request)
     if not needed & set(TRAININGS):
         yield None
         return
@@ -72,8 +77,7 @@ def probe_trainings(request, tmp_path_factory):
 @pytest.fixture(scope="session", autouse=True)
 def _start_probe_trainings(request):
     """Start the background trainings when the session starts (if any test needs one)."""
-    needed = {f for item in request.session.items for f in getattr(item, "fixturenames", ())}
-    if needed & set(TRAININGS):
+    if _needed(request) & set(TRAININGS):
         request.getfixturevalue("probe_trainings")
 
 

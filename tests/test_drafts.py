@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TINY_MODEL, run, venv_env
+from conftest import REPO, TINY_MODEL, run, run_in_process, venv_env
 
 import fairseq_docctx  # noqa: F401  (declares the draft side)
 from fairseq_docctx.data import context_batch as cb
@@ -201,13 +201,7 @@ def test_drafts_of_another_count_are_an_error(data, made, tmp_path):
 def _cli(argv, capsys):
     from fairseq_docctx.cli.drafts import cli_main
 
-    try:
-        cli_main([str(a) for a in argv])
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_in_process(cli_main, argv, capsys)
 
 
 def _one_line_error(err):

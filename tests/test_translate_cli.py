@@ -7,20 +7,14 @@ import subprocess
 import pytest
 import torch
 
-from conftest import venv_env
+from conftest import run_in_process, venv_env
 from fairseq_docctx.cli.translate import cli_main as translate_main
 from fairseq_docctx.data.readers import read_file, read_set_attributes
 
 
 def translate(argv, capsys):
     """Run docctx-translate in-process: (exit code, stdout, stderr)."""
-    try:
-        translate_main([str(a) for a in argv])
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_in_process(translate_main, argv, capsys)
 
 
 def one_line_error(err, prog="docctx-translate"):

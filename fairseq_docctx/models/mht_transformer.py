@@ -141,8 +141,8 @@ def _sentence_encoder(args, dictionary, layers):
 
 
 def _rows_of(index: Tensor, extra: Optional[Tensor] = None):
-    """The table rows ``index`` (and ``extra``) refer to, and the map from table row to
-    their position among them (-1 elsewhere)."""
+    """The table rows ``index`` (and ``extra``) refer to, each once, in order (the rows the
+    sentence encoders encode; :func:`_remap` maps table rows to their positions)."""
     parts = [index[index >= 0]] + ([extra] if extra is not None else [])
     return torch.unique(torch.cat(parts))
 

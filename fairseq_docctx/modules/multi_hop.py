@@ -65,12 +65,12 @@ def attend_rows(attn, norm, dropout, query, states, pad, rows, incremental_state
     (-1 = none: the query passes unchanged) with fairseq's residual and LayerNorm; returns
     ``(output, attention weights [B, T, L] or None)``."""
     present = rows >= 0
-    if not bool(present.any()):  # no row has this sentence (e.g. a batch of first sentences)
-        return query, None
-    r = rows.clamp(min=0)
-    if cached(attn, incremental_state):
+    if cached(attn, incremental_state):  # later decoding steps: the keys were projected
         key = kpm = None
+    elif not bool(present.any()):  # no row has this sentence (e.g. a batch of first sentences)
+        return query, None
     else:
+        r = rows.clamp(min=0)
         key, kpm = states.index_select(1, r), pad.index_select(0, r)
     x = norm(query) if normalize_before else query
     y, w = attn(query=x, key=key, value=key, key_padding_mask=kpm, incremental_state=incremental_state,

@@ -64,25 +64,33 @@ def run(cmd, cwd=None, timeout=900, check=True):
     return p
 
 
-def write_toy_documents(out_dir, seed=0, docs=(60, 8, 8)):
+def write_split(out_dir, split, src, tgt, docids):
+    """``{split}.src``, ``.tgt`` and ``.docids`` (one line per sentence) in ``out_dir``."""
+    for ext, lines in (("src", src), ("tgt", tgt), ("docids", docids)):
+        (Path(out_dir) / f"{split}.{ext}").write_text("\n".join(lines) + "\n")
+
+
+def write_toy_documents(out_dir, seed=0, docs=(60, 8, 8), doc_sentences=(1, 9), words=30, lengths=(2, 10),
+                        reverse=False):
     """Small random parallel documents in the docids format (src -> tgt = upper-cased
-    source words), for task and batching tests that need real fairseq data quickly."""
+    source words; with ``reverse``, in reverse order), for task and batching tests that need
+    real fairseq data quickly. ``docs``: documents per split, ``doc_sentences``: (min, max)
+    sentences of a document, ``words``: vocabulary size, ``lengths``: (min, max) words."""
     import random
 
     rng = random.Random(seed)
-    words = [f"w{i}" for i in range(30)]
+    vocab = [f"w{i}" for i in range(words)]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for split, n in zip(("train", "valid", "test"), docs):
         src, tgt, ids = [], [], []
         for d in range(n):
-            for _ in range(rng.randint(1, 9)):
-                s = [rng.choice(words) for _ in range(rng.randint(2, 10))]
+            for _ in range(rng.randint(*doc_sentences)):
+                s = [rng.choice(vocab) for _ in range(rng.randint(*lengths))]
                 src.append(" ".join(s))
-                tgt.append(" ".join(w.upper() for w in s))
+                tgt.append(" ".join(w.upper() for w in (s[::-1] if reverse else s)))
                 ids.append(f"{split}-doc{d}")
-        for ext, lines in (("src", src), ("tgt", tgt), ("docids", ids)):
-            (out_dir / f"{split}.{ext}").write_text("\n".join(lines) + "\n")
+        write_split(out_dir, split, src, tgt, ids)
     return out_dir
 
 
@@ -147,3 +155,69 @@ def toy_document_batch(d, doc_lengths, seed=0, sides="both"):
     docs = DocIndex([f"d{i}" for i in range(len(doc_lengths))], np.array(doc_lengths))
     ds = DocumentPairDataset(pair, docs, 3, sides, shuffle=False)
     return ds.collater([ds[i] for i in range(n)])
+
+
+def assert_incremental_equals_full(model, src, lengths, prev, context=None, atol=1e-5, label=None):
+    """Beam 2, step by step from fairseq's incremental state with beam search's reorderings
+    (rows redrawn among the beams of their sentence; sentence 1 leaves the batch at step 3):
+    each step's output equals the full teacher-forced run's (``model`` in eval mode)."""
+    import torch
+
+    B, T = prev.shape
+    with torch.no_grad():
+        full = model(src, lengths, prev, context=context)[0]
+        enc = model.encoder(src, src_lengths=lengths, context=context)
+        sent = torch.arange(B).repeat_interleave(2)  # row -> sentence (2 beams each)
+        enc = model.encoder.reorder_encoder_out(enc, sent)
+        state = {}
+        g = torch.Generator().manual_seed(0)
+        for t in range(T):
+            if t > 0:
+                # each row takes the state of a random beam of its own sentence
+                order = sent * 2 + torch.randint(0, 2, sent.shape, generator=g)
+                pos = {int(s): i for i, s in enumerate(torch.unique(sent))}
+                order = torch.tensor([2 * pos[int(s)] + int(o % 2) for s, o in zip(sent, order)])
+                if t == 3:  # sentence 1 finishes
+                    keep = (sent != 1).nonzero().squeeze(1)
+                    order, sent = order[keep], sent[keep]
+                model.decoder.reorder_incremental_state_scripting(state, order)
+                enc = model.encoder.reorder_encoder_out(enc, order)
+            out = model.decoder(prev[sent, : t + 1], encoder_out=enc, incremental_state=state)[0]
+            assert torch.allclose(out[:, -1], full[sent, t], atol=atol), (label, t)
+
+
+def write_reverse_task(out_dir):
+    """The reverse task of the RNN tests: documents of 5 sentences of 3 to 10 random words
+    (20 words) whose target is the source reversed and upper-cased (3,000 / 100 / 200
+    sentences; no sentence depends on another)."""
+    return write_toy_documents(out_dir, docs=(600, 20, 40), doc_sentences=(5, 5), words=20, lengths=(3, 10),
+                               reverse=True)
+
+
+@pytest.fixture(scope="session")
+def reverse_bin(tmp_path_factory):
+    """The reverse task (:func:`write_reverse_task`), binarized with its document index."""
+    import probe_utils as pu
+
+    root = tmp_path_factory.mktemp("reverse")
+    return Path(pu.binarize(str(write_reverse_task(root / "raw")), str(root / "bin")))
+
+
+#: a tiny rnnsearch (and the optimisation of the RNN tests)
+RNN_TINY = [
+    "--encoder-embed-dim", "32", "--encoder-hidden-size", "64", "--decoder-embed-dim", "32",
+    "--decoder-hidden-size", "64", "--decoder-out-embed-dim", "32", "--attention-dim", "32",
+    "--share-all-embeddings", "--optimizer", "adam", "--lr", "1e-2", "--cpu", "--seed", "1",
+    "--log-format", "simple", "--num-workers", "0",
+]
+
+
+@pytest.fixture(scope="session")
+def rnnsearch_reverse(reverse_bin, tmp_path_factory):
+    """rnnsearch trained on the reverse task through ``document_translation --context-size 0``:
+    ``checkpoint`` and the training ``log``."""
+    save = tmp_path_factory.mktemp("rnnsearch_reverse")
+    p = run(["fairseq-train", reverse_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
+             "--context-size", "0", "--arch", "rnnsearch", *RNN_TINY, "--dropout", "0", "--max-tokens", "1000",
+             "--max-update", "500", "--log-interval", "50", "--no-epoch-checkpoints", "--save-dir", save])
+    return {"checkpoint": save / "checkpoint_last.pt", "log": p.stdout + p.stderr}

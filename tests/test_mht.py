@@ -8,7 +8,7 @@ import pytest
 import torch
 from fairseq.models.transformer import base_architecture
 
-from conftest import REPO, TINY_MODEL, run, toy_dictionary
+from conftest import REPO, TINY_MODEL, assert_incremental_equals_full, run, toy_dictionary
 from fairseq_docctx.data import context_batch as cb
 from fairseq_docctx.models.mht_transformer import MHTTransformerModel, mht_transformer
 
@@ -200,27 +200,7 @@ def test_incremental_decoding_equals_full_run_under_beam_reordering(module, side
     each step's output equals the full teacher-forced run's."""
     model, d = _model(mht_context_module=module, mht_context_sides=sides, seed=3)
     src, lengths, prev, ctx = _batch(d)
-    B, T = prev.shape
-    with torch.no_grad():
-        full = model(src, lengths, prev, context=ctx)[0]
-        enc = model.encoder(src, src_lengths=lengths, context=ctx)
-        sent = torch.arange(B).repeat_interleave(2)  # row -> sentence (2 beams each)
-        enc = model.encoder.reorder_encoder_out(enc, sent)
-        state = {}
-        g = torch.Generator().manual_seed(0)
-        for t in range(T):
-            if t > 0:
-                # each row takes the state of a random beam of its own sentence
-                order = sent * 2 + torch.randint(0, 2, sent.shape, generator=g)
-                pos = {int(s): i for i, s in enumerate(torch.unique(sent))}
-                order = torch.tensor([2 * pos[int(s)] + int(o % 2) for s, o in zip(sent, order)])
-                if t == 3:  # sentence 1 finishes
-                    keep = (sent != 1).nonzero().squeeze(1)
-                    order, sent = order[keep], sent[keep]
-                model.decoder.reorder_incremental_state_scripting(state, order)
-                enc = model.encoder.reorder_encoder_out(enc, order)
-            out = model.decoder(prev[sent, : t + 1], encoder_out=enc, incremental_state=state)[0]
-            assert torch.allclose(out[:, -1], full[sent, t], atol=1e-5), (module, sides, t)
+    assert_incremental_equals_full(model, src, lengths, prev, ctx, label=(module, sides))
 
 
 # ------------------------------------------------------------------ with fairseq-train

@@ -16,12 +16,13 @@ from ..data import context_batch as cb
 from ..data import length_groups
 
 
-def run_bucketed(lengths, width, run, left_pad, grad_rows=None):
+def run_bucketed(lengths, width, run, left_pad, grad_rows=None, **grouping):
     """``run(rows, w)`` on length groups of rows of lengths ``lengths [N]`` (``w``: the
-    group's longest) -> each of its outputs ``[n, w, C]`` re-assembled ``[N, width, C]`` in
-    row order, zero-padded back to ``width`` (on the left for left-padded rows); ``None``
+    group's longest) -> each of its outputs ``[n, w, ...]`` re-assembled ``[N, width, ...]``
+    in row order, zero-padded back to ``width`` (on the left for left-padded rows); ``None``
     outputs pass through. With ``grad_rows`` (row numbers) the other rows run in groups of
-    their own without autograd (states only ever read detached: no backward through them)."""
+    their own without autograd (states only ever read detached: no backward through them).
+    ``grouping``: the cost options of :func:`~fairseq_docctx.data.length_groups.length_buckets`."""
     track = torch.is_grad_enabled()
     if grad_rows is not None and track:
         keep = torch.zeros(len(lengths), dtype=torch.bool, device=lengths.device)
@@ -29,9 +30,9 @@ def run_bucketed(lengths, width, run, left_pad, grad_rows=None):
         groups = []
         for rows, grad in ((keep.nonzero().squeeze(1), True), ((~keep).nonzero().squeeze(1), False)):
             if rows.numel():
-                groups += [(rows[g], grad) for g in length_groups.length_buckets(lengths[rows])]
+                groups += [(rows[g], grad) for g in length_groups.length_buckets(lengths[rows], **grouping)]
     else:
-        groups = [(g, track) for g in length_groups.length_buckets(lengths)]
+        groups = [(g, track) for g in length_groups.length_buckets(lengths, **grouping)]
     parts = []
     for g, grad in groups:
         with torch.set_grad_enabled(grad):
@@ -47,7 +48,8 @@ def run_bucketed(lengths, width, run, left_pad, grad_rows=None):
         padded = []
         for part in parts:
             extra = width - part[k].size(1)
-            padded.append(torch.nn.functional.pad(part[k], (0, 0, extra, 0) if left_pad else (0, 0, 0, extra)))
+            before = [0, 0] * (part[k].dim() - 2)  # F.pad counts from the last dimension
+            padded.append(torch.nn.functional.pad(part[k], before + ([extra, 0] if left_pad else [0, extra])))
         outs.append(torch.cat(padded).index_select(0, inv))
     return outs
 

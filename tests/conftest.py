@@ -98,8 +98,12 @@ def write_toy_documents(out_dir, seed=0, docs=(60, 8, 8), doc_sentences=(1, 9), 
 def toy_bin(tmp_path_factory):
     """Toy documents prepared with docctx-prepare (no SentencePiece)."""
     root = tmp_path_factory.mktemp("toy")
-    raw = write_toy_documents(root / "raw")
-    dest = root / "bin"
+    return prepare_documents(write_toy_documents(root / "raw"), root / "bin")
+
+
+def prepare_documents(raw, dest):
+    """``raw/{train,valid,test}.{src,tgt,docids}`` through docctx-prepare (joined dictionary)
+    into ``dest``."""
     run(["docctx-prepare", "-s", "src", "-t", "tgt", "--trainpref", raw / "train",
          "--validpref", raw / "valid", "--testpref", raw / "test", "--destdir", dest,
          "--joined-dictionary", "--workers", "1"])
@@ -196,11 +200,9 @@ def write_reverse_task(out_dir):
 
 @pytest.fixture(scope="session")
 def reverse_bin(tmp_path_factory):
-    """The reverse task (:func:`write_reverse_task`), binarized with its document index."""
-    import probe_utils as pu
-
+    """The reverse task (:func:`write_reverse_task`) prepared with docctx-prepare."""
     root = tmp_path_factory.mktemp("reverse")
-    return Path(pu.binarize(str(write_reverse_task(root / "raw")), str(root / "bin")))
+    return prepare_documents(write_reverse_task(root / "raw"), root / "bin")
 
 
 #: a tiny rnnsearch (and the optimisation of the RNN tests)

@@ -3,23 +3,36 @@
 ``docctx-analyze qcn`` writes, for one sentence of a document, heatmaps of the QCN's coupling
 coefficients ``c`` and of its query correlations ``p = tanh(PCC(u_i, q_j))`` at every routing
 iteration (the paper's Figures 6 and 7), with the context words on one axis and the output
-capsules on the other, plus the raw values as JSON (:mod:`fairseq_docctx.evaluation.analysis`).
+capsules on the other, plus the raw values as JSON; ``docctx-analyze hrnn`` writes, for one
+sentence, the context gate ``z_i`` of an ``hrnn_context`` (Wang et al. 2017, Eq. 5) at every
+target word, as JSON, TSV and a PNG (:mod:`fairseq_docctx.evaluation.analysis`).
 """
 import argparse
 import logging
 import sys
 
 
+def _one_sentence(p, model):
+    """The options that choose a checkpoint of ``model`` and one sentence of a split."""
+    p.add_argument("--path", required=True, help=f"checkpoint of {model}")
+    p.add_argument("--data", help="data directory (default: the training data)")
+    p.add_argument("--split", default="test")
+    p.add_argument("--doc", required=True, help="document: its id or its number (0-based)")
+    p.add_argument("--sentence", type=int, required=True, help="sentence of the document (0-based)")
+    p.add_argument("--outdir", required=True)
+    return p
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="docctx-analyze", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
-    q = sub.add_parser("qcn", help="routing heatmaps of a qcn_transformer (paper Fig. 6/7)")
-    q.add_argument("--path", required=True, help="checkpoint of a qcn_transformer")
-    q.add_argument("--data", help="data directory (default: the training data)")
-    q.add_argument("--split", default="test")
-    q.add_argument("--doc", required=True, help="document: its id or its number (0-based)")
-    q.add_argument("--sentence", type=int, required=True, help="sentence of the document (0-based)")
-    q.add_argument("--outdir", required=True)
+    _one_sentence(sub.add_parser("qcn", help="routing heatmaps of a qcn_transformer (paper Fig. 6/7)"),
+                  "a qcn_transformer")
+    h = _one_sentence(sub.add_parser("hrnn", help="context gate values per target word of an hrnn_context "
+                                     "(gated auxiliary context)"), "an hrnn_context with --aux-context gated")
+    h.add_argument("--target", choices=["reference", "hypothesis"], default="reference",
+                   help="the target words: the reference (teacher-forced) or the model's translation")
+    h.add_argument("--beam", type=int, default=5, help="beam of the translation (--target hypothesis)")
     return p
 
 
@@ -36,13 +49,18 @@ def _quiet_logs():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    from ..evaluation.analysis import write_qcn_routing
+    from ..evaluation.analysis import write_hrnn_gates, write_qcn_routing
     from ..hub import from_pretrained
 
     _quiet_logs()
     hub = from_pretrained(args.path, data=args.data)
-    out = write_qcn_routing(hub, args.split, args.doc, args.sentence, args.outdir)
-    if not out["words"]:
+    if args.what == "qcn":
+        out = write_qcn_routing(hub, args.split, args.doc, args.sentence, args.outdir)
+        no_context = not out["words"]
+    else:
+        out = write_hrnn_gates(hub, args.split, args.doc, args.sentence, args.outdir, args.target, args.beam)
+        no_context = not out["has_context"]
+    if no_context:
         print("docctx-analyze: this sentence has no context (first sentence of its document)", file=sys.stderr)
     print(f"docctx-analyze: wrote {args.outdir}/" + ", ".join(out["files"]))
 

@@ -5,13 +5,19 @@
   one sentence — coupling coefficients ``c`` and query correlations ``p = tanh(PCC(u_i, q_j))``
   at every routing iteration (Yang et al. 2019, §3.2, Algorithm 1; their Figures 6 and 7),
   with the context words on one axis and the output capsules on the other, as heatmaps and
-  JSON. ``docctx-analyze qcn`` is their command line.
+  JSON. ``docctx-analyze qcn`` is their command line;
+* :func:`hrnn_gates` / :func:`write_hrnn_gates`: the context gate ``z_i`` of an
+  ``hrnn_context`` with gated auxiliary context (Wang et al. 2017, §2.2, Eq. 5) at every
+  target word of one sentence — how much of the summary ``D`` of the previous sentences
+  each word reads — as JSON, TSV and a PNG. ``docctx-analyze hrnn`` is their command line.
 """
+import copy
 import json
 import os
 from typing import Dict
 
 import torch
+from fairseq import utils
 
 from ..data import context_batch as cb
 
@@ -99,3 +105,99 @@ def write_qcn_routing(hub, split: str, doc: str, sentence: int, outdir: str) -> 
         json.dump({"sentence": current, "context_words": words, "coupling": c.tolist(), "pcc": p.tolist()}, f, indent=1)
     files.append("qcn_routing.json")
     return {"words": words, "current": current, "c": c, "p": p, "files": files}
+
+
+def _context_sentences(hub, sample, k=None):
+    """``-k: text`` of the previous source sentences of the one-row ``sample``, farthest first."""
+    ctx = cb.get_context(sample["net_input"])
+    if not cb.has_side(ctx, "src"):
+        return []
+    src = cb.table(ctx, "src", k)
+    pad = hub.src_dict.pad()
+    return [f"-{j + 1}: {hub.src_dict.string(src.tokens[r][src.tokens[r].ne(pad)])}"
+            for j, r in reversed(list(enumerate(src.index[0].tolist()))) if r >= 0]
+
+
+def hrnn_gates(hub, split: str, doc: str, sentence: int, target: str = "reference", beam: int = 5) -> Dict:
+    """The context gate ``z_i`` (Wang et al. 2017, Eq. 5) of an ``hrnn_context`` with gated
+    auxiliary context at every target word of one sentence: teacher-forced on its reference
+    (``target="reference"``) or on the model's own translation (``"hypothesis"``, beam
+    ``beam``). Returns ``sentence``, ``context`` (the previous source sentences, farthest
+    first), ``has_context`` (without context ``D = 0`` and the gate changes nothing),
+    ``target``, ``words`` (the target words, EOS last), ``z`` ``[words][channels]`` and its
+    mean, min and max per word."""
+    if target not in ("reference", "hypothesis"):
+        raise ValueError("target: reference or hypothesis")
+    model = hub.models[0]
+    if not callable(getattr(model, "gate_values", None)):
+        raise ValueError(f"{type(model).__name__} is not an hrnn_context: it has no context gate")
+    model.eval()
+    sample = sentence_sample(hub, split, doc, sentence)
+    sample = utils.apply_to_sample(lambda t: t.to(hub.device), sample)
+    ni = sample["net_input"]
+    eos = hub.tgt_dict.eos()
+    if target == "hypothesis":
+        gen_args = copy.deepcopy(hub.cfg.generation)
+        from omegaconf import open_dict
+
+        with open_dict(gen_args):
+            gen_args.beam = beam
+        generator = hub.task.build_generator(hub.models, gen_args)
+        words = hub.task.inference_step(generator, hub.models, sample)[0][0]["tokens"].cpu()
+    else:
+        words = sample["target"][0]
+        words = words[words.ne(hub.tgt_dict.pad())]
+    prev = torch.cat([words.new_full((1,), eos), words[:-1]]).unsqueeze(0)
+    z, has = model.gate_values(sample, prev)
+    z = z[0].float().cpu()
+    return {"sentence": hub.src_dict.string(ni["src_tokens"][0]), "context": _context_sentences(hub, sample),
+            "has_context": bool(has[0]), "target": target, "words": [hub.tgt_dict[t] for t in words.tolist()],
+            "z": z.tolist(), "z_mean": z.mean(1).tolist(), "z_min": z.min(1).values.tolist(),
+            "z_max": z.max(1).values.tolist()}
+
+
+def plot_gates(values: Dict, path: str):
+    """``values`` of :func:`hrnn_gates` as a PNG: the mean gate per target word (bars, the
+    min-max range as a line) above the gate's channels (heatmap, channels x words)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    words, z = values["words"], np.array(values["z"], dtype=float)
+    n = len(words)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(2.0 + 0.35 * n, 6.5), gridspec_kw={"height_ratios": [1, 2]},
+                                      sharex=True)
+    x = np.arange(n)
+    top.bar(x, values["z_mean"], color="tab:blue")
+    top.vlines(x, values["z_min"], values["z_max"], color="black", linewidth=1)
+    top.set_ylim(0, 1)
+    top.set_ylabel("z (mean, min-max)")
+    im = bottom.imshow(z.T, aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+    bottom.set_ylabel("channel of D")
+    bottom.set_xticks(x)
+    bottom.set_xticklabels(words, rotation=60, ha="right", fontsize=7)
+    fig.colorbar(im, ax=[top, bottom], fraction=0.03)
+    head = f"context gate z_i ({values['target']}): {values['sentence']}"
+    ctx = "\n".join(values["context"]) if values["has_context"] else "(no context: D = 0)"
+    fig.suptitle(f"{head}\n{ctx}", fontsize=8, ha="left", x=0.01)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def write_hrnn_gates(hub, split: str, doc: str, sentence: int, outdir: str, target: str = "reference",
+                     beam: int = 5) -> Dict:
+    """Write ``hrnn_gates.json`` (all of :func:`hrnn_gates`), ``hrnn_gates.tsv`` (one line
+    per target word: position, word, mean, min, max of ``z_i``) and ``hrnn_gates.png`` to
+    ``outdir``. Returns the values and the ``files`` written."""
+    values = hrnn_gates(hub, split, doc, sentence, target, beam)
+    os.makedirs(outdir, exist_ok=True)
+    with open(os.path.join(outdir, "hrnn_gates.json"), "w", encoding="utf-8") as f:
+        json.dump(values, f, indent=1, ensure_ascii=False)
+    with open(os.path.join(outdir, "hrnn_gates.tsv"), "w", encoding="utf-8") as f:
+        f.write("position\tword\tz_mean\tz_min\tz_max\n")
+        for i, w in enumerate(values["words"]):
+            f.write(f"{i}\t{w}\t{values['z_mean'][i]:.6f}\t{values['z_min'][i]:.6f}\t{values['z_max'][i]:.6f}\n")
+    plot_gates(values, os.path.join(outdir, "hrnn_gates.png"))
+    return dict(values, files=["hrnn_gates.json", "hrnn_gates.tsv", "hrnn_gates.png"])

@@ -21,7 +21,7 @@ implements and which returns a list of *panels*, each a dict of
 * ``context_side``: ``"source"`` or ``"target"``, the side of the sentences of int rows;
 * ``normalized``: whether every real column is a distribution over the rows present.
 
-What the three models return:
+What the models return:
 
 * ``concat_transformer``: the last decoder layer's encoder-decoder attention (mean over
   heads) summed over the tokens of each context sentence and of the current sentence — one
@@ -32,7 +32,9 @@ What the three models return:
   the token's own state, ``1-λ`` the context);
 * ``qcn_transformer``: the coupling coefficients of every context word with the output
   capsules at each routing iteration (``docctx-analyze qcn`` also plots the query
-  correlations).
+  correlations);
+* ``hrnn_context`` (gated auxiliary context): the context gate ``z_i`` of every target word
+  (mean over its channels; ``docctx-analyze hrnn`` writes every channel).
 """
 import json
 import os
@@ -110,7 +112,7 @@ def context_values(hub, split: str, doc: str, sentence: int) -> Dict:
     model = hub.models[0]
     if not callable(getattr(model, "context_weights", None)):
         raise ValueError(f"{type(model).__name__} has no context_weights(sample): nothing over its context "
-                         "to plot (concat_transformer, han_transformer, qcn_transformer)")
+                         "to plot (concat_transformer, han_transformer, qcn_transformer, hrnn_context)")
     model.eval()
     sample = sample_for_model(sentence_sample(hub, split, doc, sentence), model)
     panels = model.context_weights(sample)
@@ -178,7 +180,7 @@ def add_subcommand(subparsers):
         description="Teacher-force one sentence of a document and plot how the model weighs its context "
         "(the model's context_weights: concat_transformer: cross-attention mass per sentence; "
         "han_transformer: sentence-level attention and gate; qcn_transformer: coupling coefficients "
-        "of the context words with the output capsules).")
+        "of the context words with the output capsules; hrnn_context: the context gate per target word).")
     p.add_argument("--path", required=True, help="checkpoint file (.pt)")
     p.add_argument("--data", help="data directory (default: the training data)")
     p.add_argument("--split", default="test")

@@ -42,15 +42,11 @@ from torch.nn.utils.rnn import pack_padded_sequence
 from ..data import context_batch as cb
 from . import sentence_init
 from .arch_defaults import set_defaults
-from .document_context import DocumentContextModel, resolve_context_size
-from .rnnsearch import RNNSearchDecoder, RNNSearchEncoder, RNNSearchModel, cell_input, cell_step, rnnsearch_nematus
+from .document_context import resolve_context_size
+from .rnnsearch import (RNNSearchContextModel, RNNSearchDecoder, RNNSearchEncoder, RNNSearchModel, cell_input,
+                        cell_step, is_context_parameter, rnnsearch_nematus)
 
 AUX_CONTEXT_CHOICES = ("none", "plain", "gated")
-
-
-def is_context_parameter(name: str) -> bool:
-    """The parameters of ``hrnn_context`` that a sentence-level ``rnnsearch`` lacks."""
-    return any(part.startswith("context_") for part in name.split("."))
 
 
 class HRNNContextEncoder(RNNSearchEncoder):
@@ -167,7 +163,7 @@ class HRNNContextDecoder(RNNSearchDecoder):
 
 
 @register_model("hrnn_context")
-class HRNNContextModel(DocumentContextModel, RNNSearchModel):
+class HRNNContextModel(RNNSearchContextModel):
     """``rnnsearch`` with the hierarchical summary of the previous source sentences (Wang et
     al. 2017). Contract (:mod:`~fairseq_docctx.models.document_context`): reads the ``src``
     side, K = ``--hrnn-context-size`` (default: the task's ``--context-size``); document runs
@@ -176,10 +172,6 @@ class HRNNContextModel(DocumentContextModel, RNNSearchModel):
 
     encoder_class = HRNNContextEncoder
     decoder_class = HRNNContextDecoder
-    # document runs, every row of a batch counted at its real length: the encoder and the
-    # context RNNs run packed, the decoder in length groups, the output on the real positions
-    doc_batching = "grouped-runs"
-    packs_training_output = True
 
     @staticmethod
     def add_args(parser):
@@ -222,17 +214,6 @@ class HRNNContextModel(DocumentContextModel, RNNSearchModel):
         return dict(super().decoder_kwargs(args, encoder), doc_dim=encoder.context_dim,
                     init_dec=args.init_dec, aux_context=args.aux_context)
 
-    def forward(self, src_tokens, src_lengths, prev_output_tokens, context=None, features_only=False, **kwargs):
-        """In training mode the logits of the real target positions only, ``[1, R, V]``
-        (``packed_positions`` in the extra dict; :meth:`get_targets`), else ``[B, T, V]``."""
-        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, context=context)
-        if features_only or not self.training:
-            return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only)
-        real = prev_output_tokens.ne(self.decoder.padding_idx)
-        x, extra = self.decoder.extract_features(prev_output_tokens, encoder_out, positions=real)
-        extra["packed_positions"] = real
-        return self.decoder.output_layer(x).unsqueeze(0), extra
-
     # ------------------------------------------------------------------- analysis
     @torch.no_grad()
     def gate_values(self, sample, prev_output_tokens=None) -> Tuple[Tensor, Tensor]:
@@ -245,17 +226,11 @@ class HRNNContextModel(DocumentContextModel, RNNSearchModel):
                              "has gate values")
         ni = sample["net_input"]
         prev = ni["prev_output_tokens"] if prev_output_tokens is None else prev_output_tokens
-        was = self.training
-        self.eval()
-        try:
-            _, extra = self(ni["src_tokens"], ni["src_lengths"], prev, context=cb.get_context(ni),
-                            features_only=True)
-        finally:
-            self.train(was)
+        _, steps = self.decoder_steps(ni, prev)
         ctx = cb.get_context(ni)
         has = (cb.index(ctx, "src", self.encoder.context_size) >= 0).any(1) if cb.has_side(ctx, "src") \
             else prev.new_zeros(prev.size(0), dtype=torch.bool)
-        z = extra["steps"]["gate"] * prev.ne(self.decoder.padding_idx).unsqueeze(-1)
+        z = steps["gate"] * prev.ne(self.decoder.padding_idx).unsqueeze(-1)
         return z, has
 
     def context_weights(self, sample):

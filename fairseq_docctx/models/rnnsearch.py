@@ -32,7 +32,11 @@ The decoder is written for extension (the cross-sentence models of the family su
 :meth:`~RNNSearchDecoder.update` (the state update of one step) are separate methods; the
 decoder's state lives in fairseq's incremental state as a dict of per-row tensors, and the
 encoder output is a dict of per-row (batch-first) tensors; both are reordered generically,
-so a subclass may add entries to either.
+so a subclass may add entries to either. The context models of the family derive from
+:class:`RNNSearchContextModel` (the contract's declarations, the packed training output, the
+decoder's per-step values for analysis); their parameters that ``rnnsearch`` lacks are named
+``context_*`` (:func:`is_context_parameter`), so that they are the new ones when the model is
+initialised from a trained ``rnnsearch``.
 """
 from typing import Dict, Optional, Tuple
 
@@ -51,8 +55,10 @@ from fairseq.modules import FairseqDropout
 from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from ..data import context_batch as cb
 from ..modules import table_encoder
 from .arch_defaults import set_defaults
+from .document_context import DocumentContextModel
 
 DEFAULT_MAX_POSITIONS = int(1e5)
 OUTPUT_ACTIVATIONS = ("maxout", "tanh")
@@ -461,6 +467,57 @@ class RNNSearchModel(FairseqEncoderDecoderModel):
     @classmethod
     def build_decoder(cls, args, dictionary, embed_tokens, encoder):
         return cls.decoder_class(dictionary, embed_tokens, **cls.decoder_kwargs(args, encoder))
+
+
+# ----------------------------------------------------------------------------- context models
+#: the name prefix of the parameters a context model of the family adds to ``rnnsearch``
+CONTEXT_PREFIX = "context_"
+
+
+def is_context_parameter(name: str) -> bool:
+    """Whether a parameter of a context model of the family is one that a sentence-level
+    ``rnnsearch`` lacks (a module or parameter named ``context_*`` on its path): the new
+    weights when the model is initialised from a trained ``rnnsearch``."""
+    return any(part.startswith(CONTEXT_PREFIX) for part in name.split("."))
+
+
+class RNNSearchContextModel(DocumentContextModel, RNNSearchModel):
+    """The base of the family's document-level models (``hrnn_context``, ``isg_rnnsearch``):
+    ``rnnsearch`` whose encoder reads the batch's ``context`` (:mod:`~fairseq_docctx.models.
+    document_context`). Document runs counted at their real lengths (the encoder runs packed,
+    the decoder in length groups) and the logits of the real target positions only in
+    training (``packs_training_output``)."""
+
+    doc_batching = "grouped-runs"
+    packs_training_output = True
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, context=None, features_only=False, **kwargs):
+        """In training mode the logits of the real target positions only, ``[1, R, V]``
+        (``packed_positions`` in the extra dict; :meth:`get_targets`), else ``[B, T, V]``."""
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, context=context)
+        if features_only or not self.training:
+            return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only)
+        real = prev_output_tokens.ne(self.decoder.padding_idx)
+        x, extra = self.decoder.extract_features(prev_output_tokens, encoder_out, positions=real)
+        extra["packed_positions"] = real
+        return self.decoder.output_layer(x).unsqueeze(0), extra
+
+    @torch.no_grad()
+    def decoder_steps(self, net_input, prev_output_tokens: Optional[Tensor] = None):
+        """The encoder output and the decoder's per-step outputs (:meth:`RNNSearchDecoder.step`:
+        ``s``, ``c``, ``attn`` and the update's extras, ``[B, T, ...]`` each, zeros at
+        padding) of a batch (its ``net_input``) teacher-forced on its ``prev_output_tokens``
+        or on those given. Eval mode, restored."""
+        prev = net_input["prev_output_tokens"] if prev_output_tokens is None else prev_output_tokens
+        was = self.training
+        self.eval()
+        try:
+            encoder_out = self.encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"],
+                                       context=cb.get_context(net_input))
+            _, extra = self.decoder(prev, encoder_out=encoder_out, features_only=True)
+        finally:
+            self.train(was)
+        return encoder_out, extra["steps"]
 
 
 @register_model_architecture("rnnsearch", "rnnsearch")

@@ -11,6 +11,7 @@ import pytest
 
 from fairseq_docctx.cli.prepare import cli_main, main
 from fairseq_docctx.data.doc_index import MANIFEST_NAME, DocIndex, doc_index_path
+from fairseq_docctx.data.prepare import PrepareError
 from fairseq_docctx.data.readers import DocumentFormatError
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -87,7 +88,8 @@ def test_real_marker_train_with_spm(real_bin):
     tr = m["splits"]["train"]
     assert (tr["documents"], tr["sentences"]) == (93, 8967)
     assert tr["inputs"][0]["format"] == "marker"
-    assert tr["filtered"]["removed_pairs"] == {"min_len": 0, "max_len": 0, "max_len_ratio": 0}
+    assert tr["filtered"]["removed_pairs"] == {"min_len": 0, "max_len": 0, "max_len_ratio": 0, "tuple_max_len": 0,
+                                               "tuple_max_len_ratio": 0}
     assert m["spm"]["model"] == "spm.model" and m["spm"]["type"] == "unigram"
     assert (dest / "spm.model").is_file() and (dest / "spm.vocab").is_file()
     assert m["context_separator"] == "<sep>" and m["context_separator_index"] == {"en": 4, "de": 4}
@@ -216,7 +218,8 @@ def test_filters_report_and_keep_documents(tmp_path, capsys):
               "--min-len", "2", "--max-len", "10", "--max-len-ratio", "3"])
     out = capsys.readouterr().out
     f = m["splits"]["train"]["filtered"]
-    assert f["removed_pairs"] == {"min_len": 1, "max_len": 1, "max_len_ratio": 1}
+    assert f["removed_pairs"] == {"min_len": 1, "max_len": 1, "max_len_ratio": 1, "tuple_max_len": 0,
+                                  "tuple_max_len_ratio": 0}
     assert f["removed_documents"] == 1
     assert "min-len 2: 1, max-len 10: 1, max-len-ratio 3: 1" in out and "1 documents vanished" in out
     idx, text = load_split(dest, "train")
@@ -225,6 +228,44 @@ def test_filters_report_and_keep_documents(tmp_path, capsys):
     # valid is never filtered
     vidx, _ = load_split(dest, "valid")
     assert vidx.lengths.tolist() == [4, 1, 1, 1] and m["splits"]["valid"]["filtered"] is None
+
+
+def test_tuple_filter_of_kuang_and_xiong(tmp_path, capsys):
+    """--tuple-max-len / --tuple-max-len-ratio judge every tuple (before-x, x, y) as the input
+    gives it (before-x: the previous source sentence of the document, kept or not): counts per
+    filter in the report and in docctx.json, documents keep their remaining sentences in
+    order, a document's first sentence is judged on its own lengths only."""
+    from fairseq_docctx.data import manifest as mf
+
+    docs = [("d1", [("a b c", "A B C"),  # first: kept
+                    ("a", "A"),  # 1 token after 3: ratio 3 > 2
+                    ("a b", "A B"),  # after "a" (dropped, but its before-x): ratio 2, kept
+                    ("a b c d e f", "A B C D E F"),  # 6 tokens > 5
+                    ("a b c d", "A B C D"),  # its before-x has 6 tokens > 5
+                    ("a b c", "A B C")]),  # after 4 tokens: kept
+            ("d2", [("x", "X"), ("x y z w", "X Y Z W")]),  # a short first sentence: kept; then ratio 4
+            ("d3", [("p q r s t u", "P Q")]),  # a first sentence longer than 5: the document vanishes
+            ("d4", [("m n", "M N O P Q R S"), ("m n o", "M N O")])]  # y longer than 5; then ratio 1.5
+    pref = write_format(tmp_path, "docids", docs)
+    dest = tmp_path / "bin"
+    main(["-s", "en", "-t", "de", "--trainpref", pref, "--validpref", pref, "--destdir", str(dest),
+          "--tuple-max-len", "5", "--tuple-max-len-ratio", "2"])
+    out = capsys.readouterr().out
+    f = mf.filtered(str(dest), "train")
+    assert f["removed_pairs"] == {"min_len": 0, "max_len": 0, "max_len_ratio": 0, "tuple_max_len": 4,
+                                  "tuple_max_len_ratio": 2}
+    assert f["settings"]["tuple_max_len"] == 5 and f["settings"]["tuple_max_len_ratio"] == 2
+    assert f["removed_documents"] == 1
+    assert "tuple-max-len 5: 4, tuple-max-len-ratio 2: 2" in out and "1 documents vanished" in out
+    idx, text = load_split(dest, "train")
+    assert idx.doc_ids == ["d1", "d2", "d4"] and idx.lengths.tolist() == [3, 1, 1]
+    assert text["en"] == ["a b c", "a b", "a b c", "x", "m n o"]
+    assert text["de"] == ["A B C", "A B", "A B C", "X", "M N O"]
+    vidx, _ = load_split(dest, "valid")
+    assert vidx.lengths.tolist() == [6, 2, 1, 2] and mf.filtered(str(dest), "valid") is None
+    for bad in (["--tuple-max-len", "0"], ["--tuple-max-len-ratio", "0"]):
+        with pytest.raises(PrepareError, match=bad[0]):
+            main(["-s", "en", "-t", "de", "--trainpref", pref, "--destdir", str(tmp_path / "bad"), *bad])
 
 
 # ------------------------------------------------------------------------------ errors

@@ -59,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train: drop pairs with more than N tokens on either side")
     p.add_argument("--max-len-ratio", type=float, default=None, metavar="R",
                    help="train: drop pairs whose token-length ratio exceeds R")
+    p.add_argument("--tuple-max-len", type=int, default=None, metavar="N",
+                   help="train, the tuple filter of Kuang & Xiong (2018): drop a pair (x, y) when x, y or "
+                   "the previous source sentence before-x has more than N tokens (the paper: 50)")
+    p.add_argument("--tuple-max-len-ratio", type=float, default=None, metavar="R",
+                   help="train, the tuple filter of Kuang & Xiong (2018): drop a pair (x, y) when the "
+                   "lengths of x and before-x differ by a factor above R (longer/shorter)")
     return p
 
 

@@ -11,7 +11,9 @@ This module alone reads and writes it. The manifest is a JSON object with, among
     spm                       null, or {"model": FILE, "vocab": FILE, "vocab_size": N,
                               "type": ..., "trained_from": ...}; FILE relative to the directory
     input_format              the --input-format docctx-prepare was given
-    splits                    {split: {"inputs", "documents", "sentences", ...}}
+    splits                    {split: {"inputs", "documents", "sentences", "source_tokens",
+                              "target_tokens", "filtered"}}; "filtered": what the training
+                              split's filters removed (:func:`filtered`), null for the others
     command                   the docctx-prepare command line
     drafts                    {split: {"files", "sentences", "checkpoint", "checkpoint_sha1",
                               "beam", "max_tokens", "batch_size", "fp16"}}, written by
@@ -98,6 +100,17 @@ def split_names(data_dir: Optional[str]) -> List[str]:
     """The splits a data directory's manifest lists (empty without a manifest)."""
     manifest = read_manifest(data_dir)
     return list((manifest or {}).get("splits") or {})
+
+
+def filtered(data_dir: Optional[str], split: str = "train") -> Optional[dict]:
+    """What ``docctx-prepare``'s filters removed from ``split``: ``settings`` (``min_len``,
+    ``max_len``, ``max_len_ratio``, ``tuple_max_len``, ``tuple_max_len_ratio``: the options,
+    ``None`` when off), ``removed_pairs`` (sentence pairs per filter, each counted under the
+    first filter that removed it, in that order) and ``removed_documents`` (documents whose
+    every pair was removed). ``None`` for a split that was not filtered (validation, test) and
+    without a manifest."""
+    entry = ((read_manifest(data_dir) or {}).get("splits") or {}).get(split)
+    return entry.get("filtered") if isinstance(entry, dict) else None
 
 
 # ------------------------------------------------------------------ drafts

@@ -74,8 +74,11 @@ def _check_args(args) -> None:
         raise PrepareError(f"--context-separator {sep!r} must be one token, not one of {FAIRSEQ_SPECIALS}")
     if args.min_len < 0 or (args.max_len is not None and args.max_len < 1):
         raise PrepareError("--min-len must be >= 0 and --max-len >= 1")
-    if args.max_len_ratio is not None and args.max_len_ratio <= 0:
-        raise PrepareError("--max-len-ratio must be > 0")
+    for name in ("max_len_ratio", "tuple_max_len_ratio"):
+        if getattr(args, name, None) is not None and getattr(args, name) <= 0:
+            raise PrepareError(f"--{name.replace('_', '-')} must be > 0")
+    if getattr(args, "tuple_max_len", None) is not None and args.tuple_max_len < 1:
+        raise PrepareError("--tuple-max-len must be >= 1")
     if args.workers < 1:
         raise PrepareError("--workers must be >= 1")
     for f in (args.srcdict, args.tgtdict, args.spm_model):
@@ -153,31 +156,50 @@ def tokenize_split(data: SplitData, sp, workers: int) -> None:
         side[:] = [[next(it) for _ in doc] for doc in side]
 
 
-def filter_split(data: SplitData, min_len: int, max_len: Optional[int],
-                 max_ratio: Optional[float]) -> dict:
-    """Drop sentence pairs by token length (each counted under the first filter that hits
-    it); documents keep their remaining sentences in order, emptied documents vanish."""
-    removed = {"min_len": 0, "max_len": 0, "max_len_ratio": 0}
+def _ratio_above(a: int, b: int, ratio: Optional[float]) -> bool:
+    """Whether the longer of two lengths exceeds ``ratio`` times the shorter (an empty one:
+    always)."""
+    return ratio is not None and (min(a, b) == 0 or max(a, b) / min(a, b) > ratio)
+
+
+def filter_split(data: SplitData, min_len: int, max_len: Optional[int], max_ratio: Optional[float],
+                 tuple_max_len: Optional[int] = None, tuple_max_ratio: Optional[float] = None) -> dict:
+    """Drop sentence pairs by token length, each counted under the first filter that hits it:
+    ``min_len``/``max_len`` (either side), ``max_ratio`` (source/target), then the tuple
+    filter of Kuang & Xiong (2018, §5.1, footnote 1) on the tuple (before-x, x, y) of every
+    pair (x, y) and the source sentence before-x that precedes x in its document as the input
+    gives it: ``tuple_max_len`` (any of the three longer), ``tuple_max_ratio`` (x and
+    before-x; a document's first sentence has no before-x, only its own lengths count).
+    Documents keep their remaining sentences in order (a dropped pair is no longer the
+    context of the next one), emptied documents vanish."""
+    removed = {"min_len": 0, "max_len": 0, "max_len_ratio": 0, "tuple_max_len": 0, "tuple_max_len_ratio": 0}
     ids, src, tgt = [], [], []
     for d, sdoc, tdoc in zip(data.doc_ids, data.src, data.tgt):
         keep_s, keep_t = [], []
+        before = None  # the length of before-x, the input's previous source sentence
         for s, t in zip(sdoc, tdoc):
             ls, lt = len(s.split()), len(t.split())
             if min(ls, lt) < min_len:
                 removed["min_len"] += 1
             elif max_len is not None and max(ls, lt) > max_len:
                 removed["max_len"] += 1
-            elif max_ratio is not None and (min(ls, lt) == 0 or max(ls, lt) / min(ls, lt) > max_ratio):
+            elif _ratio_above(ls, lt, max_ratio):
                 removed["max_len_ratio"] += 1
+            elif tuple_max_len is not None and max(ls, lt, before or 0) > tuple_max_len:
+                removed["tuple_max_len"] += 1
+            elif before is not None and _ratio_above(ls, before, tuple_max_ratio):
+                removed["tuple_max_len_ratio"] += 1
             else:
                 keep_s.append(s)
                 keep_t.append(t)
+            before = ls
         if keep_s:
             ids.append(d)
             src.append(keep_s)
             tgt.append(keep_t)
     stats = {
-        "settings": {"min_len": min_len, "max_len": max_len, "max_len_ratio": max_ratio},
+        "settings": {"min_len": min_len, "max_len": max_len, "max_len_ratio": max_ratio,
+                     "tuple_max_len": tuple_max_len, "tuple_max_len_ratio": tuple_max_ratio},
         "removed_pairs": removed,
         "removed_documents": len(data.doc_ids) - len(ids),
     }
@@ -330,14 +352,14 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
         # filters (training split only)
         if "train" in data:
             tr = data["train"]
-            stats = filter_split(tr, args.min_len, args.max_len, args.max_len_ratio)
+            stats = filter_split(tr, args.min_len, args.max_len, args.max_len_ratio,
+                                 getattr(args, "tuple_max_len", None), getattr(args, "tuple_max_len_ratio", None))
             tr.filtered = stats
             r = stats["removed_pairs"]
             active = [f"min-len {args.min_len}: {r['min_len']}"]
-            if args.max_len is not None:
-                active.append(f"max-len {args.max_len}: {r['max_len']}")
-            if args.max_len_ratio is not None:
-                active.append(f"max-len-ratio {args.max_len_ratio:g}: {r['max_len_ratio']}")
+            for name, value in stats["settings"].items():
+                if name != "min_len" and value is not None:
+                    active.append(f"{name.replace('_', '-')} {value:g}: {r[name]}")
             log(f"train: filters removed sentence pairs ({', '.join(active)}); "
                 f"{stats['removed_documents']} documents vanished entirely")
             if not tr.src:

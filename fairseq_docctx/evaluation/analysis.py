@@ -118,6 +118,31 @@ def _context_sentences(hub, sample, k=None):
             for j, r in reversed(list(enumerate(src.index[0].tolist()))) if r >= 0]
 
 
+def target_words(hub, split: str, doc: str, sentence: int, target: str = "reference", beam: int = 5):
+    """The one-row batch of one sentence (on the hub's device) and the target words an
+    analysis teacher-forces: its reference (``target="reference"``) or the model's own
+    translation (``"hypothesis"``, beam ``beam``). Returns ``(sample, words [T], prev [1, T])``:
+    the words end in EOS, ``prev`` is the decoder input (EOS, then the words but the last)."""
+    if target not in ("reference", "hypothesis"):
+        raise ValueError("target: reference or hypothesis")
+    hub.models[0].eval()
+    sample = sentence_sample(hub, split, doc, sentence)
+    sample = utils.apply_to_sample(lambda t: t.to(hub.device), sample)
+    if target == "hypothesis":
+        gen_args = copy.deepcopy(hub.cfg.generation)
+        from omegaconf import open_dict
+
+        with open_dict(gen_args):
+            gen_args.beam = beam
+        generator = hub.task.build_generator(hub.models, gen_args)
+        words = hub.task.inference_step(generator, hub.models, sample)[0][0]["tokens"]
+    else:
+        words = sample["target"][0]
+        words = words[words.ne(hub.tgt_dict.pad())]
+    prev = torch.cat([words.new_full((1,), hub.tgt_dict.eos()), words[:-1]]).unsqueeze(0)
+    return sample, words.cpu(), prev
+
+
 def hrnn_gates(hub, split: str, doc: str, sentence: int, target: str = "reference", beam: int = 5) -> Dict:
     """The context gate ``z_i`` (Wang et al. 2017, Eq. 5) of an ``hrnn_context`` with gated
     auxiliary context at every target word of one sentence: teacher-forced on its reference
@@ -126,28 +151,11 @@ def hrnn_gates(hub, split: str, doc: str, sentence: int, target: str = "referenc
     first), ``has_context`` (without context ``D = 0`` and the gate changes nothing),
     ``target``, ``words`` (the target words, EOS last), ``z`` ``[words][channels]`` and its
     mean, min and max per word."""
-    if target not in ("reference", "hypothesis"):
-        raise ValueError("target: reference or hypothesis")
     model = hub.models[0]
-    if not callable(getattr(model, "gate_values", None)):
+    if not callable(getattr(model, "gate_values", None)) or not hasattr(model.decoder, "aux_context"):
         raise ValueError(f"{type(model).__name__} is not an hrnn_context: it has no context gate")
-    model.eval()
-    sample = sentence_sample(hub, split, doc, sentence)
-    sample = utils.apply_to_sample(lambda t: t.to(hub.device), sample)
+    sample, words, prev = target_words(hub, split, doc, sentence, target, beam)
     ni = sample["net_input"]
-    eos = hub.tgt_dict.eos()
-    if target == "hypothesis":
-        gen_args = copy.deepcopy(hub.cfg.generation)
-        from omegaconf import open_dict
-
-        with open_dict(gen_args):
-            gen_args.beam = beam
-        generator = hub.task.build_generator(hub.models, gen_args)
-        words = hub.task.inference_step(generator, hub.models, sample)[0][0]["tokens"].cpu()
-    else:
-        words = sample["target"][0]
-        words = words[words.ne(hub.tgt_dict.pad())]
-    prev = torch.cat([words.new_full((1,), eos), words[:-1]]).unsqueeze(0)
     z, has = model.gate_values(sample, prev)
     z = z[0].float().cpu()
     return {"sentence": hub.src_dict.string(ni["src_tokens"][0]), "context": _context_sentences(hub, sample),
@@ -201,3 +209,4 @@ def write_hrnn_gates(hub, split: str, doc: str, sentence: int, outdir: str, targ
             f.write(f"{i}\t{w}\t{values['z_mean'][i]:.6f}\t{values['z_min'][i]:.6f}\t{values['z_max'][i]:.6f}\n")
     plot_gates(values, os.path.join(outdir, "hrnn_gates.png"))
     return dict(values, files=["hrnn_gates.json", "hrnn_gates.tsv", "hrnn_gates.png"])
+

@@ -46,11 +46,21 @@ def batch(d, seed=1, B=4, S=7, T=6):
     return src, lengths, prev
 
 
-def reference_logits(model, src, prev, doc=None):
+def attend(v, query, keys, h):
+    """``c = Σ_j α_j h_j``, ``α = softmax_j(v · tanh(query + keys(h_j)))``, summed position by
+    position."""
+    e = torch.stack([v @ torch.tanh(query + keys(h[j])) for j in range(len(h))])
+    alpha = torch.softmax(e, 0)
+    return sum(alpha[j] * h[j] for j in range(len(h)))
+
+
+def reference_logits(model, src, prev, doc=None, previous=None):
     """The model's equations written out one sentence and one step at a time, with
     ``nn.GRU`` on each unpadded sentence, ``nn.GRUCell`` steps and the attention summed
     position by position. ``doc`` (hrnn_context): per row ``D`` or None; the model's
-    switches say where it enters. Returns ``[B, T, V]`` (zeros at padded positions)."""
+    switches say where it enters. ``previous`` (isg_rnnsearch): per row the words of the
+    previous sentence A (Kuang & Xiong 2018, Eqs. 9-10). Returns ``[B, T, V]`` (zeros at
+    padded positions)."""
     enc, dec = model.encoder, model.decoder
     pad = dec.padding_idx
     init_enc = getattr(enc, "init_enc", False)
@@ -62,6 +72,8 @@ def reference_logits(model, src, prev, doc=None):
         h0 = D.view(1, 1, -1).expand(2, 1, -1).contiguous() if init_enc else None
         h, last = enc.rnn(enc.embed_tokens(words).unsqueeze(0), h0)
         h = h[0]
+        if previous is not None:  # the same encoder over A
+            ha = enc.rnn(enc.embed_tokens(previous[b]).unsqueeze(0))[0][0]
         init = dec.init_state(last[1, 0])
         if getattr(dec, "context_init", None) is not None:
             init = init + dec.context_init(D)  # s_0 = tanh(W_s h_N + W_D D)
@@ -71,11 +83,15 @@ def reference_logits(model, src, prev, doc=None):
                 continue
             y = dec.embed_tokens(prev[b, t])
             s_tilde = dec.gru1(y.unsqueeze(0), s.unsqueeze(0))[0]
-            q = dec.attention_query(s_tilde)
-            e = torch.stack([dec.attention_v @ torch.tanh(q + enc.attention_keys(h[j])) for j in range(len(h))])
-            alpha = torch.softmax(e, 0)
-            c = sum(alpha[j] * h[j] for j in range(len(h)))
-            if aux == "none":
+            c = attend(dec.attention_v, dec.attention_query(s_tilde), enc.attention_keys, h)
+            if previous is not None:  # Eqs. 9-10: c^a, the gate, GRU_2 over [c^b ⊙ (1-z); c^a ⊙ z]
+                ca = attend(dec.context_attention_v, dec.context_attention_query(s_tilde), enc.context_attention_keys,
+                            ha)
+                z = torch.sigmoid(dec.context_gate_state(s) + dec.context_gate_embed(y)
+                                  + dec.context_gate_current(c) + dec.context_gate_previous(ca))
+                s = wide_gru2(dec, dec.context_input)(torch.cat([c * (1 - z), ca * z]).unsqueeze(0),
+                                                      s_tilde.unsqueeze(0))[0]
+            elif aux == "none":
                 s = dec.gru2(c.unsqueeze(0), s_tilde.unsqueeze(0))[0]
             else:  # GRU_2 reads [c; D] (Eq. 4) or [c; z ⊙ D] (Eqs. 5-6)
                 fed = D
@@ -90,12 +106,14 @@ def reference_logits(model, src, prev, doc=None):
     return out
 
 
-def wide_gru2(dec):
+def wide_gru2(dec, extra=None):
     """The decoder's GRU_2 as one ``nn.GRUCell`` over ``[c; D]`` (hrnn_context keeps the
-    columns that read D apart, as ``context_aux``)."""
-    cell = torch.nn.GRUCell(dec.gru2.input_size + dec.context_aux.in_features, dec.hidden_size)
+    columns that read D apart, as ``context_aux``), or over ``[c; x]`` with the columns
+    ``extra`` reading ``x``."""
+    extra = dec.context_aux if extra is None else extra
+    cell = torch.nn.GRUCell(dec.gru2.input_size + extra.in_features, dec.hidden_size)
     with torch.no_grad():
-        cell.weight_ih.copy_(torch.cat([dec.gru2.weight_ih, dec.context_aux.weight], 1))
+        cell.weight_ih.copy_(torch.cat([dec.gru2.weight_ih, extra.weight], 1))
         for name in ("weight_hh", "bias_ih", "bias_hh"):
             getattr(cell, name).copy_(getattr(dec.gru2, name))
     return cell

@@ -5,7 +5,10 @@ coefficients ``c`` and of its query correlations ``p = tanh(PCC(u_i, q_j))`` at 
 iteration (the paper's Figures 6 and 7), with the context words on one axis and the output
 capsules on the other, plus the raw values as JSON; ``docctx-analyze hrnn`` writes, for one
 sentence, the context gate ``z_i`` of an ``hrnn_context`` (Wang et al. 2017, Eq. 5) at every
-target word, as JSON, TSV and a PNG (:mod:`fairseq_docctx.evaluation.analysis`).
+target word, as JSON, TSV and a PNG; ``docctx-analyze isg`` writes, for one sentence, what an
+``isg_rnnsearch`` (Kuang & Xiong 2018) reads of the previous sentence at every target word: the
+attention over its tokens, that attention's entropy (Eq. 12; their Figures 3 and 4) and the
+inter-sentence gate (Eq. 9), as JSON, TSV and a PNG (:mod:`fairseq_docctx.evaluation.analysis`).
 """
 import argparse
 import logging
@@ -30,9 +33,15 @@ def build_parser():
                   "a qcn_transformer")
     h = _one_sentence(sub.add_parser("hrnn", help="context gate values per target word of an hrnn_context "
                                      "(gated auxiliary context)"), "an hrnn_context with --aux-context gated")
-    h.add_argument("--target", choices=["reference", "hypothesis"], default="reference",
-                   help="the target words: the reference (teacher-forced) or the model's translation")
-    h.add_argument("--beam", type=int, default=5, help="beam of the translation (--target hypothesis)")
+    i = _one_sentence(sub.add_parser("isg", help="entropy of the attention over the previous sentence and "
+                                     "inter-sentence gate per target word of an isg_rnnsearch (paper Fig. 3/4)"),
+                      "an isg_rnnsearch")
+    i.add_argument("--base", type=float, default=2.0,
+                   help="base of the entropy's logarithm (default 2: bits, as the paper's figures)")
+    for q in (h, i):
+        q.add_argument("--target", choices=["reference", "hypothesis"], default="reference",
+                       help="the target words: the reference (teacher-forced) or the model's translation")
+        q.add_argument("--beam", type=int, default=5, help="beam of the translation (--target hypothesis)")
     return p
 
 
@@ -49,7 +58,7 @@ def _quiet_logs():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    from ..evaluation.analysis import write_hrnn_gates, write_qcn_routing
+    from ..evaluation.analysis import write_hrnn_gates, write_isg_attention, write_qcn_routing
     from ..hub import from_pretrained
 
     _quiet_logs()
@@ -57,9 +66,16 @@ def main(argv=None):
     if args.what == "qcn":
         out = write_qcn_routing(hub, args.split, args.doc, args.sentence, args.outdir)
         no_context = not out["words"]
-    else:
+    elif args.what == "hrnn":
         out = write_hrnn_gates(hub, args.split, args.doc, args.sentence, args.outdir, args.target, args.beam)
         no_context = not out["has_context"]
+    else:
+        out = write_isg_attention(hub, args.split, args.doc, args.sentence, args.outdir, args.target, args.beam,
+                                  args.base)
+        no_context = False
+        if out["null"]:
+            print("docctx-analyze: the previous sentence is the null sentence (first sentence of its document)",
+                  file=sys.stderr)
     if no_context:
         print("docctx-analyze: this sentence has no context (first sentence of its document)", file=sys.stderr)
     print(f"docctx-analyze: wrote {args.outdir}/" + ", ".join(out["files"]))

@@ -9,10 +9,16 @@
 * :func:`hrnn_gates` / :func:`write_hrnn_gates`: the context gate ``z_i`` of an
   ``hrnn_context`` with gated auxiliary context (Wang et al. 2017, §2.2, Eq. 5) at every
   target word of one sentence — how much of the summary ``D`` of the previous sentences
-  each word reads — as JSON, TSV and a PNG. ``docctx-analyze hrnn`` is their command line.
+  each word reads — as JSON, TSV and a PNG. ``docctx-analyze hrnn`` is their command line;
+* :func:`isg_attention` / :func:`write_isg_attention`: what an ``isg_rnnsearch`` (Kuang &
+  Xiong 2018) reads of the previous sentence at every target word of one sentence — the
+  attention over its tokens, that attention's entropy (§5.4, Eq. 12; their Figures 3 and 4)
+  and the inter-sentence gate (Eq. 9) — as JSON, TSV and a PNG. ``docctx-analyze isg`` is
+  their command line.
 """
 import copy
 import json
+import math
 import os
 from typing import Dict
 
@@ -210,3 +216,98 @@ def write_hrnn_gates(hub, split: str, doc: str, sentence: int, outdir: str, targ
     plot_gates(values, os.path.join(outdir, "hrnn_gates.png"))
     return dict(values, files=["hrnn_gates.json", "hrnn_gates.tsv", "hrnn_gates.png"])
 
+
+def isg_attention(hub, split: str, doc: str, sentence: int, target: str = "reference", beam: int = 5,
+                  base: float = 2.0) -> Dict:
+    """What an ``isg_rnnsearch`` (Kuang & Xiong 2018) reads of the previous sentence A while
+    translating one sentence, at every target word: the attention over A's tokens ``α^a``
+    (§4.1), its entropy ``H = -Σ_j α_j log α_j`` (§5.4, Eq. 12, to ``base``: 2 by default, the
+    bits of their Figures 3 and 4) and the inter-sentence gate ``z_t`` (Eq. 9). Teacher-forced
+    on the sentence's reference (``target="reference"``) or on the model's own translation
+    (``"hypothesis"``, beam ``beam``). Returns ``sentence``, ``previous`` (A's text; the null
+    sentence ``</s> </s> </s>`` for a document's first sentence), ``null`` (whether it is),
+    ``previous_tokens`` (A's tokens, its EOS included: the items of the attention), ``target``,
+    ``words`` (the target words, EOS last), ``attention [words][previous_tokens]``,
+    ``entropy [words]``, ``max_entropy`` (``log m``: an even attention over A's ``m``
+    tokens), ``base``, ``z [words][channels]`` and ``z_mean``, ``z_min``, ``z_max`` per word."""
+    from ..models.isg_rnnsearch import attention_entropy
+
+    if not base > 0 or base == 1:
+        raise ValueError(f"the entropy's base must be positive and not 1 (got {base:g})")
+    model = hub.models[0]
+    if not callable(getattr(model, "previous_sentence_attention", None)):
+        raise ValueError(f"{type(model).__name__} is not an isg_rnnsearch: it has no attention over the "
+                         "previous sentence")
+    sample, words, prev = target_words(hub, split, doc, sentence, target, beam)
+    ni = sample["net_input"]
+    alpha, a_tokens = model.previous_sentence_attention(ni["src_tokens"], ni["src_lengths"], prev,
+                                                        context=cb.get_context(ni))
+    a_tokens = a_tokens[0].cpu()
+    real = a_tokens.ne(hub.src_dict.pad())
+    alpha = alpha[0].cpu()[:, real].float()
+    h, log_m = attention_entropy(alpha, torch.ones_like(alpha, dtype=torch.bool), base)
+    z = model.gate_values(sample, prev)[0].float().cpu()
+    a_tokens = a_tokens[real]
+    null = bool(a_tokens.eq(hub.src_dict.eos()).all())  # a real sentence has one EOS, last
+    a_words = [hub.src_dict[t] for t in a_tokens.tolist()]
+    return {"sentence": hub.src_dict.string(ni["src_tokens"][0]),
+            "previous": " ".join(a_words if null else a_words[:-1]), "null": null, "previous_tokens": a_words, "target": target,
+            "words": [hub.tgt_dict[t] for t in words.tolist()], "attention": alpha.tolist(),
+            "entropy": h.tolist(), "max_entropy": float(log_m[0]), "base": base, "z": z.tolist(),
+            "z_mean": z.mean(1).tolist(), "z_min": z.min(1).values.tolist(), "z_max": z.max(1).values.tolist()}
+
+
+def plot_isg(values: Dict, path: str):
+    """``values`` of :func:`isg_attention` as a PNG: the entropy curve of the attention over
+    the previous sentence per target word (as the paper's Figures 3 and 4, with ``log m``
+    dashed), the gate's mean per word with its min-max range, and the attention itself
+    (A's tokens x target words)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    words, att = values["words"], np.array(values["attention"], dtype=float)
+    n, unit = len(words), {2.0: "bits", math.e: "nats"}.get(values["base"], f"log base {values['base']:g}")
+    x = np.arange(n)
+    fig, (ent, gate, heat) = plt.subplots(3, 1, figsize=(2.5 + 0.35 * n, 8.5), sharex=True,
+                                          gridspec_kw={"height_ratios": [1.2, 1, 0.4 + 0.18 * att.shape[1]]})
+    ent.plot(x, values["entropy"], marker="o", color="tab:red")
+    ent.axhline(values["max_entropy"], linestyle="--", color="gray", linewidth=1)
+    ent.set_ylim(0, values["max_entropy"] * 1.1)
+    ent.set_ylabel(f"entropy ({unit})")
+    gate.plot(x, values["z_mean"], marker="o", color="tab:blue")
+    gate.fill_between(x, values["z_min"], values["z_max"], color="tab:blue", alpha=0.2)
+    gate.set_ylim(0, 1)
+    gate.set_ylabel("gate z (mean, min-max)")
+    heat.imshow(att.T, aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+    heat.set_yticks(range(att.shape[1]))
+    heat.set_yticklabels(values["previous_tokens"], fontsize=7)
+    heat.set_ylabel("previous sentence")
+    heat.set_xticks(x)
+    heat.set_xticklabels(words, rotation=60, ha="right", fontsize=7)
+    prev = "(null: the stop symbol three times)" if values["null"] else values["previous"]
+    fig.suptitle(f"{values['sentence']}\nprevious: {prev}\ntarget ({values['target']})", fontsize=8, ha="left",
+                 x=0.01)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def write_isg_attention(hub, split: str, doc: str, sentence: int, outdir: str, target: str = "reference",
+                        beam: int = 5, base: float = 2.0) -> Dict:
+    """Write ``isg_attention.json`` (all of :func:`isg_attention`), ``isg_attention.tsv``
+    (one line per target word: position, word, entropy, mean, min and max of ``z_t``) and
+    ``isg_attention.png`` (:func:`plot_isg`) to ``outdir``. Returns the values and the
+    ``files`` written."""
+    values = isg_attention(hub, split, doc, sentence, target, beam, base)
+    os.makedirs(outdir, exist_ok=True)
+    with open(os.path.join(outdir, "isg_attention.json"), "w", encoding="utf-8") as f:
+        json.dump(values, f, indent=1, ensure_ascii=False)
+    with open(os.path.join(outdir, "isg_attention.tsv"), "w", encoding="utf-8") as f:
+        f.write("position\tword\tentropy\tz_mean\tz_min\tz_max\n")
+        for i, w in enumerate(values["words"]):
+            f.write(f"{i}\t{w}\t{values['entropy'][i]:.6f}\t{values['z_mean'][i]:.6f}\t{values['z_min'][i]:.6f}"
+                    f"\t{values['z_max'][i]:.6f}\n")
+    plot_isg(values, os.path.join(outdir, "isg_attention.png"))
+    return dict(values, files=["isg_attention.json", "isg_attention.tsv", "isg_attention.png"])

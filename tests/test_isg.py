@@ -11,11 +11,11 @@ import re
 import pytest
 import torch
 
-from conftest import REPO, RNN_TINY, assert_incremental_equals_full, run, toy_document_batch
+from conftest import REPO, RNN_TINY, assert_incremental_equals_full, run, run_in_process, toy_document_batch
 from fairseq_docctx.data import context_batch as cb
 from fairseq_docctx.models.isg_rnnsearch import ISGRNNSearchModel, attention_entropy, isg_rnnsearch
 from fairseq_docctx.models.rnnsearch import is_context_parameter
-from test_hrnn import _changed, first_rows, forward, only_context_rows, perturbed
+from test_hrnn import _changed, assert_initialised_from, first_rows, forward, only_context_rows, perturbed
 from test_rnnsearch import build as build_rnn
 from test_rnnsearch import reference_logits
 
@@ -231,32 +231,37 @@ def test_initialised_from_rnnsearch(isg_from_rnnsearch, rnnsearch_reverse):
     """Every rnnsearch weight is copied (tensor equality, kept through training by
     --freeze-sentence-weights); the new weights are exactly the gate's and the attention
     over A's (``context_*``); the report says so."""
-    from fairseq import checkpoint_utils
-
-    ckpt, log = isg_from_rnnsearch
-    isg = checkpoint_utils.load_checkpoint_to_cpu(str(ckpt))
-    sent = checkpoint_utils.load_checkpoint_to_cpu(str(rnnsearch_reverse["checkpoint"]))["model"]
-    model = isg["model"]
-    new = sorted(set(model) - set(sent))
-    m = re.search(r"isg_rnnsearch: initialised from \S+: (\d+) loaded, (\d+) new, 0 ignored", log)
-    assert m and int(m.group(1)) == len(sent) and int(m.group(2)) == len(new)
+    isg, new = assert_initialised_from(*isg_from_rnnsearch, rnnsearch_reverse["checkpoint"], "isg_rnnsearch")
     assert set(new) == {"encoder.context_attention_keys.weight", "encoder.context_attention_keys.bias",
                         "decoder.context_attention_query.weight", "decoder.context_attention_v",
                         "decoder.context_gate_state.weight", "decoder.context_gate_embed.weight",
                         "decoder.context_gate_current.weight", "decoder.context_gate_previous.weight",
                         "decoder.context_input.weight"}
-    assert all(is_context_parameter(k) for k in new)
-    for k, v in sent.items():
-        assert torch.equal(model[k], v), k
     assert isg["cfg"]["model"].isg_initialized_from == str(rnnsearch_reverse["checkpoint"])
 
 
-def _generate(ckpt, data, *extra, beam=10):
-    """fairseq-generate of the test split: {sentence id: (score, hypothesis)}, each id once."""
-    p = run(["fairseq-generate", data, *USER_DIR, "--path", ckpt, "--beam", str(beam), "--batch-size", "23",
-             "--gen-subset", "test", "--cpu", *extra])
+def fairseq_generate(argv):
+    """fairseq-generate in this process (what its console script runs, on ``argv``)."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_cli.generate import main
+
+    args = options.parse_args_and_arch(options.get_generation_parser(), [str(a) for a in argv])
+    main(convert_namespace_to_omegaconf(args))
+
+
+def _generate(ckpt, data, *extra, beam=10, capsys=None):
+    """fairseq-generate of the test split (in this process with ``capsys``): {sentence id:
+    (score, hypothesis)}, each id once."""
+    argv = [data, *USER_DIR, "--path", ckpt, "--beam", str(beam), "--batch-size", "23",
+            "--required-batch-size-multiple", "1", "--gen-subset", "test", "--cpu", *extra]
+    if capsys is None:
+        stdout = run(["fairseq-generate", *argv]).stdout
+    else:
+        code, stdout, err = run_in_process(fairseq_generate, argv, capsys)
+        assert code == 0, err
     out = {}
-    for i, score, h in re.findall(r"^H-(\d+)\t(\S+)\t(.*)$", p.stdout, re.M):
+    for i, score, h in re.findall(r"^H-(\d+)\t(\S+)\t(.*)$", stdout, re.M):
         assert int(i) not in out, f"sentence {i} returned twice"
         out[int(i)] = (float(score), h)
     return out
@@ -272,39 +277,41 @@ def test_generate_returns_every_sentence_once(isg_from_rnnsearch, reverse_bin, t
     assert sorted(hyps) == list(range(n))
 
 
-def test_switches_at_generation_by_model_overrides(isg_from_rnnsearch, reverse_bin):
+def test_switches_at_generation_by_model_overrides(isg_from_rnnsearch, reverse_bin, capsys):
     """--model-overrides "{'isg_ablation': ...}": each switch changes the scores of the
-    translations; +NULL leaves the documents' first sentences as they were; +RV is the same
-    for the same --seed and changes with it."""
+    translations; +NULL leaves the documents' first sentences as they were; +RV changes with
+    --seed (the same torch seed gives the same vectors: test_each_switch_of_table_3...)."""
     ckpt = isg_from_rnnsearch[0]
     task = ["--task", "document_translation", "--context-size", "1"]
-    base = _generate(ckpt, reverse_bin, *task, beam=5)
+    base = _generate(ckpt, reverse_bin, *task, beam=5, capsys=capsys)
     firsts = set(range(0, len(base), 5))  # the reverse task's documents have 5 sentences
     runs = {}
     for switch, seed in (("null", 1), ("zero-gate", 1), ("random-context", 1), ("random-context", 2)):
         runs[switch, seed] = _generate(ckpt, reverse_bin, *task, "--seed", str(seed), "--model-overrides",
-                                       str({"isg_ablation": switch}), beam=5)
+                                       str({"isg_ablation": switch}), beam=5, capsys=capsys)
     for (switch, _), out in runs.items():
         differs = {i for i in base if abs(out[i][0] - base[i][0]) > 1e-4}
         assert len(differs) > len(base) // 2, switch
         if switch == "null":
             assert not differs & firsts
-    assert runs["random-context", 1] == _generate(ckpt, reverse_bin, *task, "--seed", "1", "--model-overrides",
-                                                  str({"isg_ablation": "random-context"}), beam=5)
     assert runs["random-context", 1] != runs["random-context", 2]
 
 
-def test_analyze_and_plot(isg_from_rnnsearch, reverse_bin, tmp_path):
+def test_analyze_and_plot(isg_from_rnnsearch, reverse_bin, tmp_path, capsys):
     """``docctx-analyze isg`` writes the entropy of the attention over the previous sentence
     (bits, at most log2 m) and the gate of every target word (JSON, TSV, PNG), for a first
     sentence (the null sentence) and a later one, on the reference or the translation;
     ``docctx-score plot`` draws the gate and the entropy per word."""
+    from fairseq_docctx.cli.analyze import cli_main as analyze
+    from fairseq_docctx.cli.score import cli_main as score
+
     ckpt = isg_from_rnnsearch[0]
     src = (reverse_bin.parent / "raw" / "test.src").read_text().splitlines()
     for sentence, target in ((0, "reference"), (2, "hypothesis")):
         out = tmp_path / target
-        run(["docctx-analyze", "isg", "--path", ckpt, "--data", reverse_bin, "--doc", "1", "--sentence",
-             str(sentence), "--target", target, "--outdir", out])
+        code, _, err = run_in_process(analyze, ["isg", "--path", ckpt, "--data", reverse_bin, "--doc", "1",
+                                                "--sentence", sentence, "--target", target, "--outdir", out], capsys)
+        assert code == 0 and ("null sentence" in err) == (sentence == 0), err
         v = json.loads((out / "isg_attention.json").read_text())
         assert v["null"] == (sentence == 0)
         if sentence == 0:
@@ -318,7 +325,8 @@ def test_analyze_and_plot(isg_from_rnnsearch, reverse_bin, tmp_path):
         assert all(0 < x < 1 for row in v["z"] for x in row)
         assert len((out / "isg_attention.tsv").read_text().splitlines()) == n + 1
         assert (out / "isg_attention.png").stat().st_size > 1000
-    run(["docctx-score", "plot", "--path", ckpt, "--data", reverse_bin, "--doc", "1", "--sentence", "2",
-         "--outdir", tmp_path / "plot"])
+    code, _, err = run_in_process(score, ["plot", "--path", ckpt, "--data", reverse_bin, "--doc", "1",
+                                          "--sentence", "2", "--outdir", tmp_path / "plot"], capsys)
+    assert code == 0, err
     plotted = json.loads((tmp_path / "plot" / "context_isg_rnnsearch.json").read_text())
     assert [p["row_labels"] for p in plotted["panels"]] == [["z"], ["H/log m"]]

@@ -252,22 +252,31 @@ def hrnn_from_rnnsearch(reverse_bin, rnnsearch_reverse, tmp_path_factory):
     return save / "checkpoint_last.pt", p.stdout
 
 
-def test_initialised_from_rnnsearch(hrnn_from_rnnsearch, rnnsearch_reverse):
-    """Every rnnsearch weight is copied (tensor equality, kept through training by
-    --freeze-sentence-weights); the new weights are exactly the context ones; the report
-    says so."""
+def assert_initialised_from(ckpt, log, sentence_ckpt, name):
+    """A context model of the family trained from ``sentence_ckpt`` with
+    --freeze-sentence-weights holds every weight of it (tensor equality); the report of
+    ``name`` in the training ``log`` counts them and the new ones, all ``context_*``. Returns
+    the checkpoint and the new weights' names."""
     from fairseq import checkpoint_utils
 
-    ckpt, log = hrnn_from_rnnsearch
-    hrnn = checkpoint_utils.load_checkpoint_to_cpu(str(ckpt))
-    sent = checkpoint_utils.load_checkpoint_to_cpu(str(rnnsearch_reverse["checkpoint"]))["model"]
-    model = hrnn["model"]
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(ckpt))
+    sent = checkpoint_utils.load_checkpoint_to_cpu(str(sentence_ckpt))["model"]
+    model = state["model"]
     new = sorted(set(model) - set(sent))
-    m = re.search(r"hrnn_context: initialised from \S+: (\d+) loaded, (\d+) new, 0 ignored", log)
+    m = re.search(name + r": initialised from \S+: (\d+) loaded, (\d+) new, 0 ignored", log)
     assert m and int(m.group(1)) == len(sent) and int(m.group(2)) == len(new)
     assert new and all(is_context_parameter(k) for k in new)
     for k, v in sent.items():
         assert torch.equal(model[k], v), k
+    return state, new
+
+
+def test_initialised_from_rnnsearch(hrnn_from_rnnsearch, rnnsearch_reverse):
+    """Every rnnsearch weight is copied (tensor equality, kept through training by
+    --freeze-sentence-weights); the new weights are exactly the context ones; the report
+    says so."""
+    hrnn, new = assert_initialised_from(*hrnn_from_rnnsearch, rnnsearch_reverse["checkpoint"], "hrnn_context")
+    model = hrnn["model"]
     assert any(not torch.equal(model[k], torch.zeros_like(model[k])) for k in new)
     assert hrnn["cfg"]["model"].hrnn_initialized_from == str(rnnsearch_reverse["checkpoint"])
 

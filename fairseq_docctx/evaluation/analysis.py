@@ -200,22 +200,28 @@ def plot_gates(values: Dict, path: str):
     plt.close(fig)
 
 
+def write_per_word(values: Dict, outdir: str, name: str, columns, plot) -> Dict:
+    """Write ``{name}.json`` (all of ``values``), ``{name}.tsv`` (one line per target word:
+    position, word and ``values[c][i]`` of each of ``columns``) and ``{name}.png``
+    (``plot(values, path)``) to ``outdir``. Returns the values and the ``files`` written."""
+    os.makedirs(outdir, exist_ok=True)
+    with open(os.path.join(outdir, f"{name}.json"), "w", encoding="utf-8") as f:
+        json.dump(values, f, indent=1, ensure_ascii=False)
+    with open(os.path.join(outdir, f"{name}.tsv"), "w", encoding="utf-8") as f:
+        f.write("\t".join(["position", "word", *columns]) + "\n")
+        for i, w in enumerate(values["words"]):
+            f.write("\t".join([str(i), w, *(f"{values[c][i]:.6f}" for c in columns)]) + "\n")
+    plot(values, os.path.join(outdir, f"{name}.png"))
+    return dict(values, files=[f"{name}.json", f"{name}.tsv", f"{name}.png"])
+
+
 def write_hrnn_gates(hub, split: str, doc: str, sentence: int, outdir: str, target: str = "reference",
                      beam: int = 5) -> Dict:
     """Write ``hrnn_gates.json`` (all of :func:`hrnn_gates`), ``hrnn_gates.tsv`` (one line
     per target word: position, word, mean, min, max of ``z_i``) and ``hrnn_gates.png`` to
     ``outdir``. Returns the values and the ``files`` written."""
-    values = hrnn_gates(hub, split, doc, sentence, target, beam)
-    os.makedirs(outdir, exist_ok=True)
-    with open(os.path.join(outdir, "hrnn_gates.json"), "w", encoding="utf-8") as f:
-        json.dump(values, f, indent=1, ensure_ascii=False)
-    with open(os.path.join(outdir, "hrnn_gates.tsv"), "w", encoding="utf-8") as f:
-        f.write("position\tword\tz_mean\tz_min\tz_max\n")
-        for i, w in enumerate(values["words"]):
-            f.write(f"{i}\t{w}\t{values['z_mean'][i]:.6f}\t{values['z_min'][i]:.6f}\t{values['z_max'][i]:.6f}\n")
-    plot_gates(values, os.path.join(outdir, "hrnn_gates.png"))
-    return dict(values, files=["hrnn_gates.json", "hrnn_gates.tsv", "hrnn_gates.png"])
-
+    return write_per_word(hrnn_gates(hub, split, doc, sentence, target, beam), outdir, "hrnn_gates",
+                          ("z_mean", "z_min", "z_max"), plot_gates)
 
 def isg_attention(hub, split: str, doc: str, sentence: int, target: str = "reference", beam: int = 5,
                   base: float = 2.0) -> Dict:
@@ -300,14 +306,5 @@ def write_isg_attention(hub, split: str, doc: str, sentence: int, outdir: str, t
     (one line per target word: position, word, entropy, mean, min and max of ``z_t``) and
     ``isg_attention.png`` (:func:`plot_isg`) to ``outdir``. Returns the values and the
     ``files`` written."""
-    values = isg_attention(hub, split, doc, sentence, target, beam, base)
-    os.makedirs(outdir, exist_ok=True)
-    with open(os.path.join(outdir, "isg_attention.json"), "w", encoding="utf-8") as f:
-        json.dump(values, f, indent=1, ensure_ascii=False)
-    with open(os.path.join(outdir, "isg_attention.tsv"), "w", encoding="utf-8") as f:
-        f.write("position\tword\tentropy\tz_mean\tz_min\tz_max\n")
-        for i, w in enumerate(values["words"]):
-            f.write(f"{i}\t{w}\t{values['entropy'][i]:.6f}\t{values['z_mean'][i]:.6f}\t{values['z_min'][i]:.6f}"
-                    f"\t{values['z_max'][i]:.6f}\n")
-    plot_isg(values, os.path.join(outdir, "isg_attention.png"))
-    return dict(values, files=["isg_attention.json", "isg_attention.tsv", "isg_attention.png"])
+    return write_per_word(isg_attention(hub, split, doc, sentence, target, beam, base), outdir, "isg_attention",
+                          ("entropy", "z_mean", "z_min", "z_max"), plot_isg)

@@ -204,6 +204,30 @@ def prepare_data(work: Path) -> Path:
     return data_bin
 
 
+def prepared_test_set(data_bin: Path, work: Path, test_set: str = "iwslt17", test_docs=None):
+    """The binarized test set (``data_bin`` itself for the IWSLT17 TED test talks; NC-2016
+    newstest2016 or the first ``test_docs`` documents prepared once under ``work`` with
+    ``data_bin``'s SentencePiece model and dictionary) and its raw source file."""
+    test_dir = NC16 if test_set == "nc16" else DATA
+    raw = test_dir / "concatenated_en2de_test_en.txt"
+    if test_set != "nc16" and not test_docs:
+        return data_bin, raw
+    name = test_set + (f"-{test_docs}docs" if test_docs else "")
+    test_bin = work / f"data-{name}"
+    test_pref = test_dir / "concatenated_en2de_test_{lang}.txt"
+    if test_docs:
+        cut = work / f"raw-{name}"
+        cut.mkdir(exist_ok=True)
+        for lang in ("en", "de"):
+            first_documents(test_dir / f"concatenated_en2de_test_{lang}.txt", test_docs, cut / f"test_{lang}.txt")
+        test_pref, raw = cut / "test_{lang}.txt", cut / "test_en.txt"
+    if not (test_bin / "docctx.json").exists():
+        sh(["docctx-prepare", "-s", "en", "-t", "de", "--joined-dictionary", "--workers", "2",
+            "--srcdict", data_bin / "dict.en.txt", "--spm-model", data_bin / "spm.model",
+            "--testpref", test_pref, "--destdir", test_bin])
+    return test_bin, raw
+
+
 def sentence_model(data_bin: Path, work: Path, updates: int) -> Path:
     """``work/ckpt/checkpoint_last.pt``: the sentence-level ``MODEL`` trained ``updates``
     updates on ``data_bin`` (trained once)."""
@@ -277,24 +301,7 @@ def main():
             "--task", "document_translation", "--context-size", "3", "--context-sides", "src,draft",
             *mht_model, "--init-from-sentence-checkpoint", ckpt, "--src-sentence-encoder-from", ckpt,
             "--max-update", str(args.mht_updates), "--save-dir", mht_ckpt.parent])
-    test_dir = NC16 if args.test_set == "nc16" else DATA
-    raw = test_dir / "concatenated_en2de_test_en.txt"
-    test_bin = data_bin
-    if args.test_set == "nc16" or args.test_docs:  # same SentencePiece model and dictionary
-        name = args.test_set + (f"-{args.test_docs}docs" if args.test_docs else "")
-        test_bin = WORK / f"data-{name}"
-        test_pref = test_dir / "concatenated_en2de_test_{lang}.txt"
-        if args.test_docs:
-            cut = WORK / f"raw-{name}"
-            cut.mkdir(exist_ok=True)
-            for lang in ("en", "de"):
-                first_documents(test_dir / f"concatenated_en2de_test_{lang}.txt", args.test_docs,
-                                cut / f"test_{lang}.txt")
-            test_pref, raw = cut / "test_{lang}.txt", cut / "test_en.txt"
-        if not (test_bin / "docctx.json").exists():
-            sh(["docctx-prepare", "-s", "en", "-t", "de", "--joined-dictionary", "--workers", "2",
-                "--srcdict", data_bin / "dict.en.txt", "--spm-model", data_bin / "spm.model",
-                "--testpref", test_pref, "--destdir", test_bin])
+    test_bin, raw = prepared_test_set(data_bin, WORK, args.test_set, args.test_docs)
     if args.mht_updates > 0 and test_bin != data_bin:
         drafts["test"] = ensure_drafts(test_bin, ["test"])["test"]
     gen = ["--beam", str(args.beam), "--batch-size", str(args.batch_size),

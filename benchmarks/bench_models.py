@@ -145,7 +145,13 @@ def drafts_note(kinds):
 
 
 def wps(data_bin, name, updates, size):
-    log = sh(["fairseq-train", *train_args(data_bin, name, size), "--max-update", str(updates)])
+    return train_wps(train_args(data_bin, name, size), updates)
+
+
+def train_wps(argv, updates):
+    """fairseq's training words/second (``wps`` of the last ``train`` line) of
+    ``fairseq-train argv`` over ``updates`` updates."""
+    log = sh(["fairseq-train", *argv, "--max-update", str(updates)])
     return float(re.findall(r"\| train \|.*?\| wps ([\d.]+)", log)[-1])
 
 
@@ -155,17 +161,22 @@ def train_args(data_bin, name, size):
 
 
 def count_flops(data_bin, name, size, batches):
+    count_train_flops(train_args(data_bin, name, size), batches)
+
+
+def count_train_flops(argv, batches):
     """Matrix-product FLOPs (forward + backward) per target word over the first ``batches``
-    training steps of epoch 1, taken by fairseq's own Trainer as fairseq-train sets it up
-    (same options, seed and batches), and source words per target word. Runs in its own
-    process (``--count-flops``)."""
+    training steps of epoch 1 of ``fairseq-train argv``, taken by fairseq's own Trainer as
+    fairseq-train sets it up (same options, seed and batches), and source words per target
+    word, printed as ``FLOPS <per word> <src per tgt>``. Runs in its own process (a
+    benchmark script's ``--count-flops`` worker, read by :func:`worker_flops`)."""
     from fairseq import options, tasks, utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.trainer import Trainer
     from torch.utils.flop_counter import FlopCounterMode
 
     cfg = convert_namespace_to_omegaconf(
-        options.parse_args_and_arch(options.get_training_parser(), train_args(data_bin, name, size)))
+        options.parse_args_and_arch(options.get_training_parser(), [str(a) for a in argv]))
     utils.import_user_module(cfg.common)
     utils.set_torch_seed(cfg.common.seed)
     task = tasks.setup_task(cfg.task)
@@ -181,7 +192,13 @@ def count_flops(data_bin, name, size, batches):
 
 
 def flops(data_bin, name, size, batches):
-    out = sh([sys.executable, __file__, "--count-flops", name, "--size", size, "--flop-batches", str(batches)])
+    return worker_flops(__file__, ["--count-flops", name, "--size", size, "--flop-batches", str(batches)])
+
+
+def worker_flops(script, worker_args):
+    """(FLOPs per target word, source words per target word) that ``script worker_args``
+    prints (:func:`count_train_flops`), run in a child process."""
+    out = sh([sys.executable, script, *worker_args])
     per_word, src_per_tgt = re.findall(r"^FLOPS ([\d.e+]+) ([\d.]+)$", out, re.M)[-1]
     return float(per_word), float(src_per_tgt)
 

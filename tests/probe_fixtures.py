@@ -21,9 +21,9 @@ def probe(tmp_path_factory):
     return pu.make_probe_data(str(tmp_path_factory.mktemp("probe")))
 
 
-def _train(probe, tmp_path_factory, name, arch, extra):
+def _train(probe, tmp_path_factory, name, arch, extra, **kwargs):
     work = str(tmp_path_factory.mktemp(name))
-    return pu.train(probe["data_bin"], arch, work, task="document_translation", extra_args=extra)
+    return pu.train(probe["data_bin"], arch, work, task="document_translation", extra_args=extra, **kwargs)
 
 
 #: fixture name -> the probe training it stands for, in the order the background thread trains
@@ -148,6 +148,25 @@ def mht_model(bg, probe, factory):
                 max_tokens=4000, cpu=True)
     return _train(probe, factory, "mht", "mht_transformer", K + [
         "--context-sides", "src,draft", "--src-sentence-encoder-from", sentence_model["checkpoint"]])
+
+
+#: the RNN family on the probe: tiny sizes (fairseq-train options) and optimisation
+RNN_PROBE = dict(model_args=[
+    "--encoder-embed-dim", "64", "--encoder-hidden-size", "64", "--decoder-embed-dim", "64",
+    "--decoder-hidden-size", "64", "--decoder-out-embed-dim", "64", "--attention-dim", "64",
+    "--share-all-embeddings", "--lr", "5e-3"])
+
+
+@_training
+def rnnsearch_model(bg, probe, factory):
+    """rnnsearch (Nematus' variant, the base of hrnn_context) at the probe's tiny size."""
+    return _train(probe, factory, "rnnsearch", "rnnsearch_nematus", ["--context-size", "0"], **RNN_PROBE)
+
+
+@_training
+def hrnn_model(bg, probe, factory):
+    """hrnn_context (Init-enc + Init-dec + gated auxiliary context) at the same size, K=2."""
+    return _train(probe, factory, "hrnn", "hrnn_context", K, **RNN_PROBE)
 
 
 def _fixture(name):

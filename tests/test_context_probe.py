@@ -76,3 +76,13 @@ def test_han_decoder_keeps_target_choice_consistent(probe, han_decoder_model, se
     _, base = _both("transformer", sentence_acc)
     assert res["consistency_anchor_majority"] < 0.75
     assert cons >= base + 0.3 and cons >= 0.85
+
+
+def test_hrnn_context_uses_source_context(probe, hrnn_model, rnnsearch_model):
+    """The hierarchical summary of the previous source sentences (Wang et al. 2017) resolves
+    the pronouns; the sentence-level rnnsearch of the same size stays at chance."""
+    print(f"rnnsearch trained in {rnnsearch_model['seconds']:.0f} s, hrnn_context in {hrnn_model['seconds']:.0f} s")
+    base, _ = _both("rnnsearch", accuracy(probe, rnnsearch_model, "--context-size", "0"))
+    ana, _ = _both("hrnn_context", accuracy(probe, hrnn_model, *K))
+    assert 0.3 < base < 0.7
+    assert ana >= base + 0.3

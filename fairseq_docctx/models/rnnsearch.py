@@ -70,9 +70,9 @@ def gru_step(gi: Tensor, gh: Tensor, h: Tensor) -> Tensor:
     equations, gates in the order r, z, n): ``gi = W_i x + b_i``, ``gh = W_h h + b_h``, all
     ``[N, 3H]``; ``h [N, H]``. Returns ``h' = (1 - z) ⊙ n + z ⊙ h``."""
     H = h.size(-1)
-    rz = torch.sigmoid(gi[..., : 2 * H] + gh[..., : 2 * H])
+    rz = (gi[..., : 2 * H] + gh[..., : 2 * H]).sigmoid_()  # in place on fresh sums: fewer buffers
     r, z = rz[..., :H], rz[..., H:]
-    n = torch.tanh(gi[..., 2 * H:] + r * gh[..., 2 * H:])
+    n = (gi[..., 2 * H:] + r * gh[..., 2 * H:]).tanh_()
     return n + z * (h - n)
 
 
@@ -93,7 +93,7 @@ def additive_attention(query: Tensor, keys: Tensor, values: Tensor, padding_mask
     ``keys = U_a h + b``). ``query [N, A]``, ``keys [N, S, A]``, ``values [N, S, C]``,
     ``padding_mask [N, S]`` (True at padding), ``v [A]``. Returns ``c [N, C]`` and
     ``α [N, S]``."""
-    e = torch.matmul(torch.tanh(keys + query.unsqueeze(1)), v)
+    e = torch.matmul((keys + query.unsqueeze(1)).tanh_(), v)
     alpha = torch.softmax(e.masked_fill(padding_mask, float("-inf")), dim=-1)
     return torch.bmm(alpha.unsqueeze(1), values).squeeze(1), alpha
 

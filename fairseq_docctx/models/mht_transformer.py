@@ -141,7 +141,7 @@ class MHTDecoderLayer(_Sublayers, TransformerDecoderLayerBase):
             x = _read_context(self.context, x, context, incremental_state, weights)
         x = self.block(x, self.encoder_attn_layer_norm, lambda h: self.encoder_attn(
             query=h, key=encoder_out, value=encoder_out, key_padding_mask=encoder_padding_mask,
-            incremental_state=incremental_state, static_kv=True, need_weights=False)[0])
+            incremental_state=incremental_state, static_kv=incremental_state is not None, need_weights=False)[0])
         return self.block(x, self.final_layer_norm, self.ffn)
 
 

@@ -123,11 +123,15 @@ def attend_rows(attn, norm, dropout, query, states, pad, rows, incremental_state
             r = rows.clamp(min=0)
             key, kpm = states.index_select(1, r), pad.index_select(0, r)
     x = norm(query) if normalize_before else query
+    # static keys matter to the incremental state only; without it fairseq's attention takes
+    # PyTorch's fused path
     y, w = attn(query=x, key=key, value=key, key_padding_mask=kpm, incremental_state=incremental_state,
-                static_kv=True, need_weights=need_weights)
+                static_kv=incremental_state is not None, need_weights=need_weights)
     y = query + dropout(y)
     if not normalize_before:
         y = norm(y)
+    if keys is not None and bool(present.all()):
+        return y, w
     return torch.where(present.view(1, -1, 1), y, query), w
 
 
@@ -213,7 +217,7 @@ class ContextHops(nn.Module):
             kpm = kpm & has.unsqueeze(1)  # rows without context: unmasked, discarded below
         x = norm(query) if self.normalize_before else query
         y, _ = attn(query=x, key=key, value=key, key_padding_mask=kpm, incremental_state=incremental_state,
-                    static_kv=True, need_weights=False)
+                    static_kv=incremental_state is not None, need_weights=False)
         y = query + self.dropout(y)
         if not self.normalize_before:
             y = norm(y)

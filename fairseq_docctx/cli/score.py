@@ -11,9 +11,11 @@ import sys
 # (module, ...) in the order --help lists them
 SUBCOMMAND_MODULES = [
     "bleu",
+    "chrf",
     "meteor",
     "discourse",
     "summary",
+    "significance",
     "wordnet",
     "contrastive",
     "cxmi",

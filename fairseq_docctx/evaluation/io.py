@@ -71,9 +71,16 @@ class Corpus:
     ref: Optional[List[List[str]]] = None
     src: Optional[List[List[str]]] = None
     files: Dict[str, str] = field(default_factory=dict)
+    more_refs: List[List[List[str]]] = field(default_factory=list)  # further references, aligned like ref
 
     def flat(self, side: str) -> List[str]:
         return [s for d in getattr(self, side) for s in d]
+
+    @property
+    def references(self) -> List[List[List[str]]]:
+        """Every reference (``ref`` first), each as documents of sentences; metrics that take
+        several references (BLEU, chrF) read them all, the others ``ref``."""
+        return ([self.ref] if self.ref is not None else []) + list(self.more_refs)
 
     @property
     def num_sentences(self) -> int:
@@ -310,7 +317,7 @@ def _start(side: Side, k: int) -> int:
 def load_corpus(hyp: str, ref: Optional[str] = None, src: Optional[str] = None, *,
                 hyp_format: str = "auto", ref_format: str = "auto", src_format: str = "auto",
                 docids: Optional[str] = None, data: Optional[str] = None, split: str = "test",
-                post_process: str = "auto") -> Corpus:
+                post_process: str = "auto", ref_translator: Optional[str] = None) -> Corpus:
     """Read and align the given sides. The documents are those of the first side that has
     any, in the order reference, source, hypothesis; every other side must agree (same
     numbers of documents and sentences per document, same ids where both sides have file

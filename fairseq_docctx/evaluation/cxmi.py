@@ -142,6 +142,7 @@ def format_report(rep: dict) -> str:
 
 
 def add_subcommand(subparsers):
+    from ..data.readers import INPUT_FORMATS
     from .scoring import add_json_args, add_model_args
 
     p = subparsers.add_parser(
@@ -153,7 +154,7 @@ def add_subcommand(subparsers):
     p.add_argument("--split", default="test", help="split of the binarized data directory (default: test)")
     p.add_argument("--input", help="instead of a binarized split: raw parallel documents, a prefix in "
                    "any docctx-prepare format (PREFIX.SRC, PREFIX.TGT [+ PREFIX.docids])")
-    p.add_argument("--input-format", default="auto", choices=["auto", "docids", "blank", "marker", "xml"])
+    p.add_argument("--input-format", default="auto", choices=INPUT_FORMATS)
     p.add_argument("--seed", type=int, default=1, help="seed of the random context")
     add_json_args(p)
     p.set_defaults(func=main)

@@ -228,6 +228,8 @@ def add_subcommand(sub):
     g.add_argument("--ref-format", choices=TEXT_FORMATS, default="auto")
     g.add_argument("--ref-translator", help="WMT XML/JSON Lines references: the translator(s) to use, "
                    "comma-separated (default: every reference the file holds)")
+    g.add_argument("--hyp-system", metavar="NAME", help="WMT 2021+ XML hypotheses: the system whose <hyp> to "
+                   "compare (default: each file's only system)")
     g.add_argument("--docids", help="document-id file for plain-text sides")
     g.add_argument("--data", help="fairseq data directory whose SPLIT.*.docs index gives the documents of generate output")
     g.add_argument("--split", default="test")
@@ -268,7 +270,8 @@ def _main(args):
             raise ScoreInputError(f"--metrics: unknown metric {m!r} (choose from {', '.join(METRICS)})")
     corpora = [load_corpus(f, args.ref, hyp_format=args.hyp_format, ref_format=args.ref_format,
                            docids=args.docids, data=args.data, split=args.split,
-                           post_process=args.post_process, ref_translator=args.ref_translator)
+                           post_process=args.post_process, ref_translator=args.ref_translator,
+                           hyp_system=args.hyp_system)
                for f in files]
     tests = TESTS if args.test == "both" else (args.test,)
     report = {"baseline": names[0], "systems": names[1:], "files": dict(zip(names, files)), "ref": args.ref,

@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES = [
     "contrastive",
     "cxmi",
     "plots",
+    "entropy",
 ]
 
 

@@ -18,6 +18,7 @@ SUBCOMMAND_MODULES = [
     "significance",
     "wordnet",
     "contrastive",
+    "ctxpro",
     "cxmi",
     "plots",
     "entropy",

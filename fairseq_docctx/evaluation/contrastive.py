@@ -554,7 +554,7 @@ def add_subcommand(subparsers):
     add_json_args(p)
     p.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
                    help="instead of scoring: McNemar's test between the verdicts of two systems' --json "
-                   "reports on the same test set (every contrastive metric they share)")
+                   "reports on the same test set (every contrastive and ctxpro metric they share)")
     p.add_argument("--scores-out", help="write one log-probability per candidate line (file order)")
     p.set_defaults(func=main)
     return p
@@ -601,9 +601,9 @@ def _compare_main(args) -> int:
 
     try:
         runs = [load_run(p) for p in args.compare]
-        shared = [m for m in runs[0]["metrics"] if m.startswith("contrastive:") and m in runs[1]["metrics"]]
+        shared = [m for m in runs[0]["metrics"] if m.startswith(("contrastive:", "ctxpro:")) and m in runs[1]["metrics"]]
         if not shared:
-            raise ValueError(f"{args.compare[0]} and {args.compare[1]} share no contrastive test set")
+            raise ValueError(f"{args.compare[0]} and {args.compare[1]} share no contrastive or ctxpro test set")
         results = {m: compare_reports(runs[0]["metrics"][m], runs[1]["metrics"][m], runs[0]["run"], runs[1]["run"])
                    for m in shared}
     except ValueError as e:  # ScoreInputError included

@@ -166,7 +166,7 @@ def plot_entropy(rep: Dict, path: str, sentence: Optional[int] = None, labels: O
 
 
 def add_subcommand(subparsers):
-    from ..data.readers import INPUT_FORMATS
+    from .cxmi import add_documents_args
     from .scoring import add_json_args, add_model_args
 
     p = subparsers.add_parser(
@@ -176,10 +176,7 @@ def add_subcommand(subparsers):
         "attention; qcn_transformer: routing coefficients. Averaged per sentence and over the test set; JSON "
         "and PNG.")
     add_model_args(p)
-    p.add_argument("--split", default="test", help="split of the binarized data directory (default: test)")
-    p.add_argument("--input", help="instead of a binarized split: raw parallel documents (a prefix in any "
-                   "docctx-prepare format, or one WMT 2021+ XML / JSON Lines file)")
-    p.add_argument("--input-format", default="auto", choices=INPUT_FORMATS)
+    add_documents_args(p)
     p.add_argument("--base", default="e", choices=("e", "2"), help="logarithm: e (nats, default) or 2 (bits)")
     p.add_argument("--max-sentences", type=int, help="measure the first N sentences only")
     p.add_argument("--plot", metavar="PNG", help="write the plot here")
@@ -208,21 +205,13 @@ def _plot_index(rep, doc, sentence):
 def main(args) -> int:
     from ..data.readers import DocumentFormatError
     from ..models.document_context import ContextAttentionUnsupported
-    from .cxmi import _docs_from_split, _docs_from_text
+    from .cxmi import documents_from_args
     from .scoring import scorer_from_args, write_model_json
 
     base = math.e if args.base == "e" else 2.0
     try:
         scorer = scorer_from_args(args)
-        if args.input:
-            from ..data.readers import read_parallel
-
-            cfg = scorer.task.cfg
-            src, tgt = _docs_from_text(scorer, args.input, cfg.source_lang, cfg.target_lang, args.input_format)
-            ids = [d.doc_id for d in read_parallel(args.input, cfg.source_lang, cfg.target_lang, args.input_format).src]
-        else:
-            src, tgt = _docs_from_split(scorer, args.split)
-            ids = list(scorer.task.dataset(args.split).docs.doc_ids)
+        src, tgt, ids = documents_from_args(scorer, args)
         rep = entropy_report(scorer, src, tgt, ids, base, args.max_sentences)
         rep.update({"input": args.input} if args.input else {"split": args.split})
         print(format_report(rep))

@@ -428,6 +428,20 @@ def corpus_from_args(args) -> Corpus:
                        ref_translator=args.ref_translator, hyp_system=args.hyp_system)
 
 
+def load_json_object(path: str, key: str, what: str) -> Dict:
+    """A JSON file holding an object with the object ``key`` (a result file of ``what``)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise ScoreInputError(f"no such file: {path}") from None
+    except ValueError as e:
+        raise ScoreInputError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict) or not isinstance(data.get(key), dict):
+        raise ScoreInputError(f"{path}: not a {what} result (no \"{key}\" object)")
+    return data
+
+
 def write_json(path: str, name: str, files: Dict[str, str], metrics: Dict[str, dict]):
     """Write (or merge into an existing file of the same run) ``{"run", "files", "metrics"}``."""
     data = {"run": name, "files": files, "metrics": {}}

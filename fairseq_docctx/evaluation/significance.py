@@ -319,18 +319,9 @@ def format_comparison(report: Dict) -> str:
 
 
 def load_comparison(path: str) -> Dict:
-    from .io import ScoreInputError
+    from .io import load_json_object
 
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise ScoreInputError(f"no such file: {path}") from None
-    except ValueError as e:
-        raise ScoreInputError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("comparisons"), dict):
-        raise ScoreInputError(f"{path}: not a 'docctx-score compare' result (no \"comparisons\" object)")
-    return data
+    return load_json_object(path, "comparisons", "'docctx-score compare'")
 
 
 def significant(comparison: Dict, test: Optional[str] = None) -> Dict[str, Dict[str, float]]:

@@ -13,7 +13,7 @@ import json
 import os
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_docctx.evaluation.io import ScoreInputError, run_command
+from fairseq_docctx.evaluation.io import ScoreInputError, load_json_object, run_command
 
 # column order when present; other metrics follow alphabetically
 PREFERRED = ["bleu", "bleu_tok", "d-bleu", "d-bleu_tok", "chrf", "chrf++", "d-chrf", "d-chrf++", "meteor", "pronoun_accuracy", "noun_accuracy", "lexical_cohesion",
@@ -21,15 +21,7 @@ PREFERRED = ["bleu", "bleu_tok", "d-bleu", "d-bleu_tok", "chrf", "chrf++", "d-ch
 
 
 def load_run(path: str) -> Dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise ScoreInputError(f"no such file: {path}") from None
-    except ValueError as e:
-        raise ScoreInputError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict):
-        raise ScoreInputError(f"{path}: not a docctx-score result (no \"metrics\" object)")
+    data = load_json_object(path, "metrics", "docctx-score")
     data.setdefault("run", os.path.splitext(os.path.basename(path))[0])
     return data
 

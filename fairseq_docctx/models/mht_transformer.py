@@ -455,13 +455,9 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
         return MHTDecoder(TransformerConfig.from_namespace(args), tgt_dict, embed_tokens,
                           no_encoder_attn=args.no_cross_attention)
 
-    def context_weights(self, sample):
-        """What the model weighs its context with, for every row of a batch (the panel format
-        of :mod:`fairseq_docctx.evaluation.plots`): per layer with context, the context gate
-        ``α`` of the multi-hop encoder (Eq. 5; one column per source token) and decoder (Eq.
-        10; one per target token), mean over channels: ``α`` weighs the current sentence
-        (the self-attention / draft-attention output), ``1 - α`` what the hops read. Rows
-        without a previous sentence have no gate (their row is masked)."""
+    def _weights_pass(self, sample):
+        """One teacher-forced pass in eval mode collecting what every context sublayer weighs:
+        ``(encoder output, encoder layers' weights, decoder layers' weights)``."""
         ni = sample["net_input"]
         was = self.training
         self.eval()
@@ -473,6 +469,17 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
                 self.decoder.extract_features_scriptable(ni["prev_output_tokens"], eo, weights=dec_w)
         finally:
             self.train(was)
+        return eo, enc_w, dec_w
+
+    def context_weights(self, sample):
+        """What the model weighs its context with, for every row of a batch (the panel format
+        of :mod:`fairseq_docctx.evaluation.plots`): per layer with context, the context gate
+        ``α`` of the multi-hop encoder (Eq. 5; one column per source token) and decoder (Eq.
+        10; one per target token), mean over channels: ``α`` weighs the current sentence
+        (the self-attention / draft-attention output), ``1 - α`` what the hops read. Rows
+        without a previous sentence have no gate (their row is masked)."""
+        ni = sample["net_input"]
+        _, enc_w, dec_w = self._weights_pass(sample)
         panels = []
         ctx, K = ni.get("context"), self.encoder.context_size
         for part, layers, tokens, pad, columns, side in (
@@ -501,17 +508,9 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
             raise ContextAttentionUnsupported(f"mht_transformer --mht-context-module {self.args.mht_context_module}: "
                                               "only the multi-hop module gives hop attentions")
         ni = sample["net_input"]
-        was = self.training
-        self.eval()
-        enc_w, dec_w = [], []
-        try:
-            with torch.no_grad():
-                eo = self.encoder(ni["src_tokens"], src_lengths=ni["src_lengths"], context=ni.get("context"),
-                                  weights=enc_w)
-                self.decoder.extract_features_scriptable(ni["prev_output_tokens"], eo, weights=dec_w)
-                src_ctx = self.encoder.context_states(ni.get("context"))
-        finally:
-            self.train(was)
+        eo, enc_w, dec_w = self._weights_pass(sample)
+        with torch.no_grad():
+            src_ctx = self.encoder.context_states(ni.get("context"))
         out = []
         for part, layers, tokens, pad_idx, positions, tables in (
                 ("encoder", enc_w, ni["src_tokens"], self.encoder.padding_idx, "source",

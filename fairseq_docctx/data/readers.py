@@ -164,11 +164,24 @@ def _first_element(text: str) -> Optional[str]:
     return None
 
 
+def _json_object_line(lines: List[str]) -> bool:
+    """Whether the first non-empty line is a JSON object (a JSON Lines file)."""
+    import json
+
+    first = next((ln.strip() for ln in lines if ln.strip()), "")
+    if not first.startswith("{"):
+        return False
+    try:
+        return isinstance(json.loads(first), dict)
+    except ValueError:
+        return False
+
+
 def detect_format(path: str, docids: Optional[str] = None) -> str:
     """Guess the format of one file (see the module docstring for the rules)."""
     lines = read_lines(path)
     head = "\n".join(lines[:5]).lstrip().lower()
-    if path.lower().endswith(JSONL_EXTENSIONS) or head.startswith("{"):
+    if path.lower().endswith(JSONL_EXTENSIONS) or _json_object_line(lines):
         return "jsonl"
     if path.lower().endswith(XML_EXTENSIONS) or head.startswith(_XML_STARTS + ("<dataset",)):
         return "wmt-xml" if _first_element("\n".join(lines[:50])) == "dataset" else "xml"

@@ -36,7 +36,7 @@ def probe_evalset(text_dir, out_dir, n=N):
             k = a["line"]
             context = [src[j] for j in range(k) if docids[j] == docids[k]]
             examples.append({"src segment": src[k], "expected": item["expected"],
-                             "rule": f"{item['phenomenon'].upper()}.{item['class']}", "document id": docids[k],
+                             "rule": f"{item['phenomenon'].upper()}.{item.get('class', 'all')}", "document id": docids[k],
                              "segment id": a["pos"] + 1, "ante distance": item["distance"]})
             inputs.append("<eos> ".join(context + [src[k]]))
             break

@@ -195,7 +195,7 @@ def test_jsonl_round_trip_prepare_translate_score(toy_bin, concat_both_ckpt, toy
     prepare_main(["-s", "src", "-t", "tgt", "--testpref", str(f), "--destdir", str(dest), "--joined-dictionary",
                   "--srcdict", str(toy_bin / "dict.src.txt")])
     assert DocIndex.read(str(dest / "test.src-tgt.docs")).doc_ids == [d for d, _, _ in toy_test_docs]
-    # translate the source-only file from standard input: each line's object with its "hyp"
+    # translate a source-only file: each line's object with its "hyp"
     src_only = jsonl_file(tmp_path / "src.jsonl", toy_test_docs, with_tgt=False)
     out = tmp_path / "out.jsonl"
     rc, _, err = run_in_process(translate_main, [src_only, "--path", concat_both_ckpt, "--data", toy_bin,

@@ -75,7 +75,7 @@ from ..modules.multi_hop import (
 )
 from . import sentence_init
 from .arch_defaults import set_defaults
-from .document_context import DocumentContextModel, resolve_context_size
+from .document_context import ContextAttentionUnsupported, DocumentContextModel, resolve_context_size
 
 MHT_CONTEXT_SIDES = ("both", "source", "target", "none")
 TARGET_CONTEXTS = ("draft", "reference")
@@ -521,13 +521,9 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
         return MHTDecoder(TransformerConfig.from_namespace(args), tgt_dict, embed_tokens,
                           no_encoder_attn=args.no_cross_attention)
 
-    def context_weights(self, sample):
-        """What the model weighs its context with, for every row of a batch (the panel format
-        of :mod:`fairseq_docctx.evaluation.plots`): per layer with context, the context gate
-        ``α`` of the multi-hop encoder (Eq. 5; one column per source token) and decoder (Eq.
-        10; one per target token), mean over channels: ``α`` weighs the current sentence
-        (the self-attention / draft-attention output), ``1 - α`` what the hops read. Rows
-        without a previous sentence have no gate (their row is masked)."""
+    def _weights_pass(self, sample):
+        """One teacher-forced pass in eval mode collecting what every context sublayer weighs:
+        ``(encoder output, encoder layers' weights, decoder layers' weights)``."""
         ni = sample["net_input"]
         was = self.training
         self.eval()
@@ -539,6 +535,17 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
                 self.decoder.extract_features_scriptable(ni["prev_output_tokens"], eo, weights=dec_w)
         finally:
             self.train(was)
+        return eo, enc_w, dec_w
+
+    def context_weights(self, sample):
+        """What the model weighs its context with, for every row of a batch (the panel format
+        of :mod:`fairseq_docctx.evaluation.plots`): per layer with context, the context gate
+        ``α`` of the multi-hop encoder (Eq. 5; one column per source token) and decoder (Eq.
+        10; one per target token), mean over channels: ``α`` weighs the current sentence
+        (the self-attention / draft-attention output), ``1 - α`` what the hops read. Rows
+        without a previous sentence have no gate (their row is masked)."""
+        ni = sample["net_input"]
+        _, enc_w, dec_w = self._weights_pass(sample)
         panels = []
         ctx, K = ni.get("context"), self.encoder.context_size
         for part, layers, tokens, pad, columns, side in (
@@ -556,6 +563,41 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
                         weights=(w * real * has).unsqueeze(1), rows=["α"], row_mask=has,
                         columns=columns, column_mask=real, context_side=columns, normalized=False))
         return panels
+
+    def context_attention(self, sample):
+        """Each hop's attention (mean over heads) over the tokens of its context sentence
+        (Zhang et al. 2021, §3.2-3.3, Eqs. 3-4 and 8-9), per layer: the encoder's over the
+        previous source sentences (one distribution per source position), the decoder's over
+        the previous drafts (per target position); rows without the hop's sentence have none.
+        Only the multi-hop context module attends hop by hop."""
+        if getattr(self.args, "mht_context_module", "multi-hop") != "multi-hop":
+            raise ContextAttentionUnsupported(f"mht_transformer --mht-context-module {self.args.mht_context_module}: "
+                                              "only the multi-hop module gives hop attentions")
+        ni = sample["net_input"]
+        eo, enc_w, dec_w = self._weights_pass(sample)
+        with torch.no_grad():
+            src_ctx = self.encoder.context_states(ni.get("context"))
+        out = []
+        for part, layers, tokens, pad_idx, positions, tables in (
+                ("encoder", enc_w, ni["src_tokens"], self.encoder.padding_idx, "source",
+                 (src_ctx.get("mht_src_pad"), src_ctx.get("mht_src_index"))),
+                ("decoder", dec_w, ni["prev_output_tokens"], self.decoder.padding_idx, "target",
+                 (eo.get("mht_tgt_pad"), eo.get("mht_tgt_index")))):
+            if tables[0] is None:
+                continue
+            pad, index = tables[0][0], tables[1][0]
+            real = tokens.ne(pad_idx)
+            for n, ws in enumerate(layers):
+                for dist, w in ws:
+                    if dist == "gate" or dist == "draft" or w is None:
+                        continue
+                    rows = index[:, dist - 1]
+                    keys = ~pad.index_select(0, rows.clamp(min=0))  # [B, L]
+                    out.append(dict(title=f"MHT {part} layer {n + 1}: hop over the sentence at distance {dist}",
+                                    positions=positions, items="context tokens", weights=w.float(),
+                                    support=keys[:, None, :].expand_as(w),
+                                    position_mask=real & (rows >= 0)[:, None]))
+        return out
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, context=None, return_all_hiddens: bool = True,
                 features_only: bool = False, alignment_layer=None, alignment_heads=None):

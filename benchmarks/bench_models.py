@@ -7,7 +7,7 @@ fairseq's own training words/second (`wps` of the last `train` line) is compared
 alternate (A B A B ...) and the best of the repeats is kept, to damp machine noise.
 
 Usage: python benchmarks/bench_models.py [--updates 60] [--repeats 2] [--size small|qcn-paper|base]
-       [--models qcn han concat mht mht-frozen] [--flop-batches 20]
+       [--models qcn han concat mht mht-frozen] [--flop-batches N (--updates)]
 Targets: qcn_transformer (with the PCC regularizer) >= 0.8x transformer; joint HAN
 (han_transformer) >= 0.8x; mht_transformer >= 0.5x and >= 0.9 of the ratio its FLOPs allow
 (efficiency >= 0.9), at the paper's size (Transformer base, Zhang et al. 2021, §4.3:
@@ -23,7 +23,8 @@ and a trained sentence model's drafts are about as long as the references.
 
 Next to the speed, each model's matrix-product work is counted (torch's FlopCounterMode:
 matmuls and linear layers, forward + backward, one training step per batch) over its first
---flop-batches batches, per target word, with the source words per target word of those
+--flop-batches batches (by default the --updates batches whose speed is measured: the work
+per word differs from batch to batch), per target word, with the source words per target word of those
 batches. On a machine where training is bound by matrix products (a CPU), the transformer's
 FLOPs per word over the model's is the highest speed ratio the model can reach while doing
 the same arithmetic; "efficiency" is the model's achieved FLOP rate over the transformer's.
@@ -214,10 +215,13 @@ def main():
                     choices=[m for m in MODELS if m != "transformer"],
                     help="models compared with transformer (default: qcn han concat); mht: the Multi-Hop "
                     "Transformer as the paper trains it, mht-frozen: with --freeze-sentence-encoders")
-    ap.add_argument("--flop-batches", type=int, default=20,
-                    help="batches over which each model's FLOPs per word are counted (0: skip)")
+    ap.add_argument("--flop-batches", type=int, default=None,
+                    help="batches over which each model's FLOPs per word are counted (default: --updates, "
+                    "the batches the speed is measured on; 0: skip)")
     ap.add_argument("--count-flops", choices=list(MODELS), help=argparse.SUPPRESS)  # worker
     args = ap.parse_args()
+    if args.flop_batches is None:
+        args.flop_batches = args.updates
     if args.count_flops:
         count_flops(prepare(), args.count_flops, args.size, args.flop_batches)
         return

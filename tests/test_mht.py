@@ -166,7 +166,8 @@ def test_reference_target_context_in_training_drafts_at_inference():
 
 def test_training_runs_rows_in_length_groups_exactly():
     """In training the encoder and the decoder run the rows in groups of similar length and
-    the output holds the real target positions only: the same logits as one padded pass."""
+    the output holds the real target positions only: the same logits and gradients as one
+    padded pass."""
     model, d = _model(seed=5)
     g = torch.Generator().manual_seed(2)
     eos, pad = d.eos(), d.pad()
@@ -182,14 +183,27 @@ def test_training_runs_rows_in_length_groups_exactly():
     ctx = cb.new_context(index.clone())
     cb.add_table(ctx, "src", src, lengths, index, torch.arange(B))
     cb.add_table(ctx, "draft", target, target.ne(pad).sum(1), index, torch.arange(B))
-    with torch.no_grad():
-        full = model(src, lengths, prev, context=ctx)[0]
-        model.train()
-        packed = model(src, lengths, prev, context=ctx)
+    with torch.no_grad():  # the encoder: length groups (context gathered per layer) vs one pass
+        grouped = model.encoder(src, lengths, context=ctx)["encoder_out"][0]
+        one = model.encoder(src, lengths, context=ctx, weights=[])["encoder_out"][0]
+    assert (grouped - one)[src.ne(pad).t()].abs().max() < 1e-4
+    full = model(src, lengths, prev, context=ctx)[0]
     real = target.ne(pad)
+    weight = torch.randn(full[real].shape, generator=g)
+    (full[real] * weight).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    model.train()  # dropout 0: the same function, computed group by group
+    packed = model(src, lengths, prev, context=ctx)
+    (packed[0][0] * weight).sum().backward()
     assert packed[0].shape == (1, int(real.sum()), full.size(-1))
     torch.testing.assert_close(packed[0][0], full[real], atol=1e-4, rtol=1e-4)
     assert torch.equal(model.get_targets({"target": target}, packed)[0], target[real])
+    # the same gradients too (the grouped pass gathers its context once per layer)
+    assert any("context" in n for n in grads) and any("draft_attn" in n for n in grads)
+    for n, p in model.named_parameters():
+        if n in grads:
+            torch.testing.assert_close(p.grad, grads[n], atol=1e-4, rtol=1e-3, msg=n)
 
 
 @pytest.mark.parametrize("module", MODULES)

@@ -28,10 +28,14 @@ def build_parser() -> argparse.ArgumentParser:
     for split in SPLITS:
         p.add_argument(f"--{split}pref", metavar="FP", default=None,
                        help=f"{split} file prefix(es), comma-separated and concatenated in order; "
-                       "PREFIX.LANG, or a path with {lang}/{other} placeholders")
+                       "PREFIX.LANG, a path with {lang}/{other} placeholders, or one WMT 2021+ XML / "
+                       "JSON Lines file holding both sides")
     p.add_argument("--destdir", default="data-bin", metavar="DIR", help="output directory (default: data-bin)")
     p.add_argument("--input-format", choices=INPUT_FORMATS, default="auto",
                    help="how documents are delimited (default: auto-detect per file)")
+    p.add_argument("--ref-translator", metavar="NAME",
+                   help="WMT 2021+ XML inputs (one file per prefix, source and references in it): the "
+                   "translator of the reference to use (default: the first <ref> of the file)")
     p.add_argument("--joined-dictionary", action="store_true", help="one dictionary for both sides")
     p.add_argument("--srcdict", metavar="FP", help="reuse this source dictionary")
     p.add_argument("--tgtdict", metavar="FP", help="reuse this target dictionary")

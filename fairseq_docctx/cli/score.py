@@ -11,13 +11,17 @@ import sys
 # (module, ...) in the order --help lists them
 SUBCOMMAND_MODULES = [
     "bleu",
+    "chrf",
     "meteor",
     "discourse",
     "summary",
+    "significance",
     "wordnet",
     "contrastive",
+    "ctxpro",
     "cxmi",
     "plots",
+    "entropy",
 ]
 
 

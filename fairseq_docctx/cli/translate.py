@@ -1,11 +1,14 @@
 """``docctx-translate``: translate raw documents in document order.
 
 Reads the formats ``docctx-prepare`` reads (plain text + ``.docids``, blank-line separated,
-``<d>`` markers, IWSLT/WMT XML; standard input when no file is given), applies the
+``<d>`` markers, IWSLT/WMT XML, WMT 2021+ XML, JSON Lines; standard input when no file is
+given), applies the
 SentencePiece model stored with the data, translates every document in order with the
 model's own previous translations as target context, detokenizes, and writes the documents
 in the input's format (XML keeps the set's id and languages, the documents' attributes
-and the seg ids; ``--system-name`` is the sysid). With ``-o`` the output is checked first,
+and the seg ids; ``--system-name`` is the sysid; WMT 2021+ XML gets a ``<hyp system=NAME>``
+beside each document's source and references; JSON Lines a ``"hyp"`` list in each line's
+object). With ``-o`` the output is checked first,
 written document by document as they complete into a temporary file beside it, and moved
 into place at the end.
 """
@@ -17,7 +20,7 @@ import tempfile
 import time
 
 from . import quiet_logging
-from ..data.readers import DocumentFormatError, docids_path, read_file, read_set_attributes
+from ..data.readers import INPUT_FORMATS, DocumentFormatError, docids_path, read_file, read_set_attributes
 from ..data.writers import DocumentWriter
 
 
@@ -33,7 +36,7 @@ def build_parser():
                    "them, else the training data")
     p.add_argument("--spm-model", help="SentencePiece model (default: the one docctx.json of --data "
                    "names)")
-    p.add_argument("--input-format", default="auto", choices=["auto", "docids", "blank", "marker", "xml"])
+    p.add_argument("--input-format", default="auto", choices=INPUT_FORMATS)
     p.add_argument("--docids", help="document-id file of a docids-format input "
                    "(default: the input path with its extension replaced by .docids)")
     p.add_argument("-o", "--output", help="output file (default: standard output); with the "
@@ -57,7 +60,8 @@ def build_parser():
     p.add_argument("--cpu", action="store_true", help="decode on the CPU even if a GPU is there")
     p.add_argument("--fp16", action="store_true", help="half-precision inference")
     p.add_argument("--system-name", default="fairseq_docctx", metavar="NAME",
-                   help="XML/SGML output: the sysid of every document (default: fairseq_docctx)")
+                   help="XML/SGML output: the sysid of every document; WMT 2021+ XML: the system of "
+                   "the <hyp> elements (default: fairseq_docctx)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 

@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from .doc_index import DocIndex, doc_index_path
 from .manifest import FORMAT_VERSION, MANIFEST_NAME, SPM_MODEL_NAME, write_manifest
-from .readers import DocumentFormatError, prefix_name, read_parallel
+from .readers import DocumentFormatError, prefix_name, read_parallel, wmt_translators
 
 logger = logging.getLogger(__name__)
 
@@ -91,13 +91,14 @@ def _check_args(args) -> None:
 
 
 def read_split(name: str, prefixes: Sequence[str], src: str, tgt: str, input_format: str,
-               separator: str, log: Log = logger.info) -> SplitData:
+               separator: str, log: Log = logger.info, translator: Optional[str] = None) -> SplitData:
     """Read and concatenate the prefixes of one split (raw sentences); doc ids that collide
-    with an earlier prefix's are qualified as ``NAME:id``."""
+    with an earlier prefix's are qualified as ``NAME:id``. A prefix that is one WMT 2021+
+    XML or JSON Lines file gives both sides (``translator``: the WMT reference to use)."""
     data = SplitData(name)
     seen = set()
     for k, prefix in enumerate(prefixes):
-        pd = read_parallel(prefix, src, tgt, input_format)
+        pd = read_parallel(prefix, src, tgt, input_format, translator)
         log(f"{name}: read {pd.src_path} + {pd.tgt_path}"
             + (f" + {pd.docids_path}" if pd.docids_path else "")
             + f" ({pd.format}): {len(pd.src)} documents, {pd.num_sentences} sentence pairs")
@@ -119,8 +120,11 @@ def read_split(name: str, prefixes: Sequence[str], src: str, tgt: str, input_for
         data.doc_ids += cand
         data.src += [d.sentences for d in pd.src]
         data.tgt += [d.sentences for d in pd.tgt]
-        data.inputs.append({"prefix": prefix, "format": pd.format, "source": pd.src_path,
-                            "target": pd.tgt_path, "docids": pd.docids_path})
+        entry = {"prefix": prefix, "format": pd.format, "source": pd.src_path,
+                 "target": pd.tgt_path, "docids": pd.docids_path}
+        if pd.format == "wmt-xml":
+            entry["translator"] = translator if translator is not None else wmt_translators(prefix)[0]
+        data.inputs.append(entry)
     return data
 
 
@@ -312,9 +316,12 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
     _check_destdir(args.destdir, _outputs(args, splits))
 
     data: Dict[str, SplitData] = {}
+    translator = getattr(args, "ref_translator", None)
     for split in splits:
         prefixes = [p for p in getattr(args, f"{split}pref").split(",") if p]
-        data[split] = read_split(split, prefixes, src, tgt, args.input_format, sep, log)
+        data[split] = read_split(split, prefixes, src, tgt, args.input_format, sep, log, translator)
+    if translator is not None and not any(i["format"] == "wmt-xml" for d in data.values() for i in d.inputs):
+        raise PrepareError("--ref-translator chooses the reference of a WMT 2021+ XML input, but no input is one")
 
     parent = os.path.dirname(os.path.abspath(args.destdir))
     os.makedirs(parent, exist_ok=True)

@@ -6,7 +6,15 @@ Formats (see ``docs/prepare.md``):
   ``PREFIX.docids``;
 * ``blank``   one sentence a line, an empty line between documents;
 * ``marker``  one sentence a line, a line ``<d>`` before each document;
-* ``xml``     IWSLT/WMT XML or SGML, ``<doc docid=..>`` containing ``<seg id=..>``.
+* ``xml``     IWSLT/WMT XML or SGML, ``<doc docid=..>`` containing ``<seg id=..>``;
+* ``wmt-xml`` the single-file XML of WMT test sets since 2021: ``<dataset><collection><doc
+  id=.. origlang=..>`` holding ``<src lang=..>``, one or more ``<ref lang=.. translator=..>``
+  and any ``<hyp system=..>``, each made of ``<p>`` paragraphs of ``<seg id=..>``;
+* ``jsonl``   JSON Lines, one document a line: ``{"id": .., "src": [..], "tgt": [..]}``
+  (``"hyp": [..]`` for translations; other fields are kept by the writer).
+
+The last two hold both sides in one file: a *side* (``src``, ``ref``/``tgt``, ``hyp``) says
+which one to read, and ``read_parallel`` takes the file itself as its prefix.
 
 Every error is a :class:`DocumentFormatError` whose message starts with ``FILE:LINE:``
 (1-based line).  Sentences are returned with CR/LF and surrounding whitespace removed; a
@@ -17,11 +25,17 @@ import html
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-FORMATS = ("docids", "blank", "marker", "xml")
+FORMATS = ("docids", "blank", "marker", "xml", "wmt-xml", "jsonl")
 INPUT_FORMATS = ("auto",) + FORMATS
+#: formats holding source, references and translations in one file
+SINGLE_FILE_FORMATS = ("wmt-xml", "jsonl")
+#: formats whose segments carry ids of their own (sides are matched by document and seg id)
+SEG_ID_FORMATS = ("xml", "wmt-xml")
+SIDES = ("src", "ref", "tgt", "hyp")
 XML_EXTENSIONS = (".xml", ".sgm", ".sgml")
+JSONL_EXTENSIONS = (".jsonl", ".ndjson")
 DOCIDS = "docids"
 _XML_STARTS = ("<?xml", "<mteval", "<srcset", "<refset", "<tstset", "<doc")
 
@@ -45,6 +59,8 @@ class Document:
     seg_ids: Optional[List[str]] = None  # xml: the <seg id=...> of each sentence
     start: int = 0  # line where the document starts (xml: its <doc>)
     attributes: Dict[str, str] = field(default_factory=dict)  # xml: the <doc>'s attributes
+    # wmt-xml: the <doc> element, jsonl: the line's object (what the writers write back)
+    source: Any = field(default=None, repr=False, compare=False)
 
     def __len__(self):
         return len(self.sentences)
@@ -140,14 +156,35 @@ def _clean(sentence: str) -> str:
     return sentence.replace("\r", " ").strip()
 
 
+def _first_element(text: str) -> Optional[str]:
+    """The name of the first element of an XML text (None if there is none)."""
+    for m in _XML_TOKEN.finditer(text):
+        if m.group(2) and not m.group(1):
+            return m.group(2).lower()
+    return None
+
+
+def _json_object_line(lines: List[str]) -> bool:
+    """Whether the first non-empty line is a JSON object (a JSON Lines file)."""
+    import json
+
+    first = next((ln.strip() for ln in lines if ln.strip()), "")
+    if not first.startswith("{"):
+        return False
+    try:
+        return isinstance(json.loads(first), dict)
+    except ValueError:
+        return False
+
+
 def detect_format(path: str, docids: Optional[str] = None) -> str:
     """Guess the format of one file (see the module docstring for the rules)."""
-    if path.lower().endswith(XML_EXTENSIONS):
-        return "xml"
     lines = read_lines(path)
     head = "\n".join(lines[:5]).lstrip().lower()
-    if head.startswith(_XML_STARTS):
-        return "xml"
+    if path.lower().endswith(JSONL_EXTENSIONS) or _json_object_line(lines):
+        return "jsonl"
+    if path.lower().endswith(XML_EXTENSIONS) or head.startswith(_XML_STARTS + ("<dataset",)):
+        return "wmt-xml" if _first_element("\n".join(lines[:50])) == "dataset" else "xml"
     if docids is not None and os.path.exists(docids):
         return "docids"
     first = next((ln.strip() for ln in lines if ln.strip()), None)
@@ -371,14 +408,199 @@ def read_set_attributes(path: str) -> Dict[str, str]:
     return {}
 
 
+# ------------------------------------------------------------------------------------------
+# single-file formats: WMT 2021+ XML and JSON Lines
+
+
+def _side_name(side: str) -> str:
+    if side not in SIDES:
+        raise ValueError(f"side {side!r}: one of {', '.join(SIDES)}")
+    return "ref" if side == "tgt" else side
+
+
+def _parse_wmt_xml(path: str):
+    """The parsed tree of a WMT 2021+ file (lxml; line numbers kept); its root must be
+    ``<dataset>``."""
+    from lxml import etree
+
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no such file: {path}")
+    parser = etree.XMLParser(resolve_entities=False, no_network=True, remove_comments=True)
+    try:
+        tree = etree.parse(path, parser)
+    except etree.XMLSyntaxError as e:
+        raise DocumentFormatError(path, e.lineno or 1, f"not well-formed XML ({e.msg})") from None
+    root = tree.getroot()
+    if root.tag != "dataset":
+        raise DocumentFormatError(path, root.sourceline or 1, f"<{root.tag}> is not a WMT <dataset>")
+    return tree
+
+
+def _wmt_docs(path: str, root):
+    """Every ``<doc>`` of a dataset, checked: inside a ``<collection>``, with a unique id."""
+    seen: Dict[str, int] = {}
+    for el in root.iter("doc"):
+        parent = el.getparent()
+        if parent is None or parent.tag != "collection":
+            raise DocumentFormatError(path, el.sourceline, "<doc> outside a <collection>")
+        did = (el.get("id") or "").strip()
+        if not did:
+            raise DocumentFormatError(path, el.sourceline, "<doc> without an id attribute")
+        if "\t" in did:
+            raise DocumentFormatError(path, el.sourceline, f"doc id {did!r} contains a tab")
+        if did in seen:
+            raise DocumentFormatError(path, el.sourceline, f"doc id {did!r} appears twice (first at line {seen[did]})")
+        seen[did] = el.sourceline
+        yield did, el
+
+
+def wmt_translators(path: str) -> List[str]:
+    """The translators of the ``<ref>`` elements of a WMT 2021+ file, in order of appearance
+    (``""`` for a ``<ref>`` without a translator attribute)."""
+    root = _parse_wmt_xml(path).getroot()
+    out: List[str] = []
+    for el in root.iter("ref"):
+        t = el.get("translator", "")
+        if t not in out:
+            out.append(t)
+    return out
+
+
+def wmt_systems(path: str) -> List[str]:
+    """The systems of the ``<hyp>`` elements of a WMT 2021+ file, in order of appearance."""
+    root = _parse_wmt_xml(path).getroot()
+    out: List[str] = []
+    for el in root.iter("hyp"):
+        if el.get("system", "") not in out:
+            out.append(el.get("system", ""))
+    return out
+
+
+def _wmt_side(path, did, doc_el, side, translator, system):
+    """The ``<src>``, ``<ref translator=..>`` or ``<hyp system=..>`` element of one document."""
+    if side == "src":
+        found = doc_el.findall("src")
+        if len(found) != 1:
+            raise DocumentFormatError(path, doc_el.sourceline,
+                                      f"document {did!r} has {len(found)} <src> elements (one is needed)")
+        return found[0]
+    attr, want = ("translator", translator) if side == "ref" else ("system", system)
+    found = [el for el in doc_el.findall(side) if el.get(attr, "") == want]
+    if not found:
+        have = ", ".join(repr(el.get(attr, "")) for el in doc_el.findall(side)) or "none"
+        raise DocumentFormatError(path, doc_el.sourceline,
+                                  f"document {did!r} has no <{side} {attr}={want!r}> (it has: {have})")
+    if len(found) > 1:
+        raise DocumentFormatError(path, found[1].sourceline,
+                                  f"document {did!r} has two <{side} {attr}={want!r}> elements")
+    return found[0]
+
+
+def _read_wmt_xml(path: str, side: str = "src", translator: Optional[str] = None,
+                  system: Optional[str] = None, allow_empty: bool = False) -> List[Document]:
+    """One side of a WMT 2021+ file. ``translator``: the reference's (default: the first
+    ``<ref>``'s of the file); ``system``: the hypothesis' (default: the file's only one)."""
+    side = _side_name(side)
+    root = _parse_wmt_xml(path).getroot()
+    if side == "ref" and translator is None:
+        first = next(root.iter("ref"), None)
+        if first is None:
+            raise DocumentFormatError(path, root.sourceline or 1, "no <ref> element: the file has no reference")
+        translator = first.get("translator", "")
+    if side == "hyp" and system is None:
+        systems = []
+        for el in root.iter("hyp"):
+            if el.get("system", "") not in systems:
+                systems.append(el.get("system", ""))
+        if len(systems) != 1:
+            raise DocumentFormatError(path, root.sourceline or 1,
+                                      f"{len(systems)} systems' <hyp> elements ({', '.join(map(repr, systems))}): "
+                                      "say which one (--hyp-system)" if systems else "no <hyp> element")
+        system = systems[0]
+    docs: List[Document] = []
+    for did, doc_el in _wmt_docs(path, root):
+        el = _wmt_side(path, did, doc_el, side, translator, system)
+        doc = Document(did, [], [], path, [], doc_el.sourceline, dict(doc_el.attrib), source=doc_el)
+        seen: Dict[str, int] = {}
+        for seg in el.iter("seg"):
+            if seg.getparent().tag != "p":
+                raise DocumentFormatError(path, seg.sourceline, f"<seg> outside a <p> in document {did!r}")
+            sid = (seg.get("id") or "").strip()
+            if not sid:
+                raise DocumentFormatError(path, seg.sourceline, f"<seg> without an id in document {did!r}")
+            if sid in seen:
+                raise DocumentFormatError(path, seg.sourceline, f"seg id={sid} appears twice in <{el.tag}> of "
+                                          f"document {did!r} (first at line {seen[sid]})")
+            seen[sid] = seg.sourceline
+            text = " ".join("".join(seg.itertext()).split())
+            if not text and not allow_empty:
+                raise DocumentFormatError(path, seg.sourceline, f"empty segment id={sid} in document {did!r}")
+            doc.seg_ids.append(sid)
+            doc.sentences.append(text)
+            doc.lines.append(seg.sourceline)
+        if not doc.sentences:
+            raise DocumentFormatError(path, el.sourceline, f"<{el.tag}> of document {did!r} has no <seg>")
+        docs.append(doc)
+    return docs
+
+
+#: the field of a JSON Lines document holding each side
+JSONL_FIELDS = {"src": "src", "ref": "tgt", "hyp": "hyp"}
+
+
+def _read_jsonl(path: str, side: str = "src", allow_empty: bool = False) -> List[Document]:
+    """One side of a JSON Lines file: one JSON object a line, ``id`` and the side's list of
+    sentences (``src``, ``tgt``, ``hyp``), as long as ``src`` where both are given."""
+    import json
+
+    key = JSONL_FIELDS[_side_name(side)]
+    docs: List[Document] = []
+    seen: Dict[str, int] = {}
+    for i, line in enumerate(read_lines(path), 1):
+        if not line.strip():
+            raise DocumentFormatError(path, i, "empty line (JSON Lines: one document, a JSON object, per line)")
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            raise DocumentFormatError(path, i, f"not valid JSON ({e})") from None
+        if not isinstance(obj, dict):
+            raise DocumentFormatError(path, i, "not a JSON object ({\"id\": ..., \"src\": [...], ...})")
+        if not isinstance(obj.get("id"), (str, int)) or isinstance(obj.get("id"), bool) or str(obj["id"]).strip() == "":
+            raise DocumentFormatError(path, i, "no \"id\" (a string or an integer)")
+        did = str(obj["id"]).strip()
+        if "\t" in did:
+            raise DocumentFormatError(path, i, f"document id {did!r} contains a tab")
+        if did in seen:
+            raise DocumentFormatError(path, i, f"document id {did!r} appears twice (first at line {seen[did]})")
+        seen[did] = i
+        sents = obj.get(key)
+        if not isinstance(sents, list) or not all(isinstance(x, str) for x in sents):
+            raise DocumentFormatError(path, i, f"document {did!r}: no \"{key}\" list of sentences (strings)")
+        if not sents:
+            raise DocumentFormatError(path, i, f"document {did!r}: \"{key}\" is empty")
+        if key != "src" and isinstance(obj.get("src"), list) and len(obj["src"]) != len(sents):
+            raise DocumentFormatError(path, i, f"document {did!r}: {len(obj['src'])} \"src\" sentences but "
+                                      f"{len(sents)} \"{key}\" sentences")
+        text = [" ".join(x.split()) for x in sents]
+        for k, x in enumerate(text):
+            if not x and not allow_empty:
+                raise DocumentFormatError(path, i, f"document {did!r}: sentence {k + 1} of \"{key}\" is empty")
+        docs.append(Document(did, text, [i] * len(text), path, [str(k + 1) for k in range(len(text))], i,
+                             source=obj))
+    return docs
+
+
 def read_file(path: str, input_format: str = "auto", docids: Optional[str] = None,
-              name: Optional[str] = None, allow_empty: bool = False) -> Tuple[List[Document], str]:
+              name: Optional[str] = None, allow_empty: bool = False, side: str = "src",
+              translator: Optional[str] = None, system: Optional[str] = None) -> Tuple[List[Document], str]:
     """Read the documents of one file; returns ``(documents, format)``.
 
     ``docids``: the document-id file (``docids`` format, and for auto-detection);
     ``name``: prefix of generated ids ``NAME:N`` (``blank``/``marker``; default: the
     file's base name); ``allow_empty``: accept empty XML segments (hypotheses: an empty
-    translation). A file without any document is an error in every format."""
+    translation). ``side``, ``translator``, ``system``: what to read of a file holding
+    several sides (``wmt-xml``, ``jsonl``; see the module doc). A file without any document
+    is an error in every format."""
     fmt = detect_format(path, docids) if input_format == "auto" else input_format
     name = name or prefix_name(path)
     if fmt == "docids":
@@ -393,6 +615,10 @@ def read_file(path: str, input_format: str = "auto", docids: Optional[str] = Non
         docs = _read_marker(path, name)
     elif fmt == "xml":
         docs = _read_xml(path, allow_empty)
+    elif fmt == "wmt-xml":
+        docs = _read_wmt_xml(path, side, translator, system, allow_empty)
+    elif fmt == "jsonl":
+        docs = _read_jsonl(path, side, allow_empty)
     else:
         raise ValueError(f"unknown input format {fmt!r} (choose from {', '.join(INPUT_FORMATS)})")
     if not docs:
@@ -479,8 +705,30 @@ def _match_xml(src: List[Document], tgt: List[Document]) -> List[Document]:
     return out
 
 
-def read_parallel(prefix: str, src: str, tgt: str, input_format: str = "auto") -> ParallelDocuments:
-    """Read both sides of one prefix and align them (see :class:`ParallelDocuments`)."""
+def _single_file_format(prefix: str, input_format: str) -> Optional[str]:
+    """The format of ``prefix`` if it is one file holding both sides (``wmt-xml``, ``jsonl``)."""
+    if has_placeholders(prefix) or not os.path.isfile(prefix):
+        return None
+    try:
+        fmt = detect_format(prefix) if input_format == "auto" else input_format
+    except DocumentFormatError:  # a file named like the prefix, of no document format
+        return None
+    return fmt if fmt in SINGLE_FILE_FORMATS else None
+
+
+def read_parallel(prefix: str, src: str, tgt: str, input_format: str = "auto",
+                  translator: Optional[str] = None) -> ParallelDocuments:
+    """Read both sides of one prefix and align them (see :class:`ParallelDocuments`). A
+    prefix that is itself a ``wmt-xml`` or ``jsonl`` file gives both: its source and its
+    reference (of ``translator``, default the file's first; see :func:`_read_wmt_xml`;
+    ``translator`` means nothing to the other formats)."""
+    single = _single_file_format(prefix, input_format)
+    if single is not None:
+        sdocs, _ = read_file(prefix, single, side="src")
+        tdocs, _ = read_file(prefix, single, side="ref", translator=translator if single == "wmt-xml" else None)
+        if single == "wmt-xml":
+            tdocs = _match_xml(sdocs, tdocs)
+        return ParallelDocuments(sdocs, tdocs, prefix, prefix, single, None, {prefix: single})
     spath, tpath = side_path(prefix, src, tgt), side_path(prefix, tgt, src)
     docids = docids_path(prefix, src, tgt)
     for p in (spath, tpath):

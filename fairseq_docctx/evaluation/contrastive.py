@@ -442,6 +442,35 @@ def is_correct(example: ContrastiveExample, scores: Sequence[float]) -> bool:
     return all(good > s for j, s in enumerate(scores) if j != example.correct)
 
 
+def examples_digest(examples: Sequence[ContrastiveExample]) -> str:
+    """A digest of the examples (sources, contexts, candidates, which is correct), so that two
+    reports' verdicts are compared only on the same test set (:func:`compare_reports`)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for ex in examples:
+        h.update(json.dumps([ex.source, ex.source_context, [[c.target, c.target_context] for c in ex.candidates],
+                             ex.correct], ensure_ascii=False).encode("utf-8"))
+    return h.hexdigest()[:16]
+
+
+def compare_reports(a: Dict, b: Dict, name_a: str = "A", name_b: str = "B") -> Dict:
+    """McNemar's test (:func:`.significance.mcnemar`) on the verdicts of two reports of the
+    same test set: ``{"a", "b", "accuracy_a", "accuracy_b", "both", "only_a", "only_b",
+    "neither", "p"}``."""
+    from .significance import mcnemar
+
+    for r, n in ((a, name_a), (b, name_b)):
+        if "verdicts" not in r:
+            raise ValueError(f"{n}: the report has no per-example verdicts (written before they were "
+                             "recorded: score the test set again with --json)")
+    if a.get("examples_digest") != b.get("examples_digest") or len(a["verdicts"]) != len(b["verdicts"]):
+        raise ValueError(f"{name_a} and {name_b} are reports of different test sets ({a['examples']} and "
+                         f"{b['examples']} examples, digests {a.get('examples_digest')} and {b.get('examples_digest')})")
+    res = mcnemar(a["verdicts"], b["verdicts"])
+    return {"a": name_a, "b": name_b, "accuracy_a": a["accuracy"], "accuracy_b": b["accuracy"], **res}
+
+
 def accuracy_report(examples: Sequence[ContrastiveExample], scores: Sequence[Sequence[float]]) -> dict:
     """Accuracy overall, per phenomenon, per antecedent distance and per category."""
     if len(examples) != len(scores):
@@ -460,7 +489,9 @@ def accuracy_report(examples: Sequence[ContrastiveExample], scores: Sequence[Seq
                 groups[g][key][0] += ok
                 groups[g][key][1] += 1
     rep = {"examples": len(examples), "correct": correct,
-           "accuracy": correct / len(examples) if examples else 0.0}
+           "accuracy": correct / len(examples) if examples else 0.0,
+           "verdicts": [int(is_correct(ex, sc)) for ex, sc in zip(examples, scores)],
+           "examples_digest": examples_digest(examples)}
 
     def fmt(d, numeric=False):
         order = sorted(d, key=lambda k: (not k.isdigit(), int(k) if k.isdigit() else 0, k)) if numeric else sorted(d)
@@ -479,6 +510,13 @@ def evaluate(scorer, examples: Sequence[ContrastiveExample]) -> dict:
     rep = accuracy_report(examples, scores)
     rep["scores"] = scores
     return rep
+
+
+def format_mcnemar(res: Dict) -> str:
+    return (f"{res['a']}: accuracy {res['accuracy_a']:.4f}   {res['b']}: accuracy {res['accuracy_b']:.4f}\n"
+            f"  both right {res['both']}, only {res['a']} {res['only_a']}, only {res['b']} {res['only_b']}, "
+            f"neither {res['neither']}\n"
+            f"  McNemar (exact, two-sided): p = {res['p']:.4g}")
 
 
 def format_report(rep: dict) -> str:
@@ -501,7 +539,7 @@ def add_subcommand(subparsers):
         description="Score every candidate translation of a contrastive test set with a model (given "
         "its context) and report how often the correct one scores highest: overall, per phenomenon, "
         "per antecedent distance.")
-    p.add_argument("testset", help="ContraPro or Voita JSON; Voita scoring_data .src file; Bawden "
+    p.add_argument("testset", nargs="?", help="ContraPro or Voita JSON; Voita scoring_data .src file; Bawden "
                    "PREFIX (PREFIX.prev.*, PREFIX.current.*); Lopes PREFIX (PREFIX.current.src)")
     p.add_argument("--format", default="auto", choices=FORMATS)
     p.add_argument("-s", "--source-lang", help="source language code of the file names (default: the model's)")
@@ -512,8 +550,11 @@ def add_subcommand(subparsers):
                    "(Lopes: picks PREFIX.cK.context.*; default: the largest there)")
     p.add_argument("--groups", help="Voita scoring_data: the test set's JSON (default: NAME.json next "
                    "to scoring_data/)")
-    add_model_args(p)
+    add_model_args(p, path_required=False)
     add_json_args(p)
+    p.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
+                   help="instead of scoring: McNemar's test between the verdicts of two systems' --json "
+                   "reports on the same test set (every contrastive and ctxpro metric they share)")
     p.add_argument("--scores-out", help="write one log-probability per candidate line (file order)")
     p.set_defaults(func=main)
     return p
@@ -522,6 +563,12 @@ def add_subcommand(subparsers):
 def main(args) -> int:
     from .scoring import scorer_from_args, write_model_json
 
+    if args.compare:
+        return _compare_main(args)
+    if not args.testset or not args.path:
+        print("docctx-score contrastive: error: give a test set and --path (or --compare A.json B.json)",
+              file=sys.stderr)
+        return 2
     try:
         if args.format in ("bawden", "contrapro", "auto") and not (args.source_lang and args.target_lang):
             scorer = scorer_from_args(args)
@@ -546,4 +593,26 @@ def main(args) -> int:
         name = os.path.splitext(os.path.basename(os.path.normpath(args.testset)))[0]
         metric = {"score": rep["accuracy"], **{k: v for k, v in rep.items() if k != "scores"}}
         write_model_json(args, {f"contrastive:{name}": metric}, {"testset": args.testset})
+    return 0
+
+
+def _compare_main(args) -> int:
+    from .summary import load_run
+
+    try:
+        runs = [load_run(p) for p in args.compare]
+        shared = [m for m in runs[0]["metrics"] if m.startswith(("contrastive:", "ctxpro:")) and m in runs[1]["metrics"]]
+        if not shared:
+            raise ValueError(f"{args.compare[0]} and {args.compare[1]} share no contrastive or ctxpro test set")
+        results = {m: compare_reports(runs[0]["metrics"][m], runs[1]["metrics"][m], runs[0]["run"], runs[1]["run"])
+                   for m in shared}
+    except ValueError as e:  # ScoreInputError included
+        print(f"docctx-score contrastive: error: {e}", file=sys.stderr)
+        return 2
+    for m, res in results.items():
+        print(f"{m}\n{format_mcnemar(res)}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"mcnemar": results, "files": list(args.compare)}, f, indent=1, ensure_ascii=False)
+            f.write("\n")
     return 0

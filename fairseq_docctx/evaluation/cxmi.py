@@ -41,13 +41,30 @@ def _docs_from_split(scorer, split: str):
     return src, tgt
 
 
-def _docs_from_text(scorer, prefix: str, src_lang: str, tgt_lang: str, input_format: str = "auto"):
-    from ..data.readers import read_parallel
+def add_documents_args(p):
+    """``--split`` / ``--input`` / ``--input-format``: the documents a model subcommand reads."""
+    from ..data.readers import INPUT_FORMATS
 
-    par = read_parallel(prefix, src_lang, tgt_lang, input_format)
-    src = [[scorer.encode_source(s) for s in d.sentences] for d in par.src]
-    tgt = [[scorer.encode_target(s) for s in d.sentences] for d in par.tgt]
-    return src, tgt
+    p.add_argument("--split", default="test", help="split of the binarized data directory (default: test)")
+    p.add_argument("--input", help="instead of a binarized split: raw parallel documents, a prefix in "
+                   "any docctx-prepare format (PREFIX.SRC, PREFIX.TGT [+ PREFIX.docids]) or one WMT 2021+ "
+                   "XML / JSON Lines file")
+    p.add_argument("--input-format", default="auto", choices=INPUT_FORMATS)
+
+
+def documents_from_args(scorer, args):
+    """``(source documents, target documents, document ids)`` as token tensors, of
+    ``--input`` or of ``--split`` of the data directory the model was loaded with."""
+    if args.input:
+        from ..data.readers import read_parallel
+
+        cfg = scorer.task.cfg
+        par = read_parallel(args.input, cfg.source_lang, cfg.target_lang, args.input_format)
+        src = [[scorer.encode_source(s) for s in d.sentences] for d in par.src]
+        tgt = [[scorer.encode_target(s) for s in d.sentences] for d in par.tgt]
+        return src, tgt, [d.doc_id for d in par.src]
+    src, tgt = _docs_from_split(scorer, args.split)
+    return src, tgt, list(scorer.task.dataset(args.split).docs.doc_ids)
 
 
 def cxmi_documents(src_docs: Sequence[Doc], tgt_docs: Sequence[Doc], context_size: int, seed: int = 1):
@@ -150,10 +167,7 @@ def add_subcommand(subparsers):
         "no context (CXMI, Fernandes et al. 2021), and the same with a random context from another "
         "document.")
     add_model_args(p)
-    p.add_argument("--split", default="test", help="split of the binarized data directory (default: test)")
-    p.add_argument("--input", help="instead of a binarized split: raw parallel documents, a prefix in "
-                   "any docctx-prepare format (PREFIX.SRC, PREFIX.TGT [+ PREFIX.docids])")
-    p.add_argument("--input-format", default="auto", choices=["auto", "docids", "blank", "marker", "xml"])
+    add_documents_args(p)
     p.add_argument("--seed", type=int, default=1, help="seed of the random context")
     add_json_args(p)
     p.set_defaults(func=main)
@@ -166,13 +180,9 @@ def main(args) -> int:
 
     try:
         scorer = scorer_from_args(args)
-        if args.input:
-            cfg = scorer.task.cfg
-            src, tgt = _docs_from_text(scorer, args.input, cfg.source_lang, cfg.target_lang, args.input_format)
-            rep = compute_cxmi(scorer, src, tgt, seed=args.seed)
-            rep["input"] = args.input
-        else:
-            rep = cxmi_split(scorer, args.split, seed=args.seed)
+        src, tgt, _ = documents_from_args(scorer, args)
+        rep = compute_cxmi(scorer, src, tgt, seed=args.seed)
+        rep.update({"input": args.input} if args.input else {"split": args.split})
     except (DocumentFormatError, FileNotFoundError, ValueError) as e:
         print(f"docctx-score cxmi: error: {getattr(e, 'cli_message', e)}", file=sys.stderr)
         return 2

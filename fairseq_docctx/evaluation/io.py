@@ -3,7 +3,11 @@
 Every side is a list of documents (``Side``: document ids + sentences). Formats:
 
 * the formats ``docctx-prepare`` reads (``fairseq_docctx.data.readers``): ``docids`` (a
-  ``.docids`` file beside the text, or ``--docids``), ``blank``, ``marker``, ``xml``;
+  ``.docids`` file beside the text, or ``--docids``), ``blank``, ``marker``, ``xml``, and the
+  single-file ``wmt-xml`` and ``jsonl``, of which each side reads its own part: the
+  hypotheses the ``<hyp>`` of one system (``--hyp-system``, default the file's only one) or
+  the ``"hyp"`` lists, the references every ``<ref>`` (or those of ``--ref-translator``) or
+  the ``"tgt"`` lists, the sources ``<src>`` / ``"src"``;
 * ``lines``: one sentence a line and nothing else; the documents are taken from the side that
   defines them (the reference, else the source);
 * ``generate``: ``fairseq-generate`` output (``H-``/``D-`` lines in any order, several per id
@@ -29,8 +33,8 @@ from typing import Dict, List, Optional, Sequence
 from fairseq_docctx.data import readers
 from fairseq_docctx.data.readers import DocumentFormatError
 
-HYP_FORMATS = ("auto", "generate", "lines", "docids", "blank", "marker", "xml")
-TEXT_FORMATS = ("auto", "lines", "docids", "blank", "marker", "xml")
+HYP_FORMATS = ("auto", "generate", "lines") + readers.FORMATS
+TEXT_FORMATS = ("auto", "lines") + readers.FORMATS
 POST_PROCESS = ("auto", "none", "sentencepiece", "subword_nmt")
 _GEN_LINE = re.compile(r"^([SHDTPAEI])-(\d+)\t(.*)$")
 
@@ -71,9 +75,16 @@ class Corpus:
     ref: Optional[List[List[str]]] = None
     src: Optional[List[List[str]]] = None
     files: Dict[str, str] = field(default_factory=dict)
+    more_refs: List[List[List[str]]] = field(default_factory=list)  # further references, aligned like ref
 
     def flat(self, side: str) -> List[str]:
         return [s for d in getattr(self, side) for s in d]
+
+    @property
+    def references(self) -> List[List[List[str]]]:
+        """Every reference (``ref`` first), each as documents of sentences; metrics that take
+        several references (BLEU, chrF) read them all, the others ``ref``."""
+        return ([self.ref] if self.ref is not None else []) + list(self.more_refs)
 
     @property
     def num_sentences(self) -> int:
@@ -191,10 +202,13 @@ def _split_by(side: Side, doc_ids: List[str], lengths: List[int], source: str, r
 
 def read_side(path: str, input_format: str = "auto", *, docids: Optional[str] = None,
               hypothesis: bool = False, data: Optional[str] = None, split: str = "test",
-              post_process: str = "auto") -> Side:
+              post_process: str = "auto", side: Optional[str] = None, translator: Optional[str] = None,
+              system: Optional[str] = None) -> Side:
     """Read one side. Hypotheses (``hypothesis=True``) may be empty and default to ``lines``
     when no document structure is detected; ``auto`` for references/sources decides as
-    ``docctx-prepare`` does (xml, docids file present, ``<d>`` marker, blank lines)."""
+    ``docctx-prepare`` does (xml, docids file present, ``<d>`` marker, blank lines).
+    ``side`` (``src``, ``ref``, ``hyp``; default ``hyp`` for hypotheses, else ``ref``),
+    ``translator``, ``system``: the part of a ``wmt-xml``/``jsonl`` file to read."""
     if not os.path.exists(path):
         raise ScoreInputError(f"no such file: {path}")
     fmt = input_format
@@ -241,12 +255,15 @@ def read_side(path: str, input_format: str = "auto", *, docids: Optional[str] = 
         return _split_by(side, doc_ids, lengths, dpath)
     if fmt not in readers.FORMATS:
         raise ScoreInputError(f"unknown format {fmt!r}")
-    docs, fmt = readers.read_file(path, fmt, _docids_file(path, docids), allow_empty=hypothesis)
+    side = side or ("hyp" if hypothesis else "ref")
+    docs, fmt = readers.read_file(path, fmt, _docids_file(path, docids), allow_empty=hypothesis, side=side,
+                                  translator=translator, system=system)
+    seg = fmt in readers.SEG_ID_FORMATS
     return Side(path, fmt, [d.doc_id for d in docs], [list(d.sentences) for d in docs],
-                [list(d.lines) for d in docs], fmt in ("docids", "xml"),
+                [list(d.lines) for d in docs], fmt in ("docids",) + readers.SEG_ID_FORMATS + ("jsonl",),
                 _docids_file(path, docids) if fmt == "docids" else None,
-                [list(d.seg_ids) for d in docs] if fmt == "xml" else None,
-                [d.start for d in docs] if fmt == "xml" else None)
+                [list(d.seg_ids) for d in docs] if seg else None,
+                [d.start for d in docs] if seg else None)
 
 
 def _runs(ids: List[str]):
@@ -269,13 +286,13 @@ def _conform(side: Side, anchor: Side) -> Side:
     what = f"{anchor.structure_from or anchor.path}"
     if side.doc_ids is None:
         return _split_by(side, anchor.doc_ids, [len(d) for d in anchor.docs], what, anchor.real_ids)
-    if side.format == "xml" and anchor.format == "xml":
+    if side.format in readers.SEG_ID_FORMATS and anchor.format in readers.SEG_ID_FORMATS:
         a = [readers.Document(i, s, l, anchor.path, _seg_ids(anchor, k), _start(anchor, k))
              for k, (i, s, l) in enumerate(zip(anchor.doc_ids, anchor.docs, anchor.lines))]
         b = [readers.Document(i, s, l, side.path, _seg_ids(side, k), _start(side, k))
              for k, (i, s, l) in enumerate(zip(side.doc_ids, side.docs, side.lines))]
         matched = readers._match_xml(a, b)
-        return Side(side.path, "xml", [d.doc_id for d in matched], [d.sentences for d in matched],
+        return Side(side.path, side.format, [d.doc_id for d in matched], [d.sentences for d in matched],
                     [d.lines for d in matched], True, seg_ids=[d.seg_ids for d in matched])
     if side.num_sentences != anchor.num_sentences:
         raise ScoreInputError(
@@ -310,18 +327,27 @@ def _start(side: Side, k: int) -> int:
 def load_corpus(hyp: str, ref: Optional[str] = None, src: Optional[str] = None, *,
                 hyp_format: str = "auto", ref_format: str = "auto", src_format: str = "auto",
                 docids: Optional[str] = None, data: Optional[str] = None, split: str = "test",
-                post_process: str = "auto") -> Corpus:
+                post_process: str = "auto", ref_translator: Optional[str] = None,
+                hyp_system: Optional[str] = None) -> Corpus:
     """Read and align the given sides. The documents are those of the first side that has
     any, in the order reference, source, hypothesis; every other side must agree (same
     numbers of documents and sentences per document, same ids where both sides have file
-    ids) or is split into those documents (``lines``, generate output without ``--data``)."""
+    ids) or is split into those documents (``lines``, generate output without ``--data``).
+    A WMT 2021+ XML reference gives every reference it holds (``ref_translator``: the
+    comma-separated translators to use instead), the first as ``ref``, the others as
+    ``more_refs``; ``hyp_system``: the system whose ``<hyp>`` to read."""
     sides = {}
     sides["hyp"] = read_side(hyp, hyp_format, docids=docids, hypothesis=True, data=data,
-                             split=split, post_process=post_process)
+                             split=split, post_process=post_process, system=hyp_system)
+    more = []
     if ref:
-        sides["ref"] = read_side(ref, ref_format, docids=docids)
+        translators = _translators(ref, ref_format, docids, ref_translator)
+        sides["ref"] = read_side(ref, ref_format, docids=docids, translator=translators[0])
+        more = [read_side(ref, "wmt-xml", translator=t) for t in translators[1:]]
+    elif ref_translator:
+        raise ScoreInputError("--ref-translator needs --ref")
     if src:
-        sides["src"] = read_side(src, src_format, docids=docids)
+        sides["src"] = read_side(src, src_format, docids=docids, side="src")
     anchor = next((sides[k] for k in ("ref", "src", "hyp") if k in sides and sides[k].doc_ids is not None), None)
     if anchor is None:
         names = ", ".join(s.path for s in sides.values())
@@ -329,10 +355,40 @@ def load_corpus(hyp: str, ref: Optional[str] = None, src: Optional[str] = None, 
             f"no document structure in {names}: give a .docids file (--docids), a document format "
             "(blank lines, <d> markers, XML), or --data DIR for fairseq-generate output")
     out = {k: (s if s is anchor else _conform(s, anchor)) for k, s in sides.items()}
+    more = [_conform(m, anchor) for m in more]
+    files = {k: s.path for k, s in sides.items()}
+    if ref and sides["ref"].format == "wmt-xml":
+        files["ref_translators"] = ",".join(_translators(ref, "wmt-xml", docids, ref_translator))
     return Corpus(doc_ids=list(out[next(k for k in ("ref", "src", "hyp") if out.get(k) is anchor)].doc_ids),
                   hyp=out["hyp"].docs, ref=out["ref"].docs if "ref" in out else None,
-                  src=out["src"].docs if "src" in out else None,
-                  files={k: s.path for k, s in sides.items()})
+                  src=out["src"].docs if "src" in out else None, files=files,
+                  more_refs=[m.docs for m in more])
+
+
+def _translators(ref: str, ref_format: str, docids: Optional[str], chosen: Optional[str]) -> List[Optional[str]]:
+    """The references to read of ``ref``: ``[None]`` (its one reference) unless it is a WMT
+    2021+ XML file, whose translators are those ``chosen`` (comma-separated) or all of it."""
+    fmt = ref_format
+    if fmt == "auto" and os.path.exists(ref):
+        try:
+            fmt = readers.detect_format(ref, _docids_file(ref, docids))
+        except DocumentFormatError:
+            fmt = "lines"
+    if fmt != "wmt-xml":
+        if chosen:
+            raise ScoreInputError(f"--ref-translator: {ref} is not a WMT 2021+ XML file (which names its references' "
+                                  "translators)")
+        return [None]
+    present = readers.wmt_translators(ref)
+    if not chosen:
+        if not present:
+            raise ScoreInputError(f"{ref}: no <ref> element: the file has no reference")
+        return present
+    names = [t.strip() for t in chosen.split(",") if t.strip()]
+    for t in names:
+        if t not in present:
+            raise ScoreInputError(f"--ref-translator {t}: {ref} has references by {', '.join(map(repr, present))}")
+    return names
 
 
 # ------------------------------------------------------------------------------------------
@@ -350,6 +406,10 @@ def add_input_args(p, ref=True, src=False, ref_required=True, src_required=False
     g.add_argument("--ref-format", choices=TEXT_FORMATS, default="auto")
     g.add_argument("--src-format", choices=TEXT_FORMATS, default="auto")
     g.add_argument("--docids", help="document-id file for plain-text sides (default: FILE.docids beside each file)")
+    g.add_argument("--ref-translator", metavar="NAMES", help="WMT 2021+ XML references: the translators whose "
+                   "references to use, comma-separated (default: every <ref> of the file, several references)")
+    g.add_argument("--hyp-system", metavar="NAME", help="WMT 2021+ XML hypotheses: the system whose <hyp> to "
+                   "score (default: the file's only system)")
     g.add_argument("--data", help="fairseq data directory whose SPLIT.*.docs index gives the documents of generate output")
     g.add_argument("--split", default="test", help="split of --data (default: test)")
     g.add_argument("--post-process", choices=POST_PROCESS, default="auto",
@@ -364,7 +424,22 @@ def corpus_from_args(args) -> Corpus:
     return load_corpus(args.hyp, getattr(args, "ref", None), getattr(args, "src", None),
                        hyp_format=args.hyp_format, ref_format=args.ref_format,
                        src_format=args.src_format, docids=args.docids, data=args.data,
-                       split=args.split, post_process=args.post_process)
+                       split=args.split, post_process=args.post_process,
+                       ref_translator=args.ref_translator, hyp_system=args.hyp_system)
+
+
+def load_json_object(path: str, key: str, what: str) -> Dict:
+    """A JSON file holding an object with the object ``key`` (a result file of ``what``)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise ScoreInputError(f"no such file: {path}") from None
+    except ValueError as e:
+        raise ScoreInputError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict) or not isinstance(data.get(key), dict):
+        raise ScoreInputError(f"{path}: not a {what} result (no \"{key}\" object)")
+    return data
 
 
 def write_json(path: str, name: str, files: Dict[str, str], metrics: Dict[str, dict]):

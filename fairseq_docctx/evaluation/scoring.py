@@ -168,9 +168,9 @@ def quiet_logs():
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def add_model_args(p):
+def add_model_args(p, path_required: bool = True):
     """Options shared by the subcommands that load a model."""
-    p.add_argument("--path", required=True, help="checkpoint file (.pt)")
+    p.add_argument("--path", required=path_required, help="checkpoint file (.pt)")
     p.add_argument("--data", help="data directory with the dictionaries (and spm.model / "
                    "docctx.json); default: the checkpoint's directory if it has them, else the "
                    "training data")

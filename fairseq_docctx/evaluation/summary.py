@@ -4,36 +4,34 @@ Each RUN.json is what a subcommand writes with ``--json`` (``{"run", "files", "m
 {metric: {"score": ..., ...}}}``; several subcommands may write into the same file for one
 run). One row per run, one column per metric that any run has (``--metrics`` picks and
 orders them); a run without a metric shows ``-``. With ``--baseline NAME`` a ``Δ`` column
-follows every metric (difference to that run). Per-document scores stay in the run files.
+follows every metric (difference to that run). With ``--significance COMPARE.json`` (what
+``docctx-score compare --json`` writes) a score whose difference to the compared baseline is
+significant (p < the comparison's α, or ``--alpha``; the larger p of the tests it ran, or
+``--test``'s) is marked ``*``. Per-document scores stay in the run files.
 """
 import json
 import os
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_docctx.evaluation.io import ScoreInputError, run_command
+from fairseq_docctx.evaluation.io import ScoreInputError, load_json_object, run_command
 
 # column order when present; other metrics follow alphabetically
-PREFERRED = ["bleu", "bleu_tok", "meteor", "pronoun_accuracy", "noun_accuracy", "lexical_cohesion",
+PREFERRED = ["bleu", "bleu_tok", "d-bleu", "d-bleu_tok", "chrf", "chrf++", "d-chrf", "d-chrf++", "meteor", "pronoun_accuracy", "noun_accuracy", "lexical_cohesion",
              "lexical_cohesion_ref", "coherence", "coherence_ref"]
 
 
 def load_run(path: str) -> Dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise ScoreInputError(f"no such file: {path}") from None
-    except ValueError as e:
-        raise ScoreInputError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict):
-        raise ScoreInputError(f"{path}: not a docctx-score result (no \"metrics\" object)")
+    data = load_json_object(path, "metrics", "docctx-score")
     data.setdefault("run", os.path.splitext(os.path.basename(path))[0])
     return data
 
 
 def summary_table(runs: Sequence[Dict], metrics: Optional[List[str]] = None,
-                  baseline: Optional[str] = None) -> Dict:
-    """``{"metrics": [...], "rows": [{"run", "scores": {metric: score|None}, "delta": {...}}]}``."""
+                  baseline: Optional[str] = None, comparisons: Sequence[Dict] = (),
+                  alpha: Optional[float] = None, test: Optional[str] = None) -> Dict:
+    """``{"metrics": [...], "rows": [{"run", "scores": {metric: score|None}, "delta": {...},
+    "p": {metric: p}, "significant": {metric: bool}}]}``; ``comparisons``: results of
+    ``docctx-score compare`` whose p-values mark the rows of their systems."""
     if metrics is None:
         present = {m for r in runs for m in r["metrics"]}
         metrics = [m for m in PREFERRED if m in present] + sorted(present - set(PREFERRED))
@@ -51,6 +49,7 @@ def summary_table(runs: Sequence[Dict], metrics: Optional[List[str]] = None,
             r["delta"] = {m: (r["scores"][m] - base["scores"][m]
                               if r["scores"][m] is not None and base["scores"][m] is not None else None)
                           for m in metrics}
+    marks = _significance(rows, comparisons, alpha, test, baseline)
     signatures = {}
     for r in runs:
         for m in metrics:
@@ -58,7 +57,35 @@ def summary_table(runs: Sequence[Dict], metrics: Optional[List[str]] = None,
             if sig:
                 signatures.setdefault(m, set()).add(sig)
     return {"metrics": metrics, "rows": rows, "baseline": baseline,
-            "methods": {m: sorted(s) for m, s in signatures.items()}}
+            "methods": {m: sorted(s) for m, s in signatures.items()}, "significance": marks}
+
+
+def _significance(rows, comparisons, alpha, test, baseline) -> Optional[Dict]:
+    """Add ``p`` and ``significant`` to the rows the comparisons name; the legend."""
+    from .significance import significant
+
+    if not comparisons:
+        return None
+    names = {r["run"] for r in rows}
+    bases = sorted({c["baseline"] for c in comparisons})
+    if baseline is not None and bases != [baseline]:
+        raise ScoreInputError(f"--baseline {baseline!r} but the comparisons are against {', '.join(bases)}")
+    legend = []
+    for c in comparisons:
+        a = alpha if alpha is not None else c.get("alpha", 0.05)
+        if c["baseline"] not in names:
+            raise ScoreInputError(f"the comparison's baseline {c['baseline']!r} is not one of the runs "
+                                  f"({', '.join(sorted(names))}); name the runs as compare did (--names / --name)")
+        for m, by_sys in significant(c, test).items():
+            for r in rows:
+                if r["run"] in by_sys:
+                    r.setdefault("p", {})[m] = by_sys[r["run"]]
+                    r.setdefault("significant", {})[m] = by_sys[r["run"]] < a
+        tests = [test] if test else c.get("tests", ["bs", "ar"])
+        legend.append(f"* p < {a:g} against {c['baseline']} ("
+                      + " and ".join({"bs": "paired bootstrap", "ar": "approximate randomization"}[t] for t in tests)
+                      + f", {c.get('resample', 'documents')} resampled)")
+    return {"legend": sorted(set(legend))}
 
 
 def to_markdown(table: Dict, digits: int = 2) -> str:
@@ -74,10 +101,13 @@ def to_markdown(table: Dict, digits: int = 2) -> str:
     for r in table["rows"]:
         cells = [r["run"]]
         for m in ms:
-            cells.append(cell(r["scores"][m]))
+            cells.append(cell(r["scores"][m]) + ("*" if r.get("significant", {}).get(m) else ""))
             if delta:
                 cells.append(cell(r["delta"][m], sign=True))
         out.append("| " + " | ".join(cells) + " |")
+    if table.get("significance"):
+        out.append("")
+        out.extend(table["significance"]["legend"])
     if table["methods"]:
         out.append("")
         for m, sigs in table["methods"].items():
@@ -93,6 +123,12 @@ def add_subcommand(sub):
     p.add_argument("--metrics", help="comma-separated metrics (columns) in this order")
     p.add_argument("--baseline", help="run name; adds a difference column per metric")
     p.add_argument("--digits", type=int, default=2)
+    p.add_argument("--significance", action="append", default=[], metavar="COMPARE.json",
+                   help="a 'docctx-score compare --json' result: mark significant differences with * "
+                   "(repeatable)")
+    p.add_argument("--alpha", type=float, help="significance level (default: the comparison's)")
+    p.add_argument("--test", choices=("bs", "ar"), help="mark by this test's p only (default: the larger "
+                   "p of the tests the comparison ran)")
     p.add_argument("--json", help="also write the table as JSON here")
     p.add_argument("--output", "-o", help="write the markdown here instead of stdout")
     p.set_defaults(func=lambda a: run_command("docctx-score table", _main, a))
@@ -100,7 +136,11 @@ def add_subcommand(sub):
 
 def _main(args):
     runs = [load_run(p) for p in args.runs]
-    table = summary_table(runs, args.metrics.split(",") if args.metrics else None, args.baseline)
+    from .significance import load_comparison
+
+    comparisons = [load_comparison(p) for p in args.significance]
+    table = summary_table(runs, args.metrics.split(",") if args.metrics else None, args.baseline,
+                          comparisons, args.alpha, args.test)
     md = to_markdown(table, args.digits)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:

@@ -283,15 +283,11 @@ class ConcatTransformerModel(DocumentContextModel, TransformerModel):
         )
 
     @torch.no_grad()
-    def context_weights(self, sample):
-        """How much of its encoder-decoder attention every target position spends on each
-        sentence of the concatenated source (last decoder layer, mean over heads), for a
-        teacher-forced batch with its context. Returns a list of one panel (the format of
-        :mod:`fairseq_docctx.evaluation.plots`): ``weights [B, K+1, T]``, row ``k`` the
-        attention mass on the source sentence at distance ``k`` (its closing separator
-        included; row 0: the current sentence), one column per target position; each real
-        column sums to 1 over the sentences present (``row_mask``: the sentences the
-        concatenation holds, the farthest being cut first at ``--max-source-positions``)."""
+    def _attention_by_distance(self, sample):
+        """The last decoder layer's encoder-decoder attention (mean over heads) ``[B, T, S]``
+        of a teacher-forced batch, the distance of every concatenated source position (its
+        sentence's: 0 the current one; a separator closes its sentence) ``[B, S]``, whether
+        it is a token ``[B, S]``, and K."""
         ni = sample["net_input"]
         ctx = cb.get_context(ni)
         enc = self.encoder
@@ -312,12 +308,38 @@ class ConcatTransformerModel(DocumentContextModel, TransformerModel):
                                             max_len=enc.max_source_positions)
         # a position's distance: the number of separators at or after it
         dist = tokens.eq(enc.sep_idx).flip(1).cumsum(1).flip(1)
-        onehot = (dist.unsqueeze(1) == torch.arange(K + 1, device=dist.device)[None, :, None]) & tokens.ne(pad)[:, None]
-        weights = torch.einsum("bts,bks->bkt", attn.float(), onehot.float())
-        prev = ni["prev_output_tokens"]
+        return attn.float(), dist, tokens.ne(pad), K
+
+    def context_weights(self, sample):
+        """How much of its encoder-decoder attention every target position spends on each
+        sentence of the concatenated source (last decoder layer, mean over heads), for a
+        teacher-forced batch with its context. Returns a list of one panel (the format of
+        :mod:`fairseq_docctx.evaluation.plots`): ``weights [B, K+1, T]``, row ``k`` the
+        attention mass on the source sentence at distance ``k`` (its closing separator
+        included; row 0: the current sentence), one column per target position; each real
+        column sums to 1 over the sentences present (``row_mask``: the sentences the
+        concatenation holds, the farthest being cut first at ``--max-source-positions``)."""
+        attn, dist, real, K = self._attention_by_distance(sample)
+        onehot = (dist.unsqueeze(1) == torch.arange(K + 1, device=dist.device)[None, :, None]) & real[:, None]
+        weights = torch.einsum("bts,bks->bkt", attn, onehot.float())
+        prev = sample["net_input"]["prev_output_tokens"]
+        pad = self.encoder.padding_idx
         return [dict(title="encoder-decoder attention mass per sentence (last layer, mean over heads)",
                      weights=weights * prev.ne(pad)[:, None, :], rows=list(range(K + 1)), row_mask=onehot.any(2),
                      columns="target", column_mask=prev.ne(pad), context_side="source", normalized=True)]
+
+    def context_attention(self, sample):
+        """Per target position, the last decoder layer's encoder-decoder attention (mean over
+        heads) over the tokens of the previous source sentences in the concatenation (their
+        separators included), to be renormalised over them (``docctx-score entropy``); rows
+        without context have none."""
+        attn, dist, real, _ = self._attention_by_distance(sample)
+        context = (dist > 0) & real  # [B, S]
+        prev = sample["net_input"]["prev_output_tokens"]
+        return [dict(title="encoder-decoder attention over the context tokens (last layer, mean over heads)",
+                     positions="target", items="context tokens", weights=attn,
+                     support=context[:, None, :].expand_as(attn),
+                     position_mask=prev.ne(self.encoder.padding_idx) & context.any(1, keepdim=True))]
 
 
 @register_model_architecture("concat_transformer", "concat_transformer")

@@ -36,6 +36,9 @@ declaration (default)                   use
 ``document_cache_entries`` (None)       optional method ``(sample, hypos) -> list``: in
                                         document-order inference, per batch row, what later
                                         sentences need of it as context; see below
+``context_attention`` (not supported)   optional method ``(sample) -> list``: the
+                                        distributions the model spreads over its context
+                                        (``docctx-score entropy``); see below
 ======================================  =====================================================
 
 The model's ``forward`` (and its encoder's) takes a ``context`` keyword: the batch's context
@@ -53,6 +56,30 @@ context's ``cache`` (:func:`~fairseq_docctx.data.context_batch.cache`), aligned 
 ``tgt`` table, so earlier sentences are never re-encoded. Nothing is kept on modules and
 nothing is written into an encoder output while decoding: what a model caches during beam
 search lives in fairseq's incremental state.
+
+**Attention over the context** (``docctx-score entropy``): ``context_attention(sample)`` of a
+teacher-forced batch returns a list of *distributions*, each a dict of
+
+* ``title`` (str), ``positions`` (what a distribution belongs to: ``"target"`` positions,
+  ``"source"`` positions of ``net_input["src_tokens"]``, or ``"source context"`` words),
+  ``items`` (what it is over, in words: ``"context tokens"``, ``"context sentences"``, ...);
+* ``weights``: ``[B, P, N]`` non-negative weights of the ``N`` items at each of the ``P``
+  positions of every row (renormalised over ``support`` before use: e.g. the share of a
+  cross-attention that falls on the context tokens);
+* ``support``: ``[B, P, N]`` bool, the items that exist for that position (the context
+  tokens or sentences a row has);
+* ``position_mask``: ``[B, P]`` bool, the positions that have a distribution (real tokens of
+  rows that have context).
+
+The mixin's default raises :class:`ContextAttentionUnsupported`; :func:`panel_distributions`
+turns ``context_weights`` panels that are distributions (their columns over their rows) into
+this form. What the models give: ``concat_transformer`` the last decoder layer's
+encoder-decoder attention (mean over heads) over the context tokens; ``han_transformer`` the
+sentence-level attention of each HAN; ``qcn_transformer`` the coupling coefficients of every
+context word over the output capsules, per routing iteration; ``mht_transformer`` (multi-hop
+module) each hop's attention over its context sentence's tokens, per layer. A recurrent
+model attending over its previous sentence (Kuang & Xiong 2018, §5.4, Eq. 12) returns that
+attention, one distribution per target position.
 """
 import logging
 from dataclasses import dataclass
@@ -68,6 +95,10 @@ logger = logging.getLogger(__name__)
 ENCODER_OUT = "encoder_out"
 #: K of models whose own option and task say nothing (the papers' K)
 DEFAULT_CONTEXT_SIZE = 3
+
+
+class ContextAttentionUnsupported(ValueError):
+    """The model does not give its attention over the context (``context_attention``)."""
 
 
 class DocumentContextModel:
@@ -108,6 +139,13 @@ class DocumentContextModel:
         full = logits.new_zeros(*real.shape, logits.size(-1))
         full[real] = logits[0]
         return full
+
+    def context_attention(self, sample):
+        """The distributions this model spreads over its context for a teacher-forced batch
+        (see the module doc); a model that has none keeps this default."""
+        raise ContextAttentionUnsupported(
+            f"{type(self).__name__} does not give its attention over the context (it has no "
+            "context_attention(sample) method); see docs/adding-a-model.md")
 
     def declare_context(self, sides: Sequence[str], size: Optional[int] = None):
         """Record the sides (names or ``--context-sides`` spellings) and K this model reads
@@ -219,6 +257,30 @@ def sample_for_model(sample, model_or_models):
     return cb.without_context(sample)
 
 
+def context_attention(model, sample):
+    """``model.context_attention(sample)`` (the module doc), for any model: a sentence-level
+    model has no context to attend to and raises :class:`ContextAttentionUnsupported`."""
+    if not reads_context(model):
+        raise ContextAttentionUnsupported(f"{type(model).__name__} is a sentence-level model: it has no context "
+                                          "to attend to")
+    return model.context_attention(sample)
+
+
+def panel_distributions(panels, items: str):
+    """``context_weights`` panels whose every column is a distribution over their rows
+    (``normalized``) as ``context_attention`` distributions: the columns are the positions,
+    the rows the items."""
+    out = []
+    for p in panels:
+        if not p["normalized"]:
+            continue
+        w, rows = p["weights"].float(), p["row_mask"]
+        out.append(dict(title=p["title"], positions=p["columns"], items=items,
+                        weights=w.transpose(1, 2), support=rows[:, None, :].expand(-1, w.size(2), -1),
+                        position_mask=p["column_mask"] & rows.any(1, keepdim=True)))
+    return out
+
+
 def batch_encoder_out(sample) -> Optional[dict]:
     """The encoder output the task handed over with a batch (``document_cache_entries``)."""
     return sample.get(ENCODER_OUT) if isinstance(sample, dict) else None
@@ -228,4 +290,5 @@ __all__ = [
     "DocumentContextModel", "ContextSpec", "SENTENCE_LEVEL", "context_spec", "reads_context",
     "task_context", "resolve_context_size", "check_context", "ContextMismatchError",
     "sample_for_model", "batch_encoder_out", "ENCODER_OUT", "DEFAULT_CONTEXT_SIZE",
+    "ContextAttentionUnsupported", "context_attention", "panel_distributions",
 ]

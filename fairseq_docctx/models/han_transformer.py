@@ -53,7 +53,7 @@ from ..modules.han import HierarchicalAttention
 from ..modules.masks import BoolFutureMask
 from . import sentence_init
 from .arch_defaults import set_defaults
-from .document_context import DocumentContextModel, batch_encoder_out, resolve_context_size
+from .document_context import DocumentContextModel, batch_encoder_out, panel_distributions, resolve_context_size
 
 HAN_DECODER_CHOICES = ("none", "target", "source", "alignment")
 
@@ -458,6 +458,14 @@ class HANTransformerModel(DocumentContextModel, TransformerModel):
         finally:
             self.train(was)
         return panels
+
+    def context_attention(self, sample):
+        """The sentence-level attention of each HAN over the K previous sentences
+        (Miculicich et al. 2018, §2.1, Eqs. 5-6; mean over heads), one distribution per
+        position (the encoder's: source positions; the decoder's: target positions), from
+        :meth:`context_weights` (``docctx-score entropy``)."""
+        panels = [p for p in self.context_weights(sample) if p["normalized"]]
+        return panel_distributions(panels, "context sentences")
 
     # ------------------------------------------------------------------ inference
     @torch.no_grad()

@@ -63,10 +63,19 @@ from ..data import drafts  # noqa: F401  (declares the draft side)
 from ..modules import table_encoder
 from ..modules.decoder_input import embed_decoder_input
 from ..modules.masks import BoolFutureMask
-from ..modules.multi_hop import CONTEXT_MODULES, DIRECTIONS, ContextHops, attend_rows, static_attention
+from ..data import length_groups
+from ..modules.multi_hop import (
+    CONTEXT_MODULES,
+    DIRECTIONS,
+    ContextHops,
+    RowKeys,
+    attend_rows,
+    gather_row_keys,
+    static_attention,
+)
 from . import sentence_init
 from .arch_defaults import set_defaults
-from .document_context import DocumentContextModel, resolve_context_size
+from .document_context import ContextAttentionUnsupported, DocumentContextModel, resolve_context_size
 
 MHT_CONTEXT_SIDES = ("both", "source", "target", "none")
 TARGET_CONTEXTS = ("draft", "reference")
@@ -106,7 +115,7 @@ class MHTEncoderLayer(_Sublayers, TransformerEncoderLayerBase):
         x = self.block(x, self.self_attn_layer_norm, lambda h: self.self_attn(
             query=h, key=h, value=h, key_padding_mask=encoder_padding_mask, need_weights=False)[0])
         if context is not None and getattr(self, "context", None) is not None:
-            x = self.context(x, *context, weights=weights)
+            x = _read_context(self.context, x, context, None, weights)
         return self.block(x, self.final_layer_norm, self.ffn)
 
 
@@ -120,16 +129,37 @@ class MHTDecoderLayer(_Sublayers, TransformerDecoderLayerBase):
             query=h, key=h, value=h, key_padding_mask=self_attn_padding_mask,
             incremental_state=incremental_state, need_weights=False, attn_mask=self_attn_mask)[0])
         # Eq. 7: F_t = MHA(A_t, A_d)
-        x, w = attend_rows(self.draft_attn, self.draft_attn_layer_norm, self.dropout_module, x, *draft,
-                           incremental_state, self.normalize_before, weights is not None)
+        if isinstance(draft, RowKeys):
+            x, w = attend_rows(self.draft_attn, self.draft_attn_layer_norm, self.dropout_module, x, None, None,
+                               None, None, self.normalize_before, weights is not None, draft)
+        else:
+            x, w = attend_rows(self.draft_attn, self.draft_attn_layer_norm, self.dropout_module, x, *draft,
+                               incremental_state, self.normalize_before, weights is not None)
         if weights is not None:
             weights.append(("draft", w))
         if context is not None and getattr(self, "context", None) is not None:
-            x = self.context(x, *context, incremental_state, weights)
+            x = _read_context(self.context, x, context, incremental_state, weights)
         x = self.block(x, self.encoder_attn_layer_norm, lambda h: self.encoder_attn(
             query=h, key=encoder_out, value=encoder_out, key_padding_mask=encoder_padding_mask,
-            incremental_state=incremental_state, static_kv=True, need_weights=False)[0])
+            incremental_state=incremental_state, static_kv=incremental_state is not None, need_weights=False)[0])
         return self.block(x, self.final_layer_norm, self.ffn)
+
+
+def _read_context(hops: ContextHops, x, context, incremental_state, weights):
+    """The context sublayer over ``context``: ``(states, pad, index)`` of a table, or the
+    list of :class:`RowKeys` gathered before for each index column."""
+    if isinstance(context, list):
+        return hops(x, None, None, None, incremental_state, weights, keys=context)
+    return hops(x, *context, incremental_state, weights)
+
+
+def _layer_keys(states: List[Tensor], pad: Tensor, index: Tensor, k: int, groups: List[Tensor]):
+    """Per group of rows, per layer, the :class:`RowKeys` of the ``k`` nearest context
+    sentences of each row (:func:`gather_row_keys`, one gather per layer):
+    ``out[g][n][j]``."""
+    columns = [index[:, j] for j in range(min(k, index.size(1)))]
+    per_layer = [gather_row_keys(s, pad, columns, groups) for s in states]
+    return [[layer[g] for layer in per_layer] for g in range(len(groups))]
 
 
 def _sentence_encoder(args, dictionary, layers):
@@ -243,11 +273,16 @@ class MHTEncoder(TransformerEncoderBase):
             outs = self._run_layers(src_tokens, ctx, torch.arange(src_tokens.size(0), device=src_tokens.device),
                                     return_all_hiddens, weights)
         else:
-            outs = table_encoder.run_bucketed(
-                pad.logical_not().sum(1), src_tokens.size(1),
-                lambda rows, w: self._run_layers(cb.cut_width(src_tokens.index_select(0, rows), w, left), ctx,
-                                                 rows, return_all_hiddens),
-                left)
+            lengths = pad.logical_not().sum(1)
+            groups = length_groups.length_buckets(lengths)
+            keys = [None] * len(groups)
+            if "mht_src_index" in ctx and self.module_reads_source_multi_hop():
+                keys = _layer_keys(ctx["mht_src_states"], ctx["mht_src_pad"][0], ctx["mht_src_index"][0],
+                                   self.context_size, groups)
+            parts = [self._run_layers(cb.cut_width(src_tokens.index_select(0, rows), int(lengths[rows].max()), left),
+                                      ctx, rows, return_all_hiddens, keys=k)
+                     for rows, k in zip(groups, keys)]
+            outs = table_encoder.assemble(parts, groups, src_tokens.size(1), left)
         x, emb, states = outs[0].transpose(0, 1), outs[1], [h.transpose(0, 1) for h in outs[2:]]
         lengths = src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1).contiguous()
         out = {"encoder_out": [x], "encoder_padding_mask": [pad], "encoder_embedding": [emb],
@@ -255,9 +290,15 @@ class MHTEncoder(TransformerEncoderBase):
         out.update({k: v for k, v in ctx.items() if k.startswith("mht_draft") or k.startswith("mht_tgt")})
         return out
 
-    def _run_layers(self, src_tokens, ctx, rows, return_all_hiddens=False, weights=None):
+    def module_reads_source_multi_hop(self) -> bool:
+        """Source hops of the multi-hop module (whose keys are gathered once per layer)."""
+        ctx = getattr(self.layers[0], "context", None) if len(self.layers) else None
+        return ctx is not None and ctx.module == "multi-hop"
+
+    def _run_layers(self, src_tokens, ctx, rows, return_all_hiddens=False, weights=None, keys=None):
         """The multi-hop layers over the batch rows ``rows`` (their sources cut to
-        ``src_tokens``): ``[x, embedding] + states``, each ``[n, T, C]``."""
+        ``src_tokens``): ``[x, embedding] + states``, each ``[n, T, C]``. ``keys``: per layer,
+        the gathered source context of these rows (:func:`_layer_keys`)."""
         pad = src_tokens.eq(self.padding_idx)
         has_pads = bool(pad.any())
         x, emb = self.forward_embedding(src_tokens)
@@ -268,6 +309,8 @@ class MHTEncoder(TransformerEncoderBase):
         index = ctx["mht_src_index"][0].index_select(0, rows) if "mht_src_index" in ctx else None
         for n, layer in enumerate(self.layers):
             src_ctx = (ctx["mht_src_states"][n], ctx["mht_src_pad"][0], index) if index is not None else None
+            if keys is not None:
+                src_ctx = keys[n]
             layer_weights = [] if weights is not None else None
             x = layer(x, pad if has_pads else None, context=src_ctx, weights=layer_weights)
             if weights is not None:
@@ -303,10 +346,28 @@ class MHTDecoder(BoolFutureMask, TransformerDecoderBase):
             if self.reads_target:
                 layer.context = _hops(args, args.mht_context_size)
 
+    def row_keys(self, encoder_out, groups: List[Tensor]):
+        """For each group of rows (row numbers), per layer, what the draft attention and the
+        multi-hop target hops read: ``out[g][n] = (draft RowKeys, [hop RowKeys] or None)``,
+        gathered once per layer for all groups (:func:`gather_row_keys`)."""
+        ds, dpad, dself = (encoder_out["mht_draft_states"], encoder_out["mht_draft_pad"][0],
+                           encoder_out["mht_draft_self"][0])
+        draft = [gather_row_keys(s, dpad, [dself], groups) for s in ds]
+        hops = [[None] * len(self.layers) for _ in groups]
+        layer_ctx = getattr(self.layers[0], "context", None) if len(self.layers) else None
+        if ("mht_tgt_states" in encoder_out and self.reads_target and layer_ctx is not None
+                and layer_ctx.module == "multi-hop"):
+            hops = _layer_keys(encoder_out["mht_tgt_states"], encoder_out["mht_tgt_pad"][0],
+                               encoder_out["mht_tgt_index"][0], layer_ctx.context_size, groups)
+        return [[(draft[n][g][0], hops[g][n]) for n in range(len(self.layers))] for g in range(len(groups))]
+
     def extract_features_scriptable(self, prev_output_tokens, encoder_out: Optional[Dict[str, List[Tensor]]],
                                     incremental_state=None, full_context_alignment: bool = False,
                                     alignment_layer: Optional[int] = None, alignment_heads: Optional[int] = None,
-                                    weights: Optional[list] = None):
+                                    weights: Optional[list] = None, row_keys: Optional[list] = None):
+        """fairseq's decoder pass with the draft attention and target hops of every layer.
+        ``row_keys``: per layer, the draft and hop states of these rows gathered before
+        (:meth:`row_keys`; training's grouped pass)."""
         enc = encoder_out["encoder_out"][0]
         enc_pad = encoder_out["encoder_padding_mask"][0] if encoder_out["encoder_padding_mask"] else None
         positions = None
@@ -326,8 +387,13 @@ class MHTDecoder(BoolFutureMask, TransformerDecoderBase):
             mask = self.buffered_future_mask(x) if incremental_state is None and not full_context_alignment else None
             ctx = ((encoder_out["mht_tgt_states"][n], encoder_out["mht_tgt_pad"][0],
                     encoder_out["mht_tgt_index"][0]) if tgt else None)
+            draft = (ds[n], dpad, dself)
+            if row_keys is not None:
+                draft = row_keys[n][0]
+                if tgt and row_keys[n][1] is not None:
+                    ctx = row_keys[n][1]
             layer_weights = [] if weights is not None else None
-            x = layer(x, enc, enc_pad, incremental_state, mask, self_pad, draft=(ds[n], dpad, dself),
+            x = layer(x, enc, enc_pad, incremental_state, mask, self_pad, draft=draft,
                       context=ctx, weights=layer_weights)
             if weights is not None:
                 weights.append(layer_weights)
@@ -455,13 +521,9 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
         return MHTDecoder(TransformerConfig.from_namespace(args), tgt_dict, embed_tokens,
                           no_encoder_attn=args.no_cross_attention)
 
-    def context_weights(self, sample):
-        """What the model weighs its context with, for every row of a batch (the panel format
-        of :mod:`fairseq_docctx.evaluation.plots`): per layer with context, the context gate
-        ``α`` of the multi-hop encoder (Eq. 5; one column per source token) and decoder (Eq.
-        10; one per target token), mean over channels: ``α`` weighs the current sentence
-        (the self-attention / draft-attention output), ``1 - α`` what the hops read. Rows
-        without a previous sentence have no gate (their row is masked)."""
+    def _weights_pass(self, sample):
+        """One teacher-forced pass in eval mode collecting what every context sublayer weighs:
+        ``(encoder output, encoder layers' weights, decoder layers' weights)``."""
         ni = sample["net_input"]
         was = self.training
         self.eval()
@@ -473,6 +535,17 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
                 self.decoder.extract_features_scriptable(ni["prev_output_tokens"], eo, weights=dec_w)
         finally:
             self.train(was)
+        return eo, enc_w, dec_w
+
+    def context_weights(self, sample):
+        """What the model weighs its context with, for every row of a batch (the panel format
+        of :mod:`fairseq_docctx.evaluation.plots`): per layer with context, the context gate
+        ``α`` of the multi-hop encoder (Eq. 5; one column per source token) and decoder (Eq.
+        10; one per target token), mean over channels: ``α`` weighs the current sentence
+        (the self-attention / draft-attention output), ``1 - α`` what the hops read. Rows
+        without a previous sentence have no gate (their row is masked)."""
+        ni = sample["net_input"]
+        _, enc_w, dec_w = self._weights_pass(sample)
         panels = []
         ctx, K = ni.get("context"), self.encoder.context_size
         for part, layers, tokens, pad, columns, side in (
@@ -491,11 +564,48 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
                         columns=columns, column_mask=real, context_side=columns, normalized=False))
         return panels
 
+    def context_attention(self, sample):
+        """Each hop's attention (mean over heads) over the tokens of its context sentence
+        (Zhang et al. 2021, §3.2-3.3, Eqs. 3-4 and 8-9), per layer: the encoder's over the
+        previous source sentences (one distribution per source position), the decoder's over
+        the previous drafts (per target position); rows without the hop's sentence have none.
+        Only the multi-hop context module attends hop by hop."""
+        if getattr(self.args, "mht_context_module", "multi-hop") != "multi-hop":
+            raise ContextAttentionUnsupported(f"mht_transformer --mht-context-module {self.args.mht_context_module}: "
+                                              "only the multi-hop module gives hop attentions")
+        ni = sample["net_input"]
+        eo, enc_w, dec_w = self._weights_pass(sample)
+        with torch.no_grad():
+            src_ctx = self.encoder.context_states(ni.get("context"))
+        out = []
+        for part, layers, tokens, pad_idx, positions, tables in (
+                ("encoder", enc_w, ni["src_tokens"], self.encoder.padding_idx, "source",
+                 (src_ctx.get("mht_src_pad"), src_ctx.get("mht_src_index"))),
+                ("decoder", dec_w, ni["prev_output_tokens"], self.decoder.padding_idx, "target",
+                 (eo.get("mht_tgt_pad"), eo.get("mht_tgt_index")))):
+            if tables[0] is None:
+                continue
+            pad, index = tables[0][0], tables[1][0]
+            real = tokens.ne(pad_idx)
+            for n, ws in enumerate(layers):
+                for dist, w in ws:
+                    if dist == "gate" or dist == "draft" or w is None:
+                        continue
+                    rows = index[:, dist - 1]
+                    keys = ~pad.index_select(0, rows.clamp(min=0))  # [B, L]
+                    out.append(dict(title=f"MHT {part} layer {n + 1}: hop over the sentence at distance {dist}",
+                                    positions=positions, items="context tokens", weights=w.float(),
+                                    support=keys[:, None, :].expand_as(w),
+                                    position_mask=real & (rows >= 0)[:, None]))
+        return out
+
     def forward(self, src_tokens, src_lengths, prev_output_tokens, context=None, return_all_hiddens: bool = True,
                 features_only: bool = False, alignment_layer=None, alignment_heads=None):
-        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
-                                   context=context)
-        if self.training and not features_only:
+        packed = self.training and not features_only
+        # the packed training pass reads no encoder layer states
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths,
+                                   return_all_hiddens=return_all_hiddens and not packed, context=context)
+        if packed:
             return self._packed_training_output(prev_output_tokens, encoder_out)
         return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
                             alignment_layer=alignment_layer, alignment_heads=alignment_heads,
@@ -508,14 +618,26 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
         real positions only: logits ``[1, R, V]`` (``packs_training_output``)."""
         dec = self.decoder
         real = prev_output_tokens.ne(dec.padding_idx)
-        # (fairseq's reorder_encoder_out reorders the list of encoder states in place)
-        encoder_out = {**encoder_out, "encoder_states": []}
-
-        def run(rows, w):
-            eo = self.encoder.reorder_encoder_out(encoder_out, rows)
-            return [dec.extract_features(prev_output_tokens.index_select(0, rows)[:, :w], eo)[0]]
-
-        x = table_encoder.run_bucketed(real.sum(1), prev_output_tokens.size(1), run, False)[0]
+        lengths = real.sum(1)
+        groups = length_groups.length_buckets(lengths)
+        # per-row tensors with a gradient are gathered once for all groups and split (a
+        # gather per group would build one batch-sized gradient per group in the backward)
+        sizes = [len(g) for g in groups]
+        order = torch.cat(groups)
+        enc = encoder_out["encoder_out"][0].index_select(1, order).split(sizes, dim=1)
+        enc_pad = encoder_out["encoder_padding_mask"]
+        enc_pad = enc_pad[0].index_select(0, order).split(sizes) if enc_pad else [None] * len(groups)
+        keys = dec.row_keys(encoder_out, groups)
+        parts = []
+        for i, rows in enumerate(groups):
+            eo = {"encoder_out": [enc[i]], "encoder_padding_mask": [enc_pad[i]] if enc_pad[i] is not None else []}
+            for k, v in encoder_out.items():
+                if k.startswith("mht_"):  # tables shared, per-row maps of the group's rows
+                    eo[k] = [x.index_select(0, rows) for x in v] if k.endswith(("_self", "_index")) else v
+            w = int(lengths[rows].max())
+            parts.append([dec.extract_features_scriptable(prev_output_tokens.index_select(0, rows)[:, :w], eo,
+                                                          row_keys=keys[i])[0]])
+        x = table_encoder.assemble(parts, groups, prev_output_tokens.size(1), False)[0]
         return dec.output_layer(x[real]).unsqueeze(0), {"attn": [None], "inner_states": None,
                                                          "packed_positions": real}
 

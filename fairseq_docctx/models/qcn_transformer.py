@@ -35,7 +35,7 @@ from ..modules.qcn import (
     word_mask,
 )
 from .arch_defaults import set_defaults
-from .document_context import DocumentContextModel, resolve_context_size
+from .document_context import DocumentContextModel, panel_distributions, resolve_context_size
 
 
 class QCNEncoderLayer(TransformerEncoderLayerBase):
@@ -252,6 +252,13 @@ class QCNTransformerModel(DocumentContextModel, TransformerModel):
                      row_mask=words.new_ones(B, m), columns="source context", column_mask=words,
                      context_side="source", normalized=True)
                 for t in range(c.size(0))]
+
+    def context_attention(self, sample):
+        """The routing coefficients (Yang et al. 2019, Algorithm 1): at every routing iteration,
+        each context word's coupling coefficients over the ``m`` output capsules, one
+        distribution per context word (``docctx-score entropy``; iteration 1 is uniform, the
+        routing starts from α = 0)."""
+        return panel_distributions(self.context_weights(sample), "output capsules")
 
     def regularizer_pcc(self, src_tokens, prev_output_tokens, src_embeddings=None):
         """``PCC(Caps_enc(x), Caps_dec(y))`` per sentence, from the source embeddings and the

@@ -28,7 +28,7 @@ Incremental decoding: the attentions are fairseq ``MultiheadAttention`` modules 
 keys (``encoder_decoder_attention``), so the projected context is computed at the first
 step and kept, and reordered, in fairseq's incremental state.
 """
-from typing import Dict, Optional
+from typing import Dict, List, NamedTuple, Optional
 
 import torch
 import torch.nn as nn
@@ -59,25 +59,79 @@ def cached(attn: MultiheadAttention, incremental_state: IncrementalState) -> boo
     return buf is not None and "prev_key" in buf
 
 
+class RowKeys(NamedTuple):
+    """The states one attention sublayer reads for a set of query rows, gathered from a
+    table: ``key [W, n, C]`` (time-major), ``kpm [n, W]`` (True at padding) and ``present
+    [n]`` (rows that have the sentence; the others pass their query through)."""
+
+    key: Tensor
+    kpm: Tensor
+    present: Tensor
+
+
+def gather_row_keys(states: Tensor, pad: Tensor, columns: List[Tensor], groups: List[Tensor]) -> List[List[RowKeys]]:
+    """The table sentences ``columns`` (each ``[B]`` table rows, -1 = none: e.g. one column
+    of the context index per hop) of the query rows of every group ``groups`` (row numbers),
+    from ``states [L, U, C]`` / ``pad [U, L]``: ``out[g][c]``, each cut to the longest
+    sentence it holds. All of it is one ``index_select`` of the table: its backward
+    accumulates into one table-sized gradient, where gathering group by group and column by
+    column would build one table-sized gradient per gather."""
+    sel = [col.index_select(0, g) for g in groups for col in columns]
+    if not sel:
+        return [[] for _ in groups]
+    flat = torch.cat(sel)
+    rows = flat.clamp(min=0)
+    left = not bool(pad[:, -1].any())  # every sentence ends in EOS: no padding at the end
+    lengths = (~pad).sum(1).index_select(0, rows).masked_fill(flat < 0, 0)
+    sizes = [len(r) for r in sel]
+    gathered = states.index_select(1, rows).split(sizes, dim=1)
+    pads = pad.index_select(0, rows).split(sizes)
+    widths = torch.stack([x.max() for x in lengths.split(sizes)]).tolist()
+    out, i = [], 0
+    for _ in groups:
+        row = []
+        for r in sel[i: i + len(columns)]:
+            w = max(int(widths[i]), 1)
+            key, kpm = gathered[i], pads[i]
+            key = key[key.size(0) - w:] if left else key[:w]
+            kpm = kpm[:, kpm.size(1) - w:] if left else kpm[:, :w]
+            present = r >= 0
+            row.append(RowKeys(key, kpm & present.unsqueeze(1), present))  # absent rows: unmasked, discarded
+            i += 1
+        out.append(row)
+    return out
+
+
 def attend_rows(attn, norm, dropout, query, states, pad, rows, incremental_state=None,
-                normalize_before=False, need_weights=False):
+                normalize_before=False, need_weights=False, keys: Optional[RowKeys] = None):
     """One attention sublayer of ``query [T, B, C]`` over the table sentences ``rows [B]``
-    (-1 = none: the query passes unchanged) with fairseq's residual and LayerNorm; returns
-    ``(output, attention weights [B, T, L] or None)``."""
-    present = rows >= 0
-    if cached(attn, incremental_state):  # later decoding steps: the keys were projected
-        key = kpm = None
-    elif not bool(present.any()):  # no row has this sentence (e.g. a batch of first sentences)
-        return query, None
+    (-1 = none: the query passes unchanged) with fairseq's residual and LayerNorm, or over
+    ``keys`` gathered before (:func:`gather_row_keys`; ``states``, ``pad``, ``rows`` unused);
+    returns ``(output, attention weights [B, T, L] or None)``."""
+    if keys is not None:
+        present = keys.present
+        if not bool(present.any()):
+            return query, None
+        key, kpm = keys.key, keys.kpm
     else:
-        r = rows.clamp(min=0)
-        key, kpm = states.index_select(1, r), pad.index_select(0, r)
+        present = rows >= 0
+        if cached(attn, incremental_state):  # later decoding steps: the keys were projected
+            key = kpm = None
+        elif not bool(present.any()):  # no row has this sentence (e.g. a batch of first sentences)
+            return query, None
+        else:
+            r = rows.clamp(min=0)
+            key, kpm = states.index_select(1, r), pad.index_select(0, r)
     x = norm(query) if normalize_before else query
+    # static keys matter to the incremental state only; without it fairseq's attention takes
+    # PyTorch's fused path
     y, w = attn(query=x, key=key, value=key, key_padding_mask=kpm, incremental_state=incremental_state,
-                static_kv=True, need_weights=need_weights)
+                static_kv=incremental_state is not None, need_weights=need_weights)
     y = query + dropout(y)
     if not normalize_before:
         y = norm(y)
+    if keys is not None and bool(present.all()):
+        return y, w
     return torch.where(present.view(1, -1, 1), y, query), w
 
 
@@ -122,18 +176,27 @@ class ContextHops(nn.Module):
         return cols[::-1] if self.direction == "l2r" else cols
 
     def read(self, query: Tensor, states: Tensor, pad: Tensor, index: Tensor,
-             incremental_state: IncrementalState = None, weights: Optional[list] = None) -> Tensor:
+             incremental_state: IncrementalState = None, weights: Optional[list] = None,
+             keys: Optional[List[RowKeys]] = None) -> Tensor:
         """``B``: what ``query`` reads of the K sentences (``query`` itself for rows without
-        any). ``weights``: a list that receives each hop's ``(distance, [B, T, L] weights)``."""
-        index = index[:, : self.context_size]
+        any). ``weights``: a list that receives each hop's ``(distance, [B, T, L] weights)``.
+        ``keys``: multi-hop only, the states of each index column gathered before
+        (:func:`gather_row_keys`, column ``j`` = distance ``j + 1``)."""
         if self.module == "multi-hop":
             b = query
-            for j in self.hop_order(index.size(1)):
-                b, w = attend_rows(self.attn[j], self.norm[j], self.dropout, b, states, pad, index[:, j],
-                                   incremental_state, self.normalize_before, weights is not None)
+            k = len(keys) if keys is not None else index.size(1)
+            for j in self.hop_order(k):
+                if keys is not None:
+                    b, w = attend_rows(self.attn[j], self.norm[j], self.dropout, b, None, None, None,
+                                       None, self.normalize_before, weights is not None, keys[j])
+                else:
+                    b, w = attend_rows(self.attn[j], self.norm[j], self.dropout, b, states, pad,
+                                       index[:, j], incremental_state, self.normalize_before,
+                                       weights is not None)
                 if weights is not None:
                     weights.append((j + 1, w))
             return b
+        index = index[:, : self.context_size]
         if self.module == "concat":
             return self._concat(query, states, pad, index, incremental_state)
         out = self.han(query, states.transpose(0, 1), pad, index, incremental_state)
@@ -154,21 +217,23 @@ class ContextHops(nn.Module):
             kpm = kpm & has.unsqueeze(1)  # rows without context: unmasked, discarded below
         x = norm(query) if self.normalize_before else query
         y, _ = attn(query=x, key=key, value=key, key_padding_mask=kpm, incremental_state=incremental_state,
-                    static_kv=True, need_weights=False)
+                    static_kv=incremental_state is not None, need_weights=False)
         y = query + self.dropout(y)
         if not self.normalize_before:
             y = norm(y)
         return torch.where(has.view(1, -1, 1), y, query)
 
     def forward(self, query: Tensor, states: Tensor, pad: Tensor, index: Tensor,
-                incremental_state: IncrementalState = None, weights: Optional[list] = None) -> Tensor:
-        """``query [T, B, C]``; ``states [L, U, C]``, ``pad [U, L]``; ``index [B, K]``.
-        Returns the gated ``α q + (1 - α) B`` (Eq. 6 / Eq. 10)."""
-        b = self.read(query, states, pad, index, incremental_state, weights)
+                incremental_state: IncrementalState = None, weights: Optional[list] = None,
+                keys: Optional[List[RowKeys]] = None) -> Tensor:
+        """``query [T, B, C]``; ``states [L, U, C]``, ``pad [U, L]``; ``index [B, K]``; or, for
+        the multi-hop module, ``keys`` (the gathered states of each index column, see
+        :meth:`read`). Returns the gated ``α q + (1 - α) B`` (Eq. 6 / Eq. 10)."""
+        b = self.read(query, states, pad, index, incremental_state, weights, keys)
         alpha = torch.sigmoid(self.gate_a(query) + self.gate_b(b))
         if weights is not None:
             weights.append(("gate", alpha.mean(-1).transpose(0, 1)))  # [B, T]
         return alpha * query + (1 - alpha) * b
 
 
-__all__ = ["ContextHops", "attend_rows", "cached", "static_attention", "CONTEXT_MODULES", "DIRECTIONS"]
+__all__ = ["ContextHops", "RowKeys", "gather_row_keys", "attend_rows", "cached", "static_attention", "CONTEXT_MODULES", "DIRECTIONS"]

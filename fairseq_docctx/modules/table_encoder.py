@@ -37,9 +37,16 @@ def run_bucketed(lengths, width, run, left_pad, grad_rows=None, **grouping):
     for g, grad in groups:
         with torch.set_grad_enabled(grad):
             parts.append(run(g, int(lengths[g].max())))
-    groups = [g for g, _ in groups]
-    inv = torch.empty_like(lengths)
-    inv[torch.cat(groups)] = torch.arange(len(lengths), device=lengths.device)
+    return assemble(parts, [g for g, _ in groups], width, left_pad)
+
+
+def assemble(parts, groups, width, left_pad):
+    """The outputs of length groups back in row order: ``parts[i]`` is the list of outputs
+    ``[n_i, w_i, C]`` (or ``None``) of the rows ``groups[i]``; each output is returned
+    ``[N, width, C]``, zero-padded back to ``width`` (on the left for left-padded rows)."""
+    lengths_device = groups[0].device
+    inv = torch.empty(sum(len(g) for g in groups), dtype=torch.long, device=lengths_device)
+    inv[torch.cat(groups)] = torch.arange(len(inv), device=lengths_device)
     outs = []
     for k in range(len(parts[0])):
         if parts[0][k] is None:

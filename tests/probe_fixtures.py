@@ -169,6 +169,20 @@ def hrnn_model(bg, probe, factory):
     return _train(probe, factory, "hrnn", "hrnn_context", K, **RNN_PROBE)
 
 
+@_training
+def isg_model(bg, probe, factory):
+    """isg_rnnsearch (the inter-sentence gate) at the same size, the previous sentence only
+    (K=1): it can resolve the pronouns whose antecedent is one sentence back."""
+    return _train(probe, factory, "isg", "isg_rnnsearch", ["--context-size", "1"], **RNN_PROBE)
+
+
+@pytest.fixture(scope="session")
+def rnnsearch_acc(probe, rnnsearch_model):
+    res = accuracy(probe, rnnsearch_model, "--context-size", "0")
+    print("rnnsearch:", res["by_phenomenon"])
+    return res
+
+
 def _fixture(name):
     def fixture(probe_trainings):
         return probe_trainings.get(name)

@@ -78,11 +78,26 @@ def test_han_decoder_keeps_target_choice_consistent(probe, han_decoder_model, se
     assert cons >= base + 0.3 and cons >= 0.85
 
 
-def test_hrnn_context_uses_source_context(probe, hrnn_model, rnnsearch_model):
+def test_hrnn_context_uses_source_context(probe, hrnn_model, rnnsearch_model, rnnsearch_acc):
     """The hierarchical summary of the previous source sentences (Wang et al. 2017) resolves
     the pronouns; the sentence-level rnnsearch of the same size stays at chance."""
     print(f"rnnsearch trained in {rnnsearch_model['seconds']:.0f} s, hrnn_context in {hrnn_model['seconds']:.0f} s")
-    base, _ = _both("rnnsearch", accuracy(probe, rnnsearch_model, "--context-size", "0"))
+    base, _ = _both("rnnsearch", rnnsearch_acc)
     ana, _ = _both("hrnn_context", accuracy(probe, hrnn_model, *K))
     assert 0.3 < base < 0.7
     assert ana >= base + 0.3
+
+
+def test_isg_uses_previous_sentence(probe, isg_model, rnnsearch_model, rnnsearch_acc):
+    """The inter-sentence gate over the previous source sentence (Kuang & Xiong 2018) resolves
+    the pronouns whose antecedent is one sentence back (the probe's ``anaphora/1``; the
+    others, two sentences back, are out of its reach); the sentence-level rnnsearch of the
+    same size stays at chance on them."""
+    print(f"rnnsearch trained in {rnnsearch_model['seconds']:.0f} s, isg_rnnsearch in {isg_model['seconds']:.0f} s")
+    one_back = lambda res: res["by_phenomenon_distance"]["anaphora/1"]["accuracy"]  # noqa: E731
+    base = one_back(rnnsearch_acc)
+    isg = accuracy(probe, isg_model, "--context-size", "1")
+    _both("isg_rnnsearch", isg)
+    print(f"pronouns one sentence back: isg_rnnsearch {one_back(isg):.3f} vs rnnsearch {base:.3f}")
+    assert 0.3 < base < 0.7
+    assert one_back(isg) >= base + 0.3

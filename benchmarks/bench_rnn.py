@@ -1,5 +1,5 @@
-"""Speed of the RNN family (``rnnsearch``, ``hrnn_context``), each against its baseline
-measured in the same run on the same data.
+"""Speed of the RNN family (``rnnsearch``, ``hrnn_context``, ``isg_rnnsearch``), each against
+its baseline measured in the same run on the same data.
 
 Data: IWSLT17 TED En-De (../shared/data/maruf-ende): training on the dev talks (8,967
 sentences), generation on the 23 test talks (2,271 sentences), SentencePiece 4000 — the data
@@ -13,7 +13,10 @@ directory of ``bench_inference.py`` (``bench-work/inference/data``, prepared onc
   - ``rnnsearch`` (``rnnsearch_nematus``: the base of Wang et al. 2017) against fairseq's own
     ``lstm`` of the same size (one layer, bidirectional encoder, attention): target >= 0.8x;
   - ``hrnn_context`` (Init-enc + Init-dec + gated auxiliary context, K=3) against
-    ``rnnsearch`` of the same size: target >= 0.8x.
+    ``rnnsearch`` of the same size: target >= 0.8x;
+  - ``isg_rnnsearch`` (the inter-sentence gate of Kuang & Xiong 2018, the previous sentence
+    A encoded too) against the ``rnnsearch`` it is built on (architecture ``rnnsearch``:
+    maxout deep output, Kuang & Xiong's RNNSearch) of the same size: target >= 0.7x.
 
   Next to the speed, each model's matrix-product FLOPs per target word (torch's
   FlopCounterMode, forward + backward, over the first ``--flop-batches`` batches of the same
@@ -21,12 +24,14 @@ directory of ``bench_inference.py`` (``bench-work/inference/data``, prepared onc
   model's is the ceiling of the speed ratio on a machine bound by matrix products (a CPU);
   "efficiency" is the measured ratio over that ceiling.
 
-* Generation sentences/second (fairseq-generate's own figure, beam ``--beam``, 5 by
-  default): ``hrnn_context`` initialised from the ``rnnsearch`` checkpoint
-  (``--init-from-sentence-checkpoint``) and trained ``--context-updates`` more, against that
-  ``rnnsearch``; target >= 0.9x. ``hrnn_context`` decodes in its default batches (document
-  runs: each context sentence encoded once per batch) and in fairseq's length-sorted batches
-  (``--doc-batching sentences``). Generated tokens/second and the mean hypothesis length are
+* Generation sentences/second (fairseq-generate's own figure, the beam of each model's paper
+  unless ``--beam`` says otherwise: 5 for ``hrnn_context``, 10 for ``isg_rnnsearch``), the
+  context model initialised from its baseline's checkpoint (``--init-from-sentence-checkpoint``)
+  and trained ``--context-updates`` more, against that baseline at the same beam:
+  ``hrnn_context`` against ``rnnsearch`` (beam 5), target >= 0.9x; ``isg_rnnsearch`` against
+  its ``rnnsearch`` (beam 10), target >= 0.7x. A context model decodes in its default batches
+  (document runs: each context sentence encoded once per batch) and in fairseq's length-sorted
+  batches (``--doc-batching sentences``). Generated tokens/second and the mean hypothesis length are
   printed too (briefly trained models write outputs of different lengths); with
   ``--flop-every N`` the matrix-product FLOPs per sentence of the beam search
   (``bench_inference.count_flops``) and the ratio they allow.
@@ -36,9 +41,9 @@ options), ``BASELINE`` (what its training speed is compared with), and, for gene
 ``GENERATE`` (its fairseq-generate task options; the model is initialised from the baseline's
 checkpoint).
 
-Usage: python benchmarks/bench_rnn.py [--models rnnsearch hrnn] [--size small|paper|tiny]
+Usage: python benchmarks/bench_rnn.py [--models rnnsearch hrnn isg] [--size small|paper|tiny]
        [--updates 40] [--repeats 2] [--flop-batches 10] [--no-generate] [--gen-updates 300]
-       [--context-updates 100] [--beam 5] [--batch-size 32] [--test-docs N] [--flop-every 4]
+       [--context-updates 100] [--beam N] [--batch-size 32] [--test-docs N] [--flop-every 4]
 """
 import argparse
 import os
@@ -84,16 +89,23 @@ MODELS = {
              "--decoder-layers", "1", "--dropout", "0.0", "--decoder-dropout-out", "0.5"],
     "rnnsearch": ["--arch", "rnnsearch_nematus", "--context-size", "0"],
     "hrnn": ["--arch", "hrnn_context", "--context-size", "3"],
+    # Kuang & Xiong's RNNSearch (maxout deep output), the base of isg_rnnsearch
+    "rnnsearch_kx": ["--arch", "rnnsearch", "--context-size", "0"],
+    "isg": ["--arch", "isg_rnnsearch", "--context-size", "1"],
 }
 #: the models of the RNN family (need --attention-dim)
-RNN_FAMILY = ("rnnsearch", "hrnn")
+RNN_FAMILY = ("rnnsearch", "hrnn", "rnnsearch_kx", "isg")
 #: name -> the model its training speed is compared with
-BASELINE = {"rnnsearch": "lstm", "hrnn": "rnnsearch"}
+BASELINE = {"rnnsearch": "lstm", "hrnn": "rnnsearch", "isg": "rnnsearch_kx"}
 #: name -> fairseq-generate task options, for the models whose generation speed is compared
 #: with their baseline's (each initialised from the baseline's checkpoint)
 GENERATE = {
     "hrnn": ["--task", "document_translation", "--context-size", "3"],
+    "isg": ["--task", "document_translation", "--context-size", "1"],
 }
+#: name -> the beam of its paper (Wang et al. 2017 do not state theirs: fairseq's 5; Kuang &
+#: Xiong 2018, §5.1: 10), for the model and its baseline unless --beam is given
+BEAM = {"hrnn": 5, "isg": 10}
 SENTENCE_LEVEL = ["--task", "document_translation", "--context-size", "0"]
 
 
@@ -155,7 +167,7 @@ def generation_speed(data_bin, models, args):
     """Sentences/s (and tokens/s) of each model of ``GENERATE`` against its baseline,
     alternating runs, best of ``--repeats``."""
     test_bin, _ = prepared_test_set(data_bin, WORK, "iwslt17", args.test_docs)
-    gen = ["--beam", str(args.beam), "--batch-size", str(args.batch_size), "--max-len-a", "1.2",
+    gen = ["--batch-size", str(args.batch_size), "--max-len-a", "1.2",
            "--max-len-b", "10", "--remove-bpe", "sentencepiece", "--required-batch-size-multiple", "1",
            "--gen-subset", "test", "--cpu"]
     runs, pairs = {}, []
@@ -163,12 +175,14 @@ def generation_speed(data_bin, models, args):
         if m not in GENERATE:
             continue
         b = BASELINE[m]
+        beam = ["--beam", str(args.beam or BEAM[m])]
         base_ckpt = train_checkpoint(data_bin, b, args.size, args.gen_updates)
         ckpt = train_checkpoint(data_bin, m, args.size, args.context_updates, init_from=(b, base_ckpt))
-        runs[b] = ["fairseq-generate", test_bin, *USER_DIR, *SENTENCE_LEVEL, "--path", base_ckpt, *gen]
-        runs[m] = ["fairseq-generate", test_bin, *USER_DIR, *GENERATE[m], "--path", ckpt, *gen]
+        base_run = f"{b} (beam {beam[1]})"
+        runs[base_run] = ["fairseq-generate", test_bin, *USER_DIR, *SENTENCE_LEVEL, "--path", base_ckpt, *gen, *beam]
+        runs[m] = ["fairseq-generate", test_bin, *USER_DIR, *GENERATE[m], "--path", ckpt, *gen, *beam]
         runs[f"{m} (length-sorted)"] = [*runs[m], "--doc-batching", "sentences"]
-        pairs += [(m, b), (f"{m} (length-sorted)", b)]
+        pairs += [(m, base_run), (f"{m} (length-sorted)", base_run)]
     if not runs:
         return
     rates = {}
@@ -184,17 +198,17 @@ def generation_speed(data_bin, models, args):
         for name in runs:
             f, t, n, digest = count_generation_flops([str(c) for c in runs[name]], args.flop_every)
             work[name] = (f / n, digest)
-    print(f"\ngeneration, IWSLT17 TED test ({rates[pairs[0][1]][3]} sentences), beam {args.beam}, --batch-size "
+    print(f"\ngeneration, IWSLT17 TED test ({rates[pairs[0][1]][3]} sentences), each pair at one beam, --batch-size "
           f"{args.batch_size}, best of {args.repeats}; models trained {args.gen_updates} updates (baseline) "
           f"+ {args.context_updates} (initialised from it)")
     if work:
         print(f"FLOPs: matrix products of the beam search (encoders included), every {args.flop_every}. batch; "
               f"ceiling = the baseline's FLOPs/sentence over the model's")
-    print(f"{'run':28s} {'baseline':12s} {'sent/s':>8s} {'ratio':>6s} {'tok/s':>8s} {'ratio':>6s} {'mean len':>8s}"
+    print(f"{'run':28s} {'baseline':24s} {'sent/s':>8s} {'ratio':>6s} {'tok/s':>8s} {'ratio':>6s} {'mean len':>8s}"
           + (f" {'MFLOP/sent':>10s} {'ceiling':>7s}" if work else ""))
     for m, b in pairs:
         (s, t, ml, _), (sb, tb, _, _) = rates[m], rates[b]
-        line = f"{m:28s} {b:12s} {s:8.2f} {s / sb:6.2f} {t:8.1f} {t / tb:6.2f} {ml:8.1f}"
+        line = f"{m:28s} {b:24s} {s:8.2f} {s / sb:6.2f} {t:8.1f} {t / tb:6.2f} {ml:8.1f}"
         if work:
             same = "" if work[m][1] == work[b][1] else " (other sentences counted)"
             line += f" {work[m][0] / 1e6:10.1f} {work[b][0] / work[m][0]:7.2f}{same}"
@@ -204,20 +218,23 @@ def generation_speed(data_bin, models, args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=list(BASELINE), choices=list(BASELINE),
-                    help="models compared with their baselines (rnnsearch: vs lstm; hrnn: hrnn_context vs rnnsearch)")
+                    help="models compared with their baselines (rnnsearch: rnnsearch_nematus vs fairseq's lstm; "
+                    "hrnn: hrnn_context vs rnnsearch_nematus; isg: isg_rnnsearch vs rnnsearch)")
     ap.add_argument("--size", choices=list(SIZES), default="small",
-                    help="size of every model: small (256/256, default), paper (600/1000, Wang et al. 2017), "
+                    help="size of every model: small (256/256, default), paper (600/1000, Wang et al. 2017; for isg "
+                    "too, next to Kuang & Xiong's 620/1000), "
                     "tiny (32/32, a smoke run)")
     ap.add_argument("--updates", type=int, default=40, help="updates of each training-speed run")
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=2, help="runs of each model (alternating); the best counts")
     ap.add_argument("--flop-batches", type=int, default=10,
                     help="batches over which the training FLOPs per word are counted (0: skip)")
     ap.add_argument("--no-generate", action="store_true", help="training speed only")
     ap.add_argument("--gen-updates", type=int, default=300, help="training updates of the baseline decoded")
     ap.add_argument("--context-updates", type=int, default=100,
                     help="updates of the context model after initialising it from the baseline")
-    ap.add_argument("--beam", type=int, default=5)
-    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--beam", type=int, default=None,
+                    help="beam of every generation run (default: each model's paper: hrnn 5, isg 10)")
+    ap.add_argument("--batch-size", type=int, default=32, help="sentences per generation batch")
     ap.add_argument("--test-docs", type=int, default=None, help="only the first N test documents (a quick check)")
     ap.add_argument("--flop-every", type=int, default=4,
                     help="count the generation FLOPs of every N-th batch (0: no count)")

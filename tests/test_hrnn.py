@@ -317,3 +317,13 @@ def test_analyze_and_plot_the_gate(hrnn_from_rnnsearch, reverse_bin, tmp_path):
     plotted = json.loads((tmp_path / "plot" / "context_hrnn_context.json").read_text())
     assert plotted["panels"][0]["row_labels"] == ["z"]
     assert (tmp_path / "plot" / "context_hrnn_context.png").exists()
+
+
+def test_no_attention_over_the_context():
+    """The hierarchical summary ``D`` has no attention over the context sentences:
+    ``docctx-score entropy`` refuses the model with one line (docs/limits.md)."""
+    from fairseq_docctx.models import document_context as dc
+
+    model, d = build()
+    with pytest.raises(dc.ContextAttentionUnsupported, match="HRNNContextModel does not give"):
+        dc.context_attention(model, toy_document_batch(d, [1, 2, 3], sides="source"))

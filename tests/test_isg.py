@@ -13,6 +13,7 @@ import torch
 
 from conftest import REPO, RNN_TINY, assert_incremental_equals_full, run, run_in_process, toy_document_batch
 from fairseq_docctx.data import context_batch as cb
+from fairseq_docctx.models.document_context import ContextAttentionUnsupported
 from fairseq_docctx.models.isg_rnnsearch import ISGRNNSearchModel, attention_entropy, isg_rnnsearch
 from fairseq_docctx.models.rnnsearch import is_context_parameter
 from test_hrnn import _changed, assert_initialised_from, first_rows, forward, only_context_rows, perturbed
@@ -201,8 +202,8 @@ def test_attention_and_gate_for_analysis():
     same_row_alone(model, s, panels, rows=(0, 2, 9, 14))
     for switch in ("zero-gate", "random-context"):
         other, _ = build(isg_ablation=switch)
-        with pytest.raises(ValueError, match="does not attend"):
-            other.previous_sentence_attention(**ni)
+        with pytest.raises(ContextAttentionUnsupported, match="does not attend"):
+            other.context_attention(s)
         assert [p["rows"] for p in other.context_weights(s)] == [["z"]]
 
 
@@ -339,3 +340,25 @@ def test_analyze_and_plot(isg_from_rnnsearch, reverse_bin, tmp_path, capsys):
     assert code == 0, err
     plotted = json.loads((tmp_path / "plot" / "context_isg_rnnsearch.json").read_text())
     assert [p["row_labels"] for p in plotted["panels"]] == [["z"], ["H/log m"]]
+
+
+def test_entropy_command(isg_from_rnnsearch, reverse_bin, tmp_path, capsys):
+    """``docctx-score entropy`` measures the attention over the previous sentence (Eq. 12) at
+    every target word of every sentence, first sentences included: their previous sentence is
+    the null sentence of three stop symbols (log2 3 bits at most, the paper's Figure 3)."""
+    from fairseq_docctx.cli.score import cli_main as score
+
+    out = tmp_path / "isg.json"
+    code, text, err = run_in_process(score, ["entropy", "--path", isg_from_rnnsearch[0], "--data", reverse_bin,
+                                             "--max-sentences", "12", "--base", "2", "--json", out], capsys)
+    assert code == 0, err
+    rep = json.loads(out.read_text())["metrics"]["attention_entropy"]
+    (d,) = rep["distributions"]
+    assert d["items"] == "previous sentence's tokens" and rep["sentences_without_context"] == 0
+    sents = rep["sentences"]
+    assert len(sents) == 12 and {s["index"] for s in sents} == set(range(5))
+    for s in sents:
+        (t,) = s["entropy"]
+        assert all(0 <= h <= m + 1e-6 for h, m in zip(s["entropy"][t], s["max"][t]))
+        assert (s["index"] == 0) == all(abs(m - 1.585) < 1e-3 for m in s["max"][t])
+    assert f"mean {d['mean']:.4f}" in text

@@ -58,6 +58,7 @@ from torch import Tensor
 from ..data import context_batch as cb
 from . import sentence_init
 from .arch_defaults import set_defaults
+from .document_context import ContextAttentionUnsupported
 from .rnnsearch import (RNNSearchContextModel, RNNSearchDecoder, RNNSearchEncoder, RNNSearchModel,
                         additive_attention, cell_input, cell_step, is_context_parameter, right_padded,
                         rnnsearch, to_left_padding)
@@ -292,8 +293,8 @@ class ISGRNNSearchModel(RNNSearchContextModel):
         ``[B, m]`` (right-padded; ``(eos, eos, eos)`` for the null sentence). Eval mode,
         restored."""
         if self.decoder.ablation in ("random-context", "zero-gate"):
-            raise ValueError(f"isg_rnnsearch with --isg-ablation {self.decoder.ablation} does not "
-                             "attend to the previous sentence")
+            raise ContextAttentionUnsupported(f"isg_rnnsearch with --isg-ablation {self.decoder.ablation} does "
+                                              "not attend to the previous sentence")
         net_input = dict(src_tokens=src_tokens, src_lengths=src_lengths, prev_output_tokens=prev_output_tokens,
                          context=context)
         encoder_out, steps = self.decoder_steps(net_input)
@@ -312,7 +313,9 @@ class ISGRNNSearchModel(RNNSearchContextModel):
     def context_attention(self, sample):
         """The attention over the previous sentence as one distribution per target position
         (``docctx-score entropy``'s format): ``weights [B, T, m]``, ``support`` A's tokens
-        (the three stop symbols of the null sentence included, as in the paper's Figure 3)."""
+        (the three stop symbols of the null sentence included, as in the paper's Figure 3).
+        A document's first sentence has a distribution too, over the null sentence (the
+        paper's Figure 3): every real target position is measured."""
         ni = sample["net_input"]
         alpha, prev_tokens = self.previous_sentence_attention(**ni)
         real = ni["prev_output_tokens"].ne(self.decoder.padding_idx)

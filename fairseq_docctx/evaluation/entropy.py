@@ -15,12 +15,15 @@ split, teacher-forced with the reference context (as in training):
 * ``qcn_transformer``: per context word, its routing (coupling) coefficients over the output
   capsules, at every routing iteration;
 * ``mht_transformer`` (multi-hop module, via the Python API: its batches need drafts): per
-  layer and hop, the attention over that hop's context sentence.
+  layer and hop, the attention over that hop's context sentence;
+* ``isg_rnnsearch``: per target word, the attention over the previous sentence, a document's
+  first sentence included (over the null sentence of three stop symbols, their Figure 3).
 
 Reported per distribution: the mean entropy per sentence (over its positions), over the test
 set (over all positions, and over the sentences' means), and the mean ``log n`` (the entropy of
 a uniform attention over the same items), in nats (``--base 2``: bits). Sentences without
-context (a document's first) have no distribution and are left out (counted).
+context (a document's first, except for ``isg_rnnsearch``) have no distribution and are left
+out (counted).
 """
 import json
 import math

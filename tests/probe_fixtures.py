@@ -154,7 +154,8 @@ def mht_model(bg, probe, factory):
 #: the RNN family on the probe: tiny sizes (fairseq-train options) and optimisation; the
 #: decoder's step loop makes an update slower than a tiny transformer's, so 400 updates (a
 #: shorter warmup, a higher learning rate) for the RNN models: ~80 s (rnnsearch), ~120 s
-#: (hrnn_context), ~110 s (isg_rnnsearch) two at a time on 2 busy cores
+#: (hrnn_context), ~110 s (isg_rnnsearch) two at a time on 2 busy cores (158 / 237 / 252 s in
+#: a full suite beside two other suites)
 RNN_PROBE = dict(model_args=[
     "--encoder-embed-dim", "64", "--encoder-hidden-size", "64", "--decoder-embed-dim", "64",
     "--decoder-hidden-size", "64", "--decoder-out-embed-dim", "64", "--attention-dim", "64",

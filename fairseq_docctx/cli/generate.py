@@ -7,6 +7,7 @@ shard I, :mod:`fairseq_docctx.inference.generate`), and writes one output: every
 lines in sentence-id order, a summary and the score over the whole split.
 """
 import argparse
+import logging
 import sys
 
 from . import quiet_logging
@@ -42,6 +43,7 @@ def main(argv=None):
     if not args.fairseq_args:
         build_parser().error("give the fairseq-generate arguments after --")
     quiet_logging()
+    logging.getLogger("hydra").setLevel(logging.WARNING)
     from ..inference.generate import generate
     from ..inference.shards import parse_devices
 

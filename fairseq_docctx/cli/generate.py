@@ -10,7 +10,7 @@ import argparse
 import logging
 import sys
 
-from . import quiet_logging
+from . import exit_on_errors, quiet_logging
 
 
 def build_parser():
@@ -52,16 +52,7 @@ def main(argv=None):
 
 
 def cli_main(argv=None):
-    from ..inference.shards import ShardError
-
-    try:
-        main(argv)
-    except ShardError as e:
-        print(f"docctx-generate: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"docctx-generate: error: {e}", file=sys.stderr)
-        sys.exit(2)
+    exit_on_errors("docctx-generate", main, argv, (ValueError, FileNotFoundError))
 
 
 if __name__ == "__main__":

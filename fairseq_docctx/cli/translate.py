@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from . import quiet_logging
+from . import exit_on_errors, quiet_logging
 from ..data.readers import INPUT_FORMATS, DocumentFormatError, docids_path, read_file, read_set_attributes
 from ..data.writers import DocumentWriter
 
@@ -323,17 +323,8 @@ def cli_main(argv=None):
     from ..data.manifest import ManifestError
     from ..hub import CheckpointError
 
-    from ..inference.shards import ShardError
-
-    try:
-        main(argv)
-    except ShardError as e:
-        print(f"docctx-translate: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except (DocumentFormatError, FileNotFoundError, CheckpointError, ManifestError, OutputError,
-            ValueError) as e:
-        print(f"docctx-translate: error: {getattr(e, 'cli_message', e)}", file=sys.stderr)
-        sys.exit(2)
+    exit_on_errors("docctx-translate", main, argv, (DocumentFormatError, FileNotFoundError, CheckpointError,
+                                                    ManifestError, OutputError, ValueError))
 
 
 if __name__ == "__main__":

@@ -30,16 +30,6 @@ RECORD = re.compile(r"^([A-Z])-(\d+)(?:_\d+)?\t")
 _SHARD_OPTIONS = ("--num-shards", "--shard-id", "--distributed-world-size", "--distributed-rank")
 
 
-def _option_value(args: Sequence[str], name: str) -> Optional[str]:
-    value = None
-    for i, a in enumerate(args):
-        if a == name and i + 1 < len(args):
-            value = args[i + 1]
-        elif a.startswith(name + "="):
-            value = a.split("=", 1)[1]
-    return value
-
-
 def _without(args: Sequence[str], name: str, takes_value: bool) -> List[str]:
     out, skip = [], False
     for a in args:

@@ -16,6 +16,7 @@ setup(
             "docctx-analyze = fairseq_docctx.cli.analyze:cli_main",
             "docctx-score = fairseq_docctx.cli.score:cli_main",
             "docctx-drafts = fairseq_docctx.cli.drafts:cli_main",
+            "docctx-generate = fairseq_docctx.cli.generate:cli_main",
         ]
     },
 )

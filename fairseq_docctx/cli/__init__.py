@@ -9,3 +9,20 @@ def quiet_logging():
     for name in ("fairseq", "fairseq_docctx"):
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=".*pin_memory.*")
+
+
+def exit_on_errors(prog, main, argv, errors):
+    """``main(argv)``; a failing shard process (``ShardError``) prints ``prog: error: ...``
+    and exits with code 1, one of ``errors`` (bad input or arguments) with code 2."""
+    import sys
+
+    from ..inference.shards import ShardError
+
+    try:
+        return main(argv)
+    except ShardError as e:
+        code, message = 1, str(e)
+    except tuple(errors) as e:
+        code, message = 2, str(getattr(e, "cli_message", e))
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    sys.exit(code)

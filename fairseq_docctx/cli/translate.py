@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from . import quiet_logging
+from . import exit_on_errors, quiet_logging
 from ..data.readers import INPUT_FORMATS, DocumentFormatError, docids_path, read_file, read_set_attributes
 from ..data.writers import DocumentWriter
 
@@ -63,6 +63,16 @@ def build_parser():
                    help="XML/SGML output: the sysid of every document; WMT 2021+ XML: the system of "
                    "the <hyp> elements (default: fairseq_docctx)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--processes", type=int, default=None, metavar="N",
+                   help="translate in N processes, each with a share of the documents (balanced by "
+                   "sentence count), merged in input order (default: one per device of --devices, else 1)")
+    p.add_argument("--devices", metavar="LIST",
+                   help="with --processes: GPUs, e.g. 0,1; process I runs on device I mod len(LIST) "
+                   "(CUDA_VISIBLE_DEVICES); default: every process on the CPU")
+    # one shard's process (run by --processes): its documents, written to a shard file
+    p.add_argument("--num-shards", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--shard-id", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--shard-output", help=argparse.SUPPRESS)
     return p
 
 
@@ -82,14 +92,15 @@ def _progress(total_sents, total_docs, quiet):
 STDIN = "<stdin>"
 
 
-def _read_input(args):
+def _read_input(args, keep_dir=None):
     """The input documents, their format and (XML) the set element's attributes; standard
-    input is read as bytes, so that invalid UTF-8 is reported as ``<stdin>:LINE``."""
+    input is read as bytes, so that invalid UTF-8 is reported as ``<stdin>:LINE`` (and kept
+    as ``keep_dir/stdin.txt`` if ``keep_dir`` is given)."""
     if args.input is not None:
         docids = args.docids or docids_path(args.input, None)
         docs, fmt = read_file(args.input, args.input_format, docids)
         return docs, fmt, read_set_attributes(args.input) if fmt == "xml" else None
-    tmp = tempfile.mkdtemp(prefix="docctx-translate-")
+    tmp = keep_dir or tempfile.mkdtemp(prefix="docctx-translate-")
     try:
         path = os.path.join(tmp, "stdin.txt")
         with open(path, "wb") as f:
@@ -103,7 +114,8 @@ def _read_input(args):
             d.path = STDIN
         return docs, fmt, read_set_attributes(path) if fmt == "xml" else None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if keep_dir is None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _check_separator(docs, separator):
@@ -162,22 +174,125 @@ class OutputError(ValueError):
     """An output file that cannot be written."""
 
 
+def _load(args, docs):
+    """The model (hub) of the arguments; the input checked against its separator."""
+    from ..hub import from_pretrained
+
+    overrides = {"target_context": args.target_context}
+    if args.context_size is not None:
+        overrides["context_size"] = args.context_size
+    hub = from_pretrained(args.path, data=args.data, spm_model=args.spm_model,
+                          cpu=args.cpu, fp16=args.fp16, draft_path=args.draft_path,
+                          draft_beam=args.draft_beam or args.beam, **overrides)
+    _check_separator(docs, getattr(hub.task.cfg, "context_separator", None))
+    return hub
+
+
+def _translate(hub, args, docs, progress=None, document_done=None):
+    return hub.translate_documents(
+        [d.sentences for d in docs], beam=args.beam, batch_size=args.batch_size,
+        max_tokens=args.max_tokens, progress=progress, document_done=document_done,
+        lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
+    )
+
+
+#: options a shard process gets from the launcher, not from the command line
+_LAUNCHER_OPTIONS = {"input", "output", "processes", "devices", "num_shards", "shard_id", "shard_output",
+                     "quiet", "input_format", "docids", "cpu"}
+
+
+def _shard_command(args, input_path, fmt, devices):
+    """The command line of a shard process: this command on ``input_path`` with the same
+    options, quiet, on the CPU unless ``devices``."""
+    argv = [sys.executable, "-m", __spec__.name if __spec__ else "fairseq_docctx.cli.translate",
+            input_path, "--input-format", fmt, "--quiet"]
+    if args.docids:
+        argv += ["--docids", args.docids]
+    if not devices or args.cpu:
+        argv.append("--cpu")
+    for a in build_parser()._actions:
+        if not a.option_strings or a.dest in _LAUNCHER_OPTIONS or a.dest == "help":
+            continue
+        value, flag = getattr(args, a.dest), [o for o in a.option_strings if o.startswith("--")][0]
+        if isinstance(a, argparse._StoreTrueAction):
+            argv += [flag] if value else []
+        elif value is not None:
+            argv += [flag, str(value)]
+    return argv
+
+
+def _translate_shard(args, docs):
+    """One shard process: the documents of shard ``--shard-id``, to ``--shard-output``."""
+    from ..inference.translate import ShardWriter, shard_documents
+
+    mine = shard_documents([len(d) for d in docs], args.num_shards, args.shard_id)
+    hub = _load(args, docs)
+    writer = ShardWriter(args.shard_output, hub.task.cfg.source_lang, hub.task.cfg.target_lang)
+    try:
+        _translate(hub, args, [docs[i] for i in mine],
+                   document_done=lambda k, translation: writer.write(mine[k], translation))
+    finally:
+        writer.close()
+
+
+def _translate_in_processes(args, n, devices):
+    """``--processes N``: the documents translated by N shard processes, written in input
+    order once all are done."""
+    from ..inference.translate import translate_sharded
+
+    work = tempfile.mkdtemp(prefix="docctx-translate-")
+    try:
+        docs, fmt, set_attributes = _read_input(args, keep_dir=work)
+        output = _Output(args.output, fmt == "docids")
+        try:
+            start = time.time()
+            langs, translations = translate_sharded(
+                _shard_command(args, args.input or os.path.join(work, "stdin.txt"), fmt, devices),
+                [len(d) for d in docs], n, devices, work_dir=os.path.join(work, "shards"))
+            elapsed = time.time() - start
+            writer = DocumentWriter(fmt, output.out, output.ids, src_lang=langs.get("source_lang"),
+                                    tgt_lang=langs.get("target_lang"), sysid=args.system_name,
+                                    set_attributes=set_attributes)
+            for doc, translation in zip(docs, translations):
+                writer.write(doc, translation)
+            writer.close()
+            output.commit()
+        finally:
+            output.discard()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return docs, translations, elapsed
+
+
+def _report(args, docs, translations, elapsed, processes=1):
+    empty = sum(1 for t in translations for s in t if not s.strip())
+    if empty:
+        print(f"docctx-translate: warning: {empty} empty translations", file=sys.stderr)
+    if not args.quiet:
+        total = sum(len(d) for d in docs)
+        by = f" with {processes} processes" if processes > 1 else ""
+        print(f"docctx-translate: {len(docs)} documents, {total} sentences in {elapsed:.1f}s{by} "
+              f"({total / max(elapsed, 1e-9):.1f} sentences/s)", file=sys.stderr)
+
+
 def main(argv=None):
+    from ..inference.shards import num_processes, parse_devices
+
     args = build_parser().parse_args(argv)
     quiet_logging()
+    if args.shard_output is not None:
+        return _translate_shard(args, _read_input(args)[0])
+    devices = parse_devices(args.devices)
+    n = num_processes(args.processes, devices)
+    if n > 1 or devices:
+        docs, translations, elapsed = _translate_in_processes(args, n, devices)
+        _report(args, docs, translations, elapsed, n)
+        return translations
     docs, fmt, set_attributes = _read_input(args)
     output = _Output(args.output, fmt == "docids")
     try:
-        from ..hub import from_pretrained
-
-        overrides = {"target_context": args.target_context}
-        if args.context_size is not None:
-            overrides["context_size"] = args.context_size
-        hub = from_pretrained(args.path, data=args.data, spm_model=args.spm_model,
-                              cpu=args.cpu, fp16=args.fp16, draft_path=args.draft_path,
-                              draft_beam=args.draft_beam or args.beam, **overrides)
+        hub = _load(args, docs)
         cfg = hub.task.cfg
-        _check_separator(docs, getattr(cfg, "context_separator", None))
         writer = DocumentWriter(fmt, output.out, output.ids, src_lang=cfg.source_lang,
                                 tgt_lang=cfg.target_lang, sysid=args.system_name,
                                 set_attributes=set_attributes)
@@ -193,23 +308,14 @@ def main(argv=None):
             output.out.flush()
 
         start = time.time()
-        translations = hub.translate_documents(
-            [d.sentences for d in docs], beam=args.beam, batch_size=args.batch_size,
-            max_tokens=args.max_tokens, progress=update, document_done=document_done,
-            lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
-        )
+        translations = _translate(hub, args, docs, progress=update, document_done=document_done)
         bar.close()
         elapsed = time.time() - start
         writer.close()
         output.commit()
     finally:
         output.discard()
-    empty = sum(1 for t in translations for s in t if not s.strip())
-    if empty:
-        print(f"docctx-translate: warning: {empty} empty translations", file=sys.stderr)
-    if not args.quiet:
-        print(f"docctx-translate: {len(docs)} documents, {total} sentences in {elapsed:.1f}s "
-              f"({total / max(elapsed, 1e-9):.1f} sentences/s)", file=sys.stderr)
+    _report(args, docs, translations, elapsed)
     return translations
 
 
@@ -217,12 +323,8 @@ def cli_main(argv=None):
     from ..data.manifest import ManifestError
     from ..hub import CheckpointError
 
-    try:
-        main(argv)
-    except (DocumentFormatError, FileNotFoundError, CheckpointError, ManifestError, OutputError,
-            ValueError) as e:
-        print(f"docctx-translate: error: {getattr(e, 'cli_message', e)}", file=sys.stderr)
-        sys.exit(2)
+    exit_on_errors("docctx-translate", main, argv, (DocumentFormatError, FileNotFoundError, CheckpointError,
+                                                    ManifestError, OutputError, ValueError))
 
 
 if __name__ == "__main__":

@@ -98,3 +98,39 @@ class DocIndex:
     def single_sentence_documents(cls, n: int) -> "DocIndex":
         """Every sentence its own document (for data without a document index)."""
         return cls([str(i) for i in range(n)], np.ones(n, dtype=np.int64))
+
+    def shard_sentences(self, num_shards: int, shard_id: int) -> np.ndarray:
+        """The corpus indices (sorted) of the sentences of the documents of shard
+        ``shard_id`` of ``num_shards`` (:func:`balanced_shards`)."""
+        docs = balanced_shards(self.lengths, num_shards)[check_shard(num_shards, shard_id)]
+        return np.flatnonzero(np.isin(self.sent_doc, docs))
+
+
+def check_shard(num_shards: int, shard_id: int) -> int:
+    """``shard_id``, or a ``ValueError`` naming the options if it is not a shard of
+    ``num_shards``."""
+    if num_shards < 1:
+        raise ValueError(f"--num-shards {num_shards}: must be at least 1")
+    if not 0 <= shard_id < num_shards:
+        raise ValueError(f"--shard-id {shard_id} with --num-shards {num_shards}: the shard id "
+                         f"must be in 0..{num_shards - 1}")
+    return shard_id
+
+
+def balanced_shards(lengths: Sequence[int], num_shards: int) -> List[np.ndarray]:
+    """Documents (numbers, ascending) of each of ``num_shards`` shards, balanced by sentence
+    count: documents are taken longest first (ties: corpus order) and each goes to the shard
+    with the fewest sentences so far (ties: the lowest shard). Deterministic; every document
+    in exactly one shard; a shard is empty only if there are fewer documents than shards."""
+    import heapq
+
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if num_shards < 1:
+        raise ValueError(f"--num-shards {num_shards}: must be at least 1")
+    owner = np.zeros(len(lengths), dtype=np.int64)
+    heap = [(0, s) for s in range(num_shards)]
+    for d in np.argsort(-lengths, kind="stable"):
+        load, s = heapq.heappop(heap)
+        owner[d] = s
+        heapq.heappush(heap, (load + int(lengths[d]), s))
+    return [np.flatnonzero(owner == s) for s in range(num_shards)]

@@ -14,6 +14,7 @@ import logging
 import os
 from typing import Optional
 
+import numpy as np
 import torch
 from dataclasses import dataclass, field
 
@@ -22,11 +23,11 @@ from fairseq.data import data_utils, iterators
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
-from omegaconf import open_dict
+from omegaconf import II, open_dict
 
 from ..data import context_batch as cb
 from ..data import length_groups
-from ..data.doc_index import DocIndex, doc_index_path
+from ..data.doc_index import DocIndex, check_shard, doc_index_path
 from ..data.document_dataset import DocumentPairDataset
 from ..models import document_context as dc
 
@@ -80,6 +81,10 @@ class DocumentTranslationConfig(TranslationConfig):
                   "length), or 'auto': what the model's contract asks for "
                   "(its ``doc_batching``; runs for sentence-level models)"},
     )
+    # fairseq's --num-shards / --shard-id (dataset options, which fairseq-generate itself
+    # ignores): generation of shard I of N decodes the documents of that shard only
+    num_shards: int = II("dataset.num_shards")
+    shard_id: int = II("dataset.shard_id")
 
 
 def dictionary_digest(d, separator: Optional[str] = None) -> str:
@@ -282,7 +287,8 @@ class DocumentTranslationTask(TranslationTask):
                            shard_id=0, num_workers=0, epoch=1, data_buffer_size=0,
                            disable_iterator_cache=False, skip_remainder_batch=False,
                            grouped_shuffling=False, update_epoch_batch_itr=False, **kwargs):
-        if not (isinstance(dataset, DocumentPairDataset) and dataset.has_context):
+        shard = self.generation_shard(dataset)
+        if shard is None and not (isinstance(dataset, DocumentPairDataset) and dataset.has_context):
             return super().get_batch_iterator(
                 dataset, max_tokens=max_tokens, max_sentences=max_sentences,
                 max_positions=max_positions, ignore_invalid_inputs=ignore_invalid_inputs,
@@ -297,19 +303,24 @@ class DocumentTranslationTask(TranslationTask):
         if dataset.position_major:
             if num_shards > 1:
                 raise ValueError(
-                    "document-order inference (--target-context hypothesis) runs in one "
-                    "process: a sentence needs the translations of the previous ones"
+                    "document-order inference (--target-context hypothesis) does not split "
+                    "its batches over distributed workers (a sentence needs the translations "
+                    "of the previous ones): split the documents with --num-shards N "
+                    "--shard-id I instead (docctx-generate runs the N processes and merges)"
                 )
             self.hypotheses.clear()
             self.model_cache.clear()
         # Document batching: runs are re-drawn every epoch, so the batch sampler is a
         # callable that EpochBatchIterator calls once per epoch.
         dataset.set_epoch(epoch)
-        dataset.set_doc_batching(self.doc_batching, self.model_spec.context_token_cost)
+        if dataset.has_context:
+            dataset.set_doc_batching(self.doc_batching, self.model_spec.context_token_cost)
 
         def make_batches(dataset, epoch):
             with data_utils.numpy_seed(seed + epoch):
                 indices = dataset.ordered_indices()
+            if shard is not None:  # this shard's documents, in the order of the whole split
+                indices = indices[np.isin(indices, shard)]
             if max_positions is not None:
                 indices = self.filter_indices_by_size(
                     indices, dataset, max_positions, ignore_invalid_inputs
@@ -332,6 +343,27 @@ class DocumentTranslationTask(TranslationTask):
             skip_remainder_batch=skip_remainder_batch,
             grouped_shuffling=grouped_shuffling,
         )
+
+    def generation_shard(self, dataset) -> Optional[np.ndarray]:
+        """With ``--num-shards N`` (N > 1) and ``--shard-id I``: the corpus indices of the
+        sentences of shard I of a split that is not the training split, whole documents
+        balanced by sentence count (:func:`~fairseq_docctx.data.doc_index.balanced_shards`);
+        ``None`` otherwise. The sentence ids stay the split's own, so the outputs of the N
+        shards merged by id are the output of the whole split."""
+        try:  # absent from older configurations, unresolvable outside a whole configuration
+            num_shards, shard_id = int(self.cfg.num_shards or 1), int(self.cfg.shard_id or 0)
+        except Exception:
+            num_shards, shard_id = 1, 0
+        check_shard(num_shards, shard_id)
+        if (num_shards == 1 or not isinstance(dataset, DocumentPairDataset)
+                or dataset is self.datasets.get(self.cfg.train_subset)):
+            return None
+        shard = dataset.docs.shard_sentences(num_shards, shard_id)
+        if len(shard) == 0:
+            raise ValueError(f"--shard-id {shard_id} of --num-shards {num_shards}: the split has "
+                             f"{len(dataset.docs)} documents, shard {shard_id} gets none: use at "
+                             f"most {len(dataset.docs)} shards")
+        return shard
 
     # ---------------------------------------------------------------- models
     @property

@@ -1,0 +1,230 @@
+"""``fairseq-generate`` over several processes: shard by documents, merge by sentence id.
+
+:func:`generate` starts N ``fairseq-generate`` processes on the same arguments plus
+``--num-shards N --shard-id I`` (the ``document_translation`` task then decodes the documents
+of shard I only, :meth:`~fairseq_docctx.tasks.document_translation.DocumentTranslationTask.
+generation_shard`, with the corpus's sentence ids) and writes one output as fairseq-generate
+writes it: the ``S-``/``T-``/``H-``/``D-``/``P-`` (and ``A-``, ``I-``, ``E-``) lines of every
+sentence, in sentence-id order (corpus order), each id once, then a summary line and the score
+line fairseq prints (``Generate <subset> with beam=<B>: ...``), computed over the merged
+corpus with fairseq's own scorer (``--scoring``). The shards' log lines stay in their own
+files (``work_dir``).
+"""
+import logging
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections import OrderedDict
+from typing import Dict, List, Optional, Sequence, TextIO
+
+from .shards import ShardError, num_processes, run_shards, shard_environment
+
+logger = logging.getLogger(__name__)
+
+#: a line fairseq-generate prints for a sentence: ``X-<id>`` (``E-<id>_<step>``), a tab
+RECORD = re.compile(r"^([A-Z])-(\d+)(?:_\d+)?\t")
+#: options the launcher sets for each shard itself
+_SHARD_OPTIONS = ("--num-shards", "--shard-id", "--distributed-world-size", "--distributed-rank")
+
+
+def _without(args: Sequence[str], name: str, takes_value: bool) -> List[str]:
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a == name:
+            skip = takes_value
+            continue
+        if takes_value and a.startswith(name + "="):
+            continue
+        out.append(a)
+    return out
+
+
+def shard_arguments(args: Sequence[str], num_shards: int, shard_id: int,
+                    devices: Optional[Sequence[str]]) -> List[str]:
+    """The fairseq-generate arguments of shard ``shard_id``: ``args`` without ``--quiet`` and
+    ``--results-path`` (the shard prints its sentences; the launcher writes the merged output),
+    with ``--cpu`` unless the shards run on ``devices``, and ``--num-shards``/``--shard-id``."""
+    for opt in _SHARD_OPTIONS:
+        if any(a == opt or a.startswith(opt + "=") for a in args):
+            raise ValueError(f"{opt} is set by docctx-generate for each process: leave it out")
+    if devices and "--cpu" in args:
+        raise ValueError("--cpu and --devices: the shards run on the GPUs of --devices; leave out --cpu")
+    out = _without(_without(args, "--quiet", False), "--results-path", True)
+    if not devices and "--cpu" not in out:
+        out.append("--cpu")
+    return out + ["--num-shards", str(num_shards), "--shard-id", str(shard_id)]
+
+
+def read_records(path: str) -> "OrderedDict[int, List[str]]":
+    """The sentence lines of a fairseq-generate output, by sentence id, each id's lines in
+    the order printed; other lines (logs) are left out."""
+    records: "OrderedDict[int, List[str]]" = OrderedDict()
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            m = RECORD.match(line)
+            if m:
+                records.setdefault(int(m.group(2)), []).append(line.rstrip("\n"))
+    return records
+
+
+def merge_records(paths: Sequence[str]) -> Dict[int, List[str]]:
+    """The sentence lines of the shards' outputs, merged by id (sorted); a sentence printed
+    by two shards is an error (:class:`~fairseq_docctx.inference.shards.ShardError`)."""
+    merged: Dict[int, List[str]] = {}
+    owner: Dict[int, int] = {}
+    for shard, path in enumerate(paths):
+        for i, lines in read_records(path).items():
+            if i in merged:
+                raise ShardError(f"sentence {i} was decoded by shard {owner[i]} and by shard {shard}: "
+                                 "the shards do not partition the split (is the task document_translation?)")
+            merged[i], owner[i] = lines, shard
+    return dict(sorted(merged.items()))
+
+
+def _fields(lines: Sequence[str], kind: str) -> Optional[List[str]]:
+    """The tab-separated fields after the ``X-<id>`` of the first line of ``kind``."""
+    for line in lines:
+        if line.startswith(kind + "-"):
+            return line.split("\t")[1:]
+    return None
+
+
+def parse_generate_args(args: Sequence[str]):
+    """fairseq-generate's own parsing of ``args`` (as ``fairseq_cli.generate.cli_main``
+    parses them): its configuration."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    parser = options.get_generation_parser()
+    # fairseq_cli.generate.cli_main's workaround for tasks that read model args
+    parser.add_argument("--arch", "-a", metavar="ARCH", default="wav2vec2")
+    return convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, input_args=list(args)))
+
+
+def score_line(cfg, tgt_dict, records: Dict[int, List[str]]) -> Optional[str]:
+    """fairseq-generate's ``Generate <subset> with beam=<B>: <score>`` line over the merged
+    sentences (``None`` without references), from their ``T-``/``D-`` lines, as fairseq
+    scores them: scorers with ``add_string`` get the reference and detokenized hypothesis
+    strings; ``bleu`` gets them as target dictionary ids (the ids fairseq scores, except
+    with ``--bpe``/``--tokenizer`` but no ``--post-process``, where fairseq scores the BPE
+    tokens of a reference the output does not hold: then a ``ValueError`` says so)."""
+    from fairseq import scoring
+
+    scorer = scoring.build_scorer(cfg.scoring, tgt_dict)
+    by_strings = hasattr(scorer, "add_string")
+    if not by_strings and (cfg.bpe is not None or cfg.tokenizer is not None) \
+            and cfg.common_eval.post_process is None:
+        raise ValueError("--scoring bleu with --bpe/--tokenizer and no --post-process scores BPE "
+                         "tokens of the references, which the output does not hold: add "
+                         "--post-process, or use --scoring sacrebleu")
+    scored = 0
+    for lines in records.values():
+        ref, hyp = _fields(lines, "T"), _fields(lines, "D")
+        if ref is None or hyp is None:
+            continue
+        ref_str, hyp_str = ref[0] if ref else "", hyp[1] if len(hyp) > 1 else ""
+        if by_strings:
+            scorer.add_string(ref_str, hyp_str)
+        else:
+            scorer.add(tgt_dict.encode_line(ref_str, add_if_not_exist=True),
+                       tgt_dict.encode_line(hyp_str, add_if_not_exist=True))
+        scored += 1
+    if not scored:
+        return None
+    return "Generate {} with beam={}: {}".format(cfg.dataset.gen_subset, cfg.generation.beam,
+                                                 scorer.result_string())
+
+
+def _split_documents(task, cfg):
+    """The document index of the split to generate, if there is one."""
+    from fairseq import utils
+
+    from ..data.doc_index import DocIndex, doc_index_path
+
+    data = utils.split_paths(cfg.task.data)[0]
+    src, tgt = task.cfg.source_lang, task.cfg.target_lang
+    for path in (doc_index_path(data, cfg.dataset.gen_subset, src, tgt),
+                 doc_index_path(data, cfg.dataset.gen_subset, tgt, src)):
+        if os.path.exists(path):
+            return DocIndex.read(path)
+    return None
+
+
+def _log_line(message: str) -> str:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    return f"{stamp} | INFO | {__name__} | {message}"
+
+
+def generate(fairseq_args: Sequence[str], processes: Optional[int] = None,
+             devices: Optional[Sequence[str]] = None, work_dir: Optional[str] = None,
+             output: Optional[TextIO] = None, python: str = sys.executable) -> Dict[int, List[str]]:
+    """Run ``fairseq-generate <fairseq_args>`` as ``processes`` shard processes (one per
+    device of ``devices`` in turn, else on the CPU) and write the merged output to
+    ``output`` (default: ``--results-path``'s ``generate-<subset>.txt``, else standard
+    output). ``work_dir``: where the shards' outputs and logs go (kept; default a temporary
+    directory, removed). Returns the merged sentence lines by id.
+
+    Raises ``ValueError`` for arguments that cannot be sharded and
+    :class:`~fairseq_docctx.inference.shards.ShardError` when a shard fails."""
+    from fairseq import tasks
+
+    n = num_processes(processes, devices)
+    cfg = parse_generate_args(fairseq_args)
+    if getattr(cfg.task, "_name", None) != "document_translation":
+        raise ValueError("docctx-generate shards the documents of --task document_translation "
+                         f"(got --task {getattr(cfg.task, '_name', None)})")
+    task = tasks.setup_task(cfg.task)
+    docs = _split_documents(task, cfg)
+    if docs is not None and len(docs) < n:
+        logger.warning(f"{cfg.dataset.gen_subset} has {len(docs)} documents: {len(docs)} processes, not {n}")
+        n = len(docs)
+    commands = [[python, "-m", "fairseq_cli.generate", *shard_arguments(fairseq_args, n, i, devices)]
+                for i in range(n)]
+    envs = [shard_environment(i, n, devices) for i in range(n)]
+    tmp = work_dir is None
+    work_dir = tempfile.mkdtemp(prefix="docctx-generate-") if tmp else work_dir
+    try:
+        start = time.time()
+        outs = run_shards(commands, envs, work_dir, name="fairseq-generate shard")
+        elapsed = time.time() - start
+        records = merge_records(outs)
+    finally:
+        if tmp:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    if docs is not None and not cfg.dataset.skip_invalid_size_inputs_valid_test:
+        missing = sorted(set(range(docs.num_sentences)) - set(records))
+        if missing:
+            raise ShardError(f"{len(missing)} sentences of {cfg.dataset.gen_subset} are in no shard's "
+                             f"output (first: {missing[0]})")
+    try:
+        score = score_line(cfg, task.target_dictionary, records)
+    except ValueError as e:  # not recoverable from the output: said in its place
+        score = _log_line(f"no score over the merged shards: {e}")
+    tokens = sum(len(p[0].split()) for p in (_fields(lines, "P") for lines in records.values()) if p)
+    summary = _log_line(f"Translated {len(records):,} sentences ({tokens:,} tokens) in {elapsed:.1f}s "
+                        f"with {n} processes ({len(records) / max(elapsed, 1e-9):.2f} sentences/s)")
+    own = output is None and cfg.common_eval.results_path is not None
+    if own:
+        os.makedirs(cfg.common_eval.results_path, exist_ok=True)
+        output = open(os.path.join(cfg.common_eval.results_path,
+                                   f"generate-{cfg.dataset.gen_subset}.txt"), "w", encoding="utf-8")
+    elif output is None:
+        output = sys.stdout
+    try:
+        if not cfg.common_eval.quiet:
+            for lines in records.values():
+                output.write("\n".join(lines) + "\n")
+        output.write(summary + "\n")
+        if score is not None:
+            output.write(score + "\n")
+        output.flush()
+    finally:
+        if own:
+            output.close()
+    return records

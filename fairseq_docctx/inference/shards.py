@@ -1,0 +1,106 @@
+"""Several processes, one per shard of a corpus's documents, run side by side.
+
+Documents are independent (context never crosses a document boundary), so a corpus can be
+decoded in N processes, each with the documents of one shard
+(:func:`~fairseq_docctx.data.doc_index.balanced_shards`), and the outputs merged by sentence
+or document. This module starts the processes (one per device with ``devices``:
+``CUDA_VISIBLE_DEVICES`` per process; on the CPU otherwise, with the cores shared out through
+``OMP_NUM_THREADS``), waits for them, and stops them all with the failing shard's error
+output when one fails.
+"""
+import os
+import shlex
+import subprocess
+import time
+from typing import List, Optional, Sequence
+
+
+class ShardError(RuntimeError):
+    """A shard process that failed (its exit code and the end of its error output), or
+    outputs of the shards that do not add up to the corpus."""
+
+
+def parse_devices(spec: Optional[str]) -> Optional[List[str]]:
+    """``"0,1"`` -> ``["0", "1"]``; ``None`` or ``""`` -> ``None`` (the CPU)."""
+    if not spec:
+        return None
+    devices = [d.strip() for d in spec.split(",")]
+    if any(not d for d in devices):
+        raise ValueError(f"--devices {spec}: expected a comma-separated list of GPU numbers, e.g. 0,1")
+    return devices
+
+
+def num_processes(processes: Optional[int], devices: Optional[Sequence[str]]) -> int:
+    """The number of shard processes: ``processes``, by default one per device."""
+    if processes is None:
+        return len(devices) if devices else 1
+    if processes < 1:
+        raise ValueError(f"--processes {processes}: must be at least 1")
+    return processes
+
+
+def shard_environment(shard_id: int, num_shards: int, devices: Optional[Sequence[str]],
+                      base: Optional[dict] = None) -> dict:
+    """The environment of shard ``shard_id``'s process: its device (``devices`` taken in turn:
+    4 processes on ``0,1`` put two on each GPU), or no GPU at all and
+    ``OMP_NUM_THREADS`` = cores / processes (unless already set)."""
+    env = dict(os.environ if base is None else base)
+    if devices:
+        env["CUDA_VISIBLE_DEVICES"] = devices[shard_id % len(devices)]
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // num_shards)))
+    return env
+
+
+def _tail(path: str, lines: int = 40) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read().rstrip("\n").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(text[-lines:])
+
+
+def run_shards(commands: Sequence[Sequence[str]], envs: Sequence[dict], work_dir: str,
+               name: str = "shard", poll_s: float = 0.2) -> List[str]:
+    """Run the commands side by side (shard ``i``: ``commands[i]`` with ``envs[i]``), standard
+    output and error to ``work_dir/shard-I.out`` / ``.err``; returns the ``.out`` paths.
+
+    When one exits with an error the others are stopped and :class:`ShardError` says which
+    shard failed, its command and the end of its error output (or of its standard output,
+    where fairseq logs, if the error output is empty)."""
+    os.makedirs(work_dir, exist_ok=True)
+    outs = [os.path.join(work_dir, f"shard-{i}.out") for i in range(len(commands))]
+    errs = [os.path.join(work_dir, f"shard-{i}.err") for i in range(len(commands))]
+    procs = []
+    try:
+        for cmd, env, out, err in zip(commands, envs, outs, errs):
+            with open(out, "wb") as fo, open(err, "wb") as fe:
+                procs.append(subprocess.Popen([str(c) for c in cmd], env=env, stdout=fo, stderr=fe,
+                                              stdin=subprocess.DEVNULL))
+        running = set(range(len(procs)))
+        while running:
+            for i in sorted(running):
+                rc = procs[i].poll()
+                if rc is None:
+                    continue
+                running.discard(i)
+                if rc != 0:
+                    tail = _tail(errs[i]) or _tail(outs[i])
+                    raise ShardError(
+                        f"{name} {i} of {len(procs)} failed (exit code {rc}): "
+                        f"{shlex.join(str(c) for c in commands[i])}\n{tail}")
+            if running:
+                time.sleep(poll_s)
+    finally:
+        for p in procs:  # the others, when one failed (or on an interrupt)
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    return outs

@@ -16,7 +16,7 @@
 #     DROPOUT [0.1] LR [7e-4 / 3e-3] WARMUP [4000 / 5] MAX_TOKENS [4096 / 1000] QCN_LAYERS [4 / 1]
 #     QCN_DROPOUT [0.2] QCN_LR [1e-4 / 3e-3] QCN_MAX_TOKENS [1500 / 1000] PCC_WEIGHT [1]
 #     MAX_UPDATE [100000 / 8] PATIENCE [10] CONTEXT_SIZE [3] CONCAT_CONTEXT_SIZE [1] SEED [1]
-#     BEAM [4 / 2] LENPEN [1.0] GEN_MAX_TOKENS [8000]
+#     BEAM [4 / 2] LENPEN [1.0] GEN_MAX_TOKENS [8000] GEN_MAX_LEN_A [1.2 / 0] GEN_MAX_LEN_B [10 / 20]
 #   common (examples/lib/recipe.sh): SMOKE [0] FRESH [0] WORK [demo-work/recipes/ted-ende,
 #     -smoke with SMOKE=1] DOWNLOADS [WORK/downloads] DEVICE [auto] NGPUS [1] PRECISION [fp16 on
 #     a GPU] EXTRA_TRAIN_ARGS EXTRA_GEN_ARGS

@@ -182,7 +182,7 @@ write_results() {  # TITLE MODEL...: WORK/results.md, each score beside the pape
     echo "# $title"
     echo
     if [[ $SMOKE == 1 ]]; then
-      echo "**SMOKE run** (SMOKE=1): tiny models trained for $MAX_UPDATE updates on a slice of the data;"
+      echo "**SMOKE run** (SMOKE=1): tiny models trained for $MAX_UPDATE updates on a slice of the bundled data;"
       echo "the scores only show that the chain runs and are not comparable with the papers'."
     else
       echo "Mode: ${DATA_MODE:-full}. ${DATA_NOTE:-}"

@@ -25,17 +25,4 @@ set -euo pipefail
 source "$(dirname "$0")/../lib/recipe.sh"
 source "$RECIPE_LIB/models.sh"
 source "$RECIPE_LIB/maruf-ende.sh"
-recipe_init europarl-ende
-setting MODELS transformer,qcn,mht
-setting METRICS bleu,bleu_tok,meteor
-setting SMOKE_TRAIN_DOCS 40
-setting SMOKE_VALID_DOCS 4
-setting SMOKE_TEST_DOCS 6
-setting QCN_MAX_TOKENS 900 1000   # Yang et al. 2019, §4.1: batches of 900
-model_settings
-recipe_settings
-SRC=en TGT=de
-PAPER_SCORES=$RECIPE_LIB/../europarl-ende/paper-scores.tsv
-maruf_ende_data Europarl7
-run_models ${MODELS//,/ }
-write_results "Europarl7 En-De (Maruf et al. 2019 split)" ${MODELS//,/ }
+maruf_ende_recipe europarl-ende Europarl7 "Europarl7 En-De (Maruf et al. 2019 split)" transformer,qcn,mht 40 4 6 900

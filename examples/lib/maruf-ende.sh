@@ -59,3 +59,20 @@ maruf_ende_data() {  # CORPUS_NAME (IWSLT2017 | NC-2016 | Europarl7): sets BIN, 
   fi
   step prepare -o "$BIN/docctx.json" -- docctx-prepare "${prep[@]}" --destdir "$BIN"
 }
+
+maruf_ende_recipe() {  # RECIPE CORPUS TITLE MODELS SMOKE_TRAIN_DOCS SMOKE_VALID_DOCS SMOKE_TEST_DOCS QCN_MAX_TOKENS
+  recipe_init "$1"
+  setting MODELS "$4"
+  setting METRICS bleu,bleu_tok,meteor
+  setting SMOKE_TRAIN_DOCS "$5"
+  setting SMOKE_VALID_DOCS "$6"
+  setting SMOKE_TEST_DOCS "$7"
+  setting QCN_MAX_TOKENS "$8" 1000   # Yang et al. 2019, §4.1: batches of 1500 tokens on TED, 900 on News and Europarl
+  model_settings
+  recipe_settings
+  SRC=en TGT=de
+  PAPER_SCORES=$REPO/examples/$1/paper-scores.tsv
+  maruf_ende_data "$2"
+  run_models ${MODELS//,/ }
+  write_results "$3" ${MODELS//,/ }
+}

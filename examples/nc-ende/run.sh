@@ -25,17 +25,4 @@ set -euo pipefail
 source "$(dirname "$0")/../lib/recipe.sh"
 source "$RECIPE_LIB/models.sh"
 source "$RECIPE_LIB/maruf-ende.sh"
-recipe_init nc-ende
-setting MODELS transformer,concat,qcn
-setting METRICS bleu,bleu_tok,meteor
-setting SMOKE_TRAIN_DOCS 12
-setting SMOKE_VALID_DOCS 2
-setting SMOKE_TEST_DOCS 3
-setting QCN_MAX_TOKENS 900 1000   # Yang et al. 2019, §4.1: batches of 900
-model_settings
-recipe_settings
-SRC=en TGT=de
-PAPER_SCORES=$RECIPE_LIB/../nc-ende/paper-scores.tsv
-maruf_ende_data NC-2016
-run_models ${MODELS//,/ }
-write_results "News Commentary v11 En-De (Maruf et al. 2019 split)" ${MODELS//,/ }
+maruf_ende_recipe nc-ende NC-2016 "News Commentary v11 En-De (Maruf et al. 2019 split)" transformer,concat,qcn 12 2 3 900

@@ -25,17 +25,4 @@ set -euo pipefail
 source "$(dirname "$0")/../lib/recipe.sh"
 source "$RECIPE_LIB/models.sh"
 source "$RECIPE_LIB/maruf-ende.sh"
-recipe_init ted-ende
-setting MODELS transformer,concat,qcn,han,mht
-setting METRICS bleu,bleu_tok,meteor
-setting SMOKE_TRAIN_DOCS 6
-setting SMOKE_VALID_DOCS 1
-setting SMOKE_TEST_DOCS 2
-setting QCN_MAX_TOKENS 1500 1000   # Yang et al. 2019, §4.1: batches of 1500 on TED
-model_settings
-recipe_settings
-SRC=en TGT=de
-PAPER_SCORES=$RECIPE_LIB/../ted-ende/paper-scores.tsv
-maruf_ende_data IWSLT2017
-run_models ${MODELS//,/ }
-write_results "TED En-De (IWSLT17, Maruf et al. 2019 split)" ${MODELS//,/ }
+maruf_ende_recipe ted-ende IWSLT2017 "TED En-De (IWSLT17, Maruf et al. 2019 split)" transformer,concat,qcn,han,mht 6 1 2 1500

@@ -169,11 +169,13 @@ def test_published_scores_beside_the_runs(tmp_path, capsys):
 def _check_smoke(work, out, models, metrics):
     results = (work / "results.md").read_text()
     assert "**SMOKE run**" in results
+    head = next(ln for ln in results.splitlines() if ln.startswith("| run |"))
+    columns = [c.strip() for c in head.strip("|").split("|")]
     for name in models:
         row = next((ln for ln in results.splitlines() if ln.startswith(f"| {name} |")), None)
         assert row is not None, results
-        scores = [c.strip() for c in row.strip("|").split("|")[1:1 + len(metrics)]]
-        assert all(re.fullmatch(r"\d+\.\d\d", s) for s in scores), row
+        cells = dict(zip(columns, (c.strip() for c in row.strip("|").split("|"))))
+        assert all(re.fullmatch(r"\d+\.\d\d", cells[m]) for m in metrics), row
         assert (work / "checkpoints" / name / "checkpoint_best.pt").exists()
         run = json.loads((work / "scores" / f"{name}.json").read_text())
         assert set(run["metrics"]) == set(metrics)

@@ -229,7 +229,7 @@ def test_europarl_ende_smoke(tmp_path):
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "iwslt15-zhen").is_dir(), reason=f"needs the bundled corpora at {SHARED_DATA}")
-@pytest.mark.slow  # about 6 minutes: make test-all
+@pytest.mark.slow  # about 4 minutes: make test-all
 def test_iwslt15_zhen_smoke(tmp_path):
     rc, out = _recipe("iwslt15-zhen", tmp_path, SMOKE="1", timeout=2400)
     assert rc == 0, out[-4000:]

@@ -186,6 +186,37 @@ SGML = """<refset setid="n" srclang="any" trglang="de">
 """
 
 
+TAGS_ZH = ("<url>http://www.ted.com/talks/a.html</url>\n<keywords>talks</keywords>\n<speaker>A</speaker>\n"
+           "<talkid>535</talkid>\n<title>A: t</title>\n<description>d</description>\n一 。\n二 。\n"
+           "<url>http://www.ted.com/talks/b.html</url>\n<talkid>536</talkid>\n三 。\n")
+TAGS_EN = ("<url>http://www.ted.com/talks/a.html</url>\n<keywords>talks</keywords>\n<speaker>A</speaker>\n"
+           "<talkid>535</talkid>\n<title>A: t</title>\n<reviewer>r</reviewer>\n<description>d</description>\n"
+           "One .\nTwo .\n<url>http://www.ted.com/talks/b.html</url>\n<talkid>536</talkid>\nThree .\n")
+
+
+def test_iwslt_train_tags(tmp_path):
+    """IWSLT training files (train.tags.zh-en.*): talks led by metadata lines, detected as
+    'tags', ids from <talkid>, metadata lines (also one side only) never sentences."""
+    w(tmp_path / "train.tags.zh-en.zh", TAGS_ZH)
+    w(tmp_path / "train.tags.zh-en.en", TAGS_EN, crlf=True)
+    assert detect_format(str(tmp_path / "train.tags.zh-en.en")) == "tags"
+    p = read_parallel(str(tmp_path / "train.tags.zh-en"), "zh", "en")
+    assert p.format == "tags"
+    assert [d.doc_id for d in p.src] == ["535", "536"] == [d.doc_id for d in p.tgt]
+    assert sents(p.src) == [["一 。", "二 。"], ["三 。"]]
+    assert sents(p.tgt) == [["One .", "Two ."], ["Three ."]]
+    assert p.tgt[0].lines == [8, 9]
+    # a sentence missing on one side: the talk's counts differ, named with file and line
+    w(tmp_path / "bad.en", TAGS_EN.replace("Two .\n", ""))
+    w(tmp_path / "bad.zh", TAGS_ZH)
+    with pytest.raises(DocumentFormatError, match="document 1 has 2 sentences here"):
+        read_parallel(str(tmp_path / "bad"), "zh", "en")
+    w(tmp_path / "blank.en", TAGS_EN.replace("Two .\n", "\n"))
+    with pytest.raises(DocumentFormatError, match="empty sentence") as e:
+        read_documents(str(tmp_path / "blank.en"), input_format="tags")
+    err(e, tmp_path / "blank.en", 9)
+
+
 def test_xml_matching(tmp_path):
     w(tmp_path / "en" / "t.xml", IWSLT)
     w(tmp_path / "de" / "t.xml", SGML, crlf=True)

@@ -11,7 +11,10 @@ Formats (see ``docs/prepare.md``):
   id=.. origlang=..>`` holding ``<src lang=..>``, one or more ``<ref lang=.. translator=..>``
   and any ``<hyp system=..>``, each made of ``<p>`` paragraphs of ``<seg id=..>``;
 * ``jsonl``   JSON Lines, one document a line: ``{"id": .., "src": [..], "tgt": [..]}``
-  (``"hyp": [..]`` for translations; other fields are kept by the writer).
+  (``"hyp": [..]`` for translations; other fields are kept by the writer);
+* ``tags``    the IWSLT training files (``train.tags.L1-L2.L``): one sentence a line, each
+  talk led by its metadata lines (``<url>``, ``<talkid>``, ``<title>``, ...), the id from
+  ``<talkid>``.
 
 The last two hold both sides in one file: a *side* (``src``, ``ref``/``tgt``, ``hyp``) says
 which one to read, and ``read_parallel`` takes the file itself as its prefix.
@@ -27,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-FORMATS = ("docids", "blank", "marker", "xml", "wmt-xml", "jsonl")
+FORMATS = ("docids", "blank", "marker", "xml", "wmt-xml", "jsonl", "tags")
 INPUT_FORMATS = ("auto",) + FORMATS
 #: formats holding source, references and translations in one file
 SINGLE_FILE_FORMATS = ("wmt-xml", "jsonl")
@@ -190,6 +193,8 @@ def detect_format(path: str, docids: Optional[str] = None) -> str:
     first = next((ln.strip() for ln in lines if ln.strip()), None)
     if first == "<d>":
         return "marker"
+    if first is not None and _TAGS_LINE.match(first):
+        return "tags"
     if any(not ln.strip() for ln in lines):
         return "blank"
     raise DocumentFormatError(
@@ -275,6 +280,41 @@ def _read_marker(path: str, name: str) -> List[Document]:
             docs[-1].lines.append(i)
     if docs and not docs[-1].sentences:
         raise DocumentFormatError(path, marker_line, "empty document (<d> at the end of the file)")
+    return docs
+
+
+# metadata lines of the IWSLT training files (train.tags.*): one element on a line
+_TAGS_LINE = re.compile(r"^<(url|keywords|speaker|talkid|title|description|reviewer|translator|transcript)\b[^>]*>.*</\1>$",
+                        re.I)
+_TALKID = re.compile(r"^<talkid>\s*(.*?)\s*</talkid>$", re.I)
+
+
+def _read_tags(path: str, name: str) -> List[Document]:
+    """IWSLT training talks: a run of metadata lines starts a document (id: its ``<talkid>``,
+    else ``NAME:N``); every other line is a sentence."""
+    docs: List[Document] = []
+    in_meta = False
+    for i, line in enumerate(read_lines(path), 1):
+        s = _clean(line)
+        if _TAGS_LINE.match(s):
+            if not in_meta:
+                if docs and not docs[-1].sentences:
+                    raise DocumentFormatError(path, i, "a talk without sentences before this one")
+                docs.append(Document(f"{name}:{len(docs) + 1}", [], [], path))
+                in_meta = True
+            m = _TALKID.match(s)
+            if m:
+                docs[-1].doc_id = m.group(1)
+            continue
+        in_meta = False
+        if not s:
+            raise DocumentFormatError(path, i, "empty sentence (a blank line in an IWSLT train.tags file)")
+        if not docs:
+            raise DocumentFormatError(path, i, "text before the first talk's metadata (<url>, <talkid>, ...)")
+        docs[-1].sentences.append(s)
+        docs[-1].lines.append(i)
+    if docs and not docs[-1].sentences:
+        raise DocumentFormatError(path, len(read_lines(path)), "the last talk has no sentences")
     return docs
 
 
@@ -613,6 +653,8 @@ def read_file(path: str, input_format: str = "auto", docids: Optional[str] = Non
         docs = _read_blank(path, name)
     elif fmt == "marker":
         docs = _read_marker(path, name)
+    elif fmt == "tags":
+        docs = _read_tags(path, name)
     elif fmt == "xml":
         docs = _read_xml(path, allow_empty)
     elif fmt == "wmt-xml":
@@ -752,7 +794,7 @@ def read_parallel(prefix: str, src: str, tgt: str, input_format: str = "auto",
             _count_mismatch(spath, n_src, tpath, n_tgt)
     sdocs, _ = read_file(spath, fmt, docids, name)
     tdocs, _ = read_file(tpath, fmt, docids, name)
-    if fmt in ("blank", "marker"):
+    if fmt in ("blank", "marker", "tags"):
         _match_structure(sdocs, tdocs)
     elif fmt == "xml":
         tdocs = _match_xml(sdocs, tdocs)

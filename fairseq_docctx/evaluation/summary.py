@@ -26,12 +26,42 @@ def load_run(path: str) -> Dict:
     return data
 
 
+def read_paper_scores(path: str) -> List[Dict]:
+    """Published scores to show beside the runs: a tab-separated file, one score a line,
+    ``RUN<TAB>METRIC<TAB>SCORE<TAB>SOURCE`` (SOURCE: the paper and table, e.g. ``Yang et al.
+    2019, Table 2``); blank lines and lines starting with ``#`` are skipped. Several lines for
+    one run and metric (two papers' numbers) are all shown."""
+    scores = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        raise ScoreInputError(f"no such file: {path}") from None
+    for i, line in enumerate(lines, 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        parts = line.split("\t")
+        if len(parts) != 4 or not all(p.strip() for p in parts):
+            raise ScoreInputError(f"{path}, line {i}: expected RUN<TAB>METRIC<TAB>SCORE<TAB>SOURCE, "
+                                  f"got {line!r}")
+        run, metric, score, source = (p.strip() for p in parts)
+        try:
+            value = float(score)
+        except ValueError:
+            raise ScoreInputError(f"{path}, line {i}: score {score!r} is not a number") from None
+        scores.append({"run": run, "metric": metric, "score": value, "source": source})
+    return scores
+
+
 def summary_table(runs: Sequence[Dict], metrics: Optional[List[str]] = None,
                   baseline: Optional[str] = None, comparisons: Sequence[Dict] = (),
-                  alpha: Optional[float] = None, test: Optional[str] = None) -> Dict:
+                  alpha: Optional[float] = None, test: Optional[str] = None,
+                  paper_scores: Sequence[Dict] = ()) -> Dict:
     """``{"metrics": [...], "rows": [{"run", "scores": {metric: score|None}, "delta": {...},
-    "p": {metric: p}, "significant": {metric: bool}}]}``; ``comparisons``: results of
-    ``docctx-score compare`` whose p-values mark the rows of their systems."""
+    "p": {metric: p}, "significant": {metric: bool}, "paper": {metric: [{"score", "source"}]}}]}``;
+    ``comparisons``: results of ``docctx-score compare`` whose p-values mark the rows of their
+    systems; ``paper_scores``: what ``read_paper_scores`` returns (one whose run or metric is
+    not in the table goes to ``"paper_unmatched"``, listed under the markdown table)."""
     if metrics is None:
         present = {m for r in runs for m in r["metrics"]}
         metrics = [m for m in PREFERRED if m in present] + sorted(present - set(PREFERRED))
@@ -50,6 +80,14 @@ def summary_table(runs: Sequence[Dict], metrics: Optional[List[str]] = None,
                               if r["scores"][m] is not None and base["scores"][m] is not None else None)
                           for m in metrics}
     marks = _significance(rows, comparisons, alpha, test, baseline)
+    by_name = {r["run"]: r for r in rows}
+    unmatched = []
+    for p in paper_scores:
+        if p["run"] not in by_name or p["metric"] not in metrics:
+            unmatched.append(dict(p))
+            continue
+        by_name[p["run"]].setdefault("paper", {}).setdefault(p["metric"], []).append(
+            {"score": p["score"], "source": p["source"]})
     signatures = {}
     for r in runs:
         for m in metrics:
@@ -57,7 +95,8 @@ def summary_table(runs: Sequence[Dict], metrics: Optional[List[str]] = None,
             if sig:
                 signatures.setdefault(m, set()).add(sig)
     return {"metrics": metrics, "rows": rows, "baseline": baseline,
-            "methods": {m: sorted(s) for m, s in signatures.items()}, "significance": marks}
+            "methods": {m: sorted(s) for m, s in signatures.items()}, "significance": marks,
+            "paper_unmatched": unmatched}
 
 
 def _significance(rows, comparisons, alpha, test, baseline) -> Optional[Dict]:
@@ -96,7 +135,8 @@ def to_markdown(table: Dict, digits: int = 2) -> str:
 
     ms = table["metrics"]
     delta = table["baseline"] is not None
-    head = ["run"] + [h for m in ms for h in ([m, "Δ"] if delta else [m])]
+    paper = {m for r in table["rows"] for m in r.get("paper", {})}
+    head = ["run"] + [h for m in ms for h in ([m] + (["Δ"] if delta else []) + ([f"{m}, paper"] if m in paper else []))]
     out = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for r in table["rows"]:
         cells = [r["run"]]
@@ -104,10 +144,17 @@ def to_markdown(table: Dict, digits: int = 2) -> str:
             cells.append(cell(r["scores"][m]) + ("*" if r.get("significant", {}).get(m) else ""))
             if delta:
                 cells.append(cell(r["delta"][m], sign=True))
+            if m in paper:
+                cells.append(" / ".join(f"{cell(p['score'])} ({p['source']})" for p in r.get("paper", {}).get(m, []))
+                             or "-")
         out.append("| " + " | ".join(cells) + " |")
     if table.get("significance"):
         out.append("")
         out.extend(table["significance"]["legend"])
+    if table.get("paper_unmatched"):
+        out.append("")
+        out.append("Published scores without a run or metric in this table: " + "; ".join(
+            f"{p['run']} {p['metric']} {cell(p['score'])} ({p['source']})" for p in table["paper_unmatched"]))
     if table["methods"]:
         out.append("")
         for m, sigs in table["methods"].items():
@@ -129,6 +176,8 @@ def add_subcommand(sub):
     p.add_argument("--alpha", type=float, help="significance level (default: the comparison's)")
     p.add_argument("--test", choices=("bs", "ar"), help="mark by this test's p only (default: the larger "
                    "p of the tests the comparison ran)")
+    p.add_argument("--paper-scores", metavar="FILE", help="published scores to show beside the runs: "
+                   "RUN<TAB>METRIC<TAB>SCORE<TAB>SOURCE lines (a column 'METRIC, paper' after each such metric)")
     p.add_argument("--json", help="also write the table as JSON here")
     p.add_argument("--output", "-o", help="write the markdown here instead of stdout")
     p.set_defaults(func=lambda a: run_command("docctx-score table", _main, a))
@@ -139,8 +188,9 @@ def _main(args):
     from .significance import load_comparison
 
     comparisons = [load_comparison(p) for p in args.significance]
+    paper = read_paper_scores(args.paper_scores) if args.paper_scores else ()
     table = summary_table(runs, args.metrics.split(",") if args.metrics else None, args.baseline,
-                          comparisons, args.alpha, args.test)
+                          comparisons, args.alpha, args.test, paper)
     md = to_markdown(table, args.digits)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:

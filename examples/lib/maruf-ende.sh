@@ -1,0 +1,78 @@
+# Maruf, Martins & Haffari (2019)'s document-level En-De corpora (TED = IWSLT2017, News
+# Commentary = NC-2016, Europarl7), the data of the QCN (Yang et al. 2019, §4.1) and MHT
+# (Zhang et al. 2021, §4.1) papers, for the recipes ted-ende, nc-ende and europarl-ende
+# (sourced after recipe.sh; documented in docs/recipes.md).
+#
+# Files: CORPUS/concatenated_en2de_{train,dev,test}_{en,de}.txt, a line "<d>" before each
+# document. Dev and test are in the authors' repository: missing ones are downloaded (pinned
+# commit, sha256 in maruf-ende.sha256). The training sides are not (the Europarl one is over
+# 500 MB; the authors' data/Europarl7/readme.txt asks to contact them): put them in CORPUS.
+#
+# Settings: DATA [the bundled data ../shared/data/maruf-ende, or a folder of the user's with
+#   the corpus sub-folders] SPM_VOCAB [30000: the papers' 30K BPE merges; 300 in SMOKE]
+#   MAX_LEN [250] MAX_LEN_RATIO [3] (training pairs longer are dropped, docctx-prepare reports
+#   how many) SMOKE_TRAIN_DOCS, SMOKE_VALID_DOCS, SMOKE_TEST_DOCS (SMOKE: train on the first
+#   dev documents, validate on the next ones, test on the first test documents)
+
+MARUF_URL=https://raw.githubusercontent.com/sameenmaruf/selective-attn/1cb44c5ddd2cdf4f32ea74768a3389b52fc4db27/data
+
+maruf_ende_data() {  # CORPUS_NAME (IWSLT2017 | NC-2016 | Europarl7): sets BIN, REF_TEST; step "prepare"
+  local corpus=$1 split lang f sum
+  setting DATA ../shared/data/maruf-ende
+  setting SPM_VOCAB 30000 300
+  setting MAX_LEN 250
+  setting MAX_LEN_RATIO 3
+  local dir=$DATA/$corpus got=$DOWNLOADS/$corpus
+  for split in dev test; do
+    for lang in en de; do
+      f=concatenated_en2de_${split}_${lang}.txt
+      if [[ ! -f $dir/$f ]]; then
+        sum=$(awk -v p="$corpus/$f" '$2 == p {print $1}' "$RECIPE_LIB/maruf-ende.sha256")
+        fetch "$MARUF_URL/$corpus/$f" "$sum" "$got/$f" \
+          "no network? put Maruf et al.'s $corpus folder in DATA (now $DATA)"
+      fi
+    done
+  done
+  _maruf() { if [[ -f $dir/${1//\{lang\}/en} ]]; then echo "$dir/$1"; else echo "$got/$1"; fi; }
+  local prep=(-s en -t de --input-format marker --joined-dictionary --workers "$(nproc)"
+    --spm-vocab-size "$SPM_VOCAB" --spm-model-type bpe --max-len "$MAX_LEN" --max-len-ratio "$MAX_LEN_RATIO")
+  BIN=$WORK/data-bin
+  if [[ $SMOKE == 1 ]]; then
+    mkdir -p "$WORK/smoke-data"
+    for lang in en de; do
+      slice_marker "$(_maruf concatenated_en2de_dev_$lang.txt)" 0 "$SMOKE_TRAIN_DOCS" "$WORK/smoke-data/train.$lang"
+      slice_marker "$(_maruf concatenated_en2de_dev_$lang.txt)" "$SMOKE_TRAIN_DOCS" "$SMOKE_VALID_DOCS" "$WORK/smoke-data/valid.$lang"
+      slice_marker "$(_maruf concatenated_en2de_test_$lang.txt)" 0 "$SMOKE_TEST_DOCS" "$WORK/smoke-data/test.$lang"
+    done
+    prep+=(--trainpref "$WORK/smoke-data/train" --validpref "$WORK/smoke-data/valid" --testpref "$WORK/smoke-data/test")
+    REF_TEST=$WORK/smoke-data/test.de
+    DATA_MODE=smoke
+  else
+    for lang in en de; do
+      need_file "$dir/concatenated_en2de_train_$lang.txt" "the training side of Maruf et al.'s $corpus corpus is not in their public repository (https://github.com/sameenmaruf/selective-attn/tree/master/data; the authors send it on request). Put concatenated_en2de_train_{en,de}.txt in $dir, or set DATA to a folder holding $corpus/ with all six files; SMOKE=1 runs the recipe on the bundled dev and test files"
+    done
+    prep+=(--trainpref "$dir/concatenated_en2de_train_{lang}.txt"
+      --validpref "$(_maruf 'concatenated_en2de_dev_{lang}.txt')"
+      --testpref "$(_maruf 'concatenated_en2de_test_{lang}.txt')")
+    REF_TEST=$(_maruf concatenated_en2de_test_de.txt)
+    DATA_MODE="Maruf et al. (2019)'s $corpus split: train, dev (validation, checkpoint selection), test"
+  fi
+  step prepare -o "$BIN/docctx.json" -- docctx-prepare "${prep[@]}" --destdir "$BIN"
+}
+
+maruf_ende_recipe() {  # RECIPE CORPUS TITLE MODELS SMOKE_TRAIN_DOCS SMOKE_VALID_DOCS SMOKE_TEST_DOCS QCN_MAX_TOKENS
+  recipe_init "$1"
+  setting MODELS "$4"
+  setting METRICS bleu,bleu_tok,meteor
+  setting SMOKE_TRAIN_DOCS "$5"
+  setting SMOKE_VALID_DOCS "$6"
+  setting SMOKE_TEST_DOCS "$7"
+  setting QCN_MAX_TOKENS "$8" 1000   # Yang et al. 2019, §4.1: batches of 1500 tokens on TED, 900 on News and Europarl
+  model_settings
+  recipe_settings
+  SRC=en TGT=de
+  PAPER_SCORES=$REPO/examples/$1/paper-scores.tsv
+  maruf_ende_data "$2"
+  run_models ${MODELS//,/ }
+  write_results "$3" ${MODELS//,/ }
+}

@@ -1,0 +1,200 @@
+# The papers' models as recipe steps (sourced after recipe.sh; documented in docs/recipes.md).
+# A recipe sets SRC, TGT, BIN (its prepared data directory, with train/valid/test), REF_TEST
+# (the raw test references), PAPER_SCORES (its published scores) and METRICS, calls
+# model_settings, then run_models with the models it trains, then write_results.
+#
+# Hyper-parameters (environment variables; the recipe may change a default before
+# model_settings; SMOKE=1 makes every model tiny):
+#   Transformer base (Vaswani et al. 2017), the sentence baseline and the models of the HAN
+#   (Miculicich et al. 2018, §3.2) and MHT (Zhang et al. 2021, §4.3) papers, and concat:
+#     LAYERS [6] DIM [512] FFN [2048] HEADS [8] DROPOUT [0.1] LR [7e-4: Vaswani et al.'s
+#     schedule peaks at 512^-0.5 * 4000^-0.5] WARMUP [4000] MAX_TOKENS [4096]
+#   QCN (Yang et al. 2019, §4.1): QCN_LAYERS [4] QCN_DROPOUT [0.2] QCN_LR [1e-4, constant]
+#     QCN_MAX_TOKENS [1500 TED, 900 News and Europarl: the recipe's default] PCC_WEIGHT [1]
+#   all: MAX_UPDATE [100000] PATIENCE [10: stop after 10 validations without a better dev
+#     loss; checkpoint_best.pt, the best dev loss, is translated] CONTEXT_SIZE [3: HAN, QCN,
+#     MHT] CONCAT_CONTEXT_SIZE [1: the previous source sentence, Tiedemann & Scherrer 2017]
+#     SEED [1] BEAM [4] LENPEN [1.0] GEN_MAX_TOKENS [8000] GEN_MAX_LEN_A, GEN_MAX_LEN_B [1.2, 10;
+#     0, 20 in SMOKE: a translation has at most A * source length + B tokens]
+
+model_settings() {
+  setting LAYERS 6 1
+  setting DIM 512 32
+  setting FFN 2048 64
+  setting HEADS 8 2
+  setting DROPOUT 0.1
+  setting LR 7e-4 3e-3
+  setting WARMUP 4000 5
+  setting MAX_TOKENS 4096 1000
+  setting QCN_LAYERS 4 1
+  setting QCN_DROPOUT 0.2
+  setting QCN_LR 1e-4 3e-3
+  setting QCN_MAX_TOKENS 1500 1000
+  setting PCC_WEIGHT 1
+  setting MAX_UPDATE 100000 8
+  setting PATIENCE 10
+  setting CONTEXT_SIZE 3
+  setting CONCAT_CONTEXT_SIZE 1
+  setting SEED 1
+  setting BEAM 4 2
+  setting LENPEN 1.0
+  setting GEN_MAX_TOKENS 8000
+  setting GEN_MAX_LEN_A 1.2 0
+  setting GEN_MAX_LEN_B 10 20
+  CKPT=$WORK/checkpoints
+  GEN=$WORK/generate
+  SCORES=$WORK/scores
+  mkdir -p "$SCORES"
+}
+
+# ---------------------------------------------------------------- training
+
+_vaswani() {  # Transformer base sizes and Vaswani et al.'s optimisation
+  HP=(--encoder-layers "$LAYERS" --decoder-layers "$LAYERS"
+    --encoder-embed-dim "$DIM" --decoder-embed-dim "$DIM"
+    --encoder-ffn-embed-dim "$FFN" --decoder-ffn-embed-dim "$FFN"
+    --encoder-attention-heads "$HEADS" --decoder-attention-heads "$HEADS"
+    --dropout "$DROPOUT" --share-all-embeddings
+    --optimizer adam --adam-betas '(0.9, 0.98)' --lr "$LR"
+    --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --warmup-init-lr 1e-07
+    --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens "$MAX_TOKENS")
+}
+
+_qcn() {  # Yang et al. (2019), §4.1: 4+4 layers, dropout 0.2, Adam at a constant 1e-4
+  HP=(--encoder-layers "$QCN_LAYERS" --decoder-layers "$QCN_LAYERS"
+    --encoder-embed-dim "$DIM" --decoder-embed-dim "$DIM"
+    --encoder-ffn-embed-dim "$FFN" --decoder-ffn-embed-dim "$FFN"
+    --encoder-attention-heads "$HEADS" --decoder-attention-heads "$HEADS"
+    --dropout "$QCN_DROPOUT" --share-all-embeddings
+    --optimizer adam --lr "$QCN_LR" --lr-scheduler fixed
+    --criterion label_smoothed_cross_entropy_pcc --label-smoothing 0.1 --pcc-weight "$PCC_WEIGHT"
+    --max-tokens "$QCN_MAX_TOKENS")
+}
+
+train() {  # NAME HP(vaswani|qcn) [-d DEP]... -- fairseq-train arguments (task, arch, context)
+  local name=$1 hp=$2; shift 2
+  local deps=()
+  while [[ $1 == -d ]]; do deps+=(-d "$2"); shift 2; done
+  [[ $1 == -- ]] && shift
+  "_$hp"
+  # shellcheck disable=SC2206
+  local extra=($EXTRA_TRAIN_ARGS)
+  local valid=(--valid-subset valid --best-checkpoint-metric loss)
+  (( PATIENCE > 0 )) && valid+=(--patience "$PATIENCE")
+  step "train-$name" -d prepare "${deps[@]}" -o "$CKPT/$name" -- \
+    fairseq-train "$BIN" --user-dir "$REPO/fairseq_docctx" --task document_translation "$@" "${HP[@]}" \
+      "${valid[@]}" --max-update "$MAX_UPDATE" --seed "$SEED" --save-dir "$CKPT/$name" \
+      --no-epoch-checkpoints --log-format simple --log-interval 100 --num-workers 0 \
+      "${TRAIN_DEVICE_ARGS[@]}" "${extra[@]}"
+  [[ -f $CKPT/$name/checkpoint_best.pt ]] || die "training $name wrote no checkpoint_best.pt (see $LOGS/train-$name.log)"
+}
+
+train_model() {  # NAME: one of the models below (the sentence baseline first: others start from it)
+  local name=$1
+  case $name in
+    transformer)
+      train transformer vaswani -- -s "$SRC" -t "$TGT" --context-size 0 --arch transformer ;;
+    concat)
+      train concat vaswani -- -s "$SRC" -t "$TGT" --context-size "$CONCAT_CONTEXT_SIZE" --context-sides source \
+        --arch concat_transformer ;;
+    qcn)
+      train qcn qcn -- -s "$SRC" -t "$TGT" --context-size "$CONTEXT_SIZE" --context-sides source --arch qcn_transformer ;;
+    han|han-encoder|han-decoder|han-decoder-source|han-decoder-alignment)
+      # two stages (Miculicich et al. 2018, §3.2): the sentence-level transformer, then the
+      # whole network with the HAN parts added, initialised from it
+      local arch sides
+      case $name in
+        han) arch=han_transformer sides=both ;;
+        han-encoder) arch=han_encoder_transformer sides=source ;;
+        han-decoder) arch=han_decoder_transformer sides=both ;;
+        han-decoder-source) arch=han_decoder_source_transformer sides=source ;;
+        han-decoder-alignment) arch=han_decoder_alignment_transformer sides=both ;;
+      esac
+      _need_model transformer "$name"
+      train "$name" vaswani -d train-transformer -- -s "$SRC" -t "$TGT" --context-size "$CONTEXT_SIZE" \
+        --context-sides "$sides" --arch "$arch" --han-context-size "$CONTEXT_SIZE" \
+        --init-from-sentence-checkpoint "$CKPT/transformer/checkpoint_best.pt" ;;
+    mht)
+      # the four steps of Zhang et al. (2021), §4.3: (1) the src->tgt sentence model (the
+      # baseline), (2) a tgt->src one, (3) drafts of every split by (1), (4) MHT with its
+      # sentence encoders initialised from (1) and (2)
+      _need_model transformer mht
+      train mht-backward vaswani -- -s "$TGT" -t "$SRC" --context-size 0 --arch transformer
+      step drafts -d prepare -d train-transformer -- \
+        docctx-drafts "$BIN" --path "$CKPT/transformer/checkpoint_best.pt" --splits train,valid,test \
+          --beam "$BEAM" --max-tokens "$GEN_MAX_TOKENS" --overwrite "${GEN_DEVICE_ARGS[@]}"
+      train mht vaswani -d train-transformer -d train-mht-backward -d drafts -- -s "$SRC" -t "$TGT" \
+        --context-size "$CONTEXT_SIZE" --context-sides src,draft --arch mht_transformer \
+        --src-sentence-encoder-from "$CKPT/transformer/checkpoint_best.pt" \
+        --tgt-sentence-encoder-from "$CKPT/mht-backward/checkpoint_best.pt" ;;
+    *) die "no model '$name' (transformer, concat, qcn, han, han-encoder, han-decoder, han-decoder-source, han-decoder-alignment, mht)" ;;
+  esac
+}
+
+_need_model() {  # MODEL WHO: WHO starts from MODEL, which must be trained first
+  step_done "train-$1" || die "$2 starts from the $1 model: put $1 before $2 in MODELS"
+}
+
+# ---------------------------------------------------------------- test set
+
+translate() {  # NAME: the test split with checkpoint_best.pt; document order where the model
+  # reads its own previous translations (HAN decoders), the drafts given (MHT)
+  local name=$1 deps=(-d "train-$1")
+  [[ $name == mht ]] && deps+=(-d drafts)
+  # shellcheck disable=SC2206
+  local extra=($EXTRA_GEN_ARGS)
+  step "translate-$name" "${deps[@]}" -o "$GEN/$name/generate-test.txt" -- \
+    fairseq-generate "$BIN" --user-dir "$REPO/fairseq_docctx" --task document_translation \
+      --path "$CKPT/$name/checkpoint_best.pt" --gen-subset test --beam "$BEAM" --lenpen "$LENPEN" \
+      --max-len-a "$GEN_MAX_LEN_A" --max-len-b "$GEN_MAX_LEN_B" --max-tokens "$GEN_MAX_TOKENS" --required-batch-size-multiple 1 \
+      --num-workers 0 --results-path "$GEN/$name" "${GEN_DEVICE_ARGS[@]}" "${extra[@]}"
+}
+
+score_run() {  # NAME METRICS: docctx-score of the test translations into SCORES/NAME.json
+  local name=$1 metrics=$2 hyp=$GEN/$1/generate-test.txt json=$SCORES/$1.json m
+  rm -f "$json"
+  for m in ${metrics//,/ }; do
+    case $m in
+      bleu) docctx-score bleu --hyp "$hyp" --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name" ;;
+      bleu_tok) docctx-score bleu --tokenized --hyp "$hyp" --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name" ;;
+      meteor) docctx-score meteor --hyp "$hyp" --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name" ;;
+      *) echo "unknown metric $m (bleu, bleu_tok, meteor)" >&2; return 2 ;;
+    esac
+  done
+}
+
+run_models() {  # MODEL...: train, translate and score each
+  local name
+  for name in "$@"; do
+    train_model "$name"
+    translate "$name"
+    step "score-$name" -d "translate-$name" -o "$SCORES/$name.json" -- score_run "$name" "$METRICS"
+  done
+}
+
+write_results() {  # TITLE MODEL...: WORK/results.md, each score beside the paper's number
+  local title=$1; shift
+  local runs=() name
+  for name in "$@"; do runs+=("$SCORES/$name.json"); done
+  docctx-score table "${runs[@]}" --metrics "$METRICS" --paper-scores "$PAPER_SCORES" \
+    -o "$WORK/results.table.md" || die "docctx-score table failed"
+  {
+    echo "# $title"
+    echo
+    if [[ $SMOKE == 1 ]]; then
+      echo "**SMOKE run** (SMOKE=1): tiny models trained for $MAX_UPDATE updates on a slice of the bundled data;"
+      echo "the scores only show that the chain runs and are not comparable with the papers'."
+    else
+      echo "Mode: ${DATA_MODE:-full}. ${DATA_NOTE:-}"
+    fi
+    echo
+    echo "Device: $DEVICE_NOTE. Settings: \`settings.txt\`; models: \`checkpoints/*/checkpoint_best.pt\`"
+    echo "(best dev loss); test translations: \`generate/*/generate-test.txt\`; scores: \`scores/*.json\`."
+    echo "\`bleu\`: sacreBLEU on detokenized text; \`bleu_tok\`: on 13a-pretokenized text, as the papers"
+    echo "score tokenized text (their own tokenization was Moses', so expect small differences)."
+    echo
+    cat "$WORK/results.table.md"
+  } > "$WORK/results.md"
+  say "results: $WORK/results.md"
+  cat "$WORK/results.md"
+}

@@ -1,0 +1,189 @@
+# Shared machinery of the dataset recipes (examples/<dataset>/run.sh), sourced by each.
+# Documented in docs/recipes.md. Nothing here knows a dataset or a model; models.sh holds the
+# papers' training commands.
+#
+#   recipe_init NAME              common settings (below), work folders, device
+#   setting VAR FULL [SMOKE]      VAR from the environment, else FULL (SMOKE with SMOKE=1)
+#   step NAME [-d DEP]... [-o PATH]... -- COMMAND...
+#                                 run COMMAND once: skipped on a re-run when it finished with
+#                                 the same command line and the same DEP steps; FRESH=1 redoes
+#   fetch URL SHA256 DEST [HOWTO] resumable download, checked against its sha256
+#   need_file PATH HOWTO          a clear error when a file the user must supply is missing
+#   slice_marker FILE SKIP N OUT  documents SKIP+1 .. SKIP+N of a "<d>"-marked file
+#
+# Common settings (environment variables, defaults in brackets):
+#   SMOKE [0]   1: the whole chain on a small slice of the bundled data, tiny models, a few updates
+#   FRESH [0]   1: redo every step (downloads are kept: they are checked by their sha256)
+#   WORK [demo-work/recipes/NAME, NAME-smoke with SMOKE=1]  DOWNLOADS [WORK/downloads]
+#   DEVICE [auto: one GPU when there is one, else CPU | gpu | cpu]  NGPUS [1: fairseq's
+#   distributed training over N GPUs]  PRECISION [fp16 on a GPU | bf16 | fp32]
+#   EXTRA_TRAIN_ARGS, EXTRA_GEN_ARGS: appended to every fairseq-train / fairseq-generate command
+
+RECIPE_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$RECIPE_LIB/../.." && pwd)
+RECIPE_SETTINGS=()
+
+say() { printf '[%s %s +%ds] %s\n' "$RECIPE" "$(date +%H:%M:%S)" "$(( $(date +%s) - RECIPE_T0 ))" "$*"; }
+die() { echo "$RECIPE: error: $*" >&2; exit 2; }
+
+setting() {  # VAR FULL [SMOKE]: the environment's value, else the default of this mode
+  local name=$1 full=$2 smoke=${3-$2}
+  if [[ -z ${!name+x} ]]; then
+    if [[ ${SMOKE:-0} == 1 ]]; then printf -v "$name" '%s' "$smoke"; else printf -v "$name" '%s' "$full"; fi
+  fi
+  RECIPE_SETTINGS+=("$name")
+}
+
+recipe_init() {  # NAME
+  RECIPE=$1
+  RECIPE_T0=$(date +%s)
+  cd "$REPO"
+  setting SMOKE 0
+  setting FRESH 0
+  [[ $SMOKE == 0 || $SMOKE == 1 ]] || die "SMOKE=$SMOKE: use 0 or 1"
+  [[ $FRESH == 0 || $FRESH == 1 ]] || die "FRESH=$FRESH: use 0 or 1"
+  setting WORK "demo-work/recipes/$RECIPE" "demo-work/recipes/$RECIPE-smoke"
+  setting DOWNLOADS "$WORK/downloads"
+  setting DEVICE auto
+  setting NGPUS 1
+  setting PRECISION ""
+  setting EXTRA_TRAIN_ARGS ""
+  setting EXTRA_GEN_ARGS ""
+  for cmd in docctx-prepare fairseq-train fairseq-generate docctx-score python sha256sum; do
+    command -v $cmd >/dev/null || die "$cmd is not on PATH: run 'make venv' and '. .venv/bin/activate'"
+  done
+  export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
+  # torch's OpenMP threads sleep instead of spinning while they wait (a busy CPU machine)
+  export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+  STAMPS=$WORK/stamps
+  LOGS=$WORK/logs
+  if [[ $FRESH == 1 && -d $STAMPS ]]; then
+    rm -rf "$STAMPS"
+  fi
+  mkdir -p "$STAMPS" "$LOGS"
+  recipe_device
+}
+
+recipe_settings() {  # print and record every setting (after the recipe's own `setting` lines)
+  local name
+  local -A seen=()
+  : > "$WORK/settings.txt"
+  for name in "${RECIPE_SETTINGS[@]}"; do
+    [[ -n ${seen[$name]:-} ]] && continue
+    seen[$name]=1
+    echo "$name=${!name}" >> "$WORK/settings.txt"
+  done
+  say "settings ($WORK/settings.txt): $(tr '\n' ' ' < "$WORK/settings.txt")"
+}
+
+recipe_device() {  # TRAIN_DEVICE_ARGS, GEN_DEVICE_ARGS from DEVICE, NGPUS, PRECISION
+  local gpus=0
+  if [[ $DEVICE != cpu ]]; then
+    gpus=$(python -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+  fi
+  case $DEVICE in
+    auto) if (( gpus > 0 )); then DEVICE=gpu; else DEVICE=cpu; fi ;;
+    gpu) (( gpus > 0 )) || die "DEVICE=gpu but torch sees no GPU" ;;
+    cpu) ;;
+    *) die "DEVICE=$DEVICE: use auto, gpu or cpu" ;;
+  esac
+  if [[ $DEVICE == cpu ]]; then
+    [[ -z $PRECISION || $PRECISION == fp32 ]] || die "PRECISION=$PRECISION needs a GPU (DEVICE=$DEVICE)"
+    TRAIN_DEVICE_ARGS=(--cpu)
+    GEN_DEVICE_ARGS=(--cpu)
+    DEVICE_NOTE="CPU"
+    return
+  fi
+  (( NGPUS >= 1 && NGPUS <= gpus )) || die "NGPUS=$NGPUS but torch sees $gpus GPU(s)"
+  PRECISION=${PRECISION:-fp16}
+  local prec=()
+  case $PRECISION in
+    fp16) prec=(--fp16) ;;
+    bf16) prec=(--bf16) ;;
+    fp32) ;;
+    *) die "PRECISION=$PRECISION: use fp16, bf16 or fp32" ;;
+  esac
+  TRAIN_DEVICE_ARGS=(--distributed-world-size "$NGPUS" "${prec[@]}")
+  GEN_DEVICE_ARGS=("${prec[@]}")
+  DEVICE_NOTE="$NGPUS GPU(s), $PRECISION"
+}
+
+_stamp_hash() { sha256sum | cut -c1-64; }
+
+step() {  # NAME [-d DEP]... [-o PATH]... -- COMMAND...
+  local name=$1; shift
+  local deps=() outs=() d o key hash
+  while [[ $# -gt 0 && $1 != -- ]]; do
+    case $1 in
+      -d) deps+=("$2"); shift 2 ;;
+      -o) outs+=("$2"); shift 2 ;;
+      *) die "step $name: unknown option $1" ;;
+    esac
+  done
+  [[ ${1:-} == -- ]] || die "step $name: no command"
+  shift
+  key=$(printf '%q ' "$@")
+  for d in "${deps[@]}"; do
+    [[ -f $STAMPS/$d.done ]] || die "step $name needs step $d, which has not finished"
+    key+=$'\n'"after $d $(cat "$STAMPS/$d.done")"
+  done
+  hash=$(printf '%s' "$key" | _stamp_hash)
+  if [[ -f $STAMPS/$name.done && $(cat "$STAMPS/$name.done") == "$hash" ]]; then
+    local missing=
+    for o in "${outs[@]}"; do [[ -e $o ]] || missing=$o; done
+    if [[ -z $missing ]]; then
+      say "$name: done with these settings (FRESH=1 redoes it)"
+      return
+    fi
+  fi
+  rm -f "$STAMPS/$name.done"
+  # a step interrupted with the same settings goes on (fairseq-train resumes from
+  # checkpoint_last.pt); with other settings its outputs are removed first
+  if [[ ! -f $STAMPS/$name.started || $(cat "$STAMPS/$name.started") != "$hash" ]]; then
+    for o in "${outs[@]}"; do rm -rf "$o"; done
+  fi
+  echo "$hash" > "$STAMPS/$name.started"
+  printf '%s\n' "$key" > "$STAMPS/$name.key"
+  say "$name: $1 ... (log: $LOGS/$name.log)"
+  if ! "$@" > "$LOGS/$name.log" 2>&1; then
+    tail -25 "$LOGS/$name.log" >&2
+    die "step $name failed (the whole log: $LOGS/$name.log)"
+  fi
+  for o in "${outs[@]}"; do [[ -e $o ]] || die "step $name finished but wrote no $o (see $LOGS/$name.log)"; done
+  echo "$hash" > "$STAMPS/$name.done"
+}
+
+step_done() { [[ -f $STAMPS/$1.done ]]; }
+
+fetch() {  # URL SHA256 DEST [HOWTO]: resumable download (curl -C -), checked against SHA256
+  local url=$1 sum=$2 dest=$3 howto=${4:-}
+  if [[ -f $dest ]]; then
+    _check_sum "$dest" "$sum"
+    return
+  fi
+  mkdir -p "$(dirname "$dest")"
+  command -v curl >/dev/null || die "curl is needed to download $url"
+  say "downloading $url -> $dest (resumable: a re-run goes on where it stopped)"
+  if ! curl -fL --retry 3 -C - -o "$dest.part" "$url"; then
+    die "could not download $url${howto:+ -- $howto}"
+  fi
+  mv "$dest.part" "$dest"
+  _check_sum "$dest" "$sum"
+}
+
+_check_sum() {  # FILE SHA256
+  local got
+  got=$(sha256sum < "$1" | cut -c1-64)
+  [[ $got == "$2" ]] || die "checksum mismatch for $1: sha256 $got, expected $2 (a changed or damaged download: delete the file to download it again)"
+}
+
+need_file() {  # PATH HOWTO
+  [[ -f $1 ]] || die "missing $1: $2"
+}
+
+slice_marker() {  # FILE SKIP N OUT: documents SKIP+1 .. SKIP+N of a "<d>"-marked file
+  tr -d '\r' < "$1" | awk -v a="$2" -v n="$3" '
+    /^[[:space:]]*<d>[[:space:]]*$/ { d++ }
+    d > a && d <= a + n' > "$4"
+  grep -q '<d>' "$4" || die "$1 has fewer than $(( $2 + 1 )) documents"
+}

@@ -1,0 +1,237 @@
+"""The dataset recipes (examples/<dataset>/run.sh) and their shared machinery (examples/lib/).
+
+Fast: the step runner (a finished step is skipped on a re-run with the same settings, redone
+with FRESH=1, with other settings or after a step it depends on was redone), downloads
+(resumed, checked by sha256: a mismatch is a clear error), a missing licensed file is a clear
+error, settings from the environment, published scores beside the runs
+(``docctx-score table --paper-scores``). End to end: the cheapest recipe (nc-ende) in SMOKE
+mode; every other recipe's SMOKE run is marked slow (``make test-all``)."""
+import hashlib
+import json
+import re
+import subprocess
+
+import pytest
+
+from conftest import REPO, SHARED_DATA, venv_env
+
+LIB = REPO / "examples" / "lib" / "recipe.sh"
+needs_data = pytest.mark.skipif(not (SHARED_DATA / "maruf-ende").is_dir(),
+                                reason=f"needs the bundled corpora at {SHARED_DATA}")
+
+
+def bash(script, tmp_path, **env):
+    """Run a bash script that sources the recipe machinery; (returncode, stdout + stderr)."""
+    e = dict(venv_env(), WORK=str(tmp_path / "work"), DEVICE="cpu", T=str(tmp_path), **env)
+    p = subprocess.run(["bash", "-c", f"set -euo pipefail; source {LIB}; recipe_init t; {script}"],
+                       env=e, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    return p.returncode, p.stdout + p.stderr
+
+
+def runs(tmp_path, name):
+    f = tmp_path / name
+    return len(f.read_text().splitlines()) if f.exists() else 0
+
+
+# ------------------------------------------------------------------------------ step runner
+
+
+STEPS = """
+setting GREETING hello
+step a -- bash -c "echo \\$0 >> $T/a.runs" "$GREETING"
+step b -d a -o $T/b.out -- bash -c "echo b >> $T/b.runs; echo x > $T/b.out"
+"""
+
+
+def test_a_finished_step_is_skipped_on_a_rerun_and_redone_with_fresh_or_other_settings(tmp_path):
+    rc, out = bash(STEPS, tmp_path)
+    assert rc == 0, out
+    assert (runs(tmp_path, "a.runs"), runs(tmp_path, "b.runs")) == (1, 1)
+    rc, out = bash(STEPS, tmp_path)  # same settings: both skipped
+    assert rc == 0 and "a: done with these settings" in out and "b: done with these settings" in out, out
+    assert (runs(tmp_path, "a.runs"), runs(tmp_path, "b.runs")) == (1, 1)
+    rc, out = bash(STEPS, tmp_path, FRESH="1")  # FRESH=1: both redone
+    assert rc == 0, out
+    assert (runs(tmp_path, "a.runs"), runs(tmp_path, "b.runs")) == (2, 2)
+    rc, out = bash(STEPS, tmp_path, GREETING="hi")  # a's command changes: a, and b after it, redone
+    assert rc == 0, out
+    assert (tmp_path / "a.runs").read_text().splitlines()[-1] == "hi"
+    assert (runs(tmp_path, "a.runs"), runs(tmp_path, "b.runs")) == (3, 3)
+    (tmp_path / "b.out").unlink()  # an output gone: the step is redone
+    rc, out = bash(STEPS, tmp_path, GREETING="hi")
+    assert rc == 0 and (runs(tmp_path, "a.runs"), runs(tmp_path, "b.runs")) == (3, 4), out
+
+
+def test_a_failing_step_is_an_error_with_its_log_and_is_not_marked_done(tmp_path):
+    script = 'step bad -- bash -c "echo the cause; exit 3"'
+    rc, out = bash(script, tmp_path)
+    assert rc == 2 and "the cause" in out and "step bad failed" in out and "logs/bad.log" in out, out
+    assert not (tmp_path / "work" / "stamps" / "bad.done").exists()
+    rc, out = bash('step c -d bad -- true', tmp_path)
+    assert rc == 2 and "step c needs step bad, which has not finished" in out, out
+
+
+def test_settings_from_the_environment_and_the_smoke_defaults(tmp_path):
+    script = 'setting SIZE 512 32; setting BEAM 4 2; recipe_settings; echo "SIZE=$SIZE BEAM=$BEAM"'
+    rc, out = bash(script, tmp_path)
+    assert rc == 0 and "SIZE=512 BEAM=4" in out, out
+    rc, out = bash(script, tmp_path, SMOKE="1", BEAM="5")
+    assert rc == 0 and "SIZE=32 BEAM=5" in out, out
+    listed = (tmp_path / "work" / "settings.txt").read_text().splitlines()
+    assert "SIZE=32" in listed and "BEAM=5" in listed and "SMOKE=1" in listed
+    rc, out = bash("true", tmp_path, SMOKE="yes")
+    assert rc == 2 and "SMOKE=yes: use 0 or 1" in out
+    rc, out = bash("true", tmp_path, PRECISION="fp16")
+    assert rc == 2 and "PRECISION=fp16 needs a GPU" in out
+
+
+# ------------------------------------------------------------------------------ data
+
+
+def test_download_resumes_and_is_checked_by_its_sha256(tmp_path):
+    src = tmp_path / "remote.txt"
+    src.write_bytes(b"0123456789" * 1000)
+    good = hashlib.sha256(src.read_bytes()).hexdigest()
+    dest = tmp_path / "dl" / "file.txt"
+    # an interrupted earlier download: curl -C - goes on from the partial file
+    dest.parent.mkdir()
+    (dest.parent / "file.txt.part").write_bytes(src.read_bytes()[:4000])
+    rc, out = bash(f"fetch file://{src} {good} {dest}", tmp_path)
+    assert rc == 0, out
+    assert dest.read_bytes() == src.read_bytes()
+    rc, out = bash(f"fetch file://{src} {'0' * 64} {dest}", tmp_path)  # the file there is checked too
+    assert rc == 2 and f"checksum mismatch for {dest}" in out and "expected " + "0" * 64 in out, out
+    rc, out = bash(f"fetch file://{tmp_path}/missing {good} {tmp_path}/x 'ask the authors'", tmp_path)
+    assert rc == 2 and "could not download" in out and "ask the authors" in out, out
+
+
+def test_slice_marker_takes_whole_documents(tmp_path):
+    (tmp_path / "m.txt").write_bytes(b"<d>\r\na\r\nb\r\n<d>\r\nc\r\n<d>\r\nd\r\ne\r\n")
+    rc, out = bash(f"slice_marker {tmp_path}/m.txt 1 2 {tmp_path}/s.txt", tmp_path)
+    assert rc == 0, out
+    assert (tmp_path / "s.txt").read_text() == "<d>\nc\n<d>\nd\ne\n"
+    rc, out = bash(f"slice_marker {tmp_path}/m.txt 3 1 {tmp_path}/s.txt", tmp_path)
+    assert rc == 2 and "has fewer than 4 documents" in out
+
+
+def _recipe(name, tmp_path, timeout=900, **env):
+    e = dict(venv_env(), WORK=str(tmp_path / "work"), DEVICE="cpu", **env)
+    p = subprocess.run(["bash", str(REPO / "examples" / name / "run.sh")], env=e, capture_output=True,
+                       text=True, timeout=timeout)
+    return p.returncode, p.stdout + p.stderr
+
+
+def test_a_missing_licensed_training_side_is_a_clear_error(tmp_path):
+    corpus = tmp_path / "maruf" / "IWSLT2017"
+    corpus.mkdir(parents=True)
+    for split in ("dev", "test"):
+        for lang in ("en", "de"):
+            (corpus / f"concatenated_en2de_{split}_{lang}.txt").write_text("<d>\na\n")
+    rc, out = _recipe("ted-ende", tmp_path, DATA=str(tmp_path / "maruf"))
+    assert rc == 2, out
+    assert f"missing {corpus}/concatenated_en2de_train_en.txt" in out and "SMOKE=1" in out, out
+    rc, out = _recipe("iwslt15-zhen", tmp_path, DATA=str(tmp_path / "empty"))
+    assert rc == 2, out
+    assert "train.tags.zh-en.zh: download the IWSLT 2015 Zh-En TED data" in out and "wit3.fbk.eu" in out, out
+
+
+# ------------------------------------------------------------------------------ results
+
+
+def test_published_scores_beside_the_runs(tmp_path, capsys):
+    from fairseq_docctx.cli.score import cli_main
+    from conftest import run_in_process
+
+    (tmp_path / "a.json").write_text(json.dumps(
+        {"run": "transformer", "metrics": {"bleu_tok": {"score": 20.5, "signature": "SIG"}}}))
+    (tmp_path / "b.json").write_text(json.dumps({"run": "qcn", "metrics": {"bleu_tok": {"score": 21.0}}}))
+    (tmp_path / "p.tsv").write_text("# comment\ntransformer\tbleu_tok\t24.55\tZhang et al. 2021, Table 1\n"
+                                    "transformer\tbleu_tok\t23.28\tYang et al. 2019, Table 2\n"
+                                    "mht\tbleu_tok\t26.22\tZhang et al. 2021, Table 1\n")
+    rc, out, err = run_in_process(cli_main, ["table", tmp_path / "a.json", tmp_path / "b.json",
+                                             "--paper-scores", tmp_path / "p.tsv"], capsys)
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "| run | bleu_tok | bleu_tok, paper |"
+    assert lines[2] == ("| transformer | 20.50 | 24.55 (Zhang et al. 2021, Table 1) / "
+                        "23.28 (Yang et al. 2019, Table 2) |")
+    assert lines[3] == "| qcn | 21.00 | - |"
+    assert "without a run or metric in this table: mht bleu_tok 26.22 (Zhang et al. 2021, Table 1)" in out
+    (tmp_path / "bad.tsv").write_text("transformer\tbleu_tok\tn/a\tsomewhere\n")
+    rc, _, err = run_in_process(cli_main, ["table", tmp_path / "a.json", "--paper-scores", tmp_path / "bad.tsv"],
+                                capsys)
+    assert rc == 2 and "bad.tsv, line 1: score 'n/a' is not a number" in err
+
+
+# ------------------------------------------------------------------------------ end to end
+
+
+def _check_smoke(work, out, models, metrics):
+    results = (work / "results.md").read_text()
+    assert "**SMOKE run**" in results
+    head = next(ln for ln in results.splitlines() if ln.startswith("| run |"))
+    columns = [c.strip() for c in head.strip("|").split("|")]
+    for name in models:
+        row = next((ln for ln in results.splitlines() if ln.startswith(f"| {name} |")), None)
+        assert row is not None, results
+        cells = dict(zip(columns, (c.strip() for c in row.strip("|").split("|"))))
+        assert all(re.fullmatch(r"\d+\.\d\d", cells[m]) for m in metrics), row
+        assert (work / "checkpoints" / name / "checkpoint_best.pt").exists()
+        run = json.loads((work / "scores" / f"{name}.json").read_text())
+        assert set(run["metrics"]) == set(metrics)
+    for m in metrics:
+        if m.startswith("bleu"):
+            assert re.search(rf"- {m}: nrefs:1\|.*\|version:", results), results
+
+
+@needs_data
+def test_nc_ende_smoke_end_to_end_and_rerun(tmp_path):
+    """examples/nc-ende/run.sh with SMOKE=1 (transformer, concat, qcn on a slice of the bundled
+    News Commentary dev/test documents): every model trained, the test documents translated
+    (each sentence once) and scored, results.md with the paper's numbers beside the scores; a
+    second run redoes nothing."""
+    work = tmp_path / "work"
+    rc, out = _recipe("nc-ende", tmp_path, SMOKE="1", METRICS="bleu_tok")
+    assert rc == 0, out[-4000:]
+    models = ["transformer", "concat", "qcn"]
+    _check_smoke(work, out, models, ["bleu_tok"])
+    results = (work / "results.md").read_text()
+    assert "21.67 (Yang et al. 2019, Table 2 (4+4 layers))" in results and "22.37 (Yang et al. 2019, Table 2)" in results
+    n_ref = sum(1 for ln in (work / "smoke-data" / "test.de").read_text().splitlines() if ln.strip() != "<d>")
+    for name in models:
+        ids = [int(ln.split("\t")[0][2:]) for ln in (work / "generate" / name / "generate-test.txt").read_text().splitlines()
+               if ln.startswith("H-")]
+        assert sorted(ids) == list(range(n_ref))
+    rc, out = _recipe("nc-ende", tmp_path, SMOKE="1", METRICS="bleu_tok")
+    assert rc == 0, out[-4000:]
+    for step in ["prepare"] + [f"{s}-{m}" for m in models for s in ("train", "translate", "score")]:
+        assert f"{step}: done with these settings" in out, out
+    assert "(log:" not in out  # nothing ran again
+
+
+@needs_data
+@pytest.mark.slow  # about 3 minutes: make test-all
+def test_ted_ende_smoke(tmp_path):
+    rc, out = _recipe("ted-ende", tmp_path, SMOKE="1", timeout=1800)
+    assert rc == 0, out[-4000:]
+    _check_smoke(tmp_path / "work", out, ["transformer", "concat", "qcn", "han", "mht"], ["bleu", "bleu_tok", "meteor"])
+    log = (tmp_path / "work" / "logs" / "train-mht.log").read_text()
+    assert "source-side sentence encoder: initialised from the encoder of" in log
+    assert "initialised from" in (tmp_path / "work" / "logs" / "train-han.log").read_text()
+
+
+@needs_data
+@pytest.mark.slow  # about 2 minutes: make test-all
+def test_europarl_ende_smoke(tmp_path):
+    rc, out = _recipe("europarl-ende", tmp_path, SMOKE="1", timeout=1800)
+    assert rc == 0, out[-4000:]
+    _check_smoke(tmp_path / "work", out, ["transformer", "qcn", "mht"], ["bleu", "bleu_tok", "meteor"])
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "iwslt15-zhen").is_dir(), reason=f"needs the bundled corpora at {SHARED_DATA}")
+@pytest.mark.slow  # about 4 minutes: make test-all
+def test_iwslt15_zhen_smoke(tmp_path):
+    rc, out = _recipe("iwslt15-zhen", tmp_path, SMOKE="1", timeout=2400)
+    assert rc == 0, out[-4000:]
+    _check_smoke(tmp_path / "work", out, ["transformer", "han-encoder", "han-decoder", "han-decoder-source",
+                                          "han-decoder-alignment", "han", "mht"], ["bleu", "bleu_tok"])

@@ -32,11 +32,10 @@ current one.
   - ``p(y_t) = g(f(s_t, y_{t-1}, c^b_t))``: ``rnnsearch``'s deep output on ``c^b_t``
     (Eq. 11): A never feeds the output layer.
 
-  ``W_z y_{t-1}`` is one matrix product for all steps, before the loop; in beam search
-  ``C_b c^b_t`` and ``C_a c^a_t`` are ``Σ_j α_tj C h_j`` with ``C h_j`` computed once per
-  sentence (the decoder's :meth:`~ISGDecoder.start`), so a step does not multiply them by
-  ``C_b`` and ``C_a`` for every hypothesis. The equations have no bias in the gate; there is
-  none.
+  ``W_z y_{t-1}`` is one matrix product for all steps, before the loop; ``C_b c^b_t`` and
+  ``C_a c^a_t`` are computed at every step (precomputing ``C h_j`` once per sentence was
+  slower in beam search: fairseq reorders the per-position tensors with the beams at every
+  step). The equations have no bias in the gate; there is none.
 * **Table 3** (§5.3) at inference, ``--isg-ablation`` (a model option: ``fairseq-generate
   --model-overrides "{'isg_ablation': 'null'}"``): ``null`` (+NULL: every A is the null
   sentence), ``zero-gate`` (+z=0: ``z_t = 0``, A is not read), ``random-context`` (+RV:
@@ -185,29 +184,6 @@ class ISGDecoder(RNNSearchDecoder):
         # C_1 of Eq. 10: GRU_2's input weights that read c^a ⊙ z (C_2: GRU_2's own)
         self.context_input = nn.Linear(C, 3 * H, bias=False)
 
-    def start(self, encoder_out):
-        """``s_0`` (``rnnsearch``'s) and, when nothing is differentiated (beam search,
-        scoring), once per sentence ``C_b h^b_j`` and ``C_a h^a_j`` at every position of B and
-        A: ``C_b c^b_t = Σ_j α^b_tj C_b h^b_j`` (likewise for A), so that a step weighs them
-        with its attention weights instead of multiplying ``c^b_t`` and ``c^a_t`` by ``C_b``
-        and ``C_a`` (for every hypothesis of the beam). In training the product at every step
-        is cheaper: the backward of the weighted sum would build a gradient of the size of
-        ``C h`` at every step."""
-        state = super().start(encoder_out)
-        if self.ablation != "zero-gate" and not torch.is_grad_enabled():
-            state["gate_current"] = self.context_gate_current(encoder_out["annotations"])
-            if self.ablation != "random-context":
-                state["gate_previous"] = self.context_gate_previous(encoder_out["context_annotations"])
-        return state
-
-    @staticmethod
-    def gate_input(layer: nn.Linear, c: Tensor, alpha: Optional[Tensor], state, name: str) -> Tensor:
-        """``C c_t`` (``layer``: ``C``): ``Σ_j α_tj (C h_j)`` from ``state[name]`` where
-        :meth:`start` computed ``C h_j``, else the product."""
-        if name in state and alpha is not None:
-            return torch.bmm(alpha.unsqueeze(1), state[name]).squeeze(1)
-        return layer(c)
-
     def step_inputs(self, y, encoder_out):
         inputs = super().step_inputs(y, encoder_out)
         if self.ablation != "zero-gate":  # W_z y_{t-1} of all steps at once
@@ -223,18 +199,15 @@ class ISGDecoder(RNNSearchDecoder):
         ctx = super().attend(s_tilde, state, encoder_out)
         if self.ablation == "zero-gate":
             return ctx
-        ctx["gate_current"] = self.gate_input(self.context_gate_current, ctx["c"], ctx["attn"], state,
-                                              "gate_current")  # C_b c^b_t
+        ctx["gate_current"] = self.context_gate_current(ctx["c"])  # C_b c^b_t
         if self.ablation == "random-context":  # Table 3, +RV
             ctx["c_previous"] = torch.rand_like(ctx["c"]) * 2 - 1
-            alpha = None
         else:
             ctx["c_previous"], alpha = additive_attention(
                 self.context_attention_query(s_tilde), encoder_out["context_keys"],
                 encoder_out["context_annotations"], encoder_out["context_padding_mask"], self.context_attention_v)
             ctx["attn_previous"] = alpha
-        ctx["gate_previous"] = self.gate_input(self.context_gate_previous, ctx["c_previous"], alpha, state,
-                                               "gate_previous")  # C_a c^a_t
+        ctx["gate_previous"] = self.context_gate_previous(ctx["c_previous"])  # C_a c^a_t
         return ctx
 
     def update(self, s_prev, s_tilde, ctx, inputs, state, encoder_out) -> Tuple[Tensor, Dict[str, Tensor]]:

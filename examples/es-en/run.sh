@@ -125,7 +125,7 @@ corpus_news() {
   for y in 2009 2010 2011 2012 2013; do tests+=("$WORK/wmt/newstest$y.{lang}.sgm"); done
   REF_TEST=$WORK/test-ref.en.sgm
   for y in 2009 2010 2011 2012 2013; do cat "$WORK/wmt/newstest$y.en.sgm"; done > "$REF_TEST"
-  PREP=(--trainpref "$split/train" --validpref "$WORK/wmt/newstest2008.{lang}" --testpref "$(IFS=,; echo "${tests[*]}")")
+  PREP=(--trainpref "$split/train" --validpref "$WORK/wmt/newstest2008.{lang}.sgm" --testpref "$(IFS=,; echo "${tests[*]}")")
 }
 
 results=()

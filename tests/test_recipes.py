@@ -345,7 +345,7 @@ def test_es_en_smoke(tmp_path):
     assert not set((split / "train.docids").read_text().split()) & set((split / "episodes.list").read_text().split())
 
 
-@pytest.mark.slow  # about N minutes: make test-all
+@pytest.mark.slow  # about 4 minutes: make test-all
 def test_opensubs_enru_smoke(tmp_path):
     """examples/opensubs-enru/run.sh with SMOKE=1 on generated files in the layout of Voita et
     al. (2019)'s release: transformer and mht (draft pipeline) trained, BLEU and the accuracy

@@ -327,7 +327,7 @@ def test_voita_contrastive_set_json_is_read_with_each_candidates_context(tmp_pat
         read_voita(str(path))
 
 
-@pytest.mark.slow  # about N minutes: make test-all
+@pytest.mark.slow  # about 5 minutes: make test-all
 def test_es_en_smoke(tmp_path):
     """examples/es-en/run.sh with SMOKE=1 on generated files in the layout of the IWSLT 2014,
     OPUS and WMT releases: each corpus prepared, transformer and han trained, translated and

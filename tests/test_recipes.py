@@ -235,3 +235,129 @@ def test_iwslt15_zhen_smoke(tmp_path):
     assert rc == 0, out[-4000:]
     _check_smoke(tmp_path / "work", out, ["transformer", "han-encoder", "han-decoder", "han-decoder-source",
                                           "han-decoder-alignment", "han", "mht"], ["bleu", "bleu_tok"])
+
+
+# ------------------------------------------------------------------------------ corpus converters
+
+CORPORA = REPO / "examples" / "lib" / "corpora.sh"
+
+
+def test_opus_moses_files_become_whole_documents_of_train_dev_and_test(tmp_path):
+    """examples/lib/corpora.sh: the .ids file's first column is the document; listed documents
+    go to dev and test, train stops at the first document boundary past its cap, a pair with an
+    empty side is dropped and counted, a short line is an error naming the file and line."""
+    docs = {"a": 3, "b": 2, "c": 4, "d": 2}
+    ids, es, en = [], [], []
+    for d, n in docs.items():
+        for i in range(n):
+            ids.append(f"en/{d}.xml.gz\tes/{d}.xml.gz\t{i}\t{i}")
+            es.append(f"es {d}{i}")
+            en.append("" if (d, i) == ("a", 1) else f"en {d}{i}")
+    for name, lines in (("c.ids", ids), ("c.es", es), ("c.en", en)):
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+    (tmp_path / "dev.list").write_text("en/b.xml.gz\n")
+    (tmp_path / "test.list").write_text("en/d.xml.gz\n")
+    rc, out = bash(f"source {CORPORA}; opus_docs $T/c.ids $T/c.es $T/c.en $T/o 3 $T/dev.list $T/test.list", tmp_path)
+    assert rc == 0, out
+    o = tmp_path / "o"
+    # train: a (one pair dropped: an empty English side) gives 2 pairs, under the cap of 3, so
+    # the next document, c, is taken whole
+    assert (o / "train.docids").read_text().split() == ["en/a.xml.gz"] * 2 + ["en/c.xml.gz"] * 4
+    assert (o / "train.en").read_text().splitlines() == ["en a0", "en a2", "en c0", "en c1", "en c2", "en c3"]
+    assert (o / "dev.es").read_text().splitlines() == ["es b0", "es b1"]
+    assert (o / "test.en").read_text().splitlines() == ["en d0", "en d1"]
+    assert "train: 6 sentence pairs (1 dropped: an empty side)" in out
+    rc, out = bash(f"source {CORPORA}; opus_docs $T/c.ids $T/c.es $T/c.en $T/o 1 $T/dev.list $T/test.list", tmp_path)
+    assert rc == 0 and (o / "train.en").read_text().splitlines() == ["en a0", "en a2"], out
+    (tmp_path / "c.en").write_text("\n".join(en[:5]) + "\n")  # fewer lines than the .ids file
+    rc, out = bash(f"source {CORPORA}; opus_docs $T/c.ids $T/c.es $T/c.en $T/o 0 $T/dev.list $T/test.list", tmp_path)
+    assert rc != 0 and f"{tmp_path}/c.ids, {tmp_path}/c.es, {tmp_path}/c.en: line counts differ (11/11/5)" in out, out
+    (tmp_path / "c.en").write_text("\n".join(en[:10] + ["x\ty"]) + "\n")  # a tab inside a sentence is kept as a space
+    (tmp_path / "c.ids").write_text("\n".join(ids[:10] + ["no-tab-line"]) + "\n")
+    rc, out = bash(f"source {CORPORA}; opus_docs $T/c.ids $T/c.es $T/c.en $T/o 0 $T/dev.list $T/test.list", tmp_path)
+    assert rc == 0 and (o / "train.en").read_text().splitlines()[-1] == "x y", out
+
+
+def test_voita_windows_are_joined_back_into_documents(tmp_path):
+    """Voita et al. (2019)'s lines (3 context sentences and the current one, joined by _eos):
+    a line that continues the one before adds its last sentence; any other starts a document;
+    empty leading context (document start) is dropped; unequal sentence counts are an error."""
+    win = lambda xs: " _eos ".join(xs)
+    src = [win(["a", "b", "c", "d"]), win(["b", "c", "d", "e"]), win(["x", "y", "z", "w"]), win(["", "", "p", "q"])]
+    dst = [s.upper() for s in src]
+    (tmp_path / "t.src").write_text("\n".join(src) + "\n")
+    (tmp_path / "t.dst").write_text("\n".join(d.replace("_EOS", "_eos") for d in dst) + "\n")
+    rc, out = bash(f"source {CORPORA}; voita_docs $T/t.src $T/t.dst $T/docs", tmp_path)
+    assert rc == 0, out
+    assert (tmp_path / "docs.en").read_text().split("\n")[:-1] == \
+        ["<d>", "a", "b", "c", "d", "e", "<d>", "x", "y", "z", "w", "<d>", "p", "q"]
+    assert (tmp_path / "docs.ru").read_text().split("\n")[1:6] == ["A", "B", "C", "D", "E"]
+    assert "4 lines -> 3 documents (1 lines continued the line before)" in out
+    (tmp_path / "t.dst").write_text("A _eos B\n")
+    (tmp_path / "t.src").write_text("a _eos b _eos c\n")
+    rc, out = bash(f"source {CORPORA}; voita_docs $T/t.src $T/t.dst $T/docs", tmp_path)
+    assert rc != 0 and f"{tmp_path}/t.src, line 1: 3 source but 2 target sentences" in out, out
+
+
+def test_voita_contrastive_set_json_is_read_with_each_candidates_context(tmp_path):
+    """docctx-score contrastive --format voita on a hand-made file in the layout of Voita et
+    al. (2019)'s consistency_testsets/*.json."""
+    from fairseq_docctx.evaluation.contrastive import ContrastiveFormatError, read_voita
+
+    data = [{"src": "a1 _eos a2 _eos a3", "dst": ["A1 _eos A2 _eos A3", "A1 _eos B2 _eos B3", "C1 _eos A2 _eos C3"],
+             "true_ind": 0, "ctx_dist": 2},
+            {"src": "b1 _eos b2", "dst": ["X1 _eos X2", "Y1 _eos Y2"], "true_ind": 1}]
+    path = tmp_path / "ellipsis_vp_test.json"
+    path.write_text(json.dumps(data))
+    ex = read_voita(str(path))
+    assert [e.source for e in ex] == ["a3", "b2"]
+    assert ex[0].source_context == ["a1", "a2"] and ex[1].source_context == ["b1"]
+    assert [(c.target, c.target_context) for c in ex[0].candidates] == \
+        [("A3", ["A1", "A2"]), ("B3", ["A1", "B2"]), ("C3", ["C1", "A2"])]
+    assert (ex[0].correct, ex[1].correct) == (0, 1)
+    assert (ex[0].distance, ex[1].distance) == (2, None)
+    assert {e.phenomenon for e in ex} == {"ellipsis_vp"}
+    data[1]["dst"][1] = "Y2"  # a candidate without its context
+    path.write_text(json.dumps(data))
+    with pytest.raises(ContrastiveFormatError, match=r"example 2, candidate 2: 1 sentences"):
+        read_voita(str(path))
+    data[1]["dst"][1], data[1]["true_ind"] = "Y1 _eos Y2", 2
+    path.write_text(json.dumps(data))
+    with pytest.raises(ContrastiveFormatError, match=r"example 2: true_ind 2 is not a candidate index"):
+        read_voita(str(path))
+
+
+@pytest.mark.slow  # about 5 minutes: make test-all
+def test_es_en_smoke(tmp_path):
+    """examples/es-en/run.sh with SMOKE=1 on generated files in the layout of the IWSLT 2014,
+    OPUS and WMT releases: each corpus prepared, transformer and han trained, translated and
+    scored, its results.md beside the paper's numbers, and WORK/results.md joining them."""
+    rc, out = _recipe("es-en", tmp_path, SMOKE="1", timeout=1800)
+    assert rc == 0, out[-4000:]
+    work = tmp_path / "work"
+    for corpus, paper in (("ted", "35.44"), ("subtitles", "35.20"), ("news", "21.36")):
+        _check_smoke(work / corpus, out, ["transformer", "han"], ["bleu", "bleu_tok"])
+        assert paper in (work / corpus / "results.md").read_text()
+        assert "initialised from" in (work / corpus / "logs" / "train-han.log").read_text()
+    assert (work / "results.md").read_text().count("**SMOKE run**") == 3
+    split = work / "subtitles" / "split"
+    assert set((split / "test.docids").read_text().split()) == set((split / "test.list").read_text().split())
+    assert not set((split / "train.docids").read_text().split()) & set((split / "episodes.list").read_text().split())
+
+
+@pytest.mark.slow  # about 4 minutes: make test-all
+def test_opensubs_enru_smoke(tmp_path):
+    """examples/opensubs-enru/run.sh with SMOKE=1 on generated files in the layout of Voita et
+    al. (2019)'s release: transformer and mht (draft pipeline) trained, BLEU and the accuracy
+    on each contrastive set in results.md."""
+    rc, out = _recipe("opensubs-enru", tmp_path, SMOKE="1", timeout=1800)
+    assert rc == 0, out[-4000:]
+    work = tmp_path / "work"
+    sets = ["deixis_test", "lex_cohesion_test", "ellipsis_infl", "ellipsis_vp"]
+    _check_smoke(work, out, ["transformer", "mht"], ["bleu", "bleu_tok"] + [f"contrastive:{s}" for s in sets])
+    assert "19.46" in (work / "results.md").read_text()
+    for name in ("transformer", "mht"):
+        run = json.loads((work / "scores" / f"{name}.json").read_text())
+        for s in sets:
+            m = run["metrics"][f"contrastive:{s}"]
+            assert m["examples"] == 6 and 0 <= m["correct"] <= 6

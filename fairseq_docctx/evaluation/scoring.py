@@ -8,9 +8,10 @@ sentence-level :class:`~fairseq.data.LanguagePairDataset`, indexed with a
 :class:`~fairseq_docctx.data.doc_index.DocIndex`, and wrapped in the task's
 :class:`~fairseq_docctx.data.document_dataset.DocumentPairDataset`, so every batch carries
 ``net_input["context"]`` exactly as in training (the model's own ``--context-size`` and
-``--context-sides``; the target context is the given reference, teacher-forced). Only the
-last sentence of each document is scored, many documents per batch. Models that do not read
-context get it removed (:func:`~fairseq_docctx.models.document_context.sample_for_model`),
+``--context-sides``; the target context is the given reference, teacher-forced; a model that
+reads drafts, MHT, gets its sentence model's drafts of the source sentences, made as at test
+time). Only the last sentence of each document is scored, many documents per batch. Models
+that do not read context get it removed (:func:`~fairseq_docctx.models.document_context.sample_for_model`),
 i.e. they are scored at sentence level.
 """
 import logging
@@ -103,7 +104,14 @@ class ModelScorer:
             shuffle=False,
         )
         index = DocIndex([str(i) for i in range(len(lengths))], lengths)
-        ds = DocumentPairDataset(pair, index, cfg.context_size, cfg.context_sides, shuffle=False)
+        side_data = {}
+        if self.hub.reads_drafts:  # MHT: drafts of every source sentence by its sentence model, as at test time
+            from ..data.drafts import DraftSentences
+
+            side_data["draft"] = DraftSentences(self.hub.make_drafts(src, batch_size=self.batch_size,
+                                                                     max_tokens=self.max_tokens))
+        ds = DocumentPairDataset(pair, index, cfg.context_size, cfg.context_sides, shuffle=False,
+                                 side_data=side_data)
         last = (index.offsets + index.lengths - 1).astype(np.int64)
         return ds, last
 

@@ -1,0 +1,139 @@
+"""Toy corpora in the real layout of datasets the project does not bundle, for the recipes'
+SMOKE=1 runs (no network in CI): the file names and formats are those of the real releases;
+the text is generated (a small word-for-word "language pair", seeded), so the chain prepare ->
+train -> translate -> score runs in a few CPU minutes. Documented in docs/recipes.md.
+
+    python examples/lib/smoke_data.py es-en DIR        # examples/es-en: ted/, subtitles/, news/
+    python examples/lib/smoke_data.py voita-enru DIR   # examples/opensubs-enru: Voita et al. (2019)
+"""
+import json
+import os
+import random
+import sys
+
+# a tiny vocabulary: (source word per language, English word)
+WORDS = [("el", "тот", "the"), ("gato", "кот", "cat"), ("perro", "собака", "dog"),
+         ("come", "ест", "eats"), ("ve", "видит", "sees"), ("casa", "дом", "house"),
+         ("grande", "большой", "big"), ("pequeño", "маленький", "small"), ("y", "и", "and"),
+         ("rojo", "красный", "red"), ("agua", "вода", "water"), ("bebe", "пьёт", "drinks"),
+         ("niño", "ребёнок", "child"), ("libro", "книга", "book"), ("lee", "читает", "reads"),
+         ("hoy", "сегодня", "today"), ("aquí", "здесь", "here"), ("nuevo", "новый", "new")]
+
+
+def sentence(rng, lang):
+    """(foreign sentence, English sentence); lang: 'es' or 'ru'."""
+    idx = [rng.randrange(len(WORDS)) for _ in range(rng.randint(3, 8))]
+    col = 0 if lang == "es" else 1
+    foreign = " ".join(WORDS[i][col] for i in idx)
+    return foreign.capitalize() + " .", " ".join(WORDS[i][2] for i in idx).capitalize() + " ."
+
+
+def documents(rng, n_docs, lang, lo=6, hi=12):
+    return [[sentence(rng, lang) for _ in range(rng.randint(lo, hi))] for _ in range(n_docs)]
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def iwslt_xml(docs, side, setid, first_id):
+    """mteval XML of the IWSLT releases (side 0: source, 1: reference)."""
+    kind = "srcset" if side == 0 else "refset"
+    out = ['<?xml version="1.0" encoding="UTF-8"?>', "<mteval>",
+           f'<{kind} setid="{setid}" srclang="spanish" trglang="english"{"" if side == 0 else " refid=" + chr(34) + "ref" + chr(34)}>']
+    for k, doc in enumerate(docs):
+        talk = first_id + k
+        out += [f'<doc docid="{talk}" genre="lectures">', f"<url>http://www.ted.com/talks/{talk}.html</url>",
+                f"<talkid>{talk}</talkid>", f"<title>Talk {talk}</title>"]
+        out += [f'<seg id="{i}"> {pair[side]} </seg>' for i, pair in enumerate(doc, 1)]
+        out.append("</doc>")
+    out += [f"</{kind}>", "</mteval>", ""]
+    return "\n".join(out)
+
+
+def wmt_sgm(docs, side, setid):
+    """WMT newstest SGML (``newstestYYYY-src.es.sgm`` / ``-ref.en.sgm``)."""
+    kind, lang = ("srcset", "es") if side == 0 else ("refset", "en")
+    out = [f'<{kind} setid="{setid}" srclang="any"{"" if side == 0 else " trglang=" + chr(34) + "en" + chr(34)}>']
+    for k, doc in enumerate(docs):
+        out.append(f'<doc sysid="ref" docid="{setid}-{k}" genre="news" origlang="{lang}">')
+        out += [f'<seg id="{i}">{pair[side]}</seg>' for i, pair in enumerate(doc, 1)]
+        out.append("</doc>")
+    out += [f"</{kind}>", ""]
+    return "\n".join(out)
+
+
+def opus_moses(dirname, corpus, docs, doc_name):
+    """OPUS Moses files ``CORPUS.en-es.{es,en,ids}``: one pair a line; the .ids file's first
+    column names the document of each line."""
+    es, en, ids = [], [], []
+    for k, doc in enumerate(docs):
+        for i, (s, t) in enumerate(doc, 1):
+            es.append(s)
+            en.append(t)
+            ids.append(f"en/{doc_name(k)}\tes/{doc_name(k)}\t{i}\t{i}")
+    for ext, lines in (("es", es), ("en", en), ("ids", ids)):
+        write(os.path.join(dirname, f"{corpus}.en-es.{ext}"), "\n".join(lines) + "\n")
+
+
+def es_en(root):
+    rng = random.Random(1)
+    ted = os.path.join(root, "ted")
+    train = documents(rng, 30, "es")
+    for side, lang in ((0, "es"), (1, "en")):
+        lines = []
+        for k, doc in enumerate(train):
+            lines += [f"<url>http://www.ted.com/talks/{k}.html</url>", f"<talkid>{k}</talkid>",
+                      f"<title>Talk {k}</title>"]
+            lines += [pair[side] for pair in doc]
+        write(os.path.join(ted, f"train.tags.es-en.{lang}"), "\n".join(lines) + "\n")
+    for n, t in enumerate(("dev2010", "tst2010", "tst2011", "tst2012")):
+        docs = documents(rng, 2, "es")
+        for side, lang in ((0, "es"), (1, "en")):
+            write(os.path.join(ted, f"IWSLT14.TED.{t}.es-en.{lang}.xml"),
+                  iwslt_xml(docs, side, f"iwslt2014-{t}", 1000 + 10 * n))
+    opus_moses(os.path.join(root, "subtitles"), "OpenSubtitles", documents(rng, 34, "es"),
+               lambda k: f"{2000 + k % 10}/{k}/{k}.xml.gz")
+    news = os.path.join(root, "news")
+    opus_moses(news, "News-Commentary", documents(rng, 30, "es"), lambda k: f"news-commentary-{k}.xml.gz")
+    for y in range(2008, 2014):
+        docs = documents(rng, 2 if y == 2008 else 1, "es")
+        write(os.path.join(news, f"newstest{y}-src.es.sgm"), wmt_sgm(docs, 0, f"newstest{y}"))
+        write(os.path.join(news, f"newstest{y}-ref.en.sgm"), wmt_sgm(docs, 1, f"newstest{y}"))
+
+
+def voita_enru(root):
+    """``context_aware/{train,dev,test}.{src,dst}`` (each line: 3 context sentences and the
+    current one, joined by `` _eos ``; consecutive lines of a document overlap by three
+    sentences) and ``consistency_testsets/*.json`` (src, dst candidates, true_ind)."""
+    rng = random.Random(2)
+    for split, n in (("train", 30), ("dev", 3), ("test", 3)):
+        src, dst = [], []
+        for doc in documents(rng, n, "ru"):
+            for i in range(3, len(doc)):
+                window = doc[i - 3: i + 1]
+                src.append(" _eos ".join(p[1] for p in window))   # English source
+                dst.append(" _eos ".join(p[0] for p in window))   # Russian target
+        write(os.path.join(root, "context_aware", f"{split}.src"), "\n".join(src) + "\n")
+        write(os.path.join(root, "context_aware", f"{split}.dst"), "\n".join(dst) + "\n")
+    for name in ("deixis_test", "lex_cohesion_test", "ellipsis_infl", "ellipsis_vp"):
+        examples = []
+        for _ in range(6):
+            window = [sentence(rng, "ru") for _ in range(4)]
+            src = " _eos ".join(p[1] for p in window)
+            good = " _eos ".join(p[0] for p in window)
+            wrong = window[:-1] + [(sentence(rng, "ru")[0], "")]
+            dst = [good, " _eos ".join(p[0] for p in wrong)]
+            if rng.random() < 0.5:
+                dst.reverse()
+            examples.append({"src": src, "dst": dst, "true_ind": dst.index(good), "ctx_dist": 1})
+        write(os.path.join(root, "consistency_testsets", f"{name}.json"),
+              json.dumps(examples, ensure_ascii=False, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in ("es-en", "voita-enru"):
+        sys.exit("usage: smoke_data.py es-en|voita-enru DIR")
+    (es_en if sys.argv[1] == "es-en" else voita_enru)(sys.argv[2])

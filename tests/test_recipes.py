@@ -189,7 +189,9 @@ def test_nc_ende_smoke_end_to_end_and_rerun(tmp_path):
     """examples/nc-ende/run.sh with SMOKE=1 (transformer, concat, qcn on a slice of the bundled
     News Commentary dev/test documents): every model trained, the test documents translated
     (each sentence once) and scored, results.md with the paper's numbers beside the scores; a
-    second run redoes nothing."""
+    second run redoes nothing; a third with GEN_PROCESSES=2 translates the test set again with
+    docctx-generate over 2 processes (only the translate and score steps run again), with the
+    same translations and score."""
     work = tmp_path / "work"
     rc, out = _recipe("nc-ende", tmp_path, SMOKE="1", METRICS="bleu_tok")
     assert rc == 0, out[-4000:]
@@ -207,6 +209,19 @@ def test_nc_ende_smoke_end_to_end_and_rerun(tmp_path):
     for step in ["prepare"] + [f"{s}-{m}" for m in models for s in ("train", "translate", "score")]:
         assert f"{step}: done with these settings" in out, out
     assert "(log:" not in out  # nothing ran again
+
+    def hypotheses(name):
+        lines = (work / "generate" / name / "generate-test.txt").read_text().splitlines()
+        return {ln.split("\t")[0]: ln.split("\t")[2] for ln in lines if ln.startswith("H-")}
+
+    one = hypotheses("concat")
+    score = json.loads((work / "scores" / "concat.json").read_text())["metrics"]["bleu_tok"]["score"]
+    rc, out = _recipe("nc-ende", tmp_path, SMOKE="1", METRICS="bleu_tok", MODELS="concat", GEN_PROCESSES="2")
+    assert rc == 0, out[-4000:]
+    assert "train-concat: done with these settings" in out and "translate-concat: docctx-generate" in out, out
+    assert "by 2 processes (docctx-generate)" in (work / "results.md").read_text()
+    assert hypotheses("concat") == one
+    assert json.loads((work / "scores" / "concat.json").read_text())["metrics"]["bleu_tok"]["score"] == score
 
 
 @needs_data

@@ -144,7 +144,7 @@ translate() {  # NAME: the test split with checkpoint_best.pt; document order wh
   # shellcheck disable=SC2206
   local extra=($EXTRA_GEN_ARGS)
   step "translate-$name" "${deps[@]}" -o "$GEN/$name/generate-test.txt" -- \
-    fairseq-generate "$BIN" --user-dir "$REPO/fairseq_docctx" --task document_translation \
+    "${GENERATE[@]}" "$BIN" --user-dir "$REPO/fairseq_docctx" --task document_translation \
       --path "$CKPT/$name/checkpoint_best.pt" --gen-subset test --beam "$BEAM" --lenpen "$LENPEN" \
       --max-len-a "$GEN_MAX_LEN_A" --max-len-b "$GEN_MAX_LEN_B" --max-tokens "$GEN_MAX_TOKENS" --required-batch-size-multiple 1 \
       --num-workers 0 --results-path "$GEN/$name" "${GEN_DEVICE_ARGS[@]}" "${extra[@]}"

@@ -133,6 +133,20 @@ def test_a_missing_licensed_training_side_is_a_clear_error(tmp_path):
     rc, out = _recipe("iwslt15-zhen", tmp_path, DATA=str(tmp_path / "empty"))
     assert rc == 2, out
     assert "train.tags.zh-en.zh: download the IWSLT 2015 Zh-En TED data" in out and "wit3.fbk.eu" in out, out
+    # LDC Zh-En: each file named with the LDC catalogue numbers of the papers' corpora and NIST sets
+    ldc = tmp_path / "ldc"
+    rc, out = _recipe("ldc-zhen", tmp_path, DATA=str(ldc))
+    assert rc == 2 and f"missing {ldc}/train.zh: the training corpus is licensed by the LDC" in out, out
+    assert "LDC2003E07" in out and "LDC2005T10" in out, out
+    ldc.mkdir()
+    for lang in ("zh", "en"):
+        (ldc / f"train.{lang}").write_text("<d>\na\n")
+    rc, out = _recipe("ldc-zhen", tmp_path, DATA=str(ldc))
+    assert rc == 2 and f"missing {ldc}/nist/mt05.src.sgm: NIST mt05" in out and "LDC2010T14" in out, out
+    (ldc / "nist").mkdir()
+    (ldc / "nist" / "mt05.src.sgm").write_text("<d>\na\n")
+    rc, out = _recipe("ldc-zhen", tmp_path, DATA=str(ldc))
+    assert rc == 2 and f"missing {ldc}/nist/mt05.ref0.sgm: NIST mt05" in out and "REFS_MT05" in out, out
 
 
 # ------------------------------------------------------------------------------ results
@@ -241,6 +255,32 @@ def test_europarl_ende_smoke(tmp_path):
     rc, out = _recipe("europarl-ende", tmp_path, SMOKE="1", timeout=1800)
     assert rc == 0, out[-4000:]
     _check_smoke(tmp_path / "work", out, ["transformer", "qcn", "mht"], ["bleu", "bleu_tok", "meteor"])
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "iwslt15-zhen").is_dir(), reason=f"needs the bundled corpora at {SHARED_DATA}")
+@pytest.mark.slow  # about N minutes: make test-all
+def test_ldc_zhen_smoke(tmp_path):
+    """examples/ldc-zhen/run.sh with SMOKE=1 (the bundled IWSLT15 Zh-En files stand in for the
+    licensed LDC/NIST data): RNNSearch and NMT_ISG from it (tuple-filtered data), Nematus and
+    hrnn_context in every switch combination of Wang et al.'s Table 1 from it, NMT_ISG decoded
+    with the three switches of Kuang & Xiong's Table 3, each scored with case-insensitive BLEU."""
+    rc, out = _recipe("ldc-zhen", tmp_path, SMOKE="1", timeout=2400)
+    assert rc == 0, out[-4000:]
+    work = tmp_path / "work"
+    trained = ["rnnsearch", "isg", "nematus", "hrnn-init-enc", "hrnn-init-dec", "hrnn-init-enc-dec", "hrnn-auxi",
+               "hrnn-gating-auxi", "hrnn"]
+    runs = trained + ["isg-null", "isg-zero-gate", "isg-random-context"]
+    results = (work / "results.md").read_text()
+    assert "**SMOKE run**" in results and re.search(r"- dev2010: nrefs:1\|.*case:lc\|", results), results
+    for name in runs:
+        row = next((ln for ln in results.splitlines() if ln.startswith(f"| {name} |")), None)
+        assert row is not None and re.fullmatch(r"\d+\.\d\d", row.strip("|").split("|")[1].strip()), results
+    for name in trained[1:]:
+        if name != "nematus":
+            assert "initialised from" in (work / "logs" / f"train-{name}.log").read_text(), name
+    assert "tuple" in (work / "data-bin" / "kuang" / "docctx.json").read_text()
+    log = (work / "stamps" / "translate-isg-zero-gate-dev2010.key").read_text()
+    assert "isg_ablation" in log and "zero-gate" in log
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "iwslt15-zhen").is_dir(), reason=f"needs the bundled corpora at {SHARED_DATA}")

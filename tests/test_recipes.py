@@ -258,7 +258,7 @@ def test_europarl_ende_smoke(tmp_path):
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "iwslt15-zhen").is_dir(), reason=f"needs the bundled corpora at {SHARED_DATA}")
-@pytest.mark.slow  # about N minutes: make test-all
+@pytest.mark.slow  # about 5 minutes: make test-all
 def test_ldc_zhen_smoke(tmp_path):
     """examples/ldc-zhen/run.sh with SMOKE=1 (the bundled IWSLT15 Zh-En files stand in for the
     licensed LDC/NIST data): RNNSearch and NMT_ISG from it (tuple-filtered data), Nematus and

@@ -15,9 +15,10 @@
 #     architectures' sizes (rnnsearch: Kuang & Xiong 2018, §5.1; rnnsearch_nematus and
 #     hrnn_context: Wang et al. 2017, §3.1) unless RNN_DIM [/ 32 in SMOKE] sets every size;
 #     RNN_BATCH [80 sentences: both papers]; Kuang & Xiong: Adadelta rho 0.95 eps 1e-6 (lr 1.0),
-#     gradient norm clipped at 1 (Bahdanau et al.), sentences of at most KX_MAX_LEN [50] tokens;
-#     Wang et al.: Adam at NEMATUS_LR [1e-4 / 3e-3] with clipping at 1 (Nematus' defaults; the
-#     paper does not state its optimiser), sentences of at most WANG_MAX_LEN [80] tokens
+#     gradient norm clipped at 1 (Bahdanau et al.), training sentences of at most KX_MAX_LEN [50]
+#     tokens; Wang et al.: Adam at NEMATUS_LR [1e-4 / 3e-3] with clipping at 1 (Nematus'
+#     defaults; the paper does not state its optimiser), at most WANG_MAX_LEN [80] tokens (both
+#     limits: the recipe's docctx-prepare --max-len)
 #   all: MAX_UPDATE [100000] PATIENCE [10: stop after 10 validations without a better dev
 #     loss; checkpoint_best.pt, the best dev loss, is translated] CONTEXT_SIZE [3: HAN, QCN,
 #     MHT] CONCAT_CONTEXT_SIZE [1: the previous source sentence, Tiedemann & Scherrer 2017]
@@ -90,19 +91,21 @@ _rnn_sizes() {  # every size RNN_DIM when it is set, else the named architecture
     --attention-dim "$RNN_DIM")
 }
 
-_kuang() {  # Kuang & Xiong (2018), §5.1: Adadelta (rho 0.95, eps 1e-6), 80 sentences a batch,
-  # at most 50 tokens; Bahdanau et al. (2015)'s other settings: gradient norm clipped at 1
+# The papers' length limits (KX_MAX_LEN, WANG_MAX_LEN) are applied to the training data by the
+# recipe's docctx-prepare --max-len, not by --max-source-positions: fairseq would then refuse
+# the longer dev and test sentences, which an RNN translates whatever their length.
+_kuang() {  # Kuang & Xiong (2018), §5.1: Adadelta (rho 0.95, eps 1e-6), 80 sentences a batch;
+  # Bahdanau et al. (2015)'s other settings: gradient norm clipped at 1
   _rnn_sizes
   HP=("${RNN_SIZES[@]}" --optimizer adadelta --adadelta-rho 0.95 --adadelta-eps 1e-6 --lr 1.0
-    --clip-norm 1 --criterion cross_entropy --batch-size "$RNN_BATCH"
-    --max-source-positions "$KX_MAX_LEN" --max-target-positions "$KX_MAX_LEN")
+    --clip-norm 1 --criterion cross_entropy --batch-size "$RNN_BATCH")
 }
 
-_wang() {  # Wang et al. (2017), §3.1, on Nematus: 80 sentences a batch, at most 80 words;
+_wang() {  # Wang et al. (2017), §3.1, on Nematus: 80 sentences a batch;
   # Adam 1e-4 with clipping at 1 (Nematus' defaults)
   _rnn_sizes
   HP=("${RNN_SIZES[@]}" --optimizer adam --lr "$NEMATUS_LR" --clip-norm 1 --criterion cross_entropy
-    --batch-size "$RNN_BATCH" --max-source-positions "$WANG_MAX_LEN" --max-target-positions "$WANG_MAX_LEN")
+    --batch-size "$RNN_BATCH")
 }
 
 train() {  # NAME HP(vaswani|qcn|kuang|wang) [-d DEP]... -- fairseq-train arguments (task, arch, context)
@@ -182,11 +185,11 @@ train_model() {  # NAME: one of the models below (the sentence baseline first: o
       # source sentences, every weight of the trained sentence model (nematus) copied
       local switches
       case $name in
-        hrnn-init-enc) switches=(--init-dec false --aux-context none) ;;             # row 3
-        hrnn-init-dec) switches=(--init-enc false --aux-context none) ;;             # row 4
+        hrnn-init-enc) switches=(--init-dec False --aux-context none) ;;             # row 3
+        hrnn-init-dec) switches=(--init-enc False --aux-context none) ;;             # row 4
         hrnn-init-enc-dec) switches=(--aux-context none) ;;                           # row 5
-        hrnn-auxi) switches=(--init-enc false --init-dec false --aux-context plain) ;; # row 6
-        hrnn-gating-auxi) switches=(--init-enc false --init-dec false) ;;              # row 7
+        hrnn-auxi) switches=(--init-enc False --init-dec False --aux-context plain) ;; # row 6
+        hrnn-gating-auxi) switches=(--init-enc False --init-dec False) ;;              # row 7
         hrnn) switches=() ;;                                                           # row 8
         *) die "no model '$name' (hrnn-init-enc, hrnn-init-dec, hrnn-init-enc-dec, hrnn-auxi, hrnn-gating-auxi, hrnn)" ;;
       esac

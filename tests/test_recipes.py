@@ -133,6 +133,20 @@ def test_a_missing_licensed_training_side_is_a_clear_error(tmp_path):
     rc, out = _recipe("iwslt15-zhen", tmp_path, DATA=str(tmp_path / "empty"))
     assert rc == 2, out
     assert "train.tags.zh-en.zh: download the IWSLT 2015 Zh-En TED data" in out and "wit3.fbk.eu" in out, out
+    # LDC Zh-En: each file named with the LDC catalogue numbers of the papers' corpora and NIST sets
+    ldc = tmp_path / "ldc"
+    rc, out = _recipe("ldc-zhen", tmp_path, DATA=str(ldc))
+    assert rc == 2 and f"missing {ldc}/train.zh: the training corpus is licensed by the LDC" in out, out
+    assert "LDC2003E07" in out and "LDC2005T10" in out, out
+    ldc.mkdir()
+    for lang in ("zh", "en"):
+        (ldc / f"train.{lang}").write_text("<d>\na\n")
+    rc, out = _recipe("ldc-zhen", tmp_path, DATA=str(ldc))
+    assert rc == 2 and f"missing {ldc}/nist/mt05.src.sgm: NIST mt05" in out and "LDC2010T14" in out, out
+    (ldc / "nist").mkdir()
+    (ldc / "nist" / "mt05.src.sgm").write_text("<d>\na\n")
+    rc, out = _recipe("ldc-zhen", tmp_path, DATA=str(ldc))
+    assert rc == 2 and f"missing {ldc}/nist/mt05.ref0.sgm: NIST mt05" in out and "REFS_MT05" in out, out
 
 
 # ------------------------------------------------------------------------------ results
@@ -189,7 +203,9 @@ def test_nc_ende_smoke_end_to_end_and_rerun(tmp_path):
     """examples/nc-ende/run.sh with SMOKE=1 (transformer, concat, qcn on a slice of the bundled
     News Commentary dev/test documents): every model trained, the test documents translated
     (each sentence once) and scored, results.md with the paper's numbers beside the scores; a
-    second run redoes nothing."""
+    second run redoes nothing; a third with GEN_PROCESSES=2 translates the test set again with
+    docctx-generate over 2 processes (only the translate and score steps run again), with the
+    same translations and score."""
     work = tmp_path / "work"
     rc, out = _recipe("nc-ende", tmp_path, SMOKE="1", METRICS="bleu_tok")
     assert rc == 0, out[-4000:]
@@ -207,6 +223,19 @@ def test_nc_ende_smoke_end_to_end_and_rerun(tmp_path):
     for step in ["prepare"] + [f"{s}-{m}" for m in models for s in ("train", "translate", "score")]:
         assert f"{step}: done with these settings" in out, out
     assert "(log:" not in out  # nothing ran again
+
+    def hypotheses(name):
+        lines = (work / "generate" / name / "generate-test.txt").read_text().splitlines()
+        return {ln.split("\t")[0]: ln.split("\t")[2] for ln in lines if ln.startswith("H-")}
+
+    one = hypotheses("concat")
+    score = json.loads((work / "scores" / "concat.json").read_text())["metrics"]["bleu_tok"]["score"]
+    rc, out = _recipe("nc-ende", tmp_path, SMOKE="1", METRICS="bleu_tok", MODELS="concat", GEN_PROCESSES="2")
+    assert rc == 0, out[-4000:]
+    assert "train-concat: done with these settings" in out and "translate-concat: docctx-generate" in out, out
+    assert "by 2 processes (docctx-generate)" in (work / "results.md").read_text()
+    assert hypotheses("concat") == one
+    assert json.loads((work / "scores" / "concat.json").read_text())["metrics"]["bleu_tok"]["score"] == score
 
 
 @needs_data
@@ -226,6 +255,32 @@ def test_europarl_ende_smoke(tmp_path):
     rc, out = _recipe("europarl-ende", tmp_path, SMOKE="1", timeout=1800)
     assert rc == 0, out[-4000:]
     _check_smoke(tmp_path / "work", out, ["transformer", "qcn", "mht"], ["bleu", "bleu_tok", "meteor"])
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "iwslt15-zhen").is_dir(), reason=f"needs the bundled corpora at {SHARED_DATA}")
+@pytest.mark.slow  # about 5 minutes: make test-all
+def test_ldc_zhen_smoke(tmp_path):
+    """examples/ldc-zhen/run.sh with SMOKE=1 (the bundled IWSLT15 Zh-En files stand in for the
+    licensed LDC/NIST data): RNNSearch and NMT_ISG from it (tuple-filtered data), Nematus and
+    hrnn_context in every switch combination of Wang et al.'s Table 1 from it, NMT_ISG decoded
+    with the three switches of Kuang & Xiong's Table 3, each scored with case-insensitive BLEU."""
+    rc, out = _recipe("ldc-zhen", tmp_path, SMOKE="1", timeout=2400)
+    assert rc == 0, out[-4000:]
+    work = tmp_path / "work"
+    trained = ["rnnsearch", "isg", "nematus", "hrnn-init-enc", "hrnn-init-dec", "hrnn-init-enc-dec", "hrnn-auxi",
+               "hrnn-gating-auxi", "hrnn"]
+    runs = trained + ["isg-null", "isg-zero-gate", "isg-random-context"]
+    results = (work / "results.md").read_text()
+    assert "**SMOKE run**" in results and re.search(r"- dev2010: nrefs:1\|.*case:lc\|", results), results
+    for name in runs:
+        row = next((ln for ln in results.splitlines() if ln.startswith(f"| {name} |")), None)
+        assert row is not None and re.fullmatch(r"\d+\.\d\d", row.strip("|").split("|")[1].strip()), results
+    for name in trained[1:]:
+        if name != "nematus":
+            assert "initialised from" in (work / "logs" / f"train-{name}.log").read_text(), name
+    assert "tuple" in (work / "data-bin" / "kuang" / "docctx.json").read_text()
+    log = (work / "stamps" / "translate-isg-zero-gate-dev2010.key").read_text()
+    assert "isg_ablation" in log and "zero-gate" in log
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "iwslt15-zhen").is_dir(), reason=f"needs the bundled corpora at {SHARED_DATA}")

@@ -194,6 +194,35 @@ def two_doc_corpus():
                   ref=[["the cat sat on a mat"], ["a b c d"]])
 
 
+def test_several_reference_files_lowercased_under_a_test_set_name(tmp_path, capsys):
+    """NIST-style scoring: case-insensitive BLEU against four references, each in its own
+    file (--ref once per file), the score stored under the test set's name."""
+    refs = [["The cat sat on the mat today", "A dog ran in the park"],
+            ["The cat was sitting on the mat", "Some dog ran through the big park"],
+            ["A cat sat on a mat", "The dog was running in the park"],
+            ["There is a cat on the mat", "A dog is running in a park"]]
+    hyp = ["the cat was sitting on the mat", "a dog is running in a park"]
+    files = []
+    for k, r in enumerate(refs):
+        files.append(write(tmp_path / f"mt06.ref{k}.sgm", f'<refset setid="mt06" refid="ref{k}">\n<doc docid="d1">\n'
+                           + "".join(f'<seg id="{i + 1}">{s}</seg>\n' for i, s in enumerate(r)) + "</doc>\n</refset>\n"))
+    h = write(tmp_path / "hyp.txt", "\n".join(hyp) + "\n")
+    argv = ["bleu", "--hyp", str(h), "--lowercase", "--metric-name", "mt06", "--json", str(tmp_path / "r.json")]
+    rc, out, err = score_cli(argv + sum((["--ref", str(f)] for f in files), []), capsys)
+    assert rc == 0, err
+    expected = sacrebleu.corpus_bleu(hyp, refs, lowercase=True)
+    res = json.loads((tmp_path / "r.json").read_text())["metrics"]["mt06"]
+    assert res["score"] == pytest.approx(expected.score, abs=1e-6)
+    assert res["signature"].startswith("nrefs:4|case:lc|")
+    # each sentence matches one reference exactly: four references score above any one alone
+    assert all(res["score"] > sacrebleu.corpus_bleu(hyp, [r], lowercase=True).score + 10 for r in refs)
+    bad = write(tmp_path / "bad.sgm", files[1].read_text().replace('<seg id="2">Some dog ran through the big park</seg>\n', ""))
+    rc, out, err = score_cli(["bleu", "--hyp", str(h), "--ref", str(files[0]), "--ref", str(bad)], capsys)
+    assert rc == 2 and "bad.sgm" in err, err
+    rc, out, err = score_cli(["bleu", "--hyp", str(h), "--ref", str(files[0]), "--both", "--metric-name", "x"], capsys)
+    assert rc == 2 and "--metric-name names one score: not with --both" in err
+
+
 def test_bleu_hand_computed_and_per_document():
     res = bleu_scores(two_doc_corpus(), smooth_method="none")
     # d1: 1-grams 5/6 (one "the" clipped), 2-grams 3/5, 3-grams 2/4, 4-grams 1/3, BP 1

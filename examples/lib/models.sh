@@ -11,6 +11,14 @@
 #     schedule peaks at 512^-0.5 * 4000^-0.5] WARMUP [4000] MAX_TOKENS [4096]
 #   QCN (Yang et al. 2019, §4.1): QCN_LAYERS [4] QCN_DROPOUT [0.2] QCN_LR [1e-4, constant]
 #     QCN_MAX_TOKENS [1500 TED, 900 News and Europarl: the recipe's default] PCC_WEIGHT [1]
+#   RNNs (Bahdanau et al. 2015's RNNSearch with feedback attention; docs/rnn.md): the named
+#     architectures' sizes (rnnsearch: Kuang & Xiong 2018, §5.1; rnnsearch_nematus and
+#     hrnn_context: Wang et al. 2017, §3.1) unless RNN_DIM [/ 32 in SMOKE] sets every size;
+#     RNN_BATCH [80 sentences: both papers]; Kuang & Xiong: Adadelta rho 0.95 eps 1e-6 (lr 1.0),
+#     gradient norm clipped at 1 (Bahdanau et al.), training sentences of at most KX_MAX_LEN [50]
+#     tokens; Wang et al.: Adam at NEMATUS_LR [1e-4 / 3e-3] with clipping at 1 (Nematus'
+#     defaults; the paper does not state its optimiser), at most WANG_MAX_LEN [80] tokens (both
+#     limits: the recipe's docctx-prepare --max-len)
 #   all: MAX_UPDATE [100000] PATIENCE [10: stop after 10 validations without a better dev
 #     loss; checkpoint_best.pt, the best dev loss, is translated] CONTEXT_SIZE [3: HAN, QCN,
 #     MHT] CONCAT_CONTEXT_SIZE [1: the previous source sentence, Tiedemann & Scherrer 2017]
@@ -41,6 +49,11 @@ model_settings() {
   setting GEN_MAX_TOKENS 8000
   setting GEN_MAX_LEN_A 1.2 0
   setting GEN_MAX_LEN_B 10 20
+  setting RNN_DIM "" 32
+  setting RNN_BATCH 80
+  setting KX_MAX_LEN 50
+  setting WANG_MAX_LEN 80
+  setting NEMATUS_LR 1e-4 3e-3
   CKPT=$WORK/checkpoints
   GEN=$WORK/generate
   SCORES=$WORK/scores
@@ -71,7 +84,32 @@ _qcn() {  # Yang et al. (2019), §4.1: 4+4 layers, dropout 0.2, Adam at a consta
     --max-tokens "$QCN_MAX_TOKENS")
 }
 
-train() {  # NAME HP(vaswani|qcn) [-d DEP]... -- fairseq-train arguments (task, arch, context)
+_rnn_sizes() {  # every size RNN_DIM when it is set, else the named architecture's
+  RNN_SIZES=()
+  [[ -z $RNN_DIM ]] || RNN_SIZES=(--encoder-embed-dim "$RNN_DIM" --encoder-hidden-size "$RNN_DIM"
+    --decoder-embed-dim "$RNN_DIM" --decoder-hidden-size "$RNN_DIM" --decoder-out-embed-dim "$RNN_DIM"
+    --attention-dim "$RNN_DIM")
+}
+
+# The papers' length limits (KX_MAX_LEN, WANG_MAX_LEN) are applied to the training data by the
+# recipe's docctx-prepare --max-len, not by --max-source-positions: fairseq would then refuse
+# the longer dev and test sentences, which an RNN translates whatever their length.
+_kuang() {  # Kuang & Xiong (2018), §5.1: Adadelta (rho 0.95, eps 1e-6), 80 sentences a batch;
+  # Bahdanau et al. (2015)'s other settings: gradient norm clipped at 1
+  _rnn_sizes
+  HP=("${RNN_SIZES[@]}" --optimizer adadelta --adadelta-rho 0.95 --adadelta-eps 1e-6 --lr 1.0
+    --clip-norm 1 --criterion cross_entropy --batch-size "$RNN_BATCH")
+}
+
+_wang() {  # Wang et al. (2017), §3.1, on Nematus: 80 sentences a batch;
+  # Adam 1e-4 with clipping at 1 (Nematus' defaults)
+  _rnn_sizes
+  HP=("${RNN_SIZES[@]}" --optimizer adam --lr "$NEMATUS_LR" --clip-norm 1 --criterion cross_entropy
+    --batch-size "$RNN_BATCH")
+}
+
+train() {  # NAME HP(vaswani|qcn|kuang|wang) [-d DEP]... -- fairseq-train arguments (task, arch, context)
+  # (on TRAIN_BIN, prepared by step TRAIN_PREPARE, when they are set; else BIN, step prepare)
   local name=$1 hp=$2; shift 2
   local deps=()
   while [[ $1 == -d ]]; do deps+=(-d "$2"); shift 2; done
@@ -81,8 +119,8 @@ train() {  # NAME HP(vaswani|qcn) [-d DEP]... -- fairseq-train arguments (task, 
   local extra=($EXTRA_TRAIN_ARGS)
   local valid=(--valid-subset valid --best-checkpoint-metric loss)
   (( PATIENCE > 0 )) && valid+=(--patience "$PATIENCE")
-  step "train-$name" -d prepare "${deps[@]}" -o "$CKPT/$name" -- \
-    fairseq-train "$BIN" --user-dir "$REPO/fairseq_docctx" --task document_translation "$@" "${HP[@]}" \
+  step "train-$name" -d "${TRAIN_PREPARE:-prepare}" "${deps[@]}" -o "$CKPT/$name" -- \
+    fairseq-train "${TRAIN_BIN:-$BIN}" --user-dir "$REPO/fairseq_docctx" --task document_translation "$@" "${HP[@]}" \
       "${valid[@]}" --max-update "$MAX_UPDATE" --seed "$SEED" --save-dir "$CKPT/$name" \
       --no-epoch-checkpoints --log-format simple --log-interval 100 --num-workers 0 \
       "${TRAIN_DEVICE_ARGS[@]}" "${extra[@]}"
@@ -127,7 +165,40 @@ train_model() {  # NAME: one of the models below (the sentence baseline first: o
         --context-size "$CONTEXT_SIZE" --context-sides src,draft --arch mht_transformer \
         --src-sentence-encoder-from "$CKPT/transformer/checkpoint_best.pt" \
         --tgt-sentence-encoder-from "$CKPT/mht-backward/checkpoint_best.pt" ;;
-    *) die "no model '$name' (transformer, concat, qcn, han, han-encoder, han-decoder, han-decoder-source, han-decoder-alignment, mht)" ;;
+    rnnsearch)
+      # Kuang & Xiong (2018)'s baseline, on their data (BIN_KUANG, step PREPARE_KUANG)
+      TRAIN_BIN=${BIN_KUANG:-$BIN} TRAIN_PREPARE=${PREPARE_KUANG:-prepare} \
+        train rnnsearch kuang -- -s "$SRC" -t "$TGT" --context-size 0 --arch rnnsearch ;;
+    isg)
+      # NMT_ISG (Kuang & Xiong 2018, §5.1): initialised from RNNSearch but for the gate's
+      # weights, on the tuple-filtered training data, the previous source sentence as context
+      _need_model rnnsearch isg
+      TRAIN_BIN=${BIN_KUANG:-$BIN} TRAIN_PREPARE=${PREPARE_KUANG:-prepare} \
+        train isg kuang -d train-rnnsearch -- -s "$SRC" -t "$TGT" --context-size 1 --context-sides source \
+          --arch isg_rnnsearch --init-from-sentence-checkpoint "$CKPT/rnnsearch/checkpoint_best.pt" ;;
+    nematus)
+      # Wang et al. (2017)'s baseline (Table 1, row 2), on their data (BIN_WANG, step PREPARE_WANG)
+      TRAIN_BIN=${BIN_WANG:-$BIN} TRAIN_PREPARE=${PREPARE_WANG:-prepare} \
+        train nematus wang -- -s "$SRC" -t "$TGT" --context-size 0 --arch rnnsearch_nematus ;;
+    hrnn|hrnn-*)
+      # Wang et al. (2017), Table 1, rows 3-8: the switches of hrnn_context, K previous
+      # source sentences, every weight of the trained sentence model (nematus) copied
+      local switches
+      case $name in
+        hrnn-init-enc) switches=(--init-dec False --aux-context none) ;;             # row 3
+        hrnn-init-dec) switches=(--init-enc False --aux-context none) ;;             # row 4
+        hrnn-init-enc-dec) switches=(--aux-context none) ;;                           # row 5
+        hrnn-auxi) switches=(--init-enc False --init-dec False --aux-context plain) ;; # row 6
+        hrnn-gating-auxi) switches=(--init-enc False --init-dec False) ;;              # row 7
+        hrnn) switches=() ;;                                                           # row 8
+        *) die "no model '$name' (hrnn-init-enc, hrnn-init-dec, hrnn-init-enc-dec, hrnn-auxi, hrnn-gating-auxi, hrnn)" ;;
+      esac
+      _need_model nematus "$name"
+      TRAIN_BIN=${BIN_WANG:-$BIN} TRAIN_PREPARE=${PREPARE_WANG:-prepare} \
+        train "$name" wang -d train-nematus -- -s "$SRC" -t "$TGT" --context-size "$CONTEXT_SIZE" \
+          --context-sides source --arch hrnn_context "${switches[@]}" \
+          --init-from-sentence-checkpoint "$CKPT/nematus/checkpoint_best.pt" ;;
+    *) die "no model '$name' (transformer, concat, qcn, han, han-encoder, han-decoder, han-decoder-source, han-decoder-alignment, mht, rnnsearch, isg, nematus, hrnn, hrnn-init-enc, hrnn-init-dec, hrnn-init-enc-dec, hrnn-auxi, hrnn-gating-auxi)" ;;
   esac
 }
 
@@ -141,13 +212,22 @@ translate() {  # NAME: the test split with checkpoint_best.pt; document order wh
   # reads its own previous translations (HAN decoders), the drafts given (MHT)
   local name=$1 deps=(-d "train-$1")
   [[ $name == mht ]] && deps+=(-d drafts)
+  generate_step "translate-$name" "$BIN" "$CKPT/$name/checkpoint_best.pt" "$GEN/$name" "${deps[@]}"
+}
+
+generate_step() {  # STEP DATA CHECKPOINT OUTDIR [-d DEP]... [-- fairseq-generate arguments]:
+  # DATA's test split translated into OUTDIR/generate-test.txt (GENERATE: one process or several)
+  local name=$1 data=$2 ckpt=$3 out=$4; shift 4
+  local deps=()
+  while [[ $# -gt 0 && $1 == -d ]]; do deps+=(-d "$2"); shift 2; done
+  [[ ${1:-} == -- ]] && shift
   # shellcheck disable=SC2206
   local extra=($EXTRA_GEN_ARGS)
-  step "translate-$name" "${deps[@]}" -o "$GEN/$name/generate-test.txt" -- \
-    fairseq-generate "$BIN" --user-dir "$REPO/fairseq_docctx" --task document_translation \
-      --path "$CKPT/$name/checkpoint_best.pt" --gen-subset test --beam "$BEAM" --lenpen "$LENPEN" \
+  step "$name" "${deps[@]}" -o "$out/generate-test.txt" -- \
+    "${GENERATE[@]}" "$data" --user-dir "$REPO/fairseq_docctx" --task document_translation \
+      --path "$ckpt" --gen-subset test --beam "$BEAM" --lenpen "$LENPEN" \
       --max-len-a "$GEN_MAX_LEN_A" --max-len-b "$GEN_MAX_LEN_B" --max-tokens "$GEN_MAX_TOKENS" --required-batch-size-multiple 1 \
-      --num-workers 0 --results-path "$GEN/$name" "${GEN_DEVICE_ARGS[@]}" "${extra[@]}"
+      --num-workers 0 --results-path "$out" "${GEN_DEVICE_ARGS[@]}" "$@" "${extra[@]}"
 }
 
 score_run() {  # NAME METRICS: docctx-score of the test translations into SCORES/NAME.json
@@ -173,6 +253,7 @@ run_models() {  # MODEL...: train, translate and score each
 }
 
 write_results() {  # TITLE MODEL...: WORK/results.md, each score beside the paper's number
+  # (RESULTS_NOTE: what the metrics are, where the recipe's are not bleu and bleu_tok)
   local title=$1; shift
   local runs=() name
   for name in "$@"; do runs+=("$SCORES/$name.json"); done
@@ -190,8 +271,12 @@ write_results() {  # TITLE MODEL...: WORK/results.md, each score beside the pape
     echo
     echo "Device: $DEVICE_NOTE. Settings: \`settings.txt\`; models: \`checkpoints/*/checkpoint_best.pt\`"
     echo "(best dev loss); test translations: \`generate/*/generate-test.txt\`; scores: \`scores/*.json\`."
-    echo "\`bleu\`: sacreBLEU on detokenized text; \`bleu_tok\`: on 13a-pretokenized text, as the papers"
-    echo "score tokenized text (their own tokenization was Moses', so expect small differences)."
+    if [[ -n ${RESULTS_NOTE:-} ]]; then
+      echo "$RESULTS_NOTE"
+    else
+      echo "\`bleu\`: sacreBLEU on detokenized text; \`bleu_tok\`: on 13a-pretokenized text, as the papers"
+      echo "score tokenized text (their own tokenization was Moses', so expect small differences)."
+    fi
     echo
     cat "$WORK/results.table.md"
   } > "$WORK/results.md"

@@ -17,6 +17,8 @@
 #   WORK [demo-work/recipes/NAME, NAME-smoke with SMOKE=1]  DOWNLOADS [WORK/downloads]
 #   DEVICE [auto: one GPU when there is one, else CPU | gpu | cpu]  NGPUS [1: fairseq's
 #   distributed training over N GPUs]  PRECISION [fp16 on a GPU | bf16 | fp32]
+#   GEN_PROCESSES [auto: NGPUS on GPUs, 1 on the CPU: the test set is translated by that many
+#   processes, one share of the documents each (docctx-generate; 1: plain fairseq-generate)]
 #   EXTRA_TRAIN_ARGS, EXTRA_GEN_ARGS: appended to every fairseq-train / fairseq-generate command
 
 RECIPE_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -47,6 +49,7 @@ recipe_init() {  # NAME
   setting DEVICE auto
   setting NGPUS 1
   setting PRECISION ""
+  setting GEN_PROCESSES auto
   setting EXTRA_TRAIN_ARGS ""
   setting EXTRA_GEN_ARGS ""
   for cmd in docctx-prepare fairseq-train fairseq-generate docctx-score python sha256sum; do
@@ -76,7 +79,7 @@ recipe_settings() {  # print and record every setting (after the recipe's own `s
   say "settings ($WORK/settings.txt): $(tr '\n' ' ' < "$WORK/settings.txt")"
 }
 
-recipe_device() {  # TRAIN_DEVICE_ARGS, GEN_DEVICE_ARGS from DEVICE, NGPUS, PRECISION
+recipe_device() {  # TRAIN_DEVICE_ARGS, GEN_DEVICE_ARGS, GENERATE from DEVICE, NGPUS, PRECISION, GEN_PROCESSES
   local gpus=0
   if [[ $DEVICE != cpu ]]; then
     gpus=$(python -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
@@ -92,6 +95,7 @@ recipe_device() {  # TRAIN_DEVICE_ARGS, GEN_DEVICE_ARGS from DEVICE, NGPUS, PREC
     TRAIN_DEVICE_ARGS=(--cpu)
     GEN_DEVICE_ARGS=(--cpu)
     DEVICE_NOTE="CPU"
+    recipe_generate 1 ""
     return
   fi
   (( NGPUS >= 1 && NGPUS <= gpus )) || die "NGPUS=$NGPUS but torch sees $gpus GPU(s)"
@@ -106,6 +110,28 @@ recipe_device() {  # TRAIN_DEVICE_ARGS, GEN_DEVICE_ARGS from DEVICE, NGPUS, PREC
   TRAIN_DEVICE_ARGS=(--distributed-world-size "$NGPUS" "${prec[@]}")
   GEN_DEVICE_ARGS=("${prec[@]}")
   DEVICE_NOTE="$NGPUS GPU(s), $PRECISION"
+  # the GPUs the processes run on: the first NGPUS of CUDA_VISIBLE_DEVICES, else 0..NGPUS-1
+  local visible=() devices
+  IFS=, read -r -a visible <<< "${CUDA_VISIBLE_DEVICES:-}"
+  (( ${#visible[@]} > 0 )) || visible=($(seq 0 $(( NGPUS - 1 ))))
+  devices=$(IFS=,; echo "${visible[*]:0:$NGPUS}")
+  recipe_generate "$NGPUS" "$devices"
+}
+
+recipe_generate() {  # AUTO_PROCESSES DEVICES: GENERATE, the command that translates a split
+  # (fairseq-generate's arguments follow it): plain fairseq-generate for one process, else
+  # docctx-generate over GEN_PROCESSES processes (documents shared out, outputs merged in
+  # sentence-id order: the same content as one process's output)
+  local n=$GEN_PROCESSES
+  [[ $n == auto ]] && n=$1
+  [[ $n =~ ^[1-9][0-9]*$ ]] || die "GEN_PROCESSES=$GEN_PROCESSES: use auto or a number of processes"
+  if (( n == 1 )); then
+    GENERATE=(fairseq-generate)
+    return
+  fi
+  command -v docctx-generate >/dev/null || die "docctx-generate is not on PATH: run 'make venv' and '. .venv/bin/activate'"
+  GENERATE=(docctx-generate --processes "$n" ${2:+--devices "$2"} --)
+  DEVICE_NOTE+="; test sets translated by $n processes (docctx-generate)"
 }
 
 _stamp_hash() { sha256sum | cut -c1-64; }

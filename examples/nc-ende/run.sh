@@ -19,7 +19,8 @@
 #     BEAM [4 / 2] LENPEN [1.0] GEN_MAX_TOKENS [8000] GEN_MAX_LEN_A [1.2 / 0] GEN_MAX_LEN_B [10 / 20]
 #   common (examples/lib/recipe.sh): SMOKE [0] FRESH [0] WORK [demo-work/recipes/nc-ende,
 #     -smoke with SMOKE=1] DOWNLOADS [WORK/downloads] DEVICE [auto] NGPUS [1] PRECISION [fp16 on
-#     a GPU] EXTRA_TRAIN_ARGS EXTRA_GEN_ARGS
+#     a GPU] GEN_PROCESSES [auto: NGPUS on GPUs, 1 on the CPU]
+#     EXTRA_TRAIN_ARGS EXTRA_GEN_ARGS
 # A finished step is skipped on a re-run with the same settings; FRESH=1 redoes every step.
 set -euo pipefail
 source "$(dirname "$0")/../lib/recipe.sh"

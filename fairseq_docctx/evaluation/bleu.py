@@ -23,7 +23,7 @@ from typing import Dict, List, Sequence
 
 from sacrebleu.metrics import BLEU
 
-from fairseq_docctx.evaluation.io import Corpus, add_input_args, corpus_from_args, emit, run_command
+from fairseq_docctx.evaluation.io import Corpus, ScoreInputError, add_input_args, corpus_from_args, emit, run_command
 
 SMOOTH = ("exp", "floor", "add-k", "none")
 #: signature field marking a score over joined documents
@@ -132,10 +132,15 @@ def add_subcommand(sub):
     g.add_argument("--lowercase", "-lc", action="store_true")
     g.add_argument("--smooth-method", choices=SMOOTH, default="exp")
     add_level_args(g)
+    g.add_argument("--metric-name", metavar="NAME",
+                   help="the score's name in --json (default: bleu, bleu_tok, d-bleu, d-bleu_tok), "
+                   "e.g. a test set's, to keep the scores of one run on several test sets apart")
     p.set_defaults(func=lambda a: run_command("docctx-score bleu", _main, a))
 
 
 def _main(args):
+    if args.metric_name and args.both:
+        raise ScoreInputError("--metric-name names one score: not with --both")
     corpus = corpus_from_args(args)
     texts, metrics = [], {}
     for document in levels(args):
@@ -146,6 +151,6 @@ def _main(args):
         if args.per_document:
             text += "\n" + "\n".join(f"  {d}\t{v:.2f}" for d, v in res["per_document"].items())
         texts.append(text)
-        metrics[metric_key("bleu", args.tokenized, document)] = res
+        metrics[args.metric_name or metric_key("bleu", args.tokenized, document)] = res
     emit(args, metrics, corpus, "\n".join(texts))
     return 0

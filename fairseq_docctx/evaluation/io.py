@@ -28,7 +28,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Union
 
 from fairseq_docctx.data import readers
 from fairseq_docctx.data.readers import DocumentFormatError
@@ -324,7 +324,7 @@ def _start(side: Side, k: int) -> int:
     return side.lines[k][0] if side.lines[k] else 1
 
 
-def load_corpus(hyp: str, ref: Optional[str] = None, src: Optional[str] = None, *,
+def load_corpus(hyp: str, ref: Union[str, Sequence[str], None] = None, src: Optional[str] = None, *,
                 hyp_format: str = "auto", ref_format: str = "auto", src_format: str = "auto",
                 docids: Optional[str] = None, data: Optional[str] = None, split: str = "test",
                 post_process: str = "auto", ref_translator: Optional[str] = None,
@@ -335,12 +335,23 @@ def load_corpus(hyp: str, ref: Optional[str] = None, src: Optional[str] = None, 
     ids) or is split into those documents (``lines``, generate output without ``--data``).
     A WMT 2021+ XML reference gives every reference it holds (``ref_translator``: the
     comma-separated translators to use instead), the first as ``ref``, the others as
-    ``more_refs``; ``hyp_system``: the system whose ``<hyp>`` to read."""
+    ``more_refs``; several reference files (``ref`` a list: NIST's four references, say) are
+    read alike, the first as ``ref``; ``hyp_system``: the system whose ``<hyp>`` to read."""
     sides = {}
     sides["hyp"] = read_side(hyp, hyp_format, docids=docids, hypothesis=True, data=data,
                              split=split, post_process=post_process, system=hyp_system)
     more = []
-    if ref:
+    refs = [ref] if isinstance(ref, str) else list(ref or [])
+    ref = refs[0] if refs else None
+    if len(refs) > 1:
+        if ref_translator:
+            raise ScoreInputError("--ref-translator picks the references of one WMT 2021+ XML file: give one --ref")
+        sides["ref"] = read_side(ref, ref_format, docids=docids)
+        more = [read_side(r, ref_format, docids=docids) for r in refs[1:]]
+        for r, side in zip(refs, [sides["ref"]] + more):
+            if side.format == "wmt-xml":
+                raise ScoreInputError(f"{r}: a WMT 2021+ XML file holds its own references: give it as the only --ref")
+    elif ref:
         translators = _translators(ref, ref_format, docids, ref_translator)
         sides["ref"] = read_side(ref, ref_format, docids=docids, translator=translators[0])
         more = [read_side(ref, "wmt-xml", translator=t) for t in translators[1:]]
@@ -357,6 +368,8 @@ def load_corpus(hyp: str, ref: Optional[str] = None, src: Optional[str] = None, 
     out = {k: (s if s is anchor else _conform(s, anchor)) for k, s in sides.items()}
     more = [_conform(m, anchor) for m in more]
     files = {k: s.path for k, s in sides.items()}
+    if len(refs) > 1:
+        files["more_refs"] = ",".join(refs[1:])
     if ref and sides["ref"].format == "wmt-xml":
         files["ref_translators"] = ",".join(_translators(ref, "wmt-xml", docids, ref_translator))
     return Corpus(doc_ids=list(out[next(k for k in ("ref", "src", "hyp") if out.get(k) is anchor)].doc_ids),
@@ -399,7 +412,9 @@ def add_input_args(p, ref=True, src=False, ref_required=True, src_required=False
     g = p.add_argument_group("input")
     g.add_argument("--hyp", "-H", required=True, help="hypotheses: text (formats below) or fairseq-generate output")
     if ref:
-        g.add_argument("--ref", "-r", required=ref_required, help="references")
+        g.add_argument("--ref", "-r", required=ref_required, action="append",
+                       help="references; several references: --ref once per file (BLEU and chrF "
+                       "use them all, the other metrics the first), or one WMT 2021+ XML file")
     if src:
         g.add_argument("--src", "-s", required=src_required, help="sources")
     g.add_argument("--hyp-format", choices=HYP_FORMATS, default="auto")

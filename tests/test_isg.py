@@ -278,6 +278,7 @@ def test_generate_returns_every_sentence_once(isg_from_rnnsearch, reverse_bin, t
     assert sorted(hyps) == list(range(n))
 
 
+@pytest.mark.slow  # ~30 s; the switches' effect on the model's outputs is in make test (test_each_switch_of_table_3...)
 def test_switches_at_generation_by_model_overrides(isg_from_rnnsearch, reverse_bin, capsys):
     """--model-overrides "{'isg_ablation': ...}": each switch changes the scores of a clear
     share of the translations (at least a quarter of the sentences it acts on). +NULL acts on

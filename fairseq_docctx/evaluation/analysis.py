@@ -26,6 +26,7 @@ import torch
 from fairseq import utils
 
 from ..data import context_batch as cb
+from .entropy import entropy
 
 
 def sentence_sample(hub, split: str, doc: str, sentence: int):
@@ -236,8 +237,6 @@ def isg_attention(hub, split: str, doc: str, sentence: int, target: str = "refer
     ``words`` (the target words, EOS last), ``attention [words][previous_tokens]``,
     ``entropy [words]``, ``max_entropy`` (``log m``: an even attention over A's ``m``
     tokens), ``base``, ``z [words][channels]`` and ``z_mean``, ``z_min``, ``z_max`` per word."""
-    from ..models.isg_rnnsearch import attention_entropy
-
     if not base > 0 or base == 1:
         raise ValueError(f"the entropy's base must be positive and not 1 (got {base:g})")
     model = hub.models[0]
@@ -251,7 +250,7 @@ def isg_attention(hub, split: str, doc: str, sentence: int, target: str = "refer
     a_tokens = a_tokens[0].cpu()
     real = a_tokens.ne(hub.src_dict.pad())
     alpha = alpha[0].cpu()[:, real].float()
-    h, log_m = attention_entropy(alpha, torch.ones_like(alpha, dtype=torch.bool), base)
+    h, log_m = entropy(alpha, torch.ones_like(alpha, dtype=torch.bool), base)  # Eq. 12
     z = model.gate_values(sample, prev)[0].float().cpu()
     a_tokens = a_tokens[real]
     null = bool(a_tokens.eq(hub.src_dict.eos()).all())  # a real sentence has one EOS, last

@@ -46,7 +46,6 @@ current one.
   are named ``context_*`` (A's attention network, ``U_z, W_z, C_b, C_a``, ``C_1``) and are the
   new ones of ``--init-from-sentence-checkpoint`` (:mod:`~fairseq_docctx.models.sentence_init`).
 """
-import math
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -55,6 +54,7 @@ from fairseq.models import register_model, register_model_architecture
 from torch import Tensor
 
 from ..data import context_batch as cb
+from ..evaluation.entropy import entropy
 from . import sentence_init
 from .arch_defaults import set_defaults
 from .document_context import ContextAttentionUnsupported
@@ -66,19 +66,6 @@ from .rnnsearch import (RNNSearchContextModel, RNNSearchDecoder, RNNSearchEncode
 ABLATIONS = ("none", "null", "zero-gate", "random-context")
 #: the null previous sentence of a document's first sentence: the stop symbol this many times
 NULL_LENGTH = 3
-
-
-def attention_entropy(alpha: Tensor, support: Tensor, base: Optional[float] = None) -> Tuple[Tensor, Tensor]:
-    """``H = -Σ_j α_j log α_j`` (Kuang & Xiong 2018, §5.4, Eq. 12) of attention distributions
-    ``alpha [..., m]`` over their ``support`` (bool, the same shape; ``0 log 0 = 0``), and
-    ``log`` of the support's size (the entropy of an even attention), both ``[...]``; natural
-    logarithms, or to ``base`` (their Figure 3 is in bits: at most ``log2 3 ≈ 1.58`` over the
-    three stop symbols of the null sentence)."""
-    a = alpha.masked_fill(~support, 0)
-    h, log_m = -torch.xlogy(a, a).sum(-1), support.sum(-1).clamp(min=1).to(a.dtype).log()
-    if base is not None:
-        h, log_m = h / math.log(base), log_m / math.log(base)
-    return h, log_m
 
 
 def with_rows(tokens: Tensor, rows, pad: int) -> Tensor:
@@ -310,9 +297,9 @@ class ISGRNNSearchModel(RNNSearchContextModel):
                        columns="target", column_mask=real, context_side="source", normalized=False)]
         if self.decoder.ablation in ("none", "null"):
             (dist,) = self.context_attention(sample)
-            h, log_m = attention_entropy(dist["weights"], dist["support"])
+            h, log_m = (x.float() for x in entropy(dist["weights"], dist["support"]))  # Eq. 12; NaN at padding
             panels.append(dict(title="entropy of the attention over the previous sentence / log m",
-                               weights=((h / log_m.clamp(min=1e-6)).clamp(max=1) * real).unsqueeze(1), rows=["H/log m"],
+                               weights=torch.where(real, (h / log_m.clamp(min=1e-6)).clamp(max=1), 0).unsqueeze(1), rows=["H/log m"],
                                row_mask=every, columns="target", column_mask=real, context_side="source",
                                normalized=False))
         return panels

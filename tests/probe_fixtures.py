@@ -170,8 +170,11 @@ def rnnsearch_model(bg, probe, factory):
 
 @_training
 def hrnn_model(bg, probe, factory):
-    """hrnn_context (Init-enc + Init-dec + gated auxiliary context) at the same size, K=2."""
-    return _train(probe, factory, "hrnn", "hrnn_context", K, **RNN_PROBE)
+    """hrnn_context (Init-enc + Init-dec + gated auxiliary context) at the same size, K=2, on
+    document runs (``--doc-batching grouped-runs``): on this synthetic corpus its default
+    length-sorted batches learn the pronouns much later (anaphora 0.46 after 400 updates, 0.59
+    after 800, at the same training loss as the runs' 1.00 after 400)."""
+    return _train(probe, factory, "hrnn", "hrnn_context", K + ["--doc-batching", "grouped-runs"], **RNN_PROBE)
 
 
 @_training

@@ -13,6 +13,7 @@ import torch
 
 from conftest import REPO, RNN_TINY, assert_incremental_equals_full, run, toy_document_batch
 from fairseq_docctx.data import context_batch as cb
+from fairseq_docctx.models.document_context import context_spec
 from fairseq_docctx.models.hrnn_context import HRNNContextModel, hrnn_context, is_context_parameter
 from fairseq_docctx.models.rnnsearch import rnnsearch_nematus
 from test_rnnsearch import build as build_rnn
@@ -237,6 +238,24 @@ def test_named_architecture_is_the_papers_best_system():
     hrnn_context(a)
     assert (a.init_enc, a.init_dec, a.aux_context, a.share_context_encoder) == (True, True, "gated", False)
     assert (a.encoder_embed_dim, a.encoder_hidden_size, a.context_hidden_size) == (600, 1000, 1000)
+
+
+def test_batches_are_length_sorted_sentences_with_context_words_at_their_cost():
+    """--doc-batching auto gives sentences (the summary reads source context only); a context
+    word counts its multiply-adds in the sentence RNN, 3(E+C)C (E 8, C 6 here; the encoder's
+    Bi-GRU, 2·3(E+H)H, when shared), over those of a current word: every weight matrix of the
+    rnnsearch of the same sizes but the embeddings (the context parameters are not counted)."""
+    model, _ = build()
+    sentence_level, _ = build_rnn(arch=rnnsearch_nematus)
+    current = sum(p.numel() for n, p in sentence_level.named_parameters() if p.dim() == 2 and "embed_tokens" not in n)
+    assert model.current_word_macs() == current
+    spec = context_spec(model)
+    assert spec.doc_batching == "sentences"
+    assert spec.context_token_cost == pytest.approx(3 * (8 + 6) * 6 / current)
+    small = build(context_hidden_size=3, init_enc=False)[0]
+    assert context_spec(small).context_token_cost == pytest.approx(3 * (8 + 3) * 3 / current)
+    shared = build(share_context_encoder=True)[0]
+    assert context_spec(shared).context_token_cost == pytest.approx(2 * 3 * (8 + 6) * 6 / current)
 
 
 # ------------------------------------------------------------------ with fairseq-train

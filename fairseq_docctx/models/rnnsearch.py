@@ -3,10 +3,11 @@ the "feedback attention" decoder of Kuang & Xiong (2018, §3, Eqs. 7-8) — the 
 of Nematus that Wang et al. (2017, §3.1) build on. See ``docs/rnn.md``.
 
 * Encoder (Bahdanau et al. 2015, §3.2; Kuang & Xiong 2018, Eq. 1): a bidirectional GRU over
-  the source embeddings (PyTorch's fused ``nn.GRU`` over packed sequences); the annotations
+  the source embeddings (an ``nn.GRU``; in CPU training run step by step by
+  :func:`~fairseq_docctx.modules.gru.run_gru`, faster there); the annotations
   ``h_j = [→h_j; ←h_j]``. The attention keys ``U_a h_j + b_a`` are computed here, once per
   sentence, and travel in the encoder output.
-* Decoder, per target position ``t`` (the only loop over time steps of the model):
+* Decoder, per target position ``t`` (the loop over the target positions):
 
   - ``s̃_t = GRU_1(s_{t-1}, y_{t-1})``                                (Kuang & Xiong, Eq. 7)
   - ``e_tj = v_a · tanh(W_a s̃_t + U_a h_j)``, ``α_tj = softmax_j e_tj``,
@@ -53,10 +54,10 @@ from fairseq.models import (
 )
 from fairseq.modules import FairseqDropout
 from torch import Tensor
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..data import context_batch as cb
 from ..modules import table_encoder
+from ..modules.gru import gru_step, run_gru
 from .arch_defaults import set_defaults
 from .document_context import DocumentContextModel
 
@@ -65,17 +66,6 @@ OUTPUT_ACTIVATIONS = ("maxout", "tanh")
 
 
 # ----------------------------------------------------------------------------- building blocks
-def gru_step(gi: Tensor, gh: Tensor, h: Tensor) -> Tensor:
-    """One GRU step from its input and hidden projections (PyTorch's ``nn.GRUCell``
-    equations, gates in the order r, z, n): ``gi = W_i x + b_i``, ``gh = W_h h + b_h``, all
-    ``[N, 3H]``; ``h [N, H]``. Returns ``h' = (1 - z) ⊙ n + z ⊙ h``."""
-    H = h.size(-1)
-    rz = (gi[..., : 2 * H] + gh[..., : 2 * H]).sigmoid_()  # in place on fresh sums: fewer buffers
-    r, z = rz[..., :H], rz[..., H:]
-    n = (gi[..., 2 * H:] + r * gh[..., 2 * H:]).tanh_()
-    return n + z * (h - n)
-
-
 def cell_input(cell: nn.GRUCell, x: Tensor) -> Tensor:
     """``W_i x + b_i`` of a GRU cell, for inputs of any leading shape (e.g. all steps)."""
     return F.linear(x, cell.weight_ih, cell.bias_ih)
@@ -147,22 +137,20 @@ class RNNSearchEncoder(FairseqEncoder):
         self.rnn = nn.GRU(embed_tokens.embedding_dim, hidden_size, batch_first=True, bidirectional=True)
         self.attention_keys = nn.Linear(self.output_units, attention_dim)  # U_a h_j + b_a
 
-    def packed(self, tokens: Tensor) -> Tuple[nn.utils.rnn.PackedSequence, Tensor, bool]:
+    def embedded(self, tokens: Tensor) -> Tuple[Tensor, Tensor, bool]:
         """The embedded rows of ``tokens [N, L]`` (padded on either side, each with at least
-        one token) as a packed sequence; their lengths and whether they were left-padded."""
+        one token), right-padded ``[N, L, E]``; their lengths and whether they were
+        left-padded."""
         tokens, lengths, left = right_padded(tokens, self.padding_idx)
-        x = self.dropout_in_module(self.embed_tokens(tokens))
-        return pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False), lengths, left
+        return self.dropout_in_module(self.embed_tokens(tokens)), lengths, left
 
     def run_rnn(self, tokens: Tensor, h0: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
         """The bidirectional GRU over ``tokens [N, L]`` with initial state ``h0 [N, H]`` for
         both directions (zeros if ``None``): annotations ``[N, L, 2H]`` (zeros at padding, in
         the padding layout of ``tokens``), padding mask ``[N, L]`` and final states
         ``[2, N, H]`` (forward ``→h_N``, backward ``←h_1``)."""
-        packed, lengths, left = self.packed(tokens)
-        hx = None if h0 is None else h0.unsqueeze(0).expand(2, -1, -1).contiguous()
-        out, last = self.rnn(packed, hx)
-        h, _ = pad_packed_sequence(out, batch_first=True, total_length=tokens.size(1))
+        x, lengths, left = self.embedded(tokens)
+        h, last = run_gru(self.rnn, x, lengths, None if h0 is None else h0.unsqueeze(0).expand(2, -1, -1))
         if left:
             h = to_left_padding(h, lengths)
         return h, tokens.eq(self.padding_idx), last
@@ -190,17 +178,17 @@ def reorder_rows(d: Dict[str, Optional[Tensor]], new_order: Tensor) -> Dict[str,
     return {k: (v.index_select(0, new_order) if isinstance(v, Tensor) else v) for k, v in d.items()}
 
 
-def cut_sources(encoder_out: Dict[str, Tensor], names) -> Tuple[Dict[str, Tensor], bool]:
-    """``encoder_out`` with its entries ``names`` (``[N, S, ...]``, by source position) cut
-    to the longest source of its rows (by its ``padding_mask``), and whether the sources are
-    left-padded."""
-    mask = encoder_out["padding_mask"]
+def cut_positions(encoder_out: Dict[str, Tensor], mask_name: str, names) -> Tuple[Dict[str, Tensor], int, bool]:
+    """``encoder_out`` with its entries ``names`` (``[N, S, ...]``, indexed by the positions
+    of its padding mask ``mask_name [N, S]``) cut to the longest row of that mask, the width
+    ``S`` before the cut and whether the rows are left-padded."""
+    mask = encoder_out[mask_name]
     left = bool(mask[:, 0].any())
     width = int((~mask).sum(1).max())
     if width == mask.size(1):
-        return encoder_out, left
+        return encoder_out, width, left
     cut = slice(mask.size(1) - width, None) if left else slice(0, width)
-    return {k: (v[:, cut] if k in names else v) for k, v in encoder_out.items()}, left
+    return {k: (v[:, cut] if k in names else v) for k, v in encoder_out.items()}, mask.size(1), left
 
 
 # ----------------------------------------------------------------------------- decoder
@@ -222,9 +210,12 @@ class RNNSearchDecoder(FairseqIncrementalDecoder):
       over the steps into the second output of :meth:`extract_features` as ``steps``).
     """
 
-    #: the entries of the encoder output indexed by source position (cut to the longest
-    #: source of a group of rows, :meth:`teacher_forced`)
-    source_entries = ("annotations", "keys", "padding_mask")
+    #: the entries of the encoder output indexed by positions, by their padding mask: cut to
+    #: the longest row of a group of rows (:meth:`teacher_forced`); a subclass adds its own
+    position_entries = {"padding_mask": ("annotations", "keys", "padding_mask")}
+    #: the per-step outputs indexed by those positions (by their padding mask): padded back
+    #: to the full width after a cut
+    position_outputs = {"attn": "padding_mask"}
     #: the cost options of the length groups of a teacher-forced batch (:meth:`teacher_forced`,
     #: ``length_groups.length_buckets``): a group costs its padded positions plus the fixed cost
     #: of each of its steps (``step_overhead`` rows of work) and ``overhead`` positions
@@ -318,14 +309,19 @@ class RNNSearchDecoder(FairseqIncrementalDecoder):
         pad = self.padding_idx
         if prev_output_tokens.size(0) == 1 or bool(prev_output_tokens[:, 0].eq(pad).any()):
             return self.recur(y, self.start(encoder_out), encoder_out)[1]  # one row / left-padded
-        S = encoder_out["padding_mask"].size(1)
         names = []
 
         def run(rows, width):
-            eo, left = cut_sources(reorder_rows(encoder_out, rows), self.source_entries)
+            eo, cuts = reorder_rows(encoder_out, rows), {}
+            for mask_name, entries in self.position_entries.items():
+                if mask_name in eo:
+                    eo, *cuts[mask_name] = cut_positions(eo, mask_name, entries)
             steps = self.recur(y.index_select(0, rows)[:, :width], self.start(eo), eo)[1]
-            extra = S - steps["attn"].size(-1)
-            steps["attn"] = F.pad(steps["attn"], [extra, 0] if left else [0, extra])
+            for k, mask_name in self.position_outputs.items():
+                if k in steps and mask_name in cuts:
+                    full, left = cuts[mask_name]
+                    extra = full - steps[k].size(-1)
+                    steps[k] = F.pad(steps[k], [extra, 0] if left else [0, extra])
             names[:] = list(steps)
             return [steps[k] for k in names]
 
@@ -484,12 +480,27 @@ def is_context_parameter(name: str) -> bool:
 class RNNSearchContextModel(DocumentContextModel, RNNSearchModel):
     """The base of the family's document-level models (``hrnn_context``, ``isg_rnnsearch``):
     ``rnnsearch`` whose encoder reads the batch's ``context`` (:mod:`~fairseq_docctx.models.
-    document_context`). Document runs counted at their real lengths (the encoder runs packed,
-    the decoder in length groups) and the logits of the real target positions only in
-    training (``packs_training_output``)."""
+    document_context`). Both read previous *source* sentences only, so document runs buy
+    nothing: batches group sentences by length like fairseq's translation task, each with its
+    own context (``doc_batching = "sentences"``; its decoder then runs one group of similar
+    lengths, where a batch of document runs needs several: measured on IWSLT17 TED, an
+    ``rnnsearch`` trained on grouped document runs runs at 0.57× its speed on length-sorted
+    batches); the logits of the real target positions only in training
+    (``packs_training_output``)."""
 
-    doc_batching = "grouped-runs"
+    doc_batching = "sentences"
     packs_training_output = True
+
+    def current_word_macs(self) -> int:
+        """Multiply-adds of the matrix products a word of a current sentence costs: a source
+        word through the encoder plus a target word through the decoder and its output
+        projection (one product per weight matrix; the context parameters left out)."""
+        n = sum(p.numel() for name, p in self.named_parameters()
+                if p.dim() == 2 and not is_context_parameter(name) and "embed_tokens" not in name)
+        if self.decoder.share_input_output_embed:  # the output projection is the embedding matrix
+            n += self.decoder.embed_tokens.weight.numel()
+        return n
+
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, context=None, features_only=False, **kwargs):
         """In training mode the logits of the real target positions only, ``[1, R, V]``

@@ -30,8 +30,8 @@ directory of ``bench_inference.py`` (``bench-work/inference/data``, prepared onc
   and trained ``--context-updates`` more, against that baseline at the same beam:
   ``hrnn_context`` against ``rnnsearch`` (beam 5), target >= 0.9x; ``isg_rnnsearch`` against
   its ``rnnsearch`` (beam 10), target >= 0.7x. A context model decodes in its default batches
-  (document runs: each context sentence encoded once per batch) and in fairseq's length-sorted
-  batches (``--doc-batching sentences``). Generated tokens/second and the mean hypothesis length are
+  (its ``doc_batching``: fairseq's length-sorted sentences, each with its own context) and in
+  document runs (``--doc-batching runs``: each context sentence encoded once per batch). Generated tokens/second and the mean hypothesis length are
   printed too (briefly trained models write outputs of different lengths); with
   ``--flop-every N`` the matrix-product FLOPs per sentence of the beam search
   (``bench_inference.count_flops``) and the ratio they allow.
@@ -181,8 +181,8 @@ def generation_speed(data_bin, models, args):
         base_run = f"{b} (beam {beam[1]})"
         runs[base_run] = ["fairseq-generate", test_bin, *USER_DIR, *SENTENCE_LEVEL, "--path", base_ckpt, *gen, *beam]
         runs[m] = ["fairseq-generate", test_bin, *USER_DIR, *GENERATE[m], "--path", ckpt, *gen, *beam]
-        runs[f"{m} (length-sorted)"] = [*runs[m], "--doc-batching", "sentences"]
-        pairs += [(m, base_run), (f"{m} (length-sorted)", base_run)]
+        runs[f"{m} (document runs)"] = [*runs[m], "--doc-batching", "runs"]
+        pairs += [(m, base_run), (f"{m} (document runs)", base_run)]
     if not runs:
         return
     rates = {}

@@ -203,9 +203,7 @@ def test_nc_ende_smoke_end_to_end_and_rerun(tmp_path):
     """examples/nc-ende/run.sh with SMOKE=1 (transformer, concat, qcn on a slice of the bundled
     News Commentary dev/test documents): every model trained, the test documents translated
     (each sentence once) and scored, results.md with the paper's numbers beside the scores; a
-    second run redoes nothing; a third with GEN_PROCESSES=2 translates the test set again with
-    docctx-generate over 2 processes (only the translate and score steps run again), with the
-    same translations and score."""
+    second run redoes nothing."""
     work = tmp_path / "work"
     rc, out = _recipe("nc-ende", tmp_path, SMOKE="1", METRICS="bleu_tok")
     assert rc == 0, out[-4000:]
@@ -223,6 +221,17 @@ def test_nc_ende_smoke_end_to_end_and_rerun(tmp_path):
     for step in ["prepare"] + [f"{s}-{m}" for m in models for s in ("train", "translate", "score")]:
         assert f"{step}: done with these settings" in out, out
     assert "(log:" not in out  # nothing ran again
+
+
+@needs_data
+@pytest.mark.slow  # about 40 s: make test-all (docctx-generate itself: tests/test_inference_shards.py)
+def test_nc_ende_gen_processes_translates_again_over_two_processes(tmp_path):
+    """nc-ende SMOKE with one model, then again with GEN_PROCESSES=2: only the translate and
+    score steps run again, through docctx-generate over 2 processes, with the same
+    translations and score."""
+    work = tmp_path / "work"
+    rc, out = _recipe("nc-ende", tmp_path, SMOKE="1", METRICS="bleu_tok", MODELS="concat")
+    assert rc == 0, out[-4000:]
 
     def hypotheses(name):
         lines = (work / "generate" / name / "generate-test.txt").read_text().splitlines()

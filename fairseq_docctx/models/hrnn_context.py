@@ -6,8 +6,8 @@ Summary of the K previous **source** sentences (§2.1):
 
 * sentence RNN (Eq. 1): a GRU over the words of each context sentence, its last state
   ``S_k = h_{N,k}``; with ``--share-context-encoder`` the NMT encoder's bidirectional GRU,
-  ``S_k = [→h_N; ←h_1]``. Under document-run batching each unique context sentence of a
-  batch runs through it once (the batch's source table, one run);
+  ``S_k = [→h_N; ←h_1]``. Each unique context sentence of a batch runs through it once
+  (the batch's source table, one run);
 * document RNN (Eq. 2): a GRU over ``S_1..S_K``, farthest sentence first, once per batch row;
   its last state is ``D``. A row without context (a document's first sentence) gets
   ``D = 0``, the state of a document RNN that read nothing.
@@ -72,7 +72,7 @@ class HRNNContextEncoder(RNNSearchEncoder):
 
     def sentence_summaries(self, tokens: Tensor) -> Tensor:
         """``S_k = h_{N,k}`` (Eq. 1) of every row of ``tokens [N, L]`` (padded on either
-        side), all rows in one packed run: ``[N, sentence_dim]``."""
+        side), all rows in one run: ``[N, sentence_dim]``."""
         x, lengths, _ = self.embedded(tokens)
         if self.context_sentence_rnn is None:
             _, last = run_gru(self.rnn, x, lengths, outputs=False)
@@ -170,6 +170,7 @@ class HRNNContextModel(RNNSearchContextModel):
 
     encoder_class = HRNNContextEncoder
     decoder_class = HRNNContextDecoder
+
     @property
     def context_token_cost(self) -> float:
         """What a context word counts toward ``--max-tokens`` with the ``sentences`` batching:

@@ -501,7 +501,6 @@ class RNNSearchContextModel(DocumentContextModel, RNNSearchModel):
             n += self.decoder.embed_tokens.weight.numel()
         return n
 
-
     def forward(self, src_tokens, src_lengths, prev_output_tokens, context=None, features_only=False, **kwargs):
         """In training mode the logits of the real target positions only, ``[1, R, V]``
         (``packed_positions`` in the extra dict; :meth:`get_targets`), else ``[B, T, V]``."""

@@ -12,8 +12,7 @@ are the same.
 parameters of an ``nn.GRU`` layer over the same packed sequence: the input projections of
 all real positions in one product, split into steps by ``split`` (one backward node for all
 of them), and at step ``t`` only the rows longer than ``t`` (a prefix of the rows sorted by
-length). Its results equal ``nn.GRU``'s over the packed
-sequence. :func:`run_gru` picks it where it is faster (a CPU, gradients on) and ``nn.GRU``
+length). Its results equal ``nn.GRU``'s over the packed sequence. :func:`run_gru` picks it where it is faster (a CPU, gradients on) and ``nn.GRU``
 elsewhere (the GPU's fused kernels, inference).
 """
 from typing import List, Optional, Tuple

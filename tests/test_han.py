@@ -486,7 +486,9 @@ def _test_documents(toy_bin):
 
 @pytest.mark.parametrize("which,sides", [
     ("joint", "both"), ("decoder", "both"), ("decoder_alignment", "both"),
-    ("encoder", "both"), ("decoder_source", "both"),  # source-only: document order + cache
+    # source-only models given target context too: document order + cache (~18 s each: make test-all)
+    pytest.param("encoder", "both", marks=pytest.mark.slow),
+    pytest.param("decoder_source", "both", marks=pytest.mark.slow),
     ("encoder", "source"), ("decoder_source", "source"),  # source-only: usual batching
 ])
 def test_generate_beam_2_in_document_order(which, sides, request, toy_bin):

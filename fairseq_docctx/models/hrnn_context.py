@@ -164,9 +164,9 @@ class HRNNContextDecoder(RNNSearchDecoder):
 class HRNNContextModel(RNNSearchContextModel):
     """``rnnsearch`` with the hierarchical summary of the previous source sentences (Wang et
     al. 2017). Contract (:mod:`~fairseq_docctx.models.document_context`): reads the ``src``
-    side, K = ``--hrnn-context-size`` (default: the task's ``--context-size``); document runs
-    counted at their real lengths (each context sentence of a batch through the sentence RNN
-    once); packed training output."""
+    side, K = ``--hrnn-context-size`` (default: the task's ``--context-size``); length-sorted
+    sentence batches, context words counted at their cost (:attr:`context_token_cost`; each
+    context sentence of a batch through the sentence RNN once); packed training output."""
 
     encoder_class = HRNNContextEncoder
     decoder_class = HRNNContextDecoder

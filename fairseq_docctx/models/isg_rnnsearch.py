@@ -220,8 +220,8 @@ class ISGDecoder(RNNSearchDecoder):
 class ISGRNNSearchModel(RNNSearchContextModel):
     """``rnnsearch`` with the inter-sentence gate (Kuang & Xiong 2018, §4). Contract
     (:mod:`~fairseq_docctx.models.document_context`): reads the ``src`` side, K = 1 (the
-    previous sentence only); document runs counted at their real lengths; packed training
-    output."""
+    previous sentence only); length-sorted sentence batches, A's words counted in full; packed
+    training output."""
 
     encoder_class = ISGEncoder
     decoder_class = ISGDecoder

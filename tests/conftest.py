@@ -221,5 +221,5 @@ def rnnsearch_reverse(reverse_bin, tmp_path_factory):
     save = tmp_path_factory.mktemp("rnnsearch_reverse")
     p = run(["fairseq-train", reverse_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
              "--context-size", "0", "--arch", "rnnsearch", *RNN_TINY, "--dropout", "0", "--max-tokens", "1000",
-             "--max-update", "300", "--log-interval", "50", "--no-epoch-checkpoints", "--save-dir", save])
+             "--max-update", "400", "--log-interval", "50", "--no-epoch-checkpoints", "--save-dir", save])
     return {"checkpoint": save / "checkpoint_last.pt", "log": p.stdout + p.stderr}

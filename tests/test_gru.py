@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from fairseq_docctx.modules.gru import reverse_within_lengths, run_gru, use_gru_layer
+from fairseq_docctx.modules.gru import packed_positions, run_gru, use_gru_layer
 
 
 def packed_reference(rnn, x, lengths, h0):
@@ -50,14 +50,21 @@ def test_run_gru_without_gradients_is_the_packed_gru_and_outputs_can_be_skipped(
     torch.testing.assert_close(out, packed_reference(rnn, x, lengths, None)[0])
 
 
-def test_reverse_within_lengths_keeps_padding_and_is_its_own_inverse():
-    x = torch.arange(8.0).view(2, 4)
-    lengths = torch.tensor([3, 4])
-    r = reverse_within_lengths(x, lengths)
-    assert r.tolist() == [[2, 1, 0, 3], [7, 6, 5, 4]]
-    assert torch.equal(reverse_within_lengths(r, lengths), x)
-
-
 def test_run_gru_refuses_a_stacked_gru():
     with pytest.raises(ValueError, match="one layer"):
         run_gru(torch.nn.GRU(2, 2, num_layers=2, batch_first=True), torch.randn(1, 2, 2), torch.tensor([2]))
+
+
+def test_packed_positions_follow_pack_padded_sequence():
+    """The positions :func:`packed_positions` takes from right-padded rows are those
+    ``pack_padded_sequence`` packs (forward), and each row read backwards (reverse)."""
+    lengths = torch.tensor([2, 5, 1, 5, 3])
+    x = torch.arange(5 * 5).view(5, 5, 1).float()
+    flat, order, steps = packed_positions(lengths, 5)
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    assert steps == packed.batch_sizes.tolist()
+    assert torch.equal(x.view(-1, 1)[flat], packed.data)
+    flat_r, _, _ = packed_positions(lengths, 5, reverse=True)
+    rows, positions = flat_r // 5, flat_r % 5
+    assert torch.equal(rows, flat // 5)
+    assert torch.equal(positions, lengths[rows] - 1 - flat % 5)

@@ -227,7 +227,7 @@ def _generate(data, ckpt, task_args, beam=5):
 
 
 def test_rnnsearch_learns_the_reverse_task(reverse_bin, rnnsearch_reverse):
-    """300 updates of a tiny rnnsearch reverse unseen sentences almost perfectly; beam 5
+    """400 updates of a tiny rnnsearch reverse unseen sentences almost perfectly; beam 5
     through ``fairseq-generate`` returns every test sentence once, through ``translation``
     and ``document_translation`` alike (the same translations)."""
     log = rnnsearch_reverse["log"]

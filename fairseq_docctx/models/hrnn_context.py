@@ -40,6 +40,7 @@ from torch import Tensor
 
 from ..data import context_batch as cb
 from ..modules.gru import run_gru
+from ..modules.recurrence import project
 from . import sentence_init
 from .arch_defaults import set_defaults
 from .document_context import resolve_context_size
@@ -153,9 +154,9 @@ class HRNNContextDecoder(RNNSearchDecoder):
         if self.aux_context == "plain":  # Eq. 4: s_i = GRU_2(s̃_i, [c_i; D])
             gi = gi + state["aux"]
         elif self.aux_context == "gated":
-            z = torch.sigmoid(self.context_gate_state(s_prev) + inputs["gate"]
-                              + self.context_gate_context(ctx["c"]))  # Eq. 5
-            gi = gi + self.context_aux(z * encoder_out["doc_context"])  # Eq. 6: [c_i; z_i ⊙ D]
+            z = torch.sigmoid(project(self.context_gate_state, s_prev) + inputs["gate"]
+                              + project(self.context_gate_context, ctx["c"]))  # Eq. 5
+            gi = gi + project(self.context_aux, z * encoder_out["doc_context"])  # Eq. 6: [c_i; z_i ⊙ D]
             extras["gate"] = z
         return cell_step(self.gru2, gi, s_tilde), extras
 

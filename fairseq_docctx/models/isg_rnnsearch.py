@@ -55,6 +55,7 @@ from torch import Tensor
 
 from ..data import context_batch as cb
 from ..evaluation.entropy import entropy
+from ..modules.recurrence import project
 from . import sentence_init
 from .arch_defaults import set_defaults
 from .document_context import ContextAttentionUnsupported
@@ -158,6 +159,7 @@ class ISGDecoder(RNNSearchDecoder):
                         "context_padding_mask": ("context_annotations", "context_keys", "context_padding_mask",
                                                  "context_tokens")}
     position_outputs = {**RNNSearchDecoder.position_outputs, "context_attn": "context_padding_mask"}
+    attentions = (*RNNSearchDecoder.attentions, ("context_keys", "context_annotations", "context_padding_mask"))
 
     def __init__(self, dictionary, embed_tokens, *, ablation="none", **kwargs):
         super().__init__(dictionary, embed_tokens, **kwargs)
@@ -192,24 +194,24 @@ class ISGDecoder(RNNSearchDecoder):
         ctx = super().attend(s_tilde, state, encoder_out)
         if self.ablation == "zero-gate":
             return ctx
-        ctx["gate_current"] = self.context_gate_current(ctx["c"])  # C_b c^b_t
+        ctx["gate_current"] = project(self.context_gate_current, ctx["c"])  # C_b c^b_t
         if self.ablation == "random-context":  # Table 3, +RV
             ctx["c_previous"] = torch.rand_like(ctx["c"]) * 2 - 1
         else:
             ctx["c_previous"], alpha = additive_attention(
-                self.context_attention_query(s_tilde), encoder_out["context_keys"],
+                project(self.context_attention_query, s_tilde), encoder_out["context_keys"],
                 encoder_out["context_annotations"], encoder_out["context_padding_mask"], self.context_attention_v)
             ctx["attn_previous"] = alpha
-        ctx["gate_previous"] = self.context_gate_previous(ctx["c_previous"])  # C_a c^a_t
+        ctx["gate_previous"] = project(self.context_gate_previous, ctx["c_previous"])  # C_a c^a_t
         return ctx
 
     def update(self, s_prev, s_tilde, ctx, inputs, state, encoder_out) -> Tuple[Tensor, Dict[str, Tensor]]:
         c_b = ctx["c"]
         if self.ablation == "zero-gate":  # Table 3, +z=0: s_t = GRU_2(s̃_t, C_2 c^b_t)
             return cell_step(self.gru2, cell_input(self.gru2, c_b), s_tilde), {"gate": torch.zeros_like(c_b)}
-        z = torch.sigmoid(self.context_gate_state(s_prev) + inputs["gate"] + ctx["gate_current"]
+        z = torch.sigmoid(project(self.context_gate_state, s_prev) + inputs["gate"] + ctx["gate_current"]
                           + ctx["gate_previous"])  # Eq. 9
-        gi = cell_input(self.gru2, c_b * (1 - z)) + self.context_input(ctx["c_previous"] * z)  # Eq. 10
+        gi = cell_input(self.gru2, c_b * (1 - z)) + project(self.context_input, ctx["c_previous"] * z)  # Eq. 10
         extras = {"gate": z}
         if "attn_previous" in ctx:
             extras["context_attn"] = ctx["attn_previous"]

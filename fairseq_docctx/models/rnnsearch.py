@@ -39,7 +39,7 @@ decoder's per-step values for analysis); their parameters that ``rnnsearch`` lac
 ``context_*`` (:func:`is_context_parameter`), so that they are the new ones when the model is
 initialised from a trained ``rnnsearch``.
 """
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -57,7 +57,8 @@ from torch import Tensor
 
 from ..data import context_batch as cb
 from ..modules import table_encoder
-from ..modules.gru import gru_step, run_gru
+from ..modules.gru import gru_step, run_gru, take_positions
+from ..modules.recurrence import AttendedValues, AttentionKeys, linear, project, recurrence
 from .arch_defaults import set_defaults
 from .document_context import DocumentContextModel
 
@@ -68,23 +69,30 @@ OUTPUT_ACTIVATIONS = ("maxout", "tanh")
 # ----------------------------------------------------------------------------- building blocks
 def cell_input(cell: nn.GRUCell, x: Tensor) -> Tensor:
     """``W_i x + b_i`` of a GRU cell, for inputs of any leading shape (e.g. all steps)."""
-    return F.linear(x, cell.weight_ih, cell.bias_ih)
+    return linear(x, cell.weight_ih, cell.bias_ih)
 
 
 def cell_step(cell: nn.GRUCell, gi: Tensor, h: Tensor) -> Tensor:
     """One step of ``cell`` from its precomputed input projection ``gi``."""
-    return gru_step(gi, F.linear(h, cell.weight_hh, cell.bias_hh), h)
+    return gru_step(gi, linear(h, cell.weight_hh, cell.bias_hh), h)
 
 
-def additive_attention(query: Tensor, keys: Tensor, values: Tensor, padding_mask: Tensor,
-                       v: Tensor) -> Tuple[Tensor, Tensor]:
+def additive_attention(query: Tensor, keys: Union[Tensor, AttentionKeys], values: Union[Tensor, AttendedValues],
+                       padding_mask: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
     """``e_j = v · tanh(query + keys_j)``, ``α = softmax(e)`` over the real positions,
     ``c = Σ_j α_j values_j`` (Bahdanau et al. 2015, A.1.2, with ``query = W_a s`` and
     ``keys = U_a h + b``). ``query [N, A]``, ``keys [N, S, A]``, ``values [N, S, C]``,
-    ``padding_mask [N, S]`` (True at padding), ``v [A]``. Returns ``c [N, C]`` and
-    ``α [N, S]``."""
-    e = torch.matmul((keys + query.unsqueeze(1)).tanh_(), v)
-    alpha = torch.softmax(e.masked_fill(padding_mask, float("-inf")), dim=-1)
+    ``padding_mask [N, S]`` (True at padding), ``v [A]``; the keys and values may be those
+    of a recurrence (:class:`~fairseq_docctx.modules.recurrence.AttentionKeys`,
+    :class:`~fairseq_docctx.modules.recurrence.AttendedValues`: prepared once for all its
+    steps). Returns ``c [N, C]`` and ``α [N, S]``."""
+    if isinstance(keys, AttentionKeys):
+        e = keys.scores(query, v)
+    else:
+        e = torch.matmul((keys + query.unsqueeze(1)).tanh_(), v).masked_fill(padding_mask, float("-inf"))
+    alpha = torch.softmax(e, dim=-1)
+    if isinstance(values, AttendedValues):
+        return values.attend(alpha), alpha
     return torch.bmm(alpha.unsqueeze(1), values).squeeze(1), alpha
 
 
@@ -108,8 +116,7 @@ def right_padded(tokens: Tensor, pad: int) -> Tuple[Tensor, Tensor, bool]:
 def to_left_padding(x: Tensor, lengths: Tensor) -> Tensor:
     """Right-padded ``x [N, L, ...]`` (zeros at padding) moved to the right end of each row."""
     L = x.size(1)
-    idx = (torch.arange(L, device=x.device).unsqueeze(0) - (L - lengths).unsqueeze(1)) % L
-    return x.gather(1, idx.view(*idx.shape, *([1] * (x.dim() - 2))).expand_as(x))
+    return take_positions(x, (torch.arange(L, device=x.device).unsqueeze(0) - (L - lengths).unsqueeze(1)) % L)
 
 
 # ----------------------------------------------------------------------------- encoder
@@ -119,8 +126,9 @@ class RNNSearchEncoder(FairseqEncoder):
     Output (:meth:`forward`): a dict of per-row tensors, batch first —
     ``annotations [B, S, 2H]`` (``h_j``, in the padding layout of ``src_tokens``),
     ``keys [B, S, A]`` (``U_a h_j + b_a``, the attention's precomputed part),
-    ``padding_mask [B, S]`` (True at padding) and ``final [B, H]`` (``←h_1``, the backward
-    RNN's last state). Every entry (also those a subclass adds) is reordered with the beams by
+    ``padding_mask [B, S]`` (True at padding), ``final [B, H]`` (``←h_1``, the backward
+    RNN's last state) and ``sentence [B]`` (the row's number in the encoder's batch, carried
+    through reordering: rows of the same number hold the same values). Every entry (also those a subclass adds) is reordered with the beams by
     :meth:`reorder_encoder_out`; an encoder output holds per-row tensors only.
     """
 
@@ -161,12 +169,20 @@ class RNNSearchEncoder(FairseqEncoder):
         # U_a h_j + b_a of the real positions only (document runs pad their sources much)
         keys = annotations.new_zeros(*padding_mask.shape, self.attention_keys.out_features)
         keys = keys.index_put((real,), self.attention_keys(annotations[real]))
-        return {"annotations": annotations, "keys": keys, "padding_mask": padding_mask, "final": last[1]}
+        return {"annotations": annotations, "keys": keys, "padding_mask": padding_mask, "final": last[1],
+                "sentence": torch.arange(padding_mask.size(0), device=padding_mask.device)}
 
     def forward(self, src_tokens, src_lengths=None, **kwargs):
         return self.encoder_out(*self.run_rnn(src_tokens))
 
     def reorder_encoder_out(self, encoder_out: Dict[str, Tensor], new_order: Tensor):
+        """The rows in ``new_order``; unchanged when every row takes the place of a copy of
+        itself (``sentence``: the encoder's row a row was copied from): beam search reorders
+        the rows of each sentence's beams at every step, among copies of the same row."""
+        sentence = encoder_out.get("sentence")
+        if sentence is not None and new_order.numel() == sentence.numel() and bool(
+                sentence.index_select(0, new_order).equal(sentence)):
+            return encoder_out
         return reorder_rows(encoder_out, new_order)
 
     def max_positions(self):
@@ -216,6 +232,10 @@ class RNNSearchDecoder(FairseqIncrementalDecoder):
     #: the per-step outputs indexed by those positions (by their padding mask): padded back
     #: to the full width after a cut
     position_outputs = {"attn": "padding_mask"}
+    #: the attentions of a step, as the entries of the encoder output they read: (keys,
+    #: values, padding mask), prepared once for all steps of a recurrence (:meth:`recur`:
+    #: packed keys, the values' gradient summed over the steps); a subclass adds its own
+    attentions = (("keys", "annotations", "padding_mask"),)
     #: the cost options of the length groups of a teacher-forced batch (:meth:`teacher_forced`,
     #: ``length_groups.length_buckets``): a group costs its padded positions plus the fixed cost
     #: of each of its steps (``step_overhead`` rows of work) and ``overhead`` positions
@@ -233,6 +253,7 @@ class RNNSearchDecoder(FairseqIncrementalDecoder):
         self.hidden_size = hidden_size
         self.max_target_positions = max_positions
         self.need_attn = True
+        self._prepared_keys = {}  # name -> (keys, padding mask, AttentionKeys): prepared_keys
         self.dropout_in_module = FairseqDropout(dropout_in, module_name=self.__class__.__name__)
         self.dropout_out_module = FairseqDropout(dropout_out, module_name=self.__class__.__name__)
         self.init_state = nn.Linear(encoder_hidden_size, hidden_size)  # W_s, b_s of s_0
@@ -270,7 +291,7 @@ class RNNSearchDecoder(FairseqIncrementalDecoder):
 
     def attend(self, s_tilde: Tensor, state: Dict[str, Tensor], encoder_out: Dict[str, Tensor]) -> Dict[str, Tensor]:
         """``c_t`` and ``α_t`` (Kuang & Xiong 2018, Eqs. 4-7: the attention queried with s̃_t)."""
-        c, alpha = additive_attention(self.attention_query(s_tilde), encoder_out["keys"],
+        c, alpha = additive_attention(project(self.attention_query, s_tilde), encoder_out["keys"],
                                       encoder_out["annotations"], encoder_out["padding_mask"],
                                       self.attention_v)
         return {"c": c, "attn": alpha}
@@ -281,6 +302,18 @@ class RNNSearchDecoder(FairseqIncrementalDecoder):
         return cell_step(self.gru2, cell_input(self.gru2, ctx["c"]), s_tilde), {}
 
     # -------------------------------------------------------------- the recurrence
+    def prepared_keys(self, name: str, keys: Tensor, padding_mask: Tensor) -> AttentionKeys:
+        """The :class:`~fairseq_docctx.modules.recurrence.AttentionKeys` of the encoder
+        output's entry ``name``. Without autograd (beam search calls :meth:`recur` once per
+        target position, with the same encoder output until a sentence is finished) the last
+        one made for the same tensor is reused."""
+        if torch.is_grad_enabled():
+            return AttentionKeys(keys, padding_mask)
+        last = self._prepared_keys.get(name)
+        if last is None or last[0] is not keys or last[1] is not padding_mask:
+            last = self._prepared_keys[name] = (keys, padding_mask, AttentionKeys(keys, padding_mask))
+        return last[2]
+
     def step(self, inputs: Dict[str, Tensor], state: Dict[str, Tensor], encoder_out: Dict[str, Tensor]):
         """One target position: the new state and what it outputs (``s``, ``c``, ``attn`` and
         the update's extras)."""
@@ -294,11 +327,19 @@ class RNNSearchDecoder(FairseqIncrementalDecoder):
         """The steps over the previous words ``y [N, T, E]`` from ``state``: the last state
         and the per-step outputs stacked, ``[N, T, ...]`` each."""
         per_step = {k: v.unbind(1) for k, v in self.step_inputs(y, encoder_out).items()}
+        # the keys and values attended at every step, prepared once; the weights' gradients
+        # summed over the steps (modules/recurrence)
+        encoder_out = dict(encoder_out)
+        for keys, values, mask in self.attentions:
+            if keys in encoder_out:
+                encoder_out[keys] = self.prepared_keys(keys, encoder_out[keys], encoder_out[mask])
+                encoder_out[values] = AttendedValues(encoder_out[values])
         outs = {}
-        for t in range(y.size(1)):
-            state, out = self.step({k: v[t] for k, v in per_step.items()}, state, encoder_out)
-            for k, v in out.items():
-                outs.setdefault(k, []).append(v)
+        with recurrence():
+            for t in range(y.size(1)):
+                state, out = self.step({k: v[t] for k, v in per_step.items()}, state, encoder_out)
+                for k, v in out.items():
+                    outs.setdefault(k, []).append(v)
         return state, {k: torch.stack(v, 1) for k, v in outs.items()}
 
     def teacher_forced(self, prev_output_tokens: Tensor, y: Tensor, encoder_out: Dict[str, Tensor]):

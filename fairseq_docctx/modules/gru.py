@@ -9,11 +9,15 @@ thread, best of 5): 60 sequences of up to 80 tokens 163 ms packed, 116 ms with
 :func:`gru_layer`; 120 of up to 80: 387 ms, 206 ms; 20 of up to 30: 22.5 ms, 21.7 ms.
 
 :func:`gru_layer` runs the same equations (PyTorch's, gates in the order r, z, n) with the
-parameters of an ``nn.GRU`` layer over the same packed sequence: the input projections of
-all real positions in one product, split into steps by ``split`` (one backward node for all
-of them), and at step ``t`` only the rows longer than ``t`` (a prefix of the rows sorted by
-length). Its results equal ``nn.GRU``'s over the packed sequence. :func:`run_gru` picks it where it is faster (a CPU, gradients on) and ``nn.GRU``
-elsewhere (the GPU's fused kernels, inference).
+parameters of an ``nn.GRU`` layer over the same positions: the real positions taken from
+the padded input by one index in the order of a packed sequence (:func:`packed_positions`;
+for the backward direction each row read from its end), their input projections in one
+product, split into steps by ``split`` (one backward node for all of them), at step ``t``
+only the rows longer than ``t`` (a prefix of the rows sorted by length), ``weight_hh``'s
+gradient summed over the steps at once (:mod:`~fairseq_docctx.modules.recurrence`), and the
+states put back into the padded layout by one index. Its results equal ``nn.GRU``'s over
+the packed sequence. :func:`run_gru` picks it where it is faster (a CPU, gradients on) and
+``nn.GRU`` elsewhere (the GPU's fused kernels, inference).
 """
 from typing import List, Optional, Tuple
 
@@ -22,6 +26,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from .recurrence import linear, recurrence
 
 
 def gru_step(gi: Tensor, gh: Tensor, h: Tensor) -> Tensor:
@@ -35,13 +41,29 @@ def gru_step(gi: Tensor, gh: Tensor, h: Tensor) -> Tensor:
     return n + z * (h - n)
 
 
-def reverse_within_lengths(x: Tensor, lengths: Tensor) -> Tensor:
-    """Right-padded ``x [N, L, ...]`` with the first ``lengths[i]`` positions of every row in
-    reverse order (padding stays where it is). Its own inverse."""
-    L = x.size(1)
-    t = torch.arange(L, device=x.device).unsqueeze(0)
-    idx = torch.where(t < lengths.unsqueeze(1), lengths.unsqueeze(1) - 1 - t, t)
-    return x.gather(1, idx.view(*idx.shape, *([1] * (x.dim() - 2))).expand_as(x))
+def take_positions(x: Tensor, idx: Tensor) -> Tensor:
+    """``x [N, L, ...]`` with position ``t`` of row ``i`` taken from position ``idx[i, t]`` of
+    the same row (``idx [N, L]``). One ``index_select`` over the flattened positions: its
+    backward pass adds rows (``index_add``), where ``gather``'s scatters element by element
+    (on a CPU some ten times slower at ``[112, 80, 256]``)."""
+    N, L = idx.shape
+    flat = (idx + torch.arange(N, device=idx.device).unsqueeze(1) * L).flatten()
+    return x.flatten(0, 1).index_select(0, flat).view_as(x)
+
+
+def packed_positions(lengths: Tensor, width: int, reverse: bool = False) -> Tuple[Tensor, Tensor, List[int]]:
+    """The real positions of right-padded rows of ``lengths [N]`` (each ≥ 1) and width
+    ``width`` in the order of a packed sequence: step-major, at step ``t`` the rows longer
+    than ``t`` by decreasing length (``reverse``: step ``t`` of a row is its position
+    ``length - 1 - t``). Returns the flat positions ``[P]`` (``row * width + position``),
+    the rows by decreasing length ``[N]`` and the rows of every step (``batch_sizes``)."""
+    order = torch.sort(lengths, descending=True, stable=True).indices
+    sorted_lengths = lengths.index_select(0, order)
+    t = torch.arange(int(sorted_lengths[0]), device=lengths.device).unsqueeze(1)  # [T, 1]
+    real = t < sorted_lengths.unsqueeze(0)  # [T, N]
+    position = sorted_lengths.unsqueeze(0) - 1 - t if reverse else t.expand_as(real)
+    flat = (order.unsqueeze(0) * width + position)[real]
+    return flat, order, real.sum(1).tolist()
 
 
 def gru_layer(x: Tensor, lengths: Tensor, weight_ih: Tensor, weight_hh: Tensor, bias_ih: Optional[Tensor],
@@ -52,31 +74,27 @@ def gru_layer(x: Tensor, lengths: Tensor, weight_ih: Tensor, weight_hh: Tensor, 
     last real position to its first. Returns the states at every position ``[N, L, H]``
     (zeros at padding; ``None`` unless ``outputs``) and the last state of every row
     ``[N, H]``."""
-    if reverse:
-        x = reverse_within_lengths(x, lengths)
+    N, L = x.shape[:2]
     # the real positions, step-major, rows by decreasing length: step t holds the first
-    # batch_sizes[t] rows (those longer than t)
-    packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-    steps = packed.batch_sizes.tolist()
-    gi = F.linear(packed.data, weight_ih, bias_ih).split(steps)  # one product, one backward node
-    h = x.new_zeros(x.size(0), weight_hh.size(1)) if h0 is None else h0
-    h = h.index_select(0, packed.sorted_indices)
+    # steps[t] rows (those longer than t); taken from x and put back by one index each
+    flat, order, steps = packed_positions(lengths, L, reverse)
+    gi = F.linear(x.reshape(N * L, -1).index_select(0, flat), weight_ih, bias_ih).split(steps)  # one product
+    h = x.new_zeros(N, weight_hh.size(1)) if h0 is None else h0
+    h = h.index_select(0, order)
     finished: List[Tensor] = []  # the last states of the rows that ended, longest first
     states: List[Tensor] = []
-    for gi_t, n in zip(gi, steps):
-        if n < h.size(0):
-            finished.append(h[n:])
-            h = h[:n]
-        h = gru_step(gi_t, F.linear(h, weight_hh, bias_hh), h)
-        states.append(h)
-    last = torch.cat([h, *finished[::-1]]).index_select(0, packed.unsorted_indices)
+    with recurrence():  # weight_hh's gradient summed over the steps
+        for gi_t, n in zip(gi, steps):
+            if n < h.size(0):
+                finished.append(h[n:])
+                h = h[:n]
+            h = gru_step(gi_t, linear(h, weight_hh, bias_hh), h)
+            states.append(h)
+    last = torch.cat([h, *finished[::-1]]).index_select(0, torch.argsort(order))
     if not outputs:
         return None, last
-    out = pad_packed_sequence(packed._replace(data=torch.cat(states)), batch_first=True,
-                              total_length=x.size(1))[0]
-    if reverse:
-        out = reverse_within_lengths(out, lengths)
-    return out, last
+    out = x.new_zeros(N * L, h.size(1)).index_copy(0, flat, torch.cat(states))
+    return out.view(N, L, -1), last
 
 
 def layer_weights(rnn: nn.GRU, layer: int = 0, reverse: bool = False):

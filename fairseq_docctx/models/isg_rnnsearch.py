@@ -34,8 +34,8 @@ current one.
 
   ``W_z y_{t-1}`` is one matrix product for all steps, before the loop; ``C_b c^b_t`` and
   ``C_a c^a_t`` are computed at every step (precomputing ``C h_j`` once per sentence was
-  slower in beam search: fairseq reorders the per-position tensors with the beams at every
-  step). The equations have no bias in the gate; there is none.
+  slower in beam search, measured when fairseq still reordered the per-position tensors with
+  the beams at every step). The equations have no bias in the gate; there is none.
 * **Table 3** (§5.3) at inference, ``--isg-ablation`` (a model option: ``fairseq-generate
   --model-overrides "{'isg_ablation': 'null'}"``): ``null`` (+NULL: every A is the null
   sentence), ``zero-gate`` (+z=0: ``z_t = 0``, A is not read), ``random-context`` (+RV:

@@ -128,8 +128,9 @@ class RNNSearchEncoder(FairseqEncoder):
     ``keys [B, S, A]`` (``U_a h_j + b_a``, the attention's precomputed part),
     ``padding_mask [B, S]`` (True at padding), ``final [B, H]`` (``←h_1``, the backward
     RNN's last state) and ``sentence [B]`` (the row's number in the encoder's batch, carried
-    through reordering: rows of the same number hold the same values). Every entry (also those a subclass adds) is reordered with the beams by
-    :meth:`reorder_encoder_out`; an encoder output holds per-row tensors only.
+    through reordering: rows of the same number hold the same values). Every entry (also
+    those a subclass adds) is reordered with the beams by :meth:`reorder_encoder_out`; an
+    encoder output holds per-row tensors only.
     """
 
     def __init__(self, dictionary, embed_tokens, hidden_size, attention_dim, dropout_in=0.0,

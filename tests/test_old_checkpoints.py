@@ -34,7 +34,8 @@ def assert_same(lines, reference):
             assert g[2:] == r[2:], (got, ref)  # the same translation
         scores_g = [float(x) for x in g[1].split()] + ([] if g[0].startswith("P-") else [])
         scores_r = [float(x) for x in r[1].split()]
-        assert scores_g == pytest.approx(scores_r, abs=1e-4), (got, ref)
+        # printed with 4 decimals: another CPU's rounding may flip the last digit (one unit)
+        assert scores_g == pytest.approx(scores_r, abs=1.5e-4), (got, ref)
 
 
 @pytest.mark.parametrize("name", list(TASK_ARGS))

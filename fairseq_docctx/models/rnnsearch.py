@@ -58,7 +58,7 @@ from torch import Tensor
 from ..data import context_batch as cb
 from ..modules import table_encoder
 from ..modules.gru import gru_step, run_gru, take_positions
-from ..modules.recurrence import AttendedValues, AttentionKeys, linear, project, recurrence
+from ..modules.recurrence import AttendedValues, AttentionKeys, additive_scores, linear, project, recurrence
 from .arch_defaults import set_defaults
 from .document_context import DocumentContextModel
 
@@ -89,7 +89,7 @@ def additive_attention(query: Tensor, keys: Union[Tensor, AttentionKeys], values
     if isinstance(keys, AttentionKeys):
         e = keys.scores(query, v)
     else:
-        e = torch.matmul((keys + query.unsqueeze(1)).tanh_(), v).masked_fill(padding_mask, float("-inf"))
+        e = additive_scores(keys, query, v, padding_mask)
     alpha = torch.softmax(e, dim=-1)
     if isinstance(values, AttendedValues):
         return values.attend(alpha), alpha

@@ -186,6 +186,12 @@ class AttendedValues:
         return _Attend.apply(alpha, self.token, self.collector)
 
 
+def additive_scores(keys: Tensor, query: Tensor, v: Tensor, padding_mask: Tensor) -> Tensor:
+    """``e_j = v · tanh(query + keys_j)`` over padded ``keys [N, S, A]`` with ``query [N, A]``
+    and ``v [A]``; ``-inf`` where ``padding_mask [N, S]`` is True."""
+    return torch.matmul((keys + query.unsqueeze(1)).tanh_(), v).masked_fill(padding_mask, float("-inf"))
+
+
 #: pack the keys (:class:`AttentionKeys`) when their real positions are fewer than this share
 #: of the padded ones
 PACK_BELOW = 0.75
@@ -215,8 +221,7 @@ class AttentionKeys:
 
     def scores(self, query: Tensor, v: Tensor) -> Tensor:
         if not self.packed:
-            e = torch.matmul((self.keys + query.unsqueeze(1)).tanh_(), v)
-            return e.masked_fill(self.padding_mask, float("-inf"))
+            return additive_scores(self.keys, query, v, self.padding_mask)
         e = torch.matmul((self.keys + query.index_select(0, self.rows)).tanh_(), v)  # [P]
         full = e.new_full((self.padding_mask.numel(),), float("-inf"))
         return full.index_copy(0, self.flat, e).view_as(self.padding_mask)

@@ -149,6 +149,40 @@ def test_a_missing_licensed_training_side_is_a_clear_error(tmp_path):
     assert rc == 2 and f"missing {ldc}/nist/mt05.ref0.sgm: NIST mt05" in out and "REFS_MT05" in out, out
 
 
+# ------------------------------------------------------------------------------ models
+
+
+QCN_TABLE2 = {  # recipe model: (Yang et al. 2019, Table 2 row, its flags, K, dropout)
+    "qcn-transformer": ("--no-qcn --no-pcc-regularizer", "0", "0.1"),
+    "qcn-regularizer-only": ("--no-qcn", "0", "0.1"),
+    "qcn-no-regularizer": ("--no-pcc-regularizer", "3", "0.2"),
+    "qcn": ("", "3", "0.2"),
+}
+
+
+def test_qcn_table2_rows_are_recipe_models(tmp_path):
+    """Each row of Yang et al. (2019)'s Table 2 is a model of the recipes: the QCN settings
+    (§4.1: 4+4 layers, Adam at a constant 1e-4) with the row's flags, no context and dropout
+    0.1 for the rows that read none, and each row's published scores in paper-scores.tsv."""
+    script = (f"source {REPO}/examples/lib/models.sh; model_settings; SRC=en TGT=de; "
+              'train() { echo "TRAIN $1: ${*:3} | dropout $QCN_DROPOUT"; }; '
+              + "; ".join(f"train_model {m}" for m in QCN_TABLE2))
+    rc, out = bash(script, tmp_path)
+    assert rc == 0, out
+    got = {ln.split(":")[0][6:]: ln for ln in out.splitlines() if ln.startswith("TRAIN ")}
+    assert set(got) == set(QCN_TABLE2), out
+    for name, (flags, k, dropout) in QCN_TABLE2.items():
+        line = got[name]
+        assert "--arch qcn_transformer" in line and f"--context-size {k} " in line, line
+        assert line.endswith(f"| dropout {dropout}"), line
+        for flag in ("--no-qcn", "--no-pcc-regularizer"):
+            assert (flag in line) == (flag in flags), line
+    for recipe in ("ted-ende", "nc-ende", "europarl-ende"):
+        runs = {ln.split("\t")[0] for ln in (REPO / "examples" / recipe / "paper-scores.tsv").read_text().splitlines()
+                if not ln.startswith("#")}
+        assert set(QCN_TABLE2) <= runs, recipe
+
+
 # ------------------------------------------------------------------------------ results
 
 

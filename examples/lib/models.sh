@@ -9,7 +9,8 @@
 #   (Miculicich et al. 2018, §3.2) and MHT (Zhang et al. 2021, §4.3) papers, and concat:
 #     LAYERS [6] DIM [512] FFN [2048] HEADS [8] DROPOUT [0.1] LR [7e-4: Vaswani et al.'s
 #     schedule peaks at 512^-0.5 * 4000^-0.5] WARMUP [4000] MAX_TOKENS [4096]
-#   QCN (Yang et al. 2019, §4.1): QCN_LAYERS [4] QCN_DROPOUT [0.2] QCN_LR [1e-4, constant]
+#   QCN (Yang et al. 2019, §4.1): QCN_LAYERS [4] QCN_DROPOUT [0.2: the context-aware models]
+#     QCN_AGNOSTIC_DROPOUT [0.1: the rows of Table 2 that read no context] QCN_LR [1e-4, constant]
 #     QCN_MAX_TOKENS [1500 TED, 900 News and Europarl: the recipe's default] PCC_WEIGHT [1]
 #   RNNs (Bahdanau et al. 2015's RNNSearch with feedback attention; docs/rnn.md): the named
 #     architectures' sizes (rnnsearch: Kuang & Xiong 2018, §5.1; rnnsearch_nematus and
@@ -36,6 +37,7 @@ model_settings() {
   setting MAX_TOKENS 4096 1000
   setting QCN_LAYERS 4 1
   setting QCN_DROPOUT 0.2
+  setting QCN_AGNOSTIC_DROPOUT 0.1
   setting QCN_LR 1e-4 3e-3
   setting QCN_MAX_TOKENS 1500 1000
   setting PCC_WEIGHT 1
@@ -137,6 +139,18 @@ train_model() {  # NAME: one of the models below (the sentence baseline first: o
         --arch concat_transformer ;;
     qcn)
       train qcn qcn -- -s "$SRC" -t "$TGT" --context-size "$CONTEXT_SIZE" --context-sides source --arch qcn_transformer ;;
+    qcn-transformer|qcn-regularizer-only)
+      # Yang et al. (2019), Table 2, rows "Transformer" and "Transformer + Regularization
+      # Term": the QCN settings (§4.1) without the capsule network, so no context is read
+      # (dropout 0.1, the paper's for a context-agnostic model)
+      local flags=(--no-qcn)
+      [[ $name == qcn-transformer ]] && flags+=(--no-pcc-regularizer)
+      QCN_DROPOUT=$QCN_AGNOSTIC_DROPOUT train "$name" qcn -- -s "$SRC" -t "$TGT" --context-size 0 \
+        --arch qcn_transformer "${flags[@]}" ;;
+    qcn-no-regularizer)
+      # Yang et al. (2019), Table 2, row "Transformer + QCN"
+      train "$name" qcn -- -s "$SRC" -t "$TGT" --context-size "$CONTEXT_SIZE" --context-sides source \
+        --arch qcn_transformer --no-pcc-regularizer ;;
     han|han-encoder|han-decoder|han-decoder-source|han-decoder-alignment)
       # two stages (Miculicich et al. 2018, §3.2): the sentence-level transformer, then the
       # whole network with the HAN parts added, initialised from it
@@ -198,7 +212,7 @@ train_model() {  # NAME: one of the models below (the sentence baseline first: o
         train "$name" wang -d train-nematus -- -s "$SRC" -t "$TGT" --context-size "$CONTEXT_SIZE" \
           --context-sides source --arch hrnn_context "${switches[@]}" \
           --init-from-sentence-checkpoint "$CKPT/nematus/checkpoint_best.pt" ;;
-    *) die "no model '$name' (transformer, concat, qcn, han, han-encoder, han-decoder, han-decoder-source, han-decoder-alignment, mht, rnnsearch, isg, nematus, hrnn, hrnn-init-enc, hrnn-init-dec, hrnn-init-enc-dec, hrnn-auxi, hrnn-gating-auxi)" ;;
+    *) die "no model '$name' (transformer, concat, qcn, qcn-transformer, qcn-regularizer-only, qcn-no-regularizer, han, han-encoder, han-decoder, han-decoder-source, han-decoder-alignment, mht, rnnsearch, isg, nematus, hrnn, hrnn-init-enc, hrnn-init-dec, hrnn-init-enc-dec, hrnn-auxi, hrnn-gating-auxi)" ;;
   esac
 }
 

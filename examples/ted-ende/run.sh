@@ -9,12 +9,13 @@
 #   SMOKE=1 bash examples/ted-ende/run.sh       # the whole chain on a slice of the bundled files
 #
 # Settings (environment variables, defaults in brackets; [full / SMOKE] where they differ):
-#   MODELS [transformer,concat,qcn,han,mht]  METRICS [bleu,bleu_tok,meteor]
+#   MODELS [transformer,concat,qcn,han,mht; also qcn-transformer, qcn-regularizer-only,
+#     qcn-no-regularizer: Yang et al. 2019, Table 2]  METRICS [bleu,bleu_tok,meteor]
 #   data: DATA [../shared/data/maruf-ende] SPM_VOCAB [30000 / 300] MAX_LEN [250]
 #     MAX_LEN_RATIO [3] SMOKE_TRAIN_DOCS [6] SMOKE_VALID_DOCS [1] SMOKE_TEST_DOCS [2]
 #   models (examples/lib/models.sh): LAYERS [6 / 1] DIM [512 / 32] FFN [2048 / 64] HEADS [8 / 2]
 #     DROPOUT [0.1] LR [7e-4 / 3e-3] WARMUP [4000 / 5] MAX_TOKENS [4096 / 1000] QCN_LAYERS [4 / 1]
-#     QCN_DROPOUT [0.2] QCN_LR [1e-4 / 3e-3] QCN_MAX_TOKENS [1500 / 1000] PCC_WEIGHT [1]
+#     QCN_DROPOUT [0.2] QCN_AGNOSTIC_DROPOUT [0.1] QCN_LR [1e-4 / 3e-3] QCN_MAX_TOKENS [1500 / 1000] PCC_WEIGHT [1]
 #     MAX_UPDATE [100000 / 8] PATIENCE [10] CONTEXT_SIZE [3] CONCAT_CONTEXT_SIZE [1] SEED [1]
 #     BEAM [4 / 2] LENPEN [1.0] GEN_MAX_TOKENS [8000] GEN_MAX_LEN_A [1.2 / 0] GEN_MAX_LEN_B [10 / 20]
 #   common (examples/lib/recipe.sh): SMOKE [0] FRESH [0] WORK [demo-work/recipes/ted-ende,

@@ -1,3 +1,4 @@
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -139,6 +140,31 @@ def toy_dictionary():
     for i in range(30):
         d.add_symbol(f"w{i}")
     return d
+
+
+def paper_size_model(model_cls, arch, context_sides="source", vocab=30000, **over):
+    """``model_cls`` built as the named architecture ``arch`` makes it (``over``: flags given
+    on top), with one joint dictionary of ``vocab`` entries, shared embeddings and a task with
+    K=3: the papers' settings, for counting parameters (nothing is trained). Returns
+    ``(model, args)``."""
+    from fairseq.data import Dictionary
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    d = Dictionary()
+    for i in range(vocab - len(d)):
+        d.add_symbol(f"w{i}")
+
+    class Task:
+        source_dictionary = target_dictionary = d
+        cfg = argparse.Namespace(context_separator="<sep>", context_sides=context_sides, context_size=3)
+
+    args = argparse.Namespace(arch=arch, share_all_embeddings=True, **over)
+    ARCH_CONFIG_REGISTRY[arch](args)
+    return model_cls.build_model(args, Task()), args
+
+
+def count_parameters(model, where=lambda name: True):
+    return sum(p.numel() for n, p in model.named_parameters() if where(n))
 
 
 def toy_document_batch(d, doc_lengths, seed=0, sides="both"):

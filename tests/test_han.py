@@ -122,6 +122,49 @@ def han_params(model, part):
     return {n: p for n, p in model.named_parameters() if n.startswith(part + ".han.")}
 
 
+def han_parameter_count(C, F):
+    """Parameters of one HAN of width ``C`` and FFN size ``F`` (Miculicich et al. 2018,
+    §2.1-2.2): ``f_w``, ``f_s`` (Eqs. 3, 5), the word- and sentence-level multi-head
+    attentions (Eqs. 4, 6: four C×C projections each), the normalization after each level and
+    after the FFN, the FFN, and the gate ``[W_h; W_d]`` (Eq. 7; with a bias)."""
+    return 2 * (C * C + C) + 2 * 4 * (C * C + C) + 3 * 2 * C + (2 * C * F + F + C) + (2 * C * C + C)
+
+
+NAMED_ARCHS = {  # named architecture: (HAN encoder, HAN decoder)
+    "han_transformer": (True, "target"),
+    "han_encoder_transformer": (True, "none"),
+    "han_decoder_transformer": (False, "target"),
+    "han_decoder_source_transformer": (False, "source"),
+    "han_decoder_alignment_transformer": (False, "alignment"),
+}
+
+
+@pytest.mark.parametrize("arch", list(NAMED_ARCHS))
+def test_named_architectures_build_the_papers_sizes(arch):
+    """Miculicich et al. (2018), §3.2: Transformer base (6+6 layers, 512, FFN 2048, 8 heads,
+    dropout 0.1; post-norm, as Vaswani et al. 2017), k = 3, 30K vocabulary; the named
+    architecture of each configuration (§2.3) builds that Transformer (the same parameters as
+    fairseq's ``transformer``) plus one HAN (two for the joint model) of the paper's size."""
+    from fairseq.models.transformer import TransformerModel
+
+    from conftest import count_parameters, paper_size_model
+    from fairseq_docctx.models.han_transformer import HANTransformerModel
+
+    model, a = paper_size_model(HANTransformerModel, arch, context_sides="both")
+    assert (a.encoder_layers, a.decoder_layers, a.encoder_embed_dim, a.decoder_embed_dim) == (6, 6, 512, 512)
+    assert (a.encoder_ffn_embed_dim, a.decoder_ffn_embed_dim) == (2048, 2048)
+    assert (a.encoder_attention_heads, a.decoder_attention_heads, a.han_attention_heads) == (8, 8, 8)
+    assert (a.dropout, a.attention_dropout, a.han_ffn_embed_dim, a.han_context_size) == (0.1, 0.0, 2048, 3)
+    assert not a.encoder_normalize_before and not a.decoder_normalize_before
+    assert (bool(a.han_encoder), a.han_decoder) == NAMED_ARCHS[arch]
+    assert not a.han_context_grad
+    hans = int(NAMED_ARCHS[arch][0]) + int(NAMED_ARCHS[arch][1] != "none")
+    if arch == "han_transformer":  # fairseq's transformer at these sizes, built once
+        assert count_parameters(paper_size_model(TransformerModel, "transformer")[0]) == 59_498_496
+    assert count_parameters(model, lambda n: ".han." not in n) == 59_498_496
+    assert count_parameters(model, lambda n: ".han." in n) == hans * han_parameter_count(512, 2048) == hans * 5_254_144
+
+
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_forward_backward_each_configuration(config):
     d = _dict()

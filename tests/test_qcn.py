@@ -78,6 +78,41 @@ def test_context_changes_the_encoding():
     assert not torch.allclose(with_ctx[:, others], without[:, others])
 
 
+def test_named_architecture_builds_the_papers_sizes():
+    """Yang et al. (2019), §4.1: 4+4 layers, hidden 512, FFN 2048, 8 heads, dropout 0.2 (the
+    context-aware model); §4.2: m = 4 output capsules, r = 4 routing iterations, 3 previous
+    sentences. With a 30K vocabulary: the Transformer of those sizes (``--no-qcn
+    --no-pcc-regularizer``, the same parameters as fairseq's ``transformer``), plus ``g``
+    (Eq. 5), ``f`` (Eq. 6, over ``[emb; onehot(k)]``), one ``W_j`` per output capsule
+    (Algorithm 1), a context attention (Eqs. 9-10; keys and values from the capsules) with its
+    normalization in every encoder layer (§3.3), and ``Caps_enc``/``Caps_dec`` (§3.4)."""
+    from fairseq.models.transformer import TransformerModel
+
+    from conftest import count_parameters, paper_size_model
+    from fairseq_docctx.models.qcn_transformer import QCNTransformerModel
+
+    model, a = paper_size_model(QCNTransformerModel, "qcn_transformer")
+    assert (a.encoder_layers, a.decoder_layers, a.encoder_embed_dim, a.decoder_embed_dim) == (4, 4, 512, 512)
+    assert (a.encoder_ffn_embed_dim, a.decoder_ffn_embed_dim) == (2048, 2048)
+    assert (a.encoder_attention_heads, a.decoder_attention_heads, a.dropout, a.attention_dropout) == (8, 8, 0.2, 0.0)
+    assert (a.num_capsules, a.routing_iters, a.capsule_dim, a.qcn_context_size) == (4, 4, 512, 3)
+    assert not a.no_qcn and not a.no_pcc_regularizer
+    E = D = 512
+    m, K, L = 4, 3, 4
+    qcn = (E * D + D) + ((E + K) * D + D) + m * D * D
+    ctx_attn = L * (2 * (E * E + E) + 2 * (D * E + E) + 2 * E)
+    regularizer = 2 * m * E * D
+    assert count_parameters(model, lambda n: ".qcn." in n) == qcn
+    assert count_parameters(model, lambda n: "ctx_attn" in n) == ctx_attn
+    assert count_parameters(model, lambda n: n.startswith("regularizer.")) == regularizer
+    sentence, _ = paper_size_model(TransformerModel, "transformer", encoder_layers=4, decoder_layers=4)
+    base = count_parameters(sentence)
+    assert base == 44_785_664
+    assert count_parameters(model) == base + qcn + ctx_attn + regularizer
+    plain, _ = paper_size_model(QCNTransformerModel, "qcn_transformer", no_qcn=True, no_pcc_regularizer=True)
+    assert count_parameters(plain) == base
+
+
 @pytest.mark.parametrize("no_qcn,no_reg", [(True, True), (True, False), (False, True), (False, False)])
 def test_table2_rows_are_flags(no_qcn, no_reg):
     d = _dict()

@@ -10,8 +10,9 @@
 * Regularization layer (training only): ``PCC(Caps_enc(x), Caps_dec(y))`` per sentence,
   returned as ``extra["pcc"]`` for the ``label_smoothed_cross_entropy_pcc`` criterion.
 
-The paper's Table 2 rows are flags: Transformer (``--no-qcn --no-pcc-regularizer``),
-+regularizer (``--no-qcn``), +QCN (``--no-pcc-regularizer``), +QCN+regularizer (default).
+The paper's Table 2 rows are flags: Transformer (``--no-qcn --no-pcc-regularizer``, with the
+paper's dropout for a context-agnostic model, ``--dropout 0.1``), +regularizer (``--no-qcn``),
++QCN (``--no-pcc-regularizer``), +QCN+regularizer (default).
 """
 import torch
 from fairseq.models import register_model, register_model_architecture

@@ -268,6 +268,30 @@ def test_tuple_filter_of_kuang_and_xiong(tmp_path, capsys):
             main(["-s", "en", "-t", "de", "--trainpref", pref, "--destdir", str(tmp_path / "bad"), *bad])
 
 
+def test_doc_index_context_only_positions_round_trip_and_errors(tmp_path):
+    """The third field of a .docs line lists a document's context-only sentences; an index
+    without any is written in the two-field format (and every two-field index reads with
+    none); malformed positions are an error naming the file and the line."""
+    import numpy as np
+
+    idx = DocIndex(["a", "b", "c"], np.array([3, 1, 2]), np.array([0, 1, 1, 0, 0, 1], dtype=bool))
+    path = tmp_path / "x.docs"
+    idx.write(str(path))
+    assert path.read_text() == "a\t3\t1,2\nb\t1\nc\t2\t1\n"
+    back = DocIndex.read(str(path))
+    assert back.context_only.tolist() == idx.context_only.tolist() and back.num_context_only == 3
+    both = DocIndex.concat([back, DocIndex(["d"], np.array([2]))])
+    assert both.context_only.tolist() == idx.context_only.tolist() + [False, False]
+    DocIndex(["a", "b"], np.array([3, 1])).write(str(path))
+    assert path.read_text() == "a\t3\nb\t1\n" and DocIndex.read(str(path)).num_context_only == 0
+    for bad in ("2,1", "1,1", "3", "x", "", "-1", "1,"):
+        path.write_text(f"a\t3\nb\t3\t{bad}\n")
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}:2: malformed"):
+            DocIndex.read(str(path))
+    with pytest.raises(ValueError, match="context_only has 2 entries for 3 sentences"):
+        DocIndex(["a"], np.array([3]), np.zeros(2, dtype=bool))
+
+
 # ------------------------------------------------------------------------------ errors
 
 IWSLT = """<?xml version="1.0" encoding="UTF-8"?>

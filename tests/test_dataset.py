@@ -212,3 +212,73 @@ def test_index_and_data_must_agree():
     ds, *_ = make_dataset()
     with pytest.raises(ValueError, match="covers"):
         DocumentPairDataset(ds.pair, DocIndex(["a"], np.array([3])), 3, "source")
+
+
+# ------------------------------------------------------------------ context-only sentences
+def _marked(ds, marks, **kw):
+    """``ds``'s data with the sentences ``marks`` context only in its index."""
+    co = np.zeros(len(ds), dtype=bool)
+    co[list(marks)] = True
+    docs = DocIndex(ds.docs.doc_ids, ds.docs.lengths, co)
+    return DocumentPairDataset(ds.pair, docs, ds.context_size, ds.context_sides, shuffle=ds.shuffle,
+                               run_length=ds.run_length, **kw)
+
+
+@pytest.mark.parametrize("mode", ["runs", "grouped-runs", "sentences", "no-context", "document-order"])
+def test_context_only_sentences_are_context_but_never_samples(mode):
+    """Every batching leaves the marked sentences out of its samples and keeps them as the
+    context of the next sentences; document-order inference translates them too (their
+    translations are target context)."""
+    base, d, src, tgt = make_dataset(context_size=0 if mode == "no-context" else 2, sides="both")
+    # (DOC_LENGTHS) two inside a document, two first sentences (6, 18), a last one (16), a
+    # whole one-sentence document (17)
+    marks = {2, 3, 6, 16, 17, 18}
+    ds = _marked(base, marks, position_major=mode == "document-order")
+    if mode in ("grouped-runs", "sentences"):
+        ds.set_doc_batching(mode)
+    np.random.seed(0)
+    batches = ds.batch_by_size(ds.ordered_indices(), max_tokens=60, required_batch_size_multiple=8)
+    got = np.sort(np.concatenate(batches)).tolist()
+    want = list(range(len(ds))) if mode == "document-order" else sorted(set(range(len(ds))) - marks)
+    assert got == want
+    if mode == "no-context":
+        return
+    seen = set()
+    for b in batches:
+        batch = ds.collater([ds[int(i)] for i in b])
+        ctx = batch["net_input"]["context"]
+        for row, i in enumerate(batch["id"].tolist()):
+            for k in range(min(2, int(ds.docs.sent_pos[i]))):
+                seen.add(i - k - 1)
+                for side, sents in (("src", src), ("tgt", tgt)):
+                    table, index = ctx[side + "_tokens"], ctx[side + "_index"]
+                    assert strip(table[index[row, k]], d.pad()) == sents[i - k - 1].tolist()
+    assert marks - {16, 17} <= seen  # every marked sentence with a next one is its context
+
+
+def test_long_context_sentences_are_cut_to_the_model_positions():
+    """A context sentence longer than the model allows keeps its last tokens (EOS
+    included); the batch's own sentences and shorter context are untouched, and batching
+    counts the cut length."""
+    base, d, src, tgt = make_dataset(context_size=2, sides="both", max_words=12, seed=3)
+    ds = _marked(base, ())
+    limit = 6
+    ds.set_context_max_positions((limit, limit + 1))
+    assert ds.context_sizes("src", ds.pair.src_sizes).max() == limit
+    cut = 0
+    for b in ds.batch_by_size(np.arange(len(ds)), max_sentences=2):
+        batch = ds.collater([ds[int(i)] for i in b])
+        ctx = batch["net_input"]["context"]
+        ids = batch["id"].tolist()
+        for side, sents, lim in (("src", src, limit), ("tgt", tgt, limit + 1)):
+            table, index, self_ = ctx[side + "_tokens"], ctx[side + "_index"], ctx[side + "_self"]
+            for row, i in enumerate(ids):
+                assert strip(table[self_[row]], d.pad()) == sents[i].tolist()
+                for k in range(min(2, int(ds.docs.sent_pos[i]))):
+                    j = i - k - 1
+                    want = sents[j].tolist() if j in ids else sents[j].tolist()[-lim:]
+                    cut += len(want) < len(sents[j])
+                    assert strip(table[index[row, k]], d.pad()) == want
+    assert cut > 0
+    ds.set_context_max_positions(None)
+    assert ds.context_sizes("src", ds.pair.src_sizes) is ds.pair.src_sizes

@@ -282,3 +282,97 @@ def test_long_context_sentences_are_cut_to_the_model_positions():
     assert cut > 0
     ds.set_context_max_positions(None)
     assert ds.context_sizes("src", ds.pair.src_sizes) is ds.pair.src_sizes
+
+
+FILTERED_DOCS = [  # (doc id, [(source, target)]); "*" marks a pair the filters below drop
+    ("d1", [("a b c", "A B C"),
+            ("*" + " ".join(f"l{i}" for i in range(20)), " ".join(f"L{i}" for i in range(20))),  # --max-len
+            ("d e", "D E"), ("f g h", "F G H")]),
+    ("d2", [("p q", "P Q"), ("*r", "R S T U"), ("m n", "M N")]),  # --max-len-ratio
+    ("d3", [("*" + " ".join(f"x{i}" for i in range(9)), "X")]),  # the whole document: gone
+    ("d4", [("*" + " ".join(f"y{i}" for i in range(8)), " ".join(f"Y{i}" for i in range(8))),
+            ("o", "O")]),  # a dropped first sentence
+]
+
+
+@pytest.fixture(scope="module")
+def filtered_bin(tmp_path_factory):
+    """FILTERED_DOCS through docctx-prepare with --max-len 6 --max-len-ratio 3."""
+    from fairseq_docctx.cli.prepare import main
+
+    root = tmp_path_factory.mktemp("filtered")
+    pairs = [(i, x.lstrip("*"), y) for i, ps in FILTERED_DOCS for x, y in ps]
+    for ext, k in (("en", 1), ("de", 2), ("docids", 0)):
+        (root / f"c.{ext}").write_text("".join(p[k] + "\n" for p in pairs))
+    main(["-s", "en", "-t", "de", "--trainpref", str(root / "c"), "--validpref", str(root / "c"),
+          "--destdir", str(root / "bin"), "--joined-dictionary", "--max-len", "6", "--max-len-ratio", "3"])
+    return root / "bin"
+
+
+def _filtered_task(data, *extra):
+    import fairseq_docctx  # noqa: F401
+    from fairseq import options, tasks, utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [
+        str(data), "--task", "document_translation", "--arch", "han_encoder_transformer",
+        "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
+        "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "16", "--decoder-ffn-embed-dim", "16",
+        "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+        # learned positions: a sentence longer than 8 tokens has no position embedding
+        "--encoder-learned-pos", "--decoder-learned-pos", "--max-source-positions", "8",
+        "--max-target-positions", "8", "--seed", "1", *extra])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    task.load_dataset("train")
+    max_positions = utils.resolve_max_positions(task.max_positions(), model.max_positions())
+    return task, model, task.build_criterion(cfg.criterion), max_positions
+
+
+def test_a_filtered_pair_is_the_context_of_the_next_sentence_never_a_target(filtered_bin):
+    """After docctx-prepare's filters, the batches the task gives a model hold every kept
+    pair once as a target and never a dropped one (targets and loss tokens counted); the
+    context of the sentence after a dropped pair is that pair (cut to the model's positions
+    when longer), then the sentences before it; a long context sentence trains a model with
+    learned positions without overrunning them."""
+    task, model, criterion, max_positions = _filtered_task(filtered_bin, "--context-sides", "both")
+    ds, d = task.dataset("train"), task.source_dictionary
+    text = lambda t: d.string(t[t.ne(d.pad())])  # noqa: E731
+    pairs = [(x, y) for i, ps in FILTERED_DOCS if i != "d3" for x, y in ps]
+    targets = [(x, y) for x, y in pairs if not x.startswith("*")]
+    itr = task.get_batch_iterator(ds, max_tokens=200, max_positions=max_positions, seed=1)
+    got, loss_tokens, contexts = [], 0, {}
+    for sample in itr.next_epoch_itr(shuffle=True):
+        ctx = sample["net_input"]["context"]
+        for row, i in enumerate(sample["id"].tolist()):
+            x, y = text(ds.src[i]), text(ds.tgt[i])
+            got.append((x, y))
+            contexts[x] = [(text(ctx["src_tokens"][k]), text(ctx["tgt_tokens"][k])) if k >= 0 else None
+                           for k in ctx["src_index"][row].tolist()[:2]]
+            assert ctx["src_index"][row].tolist()[:2] == ctx["tgt_index"][row].tolist()[:2]
+        loss, sample_size, log = criterion(model, sample)
+        loss.backward()  # the long context sentence runs through the learned positions
+        loss_tokens += sample_size
+    assert sorted(got) == sorted(targets)
+    assert loss_tokens == sum(len(y.split()) + 1 for _, y in targets)
+    long_x, long_y = pairs[1][0].lstrip("*").split(), pairs[1][1].split()
+    # cut to 8 positions: the last 7 words and </s> (the dictionary's string drops </s>)
+    assert contexts["d e"] == [(" ".join(long_x[-7:]), " ".join(long_y[-7:])), ("a b c", "A B C")]
+    assert contexts["m n"] == [("r", "R S T U"), ("p q", "P Q")]
+    assert contexts["o"][0] == (" ".join(f"y{i}" for i in range(1, 8)), " ".join(f"Y{i}" for i in range(1, 8)))
+    assert contexts["a b c"] == [None, None] and contexts["p q"] == [None, None]
+    # the same batches uncut would overrun the learned positions: the cut is what prevents it
+    ds.set_context_max_positions(None)
+    sample = ds.collater([ds[i] for i in range(len(ds)) if text(ds.src[i]) == "d e"])
+    with pytest.raises(IndexError, match="index out of range"):
+        criterion(model, sample)
+
+
+def test_sentence_level_training_skips_the_filtered_pairs_too(filtered_bin):
+    task, _, _, max_positions = _filtered_task(filtered_bin, "--context-size", "0")
+    ds, d = task.dataset("train"), task.source_dictionary
+    itr = task.get_batch_iterator(ds, max_tokens=200, max_positions=max_positions, seed=1)
+    got = sorted(d.string(ds.src[i]) for s in itr.next_epoch_itr(shuffle=False) for i in s["id"].tolist())
+    assert got == sorted(x for i, ps in FILTERED_DOCS if i != "d3" for x, _ in ps if not x.startswith("*"))

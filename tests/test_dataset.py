@@ -212,3 +212,167 @@ def test_index_and_data_must_agree():
     ds, *_ = make_dataset()
     with pytest.raises(ValueError, match="covers"):
         DocumentPairDataset(ds.pair, DocIndex(["a"], np.array([3])), 3, "source")
+
+
+# ------------------------------------------------------------------ context-only sentences
+def _marked(ds, marks, **kw):
+    """``ds``'s data with the sentences ``marks`` context only in its index."""
+    co = np.zeros(len(ds), dtype=bool)
+    co[list(marks)] = True
+    docs = DocIndex(ds.docs.doc_ids, ds.docs.lengths, co)
+    return DocumentPairDataset(ds.pair, docs, ds.context_size, ds.context_sides, shuffle=ds.shuffle,
+                               run_length=ds.run_length, **kw)
+
+
+@pytest.mark.parametrize("mode", ["runs", "grouped-runs", "sentences", "no-context", "document-order"])
+def test_context_only_sentences_are_context_but_never_samples(mode):
+    """Every batching leaves the marked sentences out of its samples and keeps them as the
+    context of the next sentences; document-order inference translates them too (their
+    translations are target context)."""
+    base, d, src, tgt = make_dataset(context_size=0 if mode == "no-context" else 2, sides="both")
+    # (DOC_LENGTHS) two inside a document, two first sentences (6, 18), a last one (16), a
+    # whole one-sentence document (17)
+    marks = {2, 3, 6, 16, 17, 18}
+    ds = _marked(base, marks, position_major=mode == "document-order")
+    if mode in ("grouped-runs", "sentences"):
+        ds.set_doc_batching(mode)
+    np.random.seed(0)
+    batches = ds.batch_by_size(ds.ordered_indices(), max_tokens=60, required_batch_size_multiple=8)
+    got = np.sort(np.concatenate(batches)).tolist()
+    want = list(range(len(ds))) if mode == "document-order" else sorted(set(range(len(ds))) - marks)
+    assert got == want
+    if mode == "no-context":
+        return
+    seen = set()
+    for b in batches:
+        batch = ds.collater([ds[int(i)] for i in b])
+        ctx = batch["net_input"]["context"]
+        for row, i in enumerate(batch["id"].tolist()):
+            for k in range(min(2, int(ds.docs.sent_pos[i]))):
+                seen.add(i - k - 1)
+                for side, sents in (("src", src), ("tgt", tgt)):
+                    table, index = ctx[side + "_tokens"], ctx[side + "_index"]
+                    assert strip(table[index[row, k]], d.pad()) == sents[i - k - 1].tolist()
+    assert marks - {16, 17} <= seen  # every marked sentence with a next one is its context
+
+
+def test_long_context_sentences_are_cut_to_the_model_positions():
+    """A context sentence longer than the model allows keeps its last tokens (EOS
+    included); the batch's own sentences and shorter context are untouched, and batching
+    counts the cut length."""
+    base, d, src, tgt = make_dataset(context_size=2, sides="both", max_words=12, seed=3)
+    ds = _marked(base, ())
+    limit = 6
+    ds.set_context_max_positions((limit, limit + 1))
+    assert ds.context_sizes("src", ds.pair.src_sizes).max() == limit
+    cut = 0
+    for b in ds.batch_by_size(np.arange(len(ds)), max_sentences=2):
+        batch = ds.collater([ds[int(i)] for i in b])
+        ctx = batch["net_input"]["context"]
+        ids = batch["id"].tolist()
+        for side, sents, lim in (("src", src, limit), ("tgt", tgt, limit + 1)):
+            table, index, self_ = ctx[side + "_tokens"], ctx[side + "_index"], ctx[side + "_self"]
+            for row, i in enumerate(ids):
+                assert strip(table[self_[row]], d.pad()) == sents[i].tolist()
+                for k in range(min(2, int(ds.docs.sent_pos[i]))):
+                    j = i - k - 1
+                    want = sents[j].tolist() if j in ids else sents[j].tolist()[-lim:]
+                    cut += len(want) < len(sents[j])
+                    assert strip(table[index[row, k]], d.pad()) == want
+    assert cut > 0
+    ds.set_context_max_positions(None)
+    assert ds.context_sizes("src", ds.pair.src_sizes) is ds.pair.src_sizes
+
+
+FILTERED_DOCS = [  # (doc id, [(source, target)]); "*" marks a pair the filters below drop
+    ("d1", [("a b c", "A B C"),
+            ("*" + " ".join(f"l{i}" for i in range(20)), " ".join(f"L{i}" for i in range(20))),  # --max-len
+            ("d e", "D E"), ("f g h", "F G H")]),
+    ("d2", [("p q", "P Q"), ("*r", "R S T U"), ("m n", "M N")]),  # --max-len-ratio
+    ("d3", [("*" + " ".join(f"x{i}" for i in range(9)), "X")]),  # the whole document: gone
+    ("d4", [("*" + " ".join(f"y{i}" for i in range(8)), " ".join(f"Y{i}" for i in range(8))),
+            ("o", "O")]),  # a dropped first sentence
+]
+
+
+@pytest.fixture(scope="module")
+def filtered_bin(tmp_path_factory):
+    """FILTERED_DOCS through docctx-prepare with --max-len 6 --max-len-ratio 3."""
+    from fairseq_docctx.cli.prepare import main
+
+    root = tmp_path_factory.mktemp("filtered")
+    pairs = [(i, x.lstrip("*"), y) for i, ps in FILTERED_DOCS for x, y in ps]
+    for ext, k in (("en", 1), ("de", 2), ("docids", 0)):
+        (root / f"c.{ext}").write_text("".join(p[k] + "\n" for p in pairs))
+    main(["-s", "en", "-t", "de", "--trainpref", str(root / "c"), "--validpref", str(root / "c"),
+          "--destdir", str(root / "bin"), "--joined-dictionary", "--max-len", "6", "--max-len-ratio", "3"])
+    return root / "bin"
+
+
+def _filtered_task(data, *extra):
+    import fairseq_docctx  # noqa: F401
+    from fairseq import options, tasks, utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [
+        str(data), "--task", "document_translation", "--arch", "han_encoder_transformer",
+        "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
+        "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "16", "--decoder-ffn-embed-dim", "16",
+        "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+        # learned positions: a sentence longer than 8 tokens has no position embedding
+        "--encoder-learned-pos", "--decoder-learned-pos", "--max-source-positions", "8",
+        "--max-target-positions", "8", "--seed", "1", *extra])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    task.load_dataset("train")
+    max_positions = utils.resolve_max_positions(task.max_positions(), model.max_positions())
+    return task, model, task.build_criterion(cfg.criterion), max_positions
+
+
+def test_a_filtered_pair_is_the_context_of_the_next_sentence_never_a_target(filtered_bin):
+    """After docctx-prepare's filters, the batches the task gives a model hold every kept
+    pair once as a target and never a dropped one (targets and loss tokens counted); the
+    context of the sentence after a dropped pair is that pair (cut to the model's positions
+    when longer), then the sentences before it; a long context sentence trains a model with
+    learned positions without overrunning them."""
+    task, model, criterion, max_positions = _filtered_task(filtered_bin, "--context-sides", "both")
+    ds, d = task.dataset("train"), task.source_dictionary
+    text = lambda t: d.string(t[t.ne(d.pad())])  # noqa: E731
+    pairs = [(x, y) for i, ps in FILTERED_DOCS if i != "d3" for x, y in ps]
+    targets = [(x, y) for x, y in pairs if not x.startswith("*")]
+    itr = task.get_batch_iterator(ds, max_tokens=200, max_positions=max_positions, seed=1)
+    got, loss_tokens, contexts = [], 0, {}
+    for sample in itr.next_epoch_itr(shuffle=True):
+        ctx = sample["net_input"]["context"]
+        for row, i in enumerate(sample["id"].tolist()):
+            x, y = text(ds.src[i]), text(ds.tgt[i])
+            got.append((x, y))
+            contexts[x] = [(text(ctx["src_tokens"][k]), text(ctx["tgt_tokens"][k])) if k >= 0 else None
+                           for k in ctx["src_index"][row].tolist()[:2]]
+            assert ctx["src_index"][row].tolist()[:2] == ctx["tgt_index"][row].tolist()[:2]
+        loss, sample_size, log = criterion(model, sample)
+        loss.backward()  # the long context sentence runs through the learned positions
+        loss_tokens += sample_size
+    assert sorted(got) == sorted(targets)
+    assert loss_tokens == sum(len(y.split()) + 1 for _, y in targets)
+    long_x, long_y = pairs[1][0].lstrip("*").split(), pairs[1][1].split()
+    # cut to 8 positions: the last 7 words and </s> (the dictionary's string drops </s>)
+    assert contexts["d e"] == [(" ".join(long_x[-7:]), " ".join(long_y[-7:])), ("a b c", "A B C")]
+    assert contexts["m n"] == [("r", "R S T U"), ("p q", "P Q")]
+    assert contexts["o"][0] == (" ".join(f"y{i}" for i in range(1, 8)), " ".join(f"Y{i}" for i in range(1, 8)))
+    assert contexts["a b c"] == [None, None] and contexts["p q"] == [None, None]
+    # the same batches uncut would overrun the learned positions: the cut is what prevents it
+    ds.set_context_max_positions(None)
+    sample = ds.collater([ds[i] for i in range(len(ds)) if text(ds.src[i]) == "d e"])
+    with pytest.raises(IndexError, match="index out of range"):
+        criterion(model, sample)
+
+
+def test_sentence_level_training_skips_the_filtered_pairs_too(filtered_bin):
+    task, _, _, max_positions = _filtered_task(filtered_bin, "--context-size", "0")
+    ds, d = task.dataset("train"), task.source_dictionary
+    itr = task.get_batch_iterator(ds, max_tokens=200, max_positions=max_positions, seed=1)
+    got = sorted(d.string(ds.src[i]) for s in itr.next_epoch_itr(shuffle=False) for i in s["id"].tolist())
+    assert got == sorted(x for i, ps in FILTERED_DOCS if i != "d3" for x, _ in ps if not x.startswith("*"))

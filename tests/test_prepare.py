@@ -208,6 +208,8 @@ def test_several_prefixes_concatenated_and_colliding_ids(tmp_path):
 
 
 def test_filters_report_and_keep_documents(tmp_path, capsys):
+    """Filtered pairs are counted per filter and stay in their documents as context only
+    (marked in the index, counted in the manifest); a document with no pair left vanishes."""
     docs = [("d1", [("a b c", "A B C"), ("a", "A B"), ("a b c d e f g h i", "A B"), ("a b", "A B")]),
             ("d2", [(" ".join("x" * 11), " ".join("X" * 11))]),
             ("d3", [("x y", "X Y")]),
@@ -220,21 +222,28 @@ def test_filters_report_and_keep_documents(tmp_path, capsys):
     f = m["splits"]["train"]["filtered"]
     assert f["removed_pairs"] == {"min_len": 1, "max_len": 1, "max_len_ratio": 1, "tuple_max_len": 0,
                                   "tuple_max_len_ratio": 0}
-    assert f["removed_documents"] == 1
+    assert f["removed_documents"] == 1 and f["context_only_pairs"] == 2
     assert "min-len 2: 1, max-len 10: 1, max-len-ratio 3: 1" in out and "1 documents vanished" in out
+    assert "2 of them stay in their documents as context only" in out
     idx, text = load_split(dest, "train")
-    assert idx.doc_ids == ["d1", "d3", "d4"] and idx.lengths.tolist() == [2, 1, 1]
-    assert text["en"] == ["a b c", "a b", "x y", "p q"]
+    assert idx.doc_ids == ["d1", "d3", "d4"] and idx.lengths.tolist() == [4, 1, 1]
+    assert [idx.context_only_positions(d) for d in range(3)] == [[1, 2], [], []]
+    assert text["en"] == ["a b c", "a", "a b c d e f g h i", "a b", "x y", "p q"]
+    assert (dest / "train.en-de.docs").read_text() == "d1\t4\t1,2\nd3\t1\nd4\t1\n"
+    tr = m["splits"]["train"]
+    assert (tr["sentences"], tr["context_only"]) == (6, 2) and tr["target_tokens"] == 14
     # valid is never filtered
     vidx, _ = load_split(dest, "valid")
     assert vidx.lengths.tolist() == [4, 1, 1, 1] and m["splits"]["valid"]["filtered"] is None
+    assert vidx.num_context_only == 0 and m["splits"]["valid"]["context_only"] == 0
 
 
 def test_tuple_filter_of_kuang_and_xiong(tmp_path, capsys):
     """--tuple-max-len / --tuple-max-len-ratio judge every tuple (before-x, x, y) as the input
     gives it (before-x: the previous source sentence of the document, kept or not): counts per
-    filter in the report and in docctx.json, documents keep their remaining sentences in
-    order, a document's first sentence is judged on its own lengths only."""
+    filter in the report and in docctx.json, a dropped pair stays in its document as context
+    only (so before-x stays the previous sentence in training too), a document's first
+    sentence is judged on its own lengths only."""
     from fairseq_docctx.data import manifest as mf
 
     docs = [("d1", [("a b c", "A B C"),  # first: kept
@@ -255,17 +264,42 @@ def test_tuple_filter_of_kuang_and_xiong(tmp_path, capsys):
     assert f["removed_pairs"] == {"min_len": 0, "max_len": 0, "max_len_ratio": 0, "tuple_max_len": 4,
                                   "tuple_max_len_ratio": 2}
     assert f["settings"]["tuple_max_len"] == 5 and f["settings"]["tuple_max_len_ratio"] == 2
-    assert f["removed_documents"] == 1
+    assert f["removed_documents"] == 1 and f["context_only_pairs"] == 5
     assert "tuple-max-len 5: 4, tuple-max-len-ratio 2: 2" in out and "1 documents vanished" in out
     idx, text = load_split(dest, "train")
-    assert idx.doc_ids == ["d1", "d2", "d4"] and idx.lengths.tolist() == [3, 1, 1]
-    assert text["en"] == ["a b c", "a b", "a b c", "x", "m n o"]
-    assert text["de"] == ["A B C", "A B", "A B C", "X", "M N O"]
+    assert idx.doc_ids == ["d1", "d2", "d4"] and idx.lengths.tolist() == [6, 2, 2]
+    assert [idx.context_only_positions(d) for d in range(3)] == [[1, 3, 4], [1], [0]]
+    kept = [p for i, ps in docs if i != "d3" for p in ps]
+    assert text["en"] == [x for x, _ in kept] and text["de"] == [y for _, y in kept]
     vidx, _ = load_split(dest, "valid")
     assert vidx.lengths.tolist() == [6, 2, 1, 2] and mf.filtered(str(dest), "valid") is None
     for bad in (["--tuple-max-len", "0"], ["--tuple-max-len-ratio", "0"]):
         with pytest.raises(PrepareError, match=bad[0]):
             main(["-s", "en", "-t", "de", "--trainpref", pref, "--destdir", str(tmp_path / "bad"), *bad])
+
+
+def test_doc_index_context_only_positions_round_trip_and_errors(tmp_path):
+    """The third field of a .docs line lists a document's context-only sentences; an index
+    without any is written in the two-field format (and every two-field index reads with
+    none); malformed positions are an error naming the file and the line."""
+    import numpy as np
+
+    idx = DocIndex(["a", "b", "c"], np.array([3, 1, 2]), np.array([0, 1, 1, 0, 0, 1], dtype=bool))
+    path = tmp_path / "x.docs"
+    idx.write(str(path))
+    assert path.read_text() == "a\t3\t1,2\nb\t1\nc\t2\t1\n"
+    back = DocIndex.read(str(path))
+    assert back.context_only.tolist() == idx.context_only.tolist() and back.num_context_only == 3
+    both = DocIndex.concat([back, DocIndex(["d"], np.array([2]))])
+    assert both.context_only.tolist() == idx.context_only.tolist() + [False, False]
+    DocIndex(["a", "b"], np.array([3, 1])).write(str(path))
+    assert path.read_text() == "a\t3\nb\t1\n" and DocIndex.read(str(path)).num_context_only == 0
+    for bad in ("2,1", "1,1", "3", "x", "", "-1", "1,"):
+        path.write_text(f"a\t3\nb\t3\t{bad}\n")
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}:2: malformed"):
+            DocIndex.read(str(path))
+    with pytest.raises(ValueError, match="context_only has 2 entries for 3 sentences"):
+        DocIndex(["a"], np.array([3]), np.zeros(2, dtype=bool))
 
 
 # ------------------------------------------------------------------------------ errors

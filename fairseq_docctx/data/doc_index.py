@@ -3,15 +3,22 @@
 File ``{split}.{src}-{tgt}.docs`` in the data directory, UTF-8 text, one line per document
 in corpus order::
 
-    <document id> TAB <number of sentences>
+    <document id> TAB <number of sentences> [TAB <context-only positions>]
 
 The sentences of a split are the lines of fairseq's binarized ``.bin/.idx`` files, in order,
 so document ``d`` covers sentences ``offsets[d] .. offsets[d] + lengths[d] - 1``. Nothing is
 duplicated per context window: context is looked up through this index at batching time.
+
+The optional third field lists, comma-separated and ascending, the positions in the document
+(0 = its first sentence) of its **context-only** sentences: pairs that ``docctx-prepare``'s
+training filters keep in their document as the context of the next sentences but never as a
+training target (so that the previous sentence of every sentence stays the one the input
+gives). A line without it (every index written before context-only sentences existed) has
+none.
 """
 import os
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 
@@ -26,19 +33,28 @@ def doc_index_path(data_path: str, split: str, src: str, tgt: str) -> str:
 
 @dataclass
 class DocIndex:
-    """Documents of one split: ids and sentence counts, plus per-sentence lookups."""
+    """Documents of one split: ids and sentence counts, plus per-sentence lookups.
+
+    ``context_only`` (bool ``[num_sentences]``, default all ``False``) marks the sentences
+    that are context of the next ones but never a training target (see the module doc)."""
 
     doc_ids: List[str]
     lengths: np.ndarray  # int64 [num_docs]
+    context_only: Optional[np.ndarray] = None  # bool [num_sentences]
 
     def __post_init__(self):
         self.lengths = np.asarray(self.lengths, dtype=np.int64)
         if len(self.doc_ids) != len(self.lengths):
             raise ValueError("doc_ids and lengths differ in length")
+        n = int(self.lengths.sum())
+        if self.context_only is None:
+            self.context_only = np.zeros(n, dtype=bool)
+        self.context_only = np.asarray(self.context_only, dtype=bool)
+        if self.context_only.shape != (n,):
+            raise ValueError(f"context_only has {self.context_only.size} entries for {n} sentences")
         self.offsets = np.zeros(len(self.lengths), dtype=np.int64)
         if len(self.lengths):
             self.offsets[1:] = np.cumsum(self.lengths)[:-1]
-        n = int(self.lengths.sum())
         #: document number of every sentence
         self.sent_doc = np.repeat(np.arange(len(self.lengths), dtype=np.int64), self.lengths)
         #: position of every sentence inside its document (0 = first sentence)
@@ -47,6 +63,16 @@ class DocIndex:
     @property
     def num_sentences(self) -> int:
         return int(self.lengths.sum())
+
+    @property
+    def num_context_only(self) -> int:
+        """The number of context-only sentences (never a training target)."""
+        return int(self.context_only.sum())
+
+    def context_only_positions(self, d: int) -> List[int]:
+        """The positions (0 = first sentence) of document ``d``'s context-only sentences."""
+        start = int(self.offsets[d])
+        return np.flatnonzero(self.context_only[start:start + int(self.lengths[d])]).tolist()
 
     def __len__(self):
         return len(self.doc_ids)
@@ -65,34 +91,55 @@ class DocIndex:
 
     @classmethod
     def concat(cls, parts: Sequence["DocIndex"]) -> "DocIndex":
-        ids, lens = [], []
+        ids, lens, marks = [], [], []
         for p in parts:
             ids.extend(p.doc_ids)
             lens.extend(p.lengths.tolist())
-        return cls(ids, np.array(lens, dtype=np.int64))
+            marks.append(p.context_only)
+        return cls(ids, np.array(lens, dtype=np.int64),
+                   np.concatenate(marks) if marks else np.zeros(0, dtype=bool))
 
     def write(self, path: str) -> None:
+        """Write the index; the third field only on the lines of documents that have
+        context-only sentences (an index without any is the two-field format)."""
         with open(path, "w", encoding="utf-8") as f:
-            for d, n in zip(self.doc_ids, self.lengths.tolist()):
+            for k, (d, n) in enumerate(zip(self.doc_ids, self.lengths.tolist())):
                 if "\t" in d or "\n" in d:
                     raise ValueError(f"document id {d!r} contains a tab or newline")
-                f.write(f"{d}\t{n}\n")
+                marked = self.context_only_positions(k)
+                f.write(f"{d}\t{n}" + (f"\t{','.join(map(str, marked))}" if marked else "") + "\n")
 
     @classmethod
     def read(cls, path: str) -> "DocIndex":
-        ids, lens = [], []
+        """Read an index (with or without context-only positions); a malformed line is a
+        ``ValueError`` naming the file and the line."""
+        ids, lens, marks = [], [], []
         with open(path, encoding="utf-8") as f:
             for lineno, line in enumerate(f, 1):
                 line = line.rstrip("\n")
                 parts = line.split("\t")
-                if len(parts) != 2 or not parts[1].isdigit() or int(parts[1]) < 1:
+                if len(parts) not in (2, 3) or not parts[1].isdigit() or int(parts[1]) < 1:
                     raise ValueError(
                         f"{path}:{lineno}: malformed document index line {line!r} "
-                        "(expected '<doc id>\\t<number of sentences>')"
+                        "(expected '<doc id>\\t<number of sentences>', optionally followed by "
+                        "'\\t<context-only positions>')"
                     )
+                n = int(parts[1])
+                mark = np.zeros(n, dtype=bool)
+                if len(parts) == 3:
+                    pos = [int(p) if p.isdigit() else -1 for p in parts[2].split(",")]
+                    if min(pos) < 0 or pos != sorted(set(pos)) or pos[-1] >= n:
+                        raise ValueError(
+                            f"{path}:{lineno}: malformed context-only positions {parts[2]!r} "
+                            f"(expected ascending comma-separated positions 0..{n - 1} of the "
+                            "document's sentences)"
+                        )
+                    mark[pos] = True
                 ids.append(parts[0])
-                lens.append(int(parts[1]))
-        return cls(ids, np.array(lens, dtype=np.int64))
+                lens.append(n)
+                marks.append(mark)
+        return cls(ids, np.array(lens, dtype=np.int64),
+                   np.concatenate(marks) if marks else np.zeros(0, dtype=bool))
 
     @classmethod
     def single_sentence_documents(cls, n: int) -> "DocIndex":

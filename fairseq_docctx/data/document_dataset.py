@@ -12,6 +12,14 @@ document-order inference the task replaces it with the model's own translations.
 Context never crosses a document boundary; a document's first sentence has an all ``-1``
 row (masked, not filled with other text).
 
+Context-only sentences (marked in the document index: pairs ``docctx-prepare``'s training
+filters removed from the targets) are context like any sentence, so the previous sentences
+of every sentence are those of the input document, but they are never a sample of a batch
+(training or validation) — except in document-order inference, which translates them: their
+translations are the next sentences' target context. A context sentence longer than the
+model allows (the ``max_positions`` the task passes, :meth:`set_context_max_positions`) is
+cut to its last tokens, so a long context-only sentence cannot overrun a model's positions.
+
 With ``position_major`` (document-order inference) batch ``t`` holds sentence ``t`` of many
 documents, so every sentence comes after the sentences it takes context from.
 
@@ -107,6 +115,9 @@ class DocumentPairDataset(FairseqDataset):
         self.epoch = 1
         self.doc_batching = "runs"
         self.context_token_cost = 1.0
+        #: the longest context sentence per dictionary ("source", "target"); None = any
+        self.context_limits: Dict[str, Optional[int]] = {"source": None, "target": None}
+        self._limited_sizes: Dict[str, np.ndarray] = {}
 
     @property
     def context_sides(self) -> str:
@@ -126,6 +137,35 @@ class DocumentPairDataset(FairseqDataset):
             raise ValueError(f"doc_batching must be one of {BATCHINGS}")
         self.doc_batching = doc_batching
         self.context_token_cost = float(context_token_cost)
+
+    def set_context_max_positions(self, max_positions):
+        """Cut context sentences to the model's limits: ``max_positions`` as fairseq resolves
+        it for the task and the model (an int for both sides, a (source, target) pair, or
+        ``None``: no limit). A table row that is not a sentence of the batch and is longer
+        than its dictionary's limit keeps its last ``limit`` tokens (the end nearest the next
+        sentence, EOS included); the batch's own sentences are never cut (fairseq keeps
+        longer ones out of the batches). Batching counts the rows at their cut length."""
+        if isinstance(max_positions, (tuple, list)) and len(max_positions) == 2:
+            src, tgt = max_positions
+        elif isinstance(max_positions, (int, np.integer)):
+            src = tgt = max_positions
+        else:  # None, or a shape this dataset does not know (e.g. per language pair)
+            src = tgt = None
+        limits = {"source": None if src is None else int(src), "target": None if tgt is None else int(tgt)}
+        if limits != self.context_limits:
+            self.context_limits = limits
+            self._limited_sizes = {}
+
+    def context_sizes(self, side: str, sizes: np.ndarray) -> np.ndarray:
+        """``sizes``, the lengths of the sentences of ``side``, as a batch's table of that
+        side holds them: at most the context limit of its dictionary
+        (:meth:`set_context_max_positions`); computed once per side and limit."""
+        limit = self.context_limits.get(cb.get_side(side).dictionary)
+        if limit is None:
+            return sizes
+        if side not in self._limited_sizes:
+            self._limited_sizes[side] = np.minimum(sizes, limit)
+        return self._limited_sizes[side]
 
     def _side_sentences(self, side: str):
         """``(getter(i) -> token tensor, sizes)`` of a side's sentences, ``None`` if this
@@ -236,6 +276,10 @@ class DocumentPairDataset(FairseqDataset):
         pad = (self.pair.src_dict if spec.dictionary == "source" else self.pair.tgt_dict).pad()
         rows = np.unique(np.concatenate([ids, prev[prev >= 0]]))
         items = [getter(int(i)) for i in rows]
+        limit = self.context_limits.get(spec.dictionary)
+        if limit is not None:  # context sentences longer than the model allows: their end
+            current = np.isin(rows, ids)
+            items = [t if cur or t.numel() <= limit else t[-limit:] for t, cur in zip(items, current.tolist())]
         tokens = data_utils.collate_tokens(items, pad, self.pair.eos, left_pad=left_pad)
         lengths = torch.LongTensor([t.numel() for t in items])
         pos = np.searchsorted(rows, np.maximum(prev, 0))
@@ -275,17 +319,26 @@ class DocumentPairDataset(FairseqDataset):
             for s in range(0, len(seg), self.run_length)
         ]
 
+    def samples(self, indices: np.ndarray) -> np.ndarray:
+        """``indices`` (in their order) without the context-only sentences, which are never a
+        sample; in document-order inference all of them (a context-only sentence is
+        translated there: its translation is the next sentences' target context)."""
+        marked = self.docs.context_only
+        if self.position_major or not marked.any():
+            return indices
+        return indices[~marked[indices]]
+
     def ordered_indices(self):
         """Sentence-level data: fairseq's order. With context: document runs, shuffled
         (training) and grouped by length so that batches pad little; the runs stay in
-        corpus order inside."""
+        corpus order inside. Context-only sentences are left out (:meth:`samples`)."""
         if not self.has_context:
-            return self.pair.ordered_indices()
+            return self.samples(self.pair.ordered_indices())
         if self.position_major:  # by position in the document, then by length
             return np.lexsort((self.pair.num_tokens_vec(np.arange(len(self))), self.docs.sent_pos))
         if self.doc_batching == "sentences":  # fairseq's order: shuffled, then by length
-            return self.pair.ordered_indices()
-        runs = self.doc_runs(np.arange(len(self), dtype=np.int64))
+            return self.samples(self.pair.ordered_indices())
+        runs = self.doc_runs(self.samples(np.arange(len(self), dtype=np.int64)))
         order = np.arange(len(runs))
         if self.shuffle:
             order = np.random.permutation(len(runs))
@@ -373,14 +426,14 @@ class _Table:
 def _tables(ds: "DocumentPairDataset") -> List[_Table]:
     """The tables of a batch of ``ds``: the source and target sentences (current sentences,
     plus context on the sides that are context), and every other context side."""
-    tables = [_Table(ds.pair.src_sizes, ds.use_source)]
+    tables = [_Table(ds.context_sizes("src", ds.pair.src_sizes), ds.use_source)]
     if ds.pair.tgt_sizes is not None:
-        tables.append(_Table(ds.pair.tgt_sizes, ds.use_target))
+        tables.append(_Table(ds.context_sizes("tgt", ds.pair.tgt_sizes), ds.use_target))
     for side in ds.sides:
         if cb.get_side(side).item_key is None:
             found = ds._side_sentences(side)
             if found is not None:
-                tables.append(_Table(np.asarray(found[1]), True))
+                tables.append(_Table(ds.context_sizes(side, np.asarray(found[1])), True))
     return tables
 
 

@@ -11,9 +11,12 @@ This module alone reads and writes it. The manifest is a JSON object with, among
     spm                       null, or {"model": FILE, "vocab": FILE, "vocab_size": N,
                               "type": ..., "trained_from": ...}; FILE relative to the directory
     input_format              the --input-format docctx-prepare was given
-    splits                    {split: {"inputs", "documents", "sentences", "source_tokens",
-                              "target_tokens", "filtered"}}; "filtered": what the training
-                              split's filters removed (:func:`filtered`), null for the others
+    splits                    {split: {"inputs", "documents", "sentences", "context_only",
+                              "source_tokens", "target_tokens", "filtered"}}; "sentences"
+                              counts every binarized sentence, "context_only" those that are
+                              context but never a training target (absent before they
+                              existed: 0); "filtered": what the training split's filters
+                              removed (:func:`filtered`), null for the others
     command                   the docctx-prepare command line
     drafts                    {split: {"files", "sentences", "checkpoint", "checkpoint_sha1",
                               "beam", "max_tokens", "batch_size", "fp16"}}, written by
@@ -103,12 +106,15 @@ def split_names(data_dir: Optional[str]) -> List[str]:
 
 
 def filtered(data_dir: Optional[str], split: str = "train") -> Optional[dict]:
-    """What ``docctx-prepare``'s filters removed from ``split``: ``settings`` (``min_len``,
-    ``max_len``, ``max_len_ratio``, ``tuple_max_len``, ``tuple_max_len_ratio``: the options,
-    ``None`` when off), ``removed_pairs`` (sentence pairs per filter, each counted under the
-    first filter that removed it, in that order) and ``removed_documents`` (documents whose
-    every pair was removed). ``None`` for a split that was not filtered (validation, test) and
-    without a manifest."""
+    """What ``docctx-prepare``'s filters removed from ``split``'s training targets:
+    ``settings`` (``min_len``, ``max_len``, ``max_len_ratio``, ``tuple_max_len``,
+    ``tuple_max_len_ratio``: the options, ``None`` when off), ``removed_pairs`` (sentence
+    pairs per filter, each counted under the first filter that removed it, in that order),
+    ``context_only_pairs`` (how many of those stay in their documents as the context of the
+    next sentences; absent in data prepared before filtered pairs were kept, which removed
+    them from their documents) and ``removed_documents`` (documents whose every pair was
+    removed: they are gone). ``None`` for a split that was not filtered (validation, test)
+    and without a manifest."""
     entry = ((read_manifest(data_dir) or {}).get("splits") or {}).get(split)
     return entry.get("filtered") if isinstance(entry, dict) else None
 

@@ -3,7 +3,8 @@
 What ``docctx-prepare`` runs (the command only parses its options and prints the progress
 this module reports). Reads documents (:mod:`.readers`), optionally
 trains or applies one joint SentencePiece model, applies explicit length filters to the
-training split, builds the dictionaries (with the context separator at index 4) and
+training split (a filtered pair stays in its document as context only, never a training
+target), builds the dictionaries (with the context separator at index 4) and
 binarizes every split with fairseq's binarizer (:mod:`fairseq.binarizer`, what
 ``fairseq-preprocess`` runs); beside each split it writes the
 document index ``{split}.{src}-{tgt}.docs`` (:mod:`.doc_index`), and into the data directory
@@ -45,10 +46,18 @@ class SplitData:
     tgt: List[List[str]] = field(default_factory=list)
     inputs: List[dict] = field(default_factory=list)  # manifest entries, one per prefix
     filtered: Optional[dict] = None
+    #: per document, per sentence: the pair is context only, never a training target
+    context_only: Optional[List[List[bool]]] = None
 
     @property
     def num_sentences(self) -> int:
         return sum(map(len, self.src))
+
+    def context_only_flags(self) -> List[bool]:
+        """One flag per sentence of the split, in corpus order (all ``False`` unfiltered)."""
+        if self.context_only is None:
+            return [False] * self.num_sentences
+        return [c for doc in self.context_only for c in doc]
 
 
 def _check_args(args) -> None:
@@ -168,46 +177,57 @@ def _ratio_above(a: int, b: int, ratio: Optional[float]) -> bool:
 
 def filter_split(data: SplitData, min_len: int, max_len: Optional[int], max_ratio: Optional[float],
                  tuple_max_len: Optional[int] = None, tuple_max_ratio: Optional[float] = None) -> dict:
-    """Drop sentence pairs by token length, each counted under the first filter that hits it:
-    ``min_len``/``max_len`` (either side), ``max_ratio`` (source/target), then the tuple
-    filter of Kuang & Xiong (2018, §5.1, footnote 1) on the tuple (before-x, x, y) of every
-    pair (x, y) and the source sentence before-x that precedes x in its document as the input
-    gives it: ``tuple_max_len`` (any of the three longer), ``tuple_max_ratio`` (x and
-    before-x; a document's first sentence has no before-x, only its own lengths count).
-    Documents keep their remaining sentences in order (a dropped pair is no longer the
-    context of the next one), emptied documents vanish."""
+    """Remove sentence pairs from the training targets by token length, each counted under
+    the first filter that hits it: ``min_len``/``max_len`` (either side), ``max_ratio``
+    (source/target), then the tuple filter of Kuang & Xiong (2018, §5.1, footnote 1) on the
+    tuple (before-x, x, y) of every pair (x, y) and the source sentence before-x that precedes
+    x in its document as the input gives it: ``tuple_max_len`` (any of the three longer),
+    ``tuple_max_ratio`` (x and before-x; a document's first sentence has no before-x, only its
+    own lengths count).
+
+    A filtered pair stays in its document, marked context only (``data.context_only``): it
+    is never a training target, but the next sentence's previous sentence is still the one
+    the input gives (before-x of Kuang & Xiong 2018, §5.1, the previous sentences of Wang et
+    al. 2017, §2), as the tuple filter judged it. A document none of whose pairs is a target
+    any more vanishes (it would be nobody's context)."""
     removed = {"min_len": 0, "max_len": 0, "max_len_ratio": 0, "tuple_max_len": 0, "tuple_max_len_ratio": 0}
-    ids, src, tgt = [], [], []
+    ids, src, tgt, marks = [], [], [], []
+    context_only = 0
     for d, sdoc, tdoc in zip(data.doc_ids, data.src, data.tgt):
-        keep_s, keep_t = [], []
+        mark = []
         before = None  # the length of before-x, the input's previous source sentence
         for s, t in zip(sdoc, tdoc):
             ls, lt = len(s.split()), len(t.split())
             if min(ls, lt) < min_len:
-                removed["min_len"] += 1
+                hit = "min_len"
             elif max_len is not None and max(ls, lt) > max_len:
-                removed["max_len"] += 1
+                hit = "max_len"
             elif _ratio_above(ls, lt, max_ratio):
-                removed["max_len_ratio"] += 1
+                hit = "max_len_ratio"
             elif tuple_max_len is not None and max(ls, lt, before or 0) > tuple_max_len:
-                removed["tuple_max_len"] += 1
+                hit = "tuple_max_len"
             elif before is not None and _ratio_above(ls, before, tuple_max_ratio):
-                removed["tuple_max_len_ratio"] += 1
+                hit = "tuple_max_len_ratio"
             else:
-                keep_s.append(s)
-                keep_t.append(t)
+                hit = None
+            if hit is not None:
+                removed[hit] += 1
+            mark.append(hit is not None)
             before = ls
-        if keep_s:
+        if not all(mark):
             ids.append(d)
-            src.append(keep_s)
-            tgt.append(keep_t)
+            src.append(sdoc)
+            tgt.append(tdoc)
+            marks.append(mark)
+            context_only += sum(mark)
     stats = {
         "settings": {"min_len": min_len, "max_len": max_len, "max_len_ratio": max_ratio,
                      "tuple_max_len": tuple_max_len, "tuple_max_len_ratio": tuple_max_ratio},
         "removed_pairs": removed,
+        "context_only_pairs": context_only,
         "removed_documents": len(data.doc_ids) - len(ids),
     }
-    data.doc_ids, data.src, data.tgt = ids, src, tgt
+    data.doc_ids, data.src, data.tgt, data.context_only = ids, src, tgt, marks
     return stats
 
 
@@ -367,7 +387,8 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
             for name, value in stats["settings"].items():
                 if name != "min_len" and value is not None:
                     active.append(f"{name.replace('_', '-')} {value:g}: {r[name]}")
-            log(f"train: filters removed sentence pairs ({', '.join(active)}); "
+            log(f"train: filters removed sentence pairs from the training targets ({', '.join(active)}); "
+                f"{stats['context_only_pairs']} of them stay in their documents as context only, "
                 f"{stats['removed_documents']} documents vanished entirely")
             if not tr.src:
                 raise PrepareError("the filters removed every training sentence pair")
@@ -402,7 +423,7 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
         # document indexes + checks + manifest
         split_info = {}
         for split, d in data.items():
-            idx = DocIndex(d.doc_ids, [len(doc) for doc in d.src])
+            idx = DocIndex(d.doc_ids, [len(doc) for doc in d.src], d.context_only_flags())
             idx.write(doc_index_path(out, split, src, tgt))
             tokens = {}
             for lang, side in ((src, d.src), (tgt, d.tgt)):
@@ -415,11 +436,13 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
                         f"{tokens[lang]} tokens, expected {idx.num_sentences} / {expected}")
             split_info[split] = {
                 "inputs": d.inputs, "documents": len(idx), "sentences": idx.num_sentences,
+                "context_only": idx.num_context_only,
                 "source_tokens": tokens[src], "target_tokens": tokens[tgt],
                 "filtered": d.filtered,
             }
-            log(f"{split}: {len(idx)} documents, {idx.num_sentences} sentences, "
-                f"{tokens[src]} {src} / {tokens[tgt]} {tgt} tokens")
+            log(f"{split}: {len(idx)} documents, {idx.num_sentences} sentences"
+                + (f" ({idx.num_context_only} context only)" if idx.num_context_only else "")
+                + f", {tokens[src]} {src} / {tokens[tgt]} {tgt} tokens")
         manifest = {
             "format_version": FORMAT_VERSION,
             "source_lang": src,

@@ -210,6 +210,10 @@ class DocumentTranslationTask(TranslationTask):
             paths = paths[:1]
         data_path = paths[(epoch - 1) % len(paths)]
         docs = self.load_doc_index(data_path, split, len(pair), combine)
+        if docs.num_context_only:
+            logger.info(f"{split}: {docs.num_context_only} of {docs.num_sentences} sentences are "
+                        "context only (pairs docctx-prepare's filters removed from the training "
+                        "targets): context of the next sentences, never a target")
         self.datasets[split] = DocumentPairDataset(
             pair,
             docs,
@@ -315,6 +319,9 @@ class DocumentTranslationTask(TranslationTask):
         dataset.set_epoch(epoch)
         if dataset.has_context:
             dataset.set_doc_batching(self.doc_batching, self.model_spec.context_token_cost)
+            # context sentences the batches never check (context-only ones, skipped long
+            # ones) are cut to what the model's positions allow
+            dataset.set_context_max_positions(max_positions)
 
         def make_batches(dataset, epoch):
             with data_utils.numpy_seed(seed + epoch):

@@ -183,6 +183,29 @@ def test_qcn_table2_rows_are_recipe_models(tmp_path):
         assert set(QCN_TABLE2) <= runs, recipe
 
 
+def test_hrnn_starts_from_random_weights_unless_hrnn_init_nematus(tmp_path):
+    """Wang et al. (2017) train hrnn_context from random weights: the recipes' default; with
+    HRNN_INIT=nematus every hrnn model starts from the trained Nematus baseline (a two-stage
+    variant), and the note results.md gives the hrnn rows says which."""
+    models = ["hrnn-init-enc", "hrnn-gating-auxi", "hrnn"]
+    script = (f"source {REPO}/examples/lib/models.sh; model_settings; SRC=zh TGT=en BIN=bin; "
+              'train() { echo "TRAIN $1: ${*:3}"; }; step_done() { return 0; }; '
+              + "; ".join(f"train_model {m}" for m in models) + "; echo NOTE $(hrnn_init_note)")
+    for init, starts in (("", False), ("random", False), ("nematus", True)):
+        rc, out = bash(script, tmp_path, **({"HRNN_INIT": init} if init else {}))
+        assert rc == 0, out
+        lines = [ln for ln in out.splitlines() if ln.startswith("TRAIN ")]
+        assert len(lines) == len(models), out
+        for line in lines:
+            assert "--arch hrnn_context" in line, line
+            assert ("--init-from-sentence-checkpoint" in line) == starts, line
+            assert ("-d train-nematus" in line) == starts, line
+        note = next(ln for ln in out.splitlines() if ln.startswith("NOTE "))
+        assert ("HRNN_INIT=nematus" in note) == starts and ("random weights" in note) != starts, note
+    rc, out = bash(script, tmp_path, HRNN_INIT="baseline")
+    assert rc != 0 and "HRNN_INIT=baseline: random or nematus" in out, out
+
+
 # ------------------------------------------------------------------------------ results
 
 

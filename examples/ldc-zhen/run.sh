@@ -32,6 +32,7 @@
 #     TUPLE_MAX_LEN_RATIO [3: the paper gives no ratio]
 #   models (examples/lib/models.sh): RNN_DIM [the architectures' sizes / 32] RNN_BATCH [80]
 #     KX_MAX_LEN [50] WANG_MAX_LEN [80] NEMATUS_LR [1e-4 / 3e-3] CONTEXT_SIZE [3: hrnn_context's K]
+#     HRNN_INIT [random: as Wang et al. train / nematus: two-stage, from the trained baseline]
 #     MAX_UPDATE [100000 / 8] PATIENCE [10] SEED [1] BEAM [10 / 2] LENPEN [1.0] GEN_MAX_TOKENS
 #     [8000] GEN_MAX_LEN_A [1.2 / 0] GEN_MAX_LEN_B [10 / 20]
 #   common (examples/lib/recipe.sh): SMOKE [0] FRESH [0] WORK [demo-work/recipes/ldc-zhen,
@@ -175,4 +176,5 @@ for model in "${MODEL_LIST[@]}"; do
 done
 METRICS=$TEST_SETS
 RESULTS_NOTE="One column per NIST set: case-insensitive BLEU-4 against its references (\`docctx-score bleu --tokenized --lowercase\`, 13a-pretokenized, as the papers score tokenized text; signatures below)."
+[[ " ${MODEL_LIST[*]} " =~ \ hrnn[a-z-]*\  ]] && RESULTS_NOTE+=$'\n'"$(hrnn_init_note)"
 write_results "LDC Zh-En, NIST sets (test ${TEST_SETS})" "${RUNS[@]}"

@@ -19,7 +19,10 @@
 #     gradient norm clipped at 1 (Bahdanau et al.), training sentences of at most KX_MAX_LEN [50]
 #     tokens; Wang et al.: Adam at NEMATUS_LR [1e-4 / 3e-3] with clipping at 1 (Nematus'
 #     defaults; the paper does not state its optimiser), at most WANG_MAX_LEN [80] tokens (both
-#     limits: the recipe's docctx-prepare --max-len)
+#     limits: the recipe's docctx-prepare --max-len); HRNN_INIT [random: hrnn_context starts
+#     from random weights, as Wang et al. (2017) describe its training / nematus: every weight
+#     of the trained Nematus baseline copied first, a two-stage variant the paper does not
+#     describe; results.md says which]
 #   all: MAX_UPDATE [100000] PATIENCE [10: stop after 10 validations without a better dev
 #     loss; checkpoint_best.pt, the best dev loss, is translated] CONTEXT_SIZE [3: HAN, QCN,
 #     MHT] CONCAT_CONTEXT_SIZE [1: the previous source sentence, Tiedemann & Scherrer 2017]
@@ -56,6 +59,8 @@ model_settings() {
   setting KX_MAX_LEN 50
   setting WANG_MAX_LEN 80
   setting NEMATUS_LR 1e-4 3e-3
+  setting HRNN_INIT random
+  [[ $HRNN_INIT == random || $HRNN_INIT == nematus ]] || die "HRNN_INIT=$HRNN_INIT: random or nematus"
   CKPT=$WORK/checkpoints
   GEN=$WORK/generate
   SCORES=$WORK/scores
@@ -196,8 +201,9 @@ train_model() {  # NAME: one of the models below (the sentence baseline first: o
         train nematus wang -- -s "$SRC" -t "$TGT" --context-size 0 --arch rnnsearch_nematus ;;
     hrnn|hrnn-*)
       # Wang et al. (2017), Table 1, rows 3-8: the switches of hrnn_context, K previous
-      # source sentences, every weight of the trained sentence model (nematus) copied
-      local switches
+      # source sentences; from random weights (HRNN_INIT=random, the paper's training) or
+      # from every weight of the trained sentence model (HRNN_INIT=nematus)
+      local switches init=()
       case $name in
         hrnn-init-enc) switches=(--init-dec False --aux-context none) ;;             # row 3
         hrnn-init-dec) switches=(--init-enc False --aux-context none) ;;             # row 4
@@ -207,13 +213,25 @@ train_model() {  # NAME: one of the models below (the sentence baseline first: o
         hrnn) switches=() ;;                                                           # row 8
         *) die "no model '$name' (hrnn-init-enc, hrnn-init-dec, hrnn-init-enc-dec, hrnn-auxi, hrnn-gating-auxi, hrnn)" ;;
       esac
-      _need_model nematus "$name"
+      if [[ $HRNN_INIT == nematus ]]; then
+        _need_model nematus "$name"
+        init=(-d train-nematus -- --init-from-sentence-checkpoint "$CKPT/nematus/checkpoint_best.pt")
+      else
+        init=(--)
+      fi
       TRAIN_BIN=${BIN_WANG:-$BIN} TRAIN_PREPARE=${PREPARE_WANG:-prepare} \
-        train "$name" wang -d train-nematus -- -s "$SRC" -t "$TGT" --context-size "$CONTEXT_SIZE" \
-          --context-sides source --arch hrnn_context "${switches[@]}" \
-          --init-from-sentence-checkpoint "$CKPT/nematus/checkpoint_best.pt" ;;
+        train "$name" wang "${init[@]}" -s "$SRC" -t "$TGT" --context-size "$CONTEXT_SIZE" \
+          --context-sides source --arch hrnn_context "${switches[@]}" ;;
     *) die "no model '$name' (transformer, concat, qcn, qcn-transformer, qcn-regularizer-only, qcn-no-regularizer, han, han-encoder, han-decoder, han-decoder-source, han-decoder-alignment, mht, rnnsearch, isg, nematus, hrnn, hrnn-init-enc, hrnn-init-dec, hrnn-init-enc-dec, hrnn-auxi, hrnn-gating-auxi)" ;;
   esac
+}
+
+hrnn_init_note() {  # the line results.md gives the hrnn_context rows: how they were initialised
+  if [[ $HRNN_INIT == nematus ]]; then
+    echo "hrnn rows: two-stage, every weight copied from the trained nematus model first (HRNN_INIT=nematus; a variant: Wang et al. 2017 describe no such stage)."
+  else
+    echo "hrnn rows: trained from random weights, as Wang et al. (2017) describe (HRNN_INIT=random)."
+  fi
 }
 
 _need_model() {  # MODEL WHO: WHO starts from MODEL, which must be trained first

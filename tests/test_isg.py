@@ -216,6 +216,39 @@ def test_named_architecture_has_the_papers_sizes():
         620, 1000, 1000, 0.5, 0.0, 0.0, 0.0, "none")
 
 
+def test_bahdanau_initialisation():
+    """--rnn-init bahdanau: Bahdanau et al. (2015, B.1), the initialisation Kuang & Xiong (2018,
+    §5.1) keep with "all the other settings", on rnnsearch's parameters and the gate model's
+    own; the default keeps PyTorch's."""
+    sizes = dict(encoder_embed_dim=32, decoder_embed_dim=32, encoder_hidden_size=32, decoder_hidden_size=32,
+                 attention_dim=32, decoder_out_embed_dim=16)
+    model, d = build(rnn_init="bahdanau", **sizes)
+    params = dict(model.named_parameters())
+    orthogonal = ["encoder.rnn.weight_hh_l0", "encoder.rnn.weight_hh_l0_reverse", "decoder.gru1.weight_hh",
+                  "decoder.gru2.weight_hh"]
+    attention = ["encoder.attention_keys.weight", "encoder.context_attention_keys.weight",
+                 "decoder.attention_query.weight", "decoder.context_attention_query.weight"]
+    zero = ["decoder.attention_v", "decoder.context_attention_v"] + [n for n in params if n.rsplit(".", 1)[-1].startswith("bias")]
+    other = [n for n in params if n not in orthogonal + attention + zero]
+    assert {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "decoder.gru2.weight_ih",
+            "decoder.context_input.weight", "decoder.context_gate_state.weight", "decoder.context_gate_previous.weight",
+            "decoder.init_state.weight", "decoder.out_state.weight", "decoder.fc_out.weight"} <= set(other)
+    for n in orthogonal:
+        for block in params[n].detach().split(32):  # U_r, U_z, U
+            assert torch.allclose(block @ block.T, torch.eye(32), atol=1e-5), n
+    for n in zero:
+        assert params[n].abs().max() == 0, n
+    for names, std in ((attention, 0.001), (other, 0.01)):
+        for n in names:
+            w = params[n].detach()
+            if "embed_tokens" in n:
+                assert w[d.pad()].abs().max() == 0
+                w = w[torch.arange(len(w)) != d.pad()]
+            assert abs(w.mean()) < std / 5 and w.std() == pytest.approx(std, rel=0.2), (n, w.std())
+    default, _ = build(**sizes)
+    assert default.decoder.attention_v.abs().min() > 0 and default.decoder.gru1.bias_ih.abs().max() > 0.01
+
+
 # ------------------------------------------------------------------ with fairseq-train
 @pytest.fixture(scope="module")
 def isg_from_rnnsearch(reverse_bin, rnnsearch_reverse, tmp_path_factory):

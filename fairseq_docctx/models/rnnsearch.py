@@ -25,6 +25,8 @@ of Nematus that Wang et al. (2017, §3.1) build on. See ``docs/rnn.md``.
   ``t_t = f(U_o s_t + V_o y_{t-1} + C_o c_t)``, ``f`` = maxout with pools of 2 (Bahdanau) or
   tanh (Nematus), then dropout (Kuang & Xiong, §5.1: 0.5 on the output layer only) and the
   projection on the vocabulary.
+* Initialisation (``--rnn-init``): PyTorch's own per module, or Bahdanau et al.'s (2015, B.1:
+  :func:`bahdanau_init`), the setting Kuang & Xiong (2018, §5.1) keep.
 
 The decoder is written for extension (the cross-sentence models of the family subclass it):
 :meth:`RNNSearchDecoder.start` (the state before the first word and per-sentence constants),
@@ -64,6 +66,8 @@ from .document_context import DocumentContextModel
 
 DEFAULT_MAX_POSITIONS = int(1e5)
 OUTPUT_ACTIVATIONS = ("maxout", "tanh")
+#: --rnn-init: PyTorch's own initialisation of each module, or Bahdanau et al.'s (2015, B.1)
+RNN_INITS = ("pytorch", "bahdanau")
 
 
 # ----------------------------------------------------------------------------- building blocks
@@ -94,6 +98,29 @@ def additive_attention(query: Tensor, keys: Union[Tensor, AttentionKeys], values
     if isinstance(values, AttendedValues):
         return values.attend(alpha), alpha
     return torch.bmm(alpha.unsqueeze(1), values).squeeze(1), alpha
+
+
+@torch.no_grad()
+def bahdanau_init(model: nn.Module) -> None:
+    """Bahdanau et al. (2015), Appendix B.1, on every parameter of ``model`` by its name: the
+    recurrent matrices (``weight_hh*``: ``U_r``, ``U_z``, ``U`` of each GRU) random orthogonal,
+    one ``[H, H]`` block per gate; the attention's ``W_a`` and ``U_a`` (``*attention_query``,
+    ``*attention_keys``) ``N(0, 0.001²)``; ``v_a`` (``*attention_v``) and every bias 0; every
+    other weight matrix (embeddings included, their padding row kept 0) ``N(0, 0.01²)``."""
+    for name, p in model.named_parameters():
+        last = name.rsplit(".", 1)[-1]
+        if last.startswith("bias") or last.endswith("attention_v"):
+            p.zero_()
+        elif last.startswith("weight_hh"):
+            for block in p.split(p.size(1)):  # r, z, n
+                nn.init.orthogonal_(block)
+        elif "attention_query" in name or "attention_keys" in name:
+            p.normal_(0, 0.001)
+        else:
+            p.normal_(0, 0.01)
+    for m in model.modules():
+        if isinstance(m, nn.Embedding) and m.padding_idx is not None:
+            m.weight[m.padding_idx].zero_()
 
 
 def Embedding(num_embeddings, dim, padding_idx):
@@ -459,6 +486,10 @@ class RNNSearchModel(FairseqEncoderDecoderModel):
         parser.add_argument("--encoder-dropout-out", type=float, metavar="D", help="on the annotations")
         parser.add_argument("--decoder-dropout-in", type=float, metavar="D", help="on the target embeddings")
         parser.add_argument("--decoder-dropout-out", type=float, metavar="D", help="on the deep output layer")
+        parser.add_argument("--rnn-init", choices=RNN_INITS,
+                            help="initial weights of a new model: pytorch (each module's own) or bahdanau "
+                            "(Bahdanau et al. 2015, B.1: orthogonal recurrent matrices, attention N(0, 0.001^2), "
+                            "v_a and biases 0, other matrices N(0, 0.01^2))")
 
     @classmethod
     def build_embeddings(cls, args, task):
@@ -480,7 +511,10 @@ class RNNSearchModel(FairseqEncoderDecoderModel):
         enc_emb, dec_emb = cls.build_embeddings(args, task)
         encoder = cls.build_encoder(args, task.source_dictionary, enc_emb)
         decoder = cls.build_decoder(args, task.target_dictionary, dec_emb, encoder)
-        return cls(encoder, decoder)
+        model = cls(encoder, decoder)
+        if getattr(args, "rnn_init", "pytorch") == "bahdanau":
+            bahdanau_init(model)
+        return model
 
     @classmethod
     def encoder_kwargs(cls, args):
@@ -576,14 +610,15 @@ class RNNSearchContextModel(DocumentContextModel, RNNSearchModel):
 def rnnsearch(args):
     """RNNSearch as Kuang & Xiong (2018, §5.1) train it, with Bahdanau et al.'s (2015, A.2)
     sizes: embeddings 620, Bi-GRU 1000+1000, decoder 1000, attention 1000, maxout deep output
-    500; dropout 0.5 on the output layer only."""
+    500; dropout 0.5 on the output layer only; PyTorch's initialisation (``--rnn-init bahdanau``:
+    Bahdanau et al.'s, B.1)."""
     set_defaults(args, encoder_embed_dim=620, encoder_hidden_size=1000)
     set_defaults(args, decoder_embed_dim=args.encoder_embed_dim, decoder_hidden_size=args.encoder_hidden_size,
                  decoder_out_embed_dim=500, decoder_output_activation="maxout")
     set_defaults(args, attention_dim=args.decoder_hidden_size, dropout=0.5)
     set_defaults(args, encoder_dropout_in=0.0, encoder_dropout_out=0.0, decoder_dropout_in=0.0,
                  decoder_dropout_out=args.dropout, share_all_embeddings=False,
-                 share_decoder_input_output_embed=False)
+                 share_decoder_input_output_embed=False, rnn_init="pytorch")
 
 
 @register_model_architecture("rnnsearch", "rnnsearch_nematus")

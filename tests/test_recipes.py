@@ -206,6 +206,23 @@ def test_hrnn_starts_from_random_weights_unless_hrnn_init_nematus(tmp_path):
     assert rc != 0 and "HRNN_INIT=baseline: random or nematus" in out, out
 
 
+def test_kuang_xiong_models_train_with_bahdanau_settings(tmp_path):
+    """rnnsearch and isg train as Kuang & Xiong (2018, §5.1) say: Adadelta (rho 0.95, eps 1e-6),
+    80 sentences a batch, and Bahdanau et al.'s (2015) other settings: the gradient norm
+    clipped at 1 (B.2) and their initialisation (B.1, --rnn-init bahdanau); Wang et al.'s
+    models keep theirs."""
+    script = (f"source {REPO}/examples/lib/models.sh; model_settings; "
+              'for hp in kuang wang; do "_$hp"; echo "$hp: ${HP[*]} "; done')
+    rc, out = bash(script, tmp_path)
+    assert rc == 0, out
+    kuang = next(ln for ln in out.splitlines() if ln.startswith("kuang: "))
+    wang = next(ln for ln in out.splitlines() if ln.startswith("wang: "))
+    for flag in ("--optimizer adadelta ", "--adadelta-rho 0.95 ", "--adadelta-eps 1e-6 ", "--clip-norm 1 ",
+                 "--rnn-init bahdanau ", "--batch-size 80 "):
+        assert flag in kuang, kuang
+    assert "--rnn-init" not in wang, wang
+
+
 # ------------------------------------------------------------------------------ results
 
 

@@ -16,7 +16,8 @@
 #     architectures' sizes (rnnsearch: Kuang & Xiong 2018, §5.1; rnnsearch_nematus and
 #     hrnn_context: Wang et al. 2017, §3.1) unless RNN_DIM [/ 32 in SMOKE] sets every size;
 #     RNN_BATCH [80 sentences: both papers]; Kuang & Xiong: Adadelta rho 0.95 eps 1e-6 (lr 1.0),
-#     gradient norm clipped at 1 (Bahdanau et al.), training sentences of at most KX_MAX_LEN [50]
+#     gradient norm clipped at 1 and Bahdanau et al.'s initialisation (--rnn-init bahdanau),
+#     training sentences of at most KX_MAX_LEN [50]
 #     tokens; Wang et al.: Adam at NEMATUS_LR [1e-4 / 3e-3] with clipping at 1 (Nematus'
 #     defaults; the paper does not state its optimiser), at most WANG_MAX_LEN [80] tokens (both
 #     limits: the recipe's docctx-prepare --max-len); HRNN_INIT [random: hrnn_context starts
@@ -102,10 +103,11 @@ _rnn_sizes() {  # every size RNN_DIM when it is set, else the named architecture
 # recipe's docctx-prepare --max-len, not by --max-source-positions: fairseq would then refuse
 # the longer dev and test sentences, which an RNN translates whatever their length.
 _kuang() {  # Kuang & Xiong (2018), §5.1: Adadelta (rho 0.95, eps 1e-6), 80 sentences a batch;
-  # Bahdanau et al. (2015)'s other settings: gradient norm clipped at 1
+  # Bahdanau et al. (2015)'s other settings: gradient norm clipped at 1 (B.2), their
+  # initialisation (B.1: --rnn-init bahdanau)
   _rnn_sizes
   HP=("${RNN_SIZES[@]}" --optimizer adadelta --adadelta-rho 0.95 --adadelta-eps 1e-6 --lr 1.0
-    --clip-norm 1 --criterion cross_entropy --batch-size "$RNN_BATCH")
+    --clip-norm 1 --rnn-init bahdanau --criterion cross_entropy --batch-size "$RNN_BATCH")
 }
 
 _wang() {  # Wang et al. (2017), §3.1, on Nematus: 80 sentences a batch;

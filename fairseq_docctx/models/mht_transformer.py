@@ -920,7 +920,10 @@ def mht_transformer(args):
     """Paper defaults (Zhang et al. 2021, §4.3): Transformer base (6+6 layers, 512/2048, 8
     heads, dropout 0.1), multi-hop context on both sides, left to right, drafts as training
     target context; K (the paper's 3) is the task's ``--context-size`` unless
-    ``--mht-context-size`` says otherwise."""
+    ``--mht-context-size`` says otherwise; ``A^(n)`` the sentence encoders' self-attention
+    outputs (Eq. 2); one hop attention per layer and side and the initialised sentence
+    encoders kept fixed, the configuration of the paper's 80M (Table 1, see
+    :func:`parameter_table`)."""
     base_architecture(args)
     set_defaults(args, mht_context_size=None, mht_context_sides="both", mht_context_module="multi-hop",
                  mht_direction="l2r", mht_target_context="draft", src_sentence_encoder_from=None,

@@ -12,8 +12,9 @@ by the context gate:
   farthest. Each hop is a multi-head attention in fairseq's residual block (dropout, residual
   connection, LayerNorm after it, or before it with ``normalize_before``, as every sublayer of
   fairseq's Transformer layers). With ``shared_hops`` one attention and LayerNorm make every
-  hop (Eqs. 3-4 and 8-9 write each hop as the same ``MHA``); otherwise each distance has its
-  own;
+  hop of the layer (the configuration of the paper's parameter count, Table 1: see
+  :func:`fairseq_docctx.models.mht_transformer.parameter_table`); otherwise each distance has
+  its own;
 * **concat** (§5.1, Table 2): one attention over the concatenated states of the K sentences;
 * **hierarchical** (§5.1, Table 2): word-level attention inside each sentence, then
   sentence-level attention over the K results, as in Miculicich et al. (2018, §2.1), without

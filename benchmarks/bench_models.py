@@ -13,9 +13,11 @@ Targets: qcn_transformer (with the PCC regularizer) >= 0.8x transformer; joint H
 (efficiency >= 0.9), at the paper's size (Transformer base, Zhang et al. 2021, §4.3:
 ``--size base``).
 
-``mht`` is the Multi-Hop Transformer as the paper trains it (Zhang et al. 2021, §3-4: K=3,
-multi-hop context on both sides, the sentence encoders trained with the rest);
-``mht-frozen`` the same with ``--freeze-sentence-encoders`` (no backward pass through them).
+``mht`` is the Multi-Hop Transformer (Zhang et al. 2021, §3-4: K=3, multi-hop context on both
+sides) with its sentence encoders trained with the rest (nothing initialises them here, so
+the default ``--freeze-sentence-encoders initialised`` fixes none); ``mht-frozen`` the same with
+them fixed (``--freeze-sentence-encoders``, no backward pass through them), as the paper's
+pipeline trains it once they are initialised (docs/mht.md).
 MHT reads drafts, a sentence-level model's translations (§3.1). Unless the data directory
 holds real drafts (made by ``docctx-drafts``), the script writes the references of each split
 as its drafts stream (:func:`ensure_drafts`): the speed depends on the drafts' lengths only,
@@ -73,7 +75,7 @@ MODELS = {
     "han": ["--arch", "han_transformer", "--context-size", "3", "--context-sides", "both",
             "--criterion", "label_smoothed_cross_entropy"],
     # Multi-Hop Transformer (Zhang et al. 2021): K=3 previous source sentences and drafts,
-    # multi-hop on both sides, sentence encoders trained (the paper's setting, §4.3) or frozen
+    # multi-hop on both sides, sentence encoders trained or fixed (the pipeline's, once initialised)
     "mht": ["--arch", "mht_transformer", "--context-size", "3", "--context-sides", "src,draft",
             "--criterion", "label_smoothed_cross_entropy"],
     "mht-frozen": ["--arch", "mht_transformer", "--context-size", "3", "--context-sides", "src,draft",
@@ -214,7 +216,8 @@ def main():
     ap.add_argument("--models", nargs="+", default=["qcn", "han", "concat"],
                     choices=[m for m in MODELS if m != "transformer"],
                     help="models compared with transformer (default: qcn han concat); mht: the Multi-Hop "
-                    "Transformer as the paper trains it, mht-frozen: with --freeze-sentence-encoders")
+                    "Transformer with its sentence encoders trained, mht-frozen: with them fixed "
+                    "(--freeze-sentence-encoders, as the paper's pipeline once they are initialised)")
     ap.add_argument("--flop-batches", type=int, default=None,
                     help="batches over which each model's FLOPs per word are counted (default: --updates, "
                     "the batches the speed is measured on; 0: skip)")

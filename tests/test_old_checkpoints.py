@@ -14,6 +14,9 @@ TASK_ARGS = {
     "concat_both": ["--context-size", "2", "--context-sides", "both"],
     "qcn": ["--context-size", "3"],
     "han": ["--context-size", "2", "--context-sides", "both"],
+    # pre-norm, written before the MHT options that change the computation of a new model
+    # (per-distance hops, post-norm hops, A^(n) = the layer output): it keeps computing as it did
+    "mht_prenorm": ["--context-size", "2", "--context-sides", "src,draft"],
 }
 
 

@@ -39,6 +39,12 @@ declaration (default)                   use
 ``context_attention`` (not supported)   optional method ``(sample) -> list``: the
                                         distributions the model spreads over its context
                                         (``docctx-score entropy``); see below
+``checkpoint_defaults`` (``{}``)          ``{option: value}``: the value a checkpoint written
+                                        before ``option`` existed was trained with; given to
+                                        a checkpoint's model arguments that lack the option
+                                        before the model is built
+                                        (:func:`apply_checkpoint_defaults`), so that a new
+                                        option's default changes new models only
 ======================================  =====================================================
 
 The model's ``forward`` (and its encoder's) takes a ``context`` keyword: the batch's context
@@ -113,6 +119,7 @@ class DocumentContextModel:
     context_token_cost: float = 1.0
     packs_training_output: bool = False
     document_cache_entries = None
+    checkpoint_defaults: dict = {}
 
     def get_targets(self, sample, net_output):
         """fairseq's targets, or with a packed training output (``packed_positions`` in the
@@ -183,6 +190,35 @@ def context_spec(model) -> ContextSpec:
 
 def reads_context(model) -> bool:
     return context_spec(model).reads_context
+
+
+def apply_checkpoint_defaults(args) -> list:
+    """Give a checkpoint's model arguments ``args`` (a legacy model's ``Namespace``, or a
+    config) the ``checkpoint_defaults`` of its model class (the model registered for
+    ``args.arch``) for every option they lack: a checkpoint written before an option existed
+    is built with the value it was trained with, not with the option's current default.
+    Returns the options set."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+    from omegaconf import OmegaConf, open_dict
+
+    cls = ARCH_MODEL_REGISTRY.get(getattr(args, "arch", None) or getattr(args, "_name", None))
+    defaults = getattr(cls, "checkpoint_defaults", None) or {}
+    is_config = OmegaConf.is_config(args)
+    added = []
+    for name, value in defaults.items():
+        if (name in args) if is_config else hasattr(args, name):
+            continue
+        if is_config:
+            with open_dict(args):
+                args[name] = value
+        else:
+            setattr(args, name, value)
+        added.append(name)
+    if added:
+        logger.info(f"{cls.__name__}: checkpoint written before "
+                    + ", ".join(f"--{n.replace('_', '-')}" for n in added) + ": "
+                    + ", ".join(f"{n} = {defaults[n]}" for n in added))
+    return added
 
 
 def task_context(task) -> Tuple[Tuple[str, ...], Optional[int]]:

@@ -6,19 +6,23 @@ Three components (§3):
 * **sentence encoders** (§3.1, Eq. 2): a source-side one over the previous source
   sentences, a target-side one over the *drafts* (a sentence-level model's translations) of
   the previous sentences and of the current sentence; parameters shared among the sentence
-  encoders of one side; each layer's output ``A^(n)`` is used by layer ``n`` of the
+  encoders of one side; layer ``n``'s self-attention output ``A^(n)`` (Eq. 2;
+  ``--mht-context-state layer-output``: the whole layer output) is read by layer ``n`` of the
   multi-hop encoder / decoder. Initialised from the encoders of a src→tgt and a tgt→src
   sentence-level ``transformer`` (§4.3: ``--src-sentence-encoder-from``,
-  ``--tgt-sentence-encoder-from``); ``--freeze-sentence-encoders`` keeps them fixed;
+  ``--tgt-sentence-encoder-from``) and then kept fixed (``--freeze-sentence-encoders``,
+  default ``initialised``: see :func:`parameter_table` for why);
 * **multi-hop encoder** (§3.2): per layer self-attention ``A_s``, hops over the previous
-  source sentences (Eqs. 3-4), the context gate (Eqs. 5-6), FFN;
+  source sentences (Eqs. 3-4; one attention for every hop distance, ``--mht-hop-weights``),
+  the context gate (Eqs. 5-6), FFN;
 * **multi-hop decoder** (§3.3): per layer masked self-attention ``A_t``, draft attention
   ``F_t`` over the current sentence's draft (Eq. 7), hops over the previous sentences'
   drafts (Eqs. 8-9), the gate (Eq. 10), encoder-decoder attention (Eq. 11), FFN.
 
-Every sublayer has fairseq's dropout, residual and LayerNorm (post-norm as the paper; pre-norm
-with ``--encoder/decoder-normalize-before``). The hops and the gate:
-:mod:`fairseq_docctx.modules.multi_hop`.
+Every sublayer, each hop included, has fairseq's dropout, residual and LayerNorm (post-norm as
+the paper; pre-norm with ``--encoder/decoder-normalize-before``; ``--mht-hop-norm post`` keeps
+the hops post-norm). The hops and the gate: :mod:`fairseq_docctx.modules.multi_hop`. The
+model's size by component: :func:`parameter_table` (logged when the model is built).
 
 Context (:mod:`fairseq_docctx.data.context_batch`): the ``src`` side, the ``draft`` side
 (declared by :mod:`fairseq_docctx.data.drafts`: the draft of every current sentence through
@@ -40,11 +44,16 @@ sides with context (Table 4)          ``--mht-context-sides both|source|target|n
 training target context (Table 5)     ``--mht-target-context draft|reference``
 context window (Figure 2)             ``--mht-context-size K`` (default ``--context-size``)
 ====================================  ===============================================
+
+Checkpoints written before the options ``--mht-hop-weights``, ``--mht-context-state``,
+``--mht-hop-norm`` and ``--mht-sentence-encoder-embeddings`` existed load with the values they
+were trained with (:attr:`MHTTransformerModel.checkpoint_defaults`).
 """
-from typing import Dict, List, Optional
+import argparse
+import logging
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
-from fairseq import utils
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
     TransformerConfig,
@@ -77,8 +86,26 @@ from . import sentence_init
 from .arch_defaults import set_defaults
 from .document_context import ContextAttentionUnsupported, DocumentContextModel, resolve_context_size
 
+logger = logging.getLogger(__name__)
+
 MHT_CONTEXT_SIDES = ("both", "source", "target", "none")
 TARGET_CONTEXTS = ("draft", "reference")
+#: --mht-hop-weights: one attention (and LayerNorm) for every hop distance of a layer and
+#: side, or one per distance
+HOP_WEIGHTS = ("shared", "per-distance")
+#: --mht-context-state: A^(n), what layer n reads of a sentence: the sentence encoder's layer-n
+#: self-attention output (Eq. 2), or its whole layer-n output (after the FFN)
+CONTEXT_STATES = ("self-attention", "layer-output")
+#: --mht-hop-norm: the hops' LayerNorm placed as the layers' (--encoder/decoder-normalize-before),
+#: or always after the residual connection
+HOP_NORMS = ("as-layers", "post")
+#: --mht-sentence-encoder-embeddings: tables of their own, or the model's (source side: the
+#: encoder's; target side: the decoder's)
+SENTENCE_ENCODER_EMBEDDINGS = ("own", "model")
+#: --freeze-sentence-encoders: the sentence encoders kept fixed
+FREEZE = ("initialised", "both", "source", "target", "none")
+#: Zhang et al. (2021, Table 1, "Params"): their Transformer and MHT
+PAPER_PARAMETERS = {"transformer": 50_000_000, "mht": 80_000_000}
 
 #: the references of the previous sentences, never replaced by the model's own translations
 #: (the ``tgt`` side is, in document-order inference): the target context of
@@ -87,9 +114,42 @@ REF = cb.register_side(cb.ContextSide("ref", "target", item_key="target", left_p
                                       aliases=("reference",)))
 
 
-def _hops(args, k):
+def _hops(args, k, normalize_before: bool):
+    """One side's context sublayer of a layer whose sublayers are pre-norm when
+    ``normalize_before`` (the hops follow unless ``--mht-hop-norm post``)."""
     return ContextHops(args.encoder_embed_dim, args.encoder_attention_heads, k, args.mht_context_module,
-                       args.mht_direction, args.dropout, args.attention_dropout)
+                       args.mht_direction, args.dropout, args.attention_dropout,
+                       normalize_before=bool(normalize_before) and args.mht_hop_norm == "as-layers",
+                       shared_hops=args.mht_hop_weights == "shared")
+
+
+def freeze_value(value) -> str:
+    """``--freeze-sentence-encoders``' value as one of :data:`FREEZE`: also a boolean (``True``:
+    ``both``, ``False``: ``none``; checkpoints written before the other values hold one) or
+    its spelling (``true``/``false``, ``yes``/``no``, ``1``/``0``)."""
+    if isinstance(value, bool):
+        return "both" if value else "none"
+    v = str(value).strip().lower()
+    if v in ("true", "yes", "1"):
+        return "both"
+    if v in ("false", "no", "0", "none"):
+        return "none"
+    if v in ("initialized",):
+        return "initialised"
+    if v not in FREEZE:
+        raise argparse.ArgumentTypeError(f"--freeze-sentence-encoders {value}: one of {', '.join(FREEZE)} "
+                                         "(or true/false)")
+    return v
+
+
+def frozen_sides(value, initialised: Dict[str, bool]) -> Tuple[str, ...]:
+    """The sides (``source``, ``target``) whose sentence encoder ``--freeze-sentence-encoders
+    value`` keeps fixed; ``initialised``: per side, whether its encoder is initialised from a
+    sentence-level checkpoint (``--src/tgt-sentence-encoder-from`` given)."""
+    v = freeze_value(value)
+    if v == "initialised":
+        return tuple(side for side in ("source", "target") if initialised.get(side))
+    return {"both": ("source", "target"), "none": ()}.get(v, (v,))
 
 
 class _Sublayers:
@@ -162,12 +222,34 @@ def _layer_keys(states: List[Tensor], pad: Tensor, index: Tensor, k: int, groups
     return [[layer[g] for layer in per_layer] for g in range(len(groups))]
 
 
-def _sentence_encoder(args, dictionary, layers):
-    """A fairseq Transformer encoder of the model's encoder sizes (its own embeddings)."""
+class MHTSentenceEncoderLayer(_Sublayers, TransformerEncoderLayerBase):
+    """fairseq's encoder layer (the same computation) that also returns its self-attention
+    sublayer's output ``A^(n)`` (Zhang et al. 2021, §3.1, Eq. 2: ``A^(n) = MHA(H^(n-1),
+    H^(n-1), H^(n-1))``, with the sublayer's residual and LayerNorm): ``(H^(n), A^(n))``,
+    both ``[T, B, C]``; fairseq's encoder collects the second in ``fc_results``."""
+
+    def forward(self, x, encoder_padding_mask: Optional[Tensor]):
+        a = self.block(x, self.self_attn_layer_norm, lambda h: self.self_attn(
+            query=h, key=h, value=h, key_padding_mask=encoder_padding_mask, need_weights=False)[0])
+        return self.block(a, self.final_layer_norm, self.ffn), a
+
+
+class MHTSentenceEncoder(TransformerEncoderBase):
+    """A sentence encoder (§3.1): fairseq's Transformer encoder whose layers also return their
+    self-attention outputs (:class:`MHTSentenceEncoderLayer`)."""
+
+    def build_encoder_layer(self, cfg):
+        return MHTSentenceEncoderLayer(cfg)
+
+
+def _sentence_encoder(args, dictionary, layers, embed=None):
+    """A sentence encoder of the model's encoder sizes with ``layers`` layers, embedding with
+    ``embed`` (the model's table) or a table of its own."""
     cfg = TransformerConfig.from_namespace(args)
     cfg.encoder.layers = layers
-    embed = TransformerModelBase.build_embedding(cfg, dictionary, cfg.encoder.embed_dim)
-    return TransformerEncoderBase(cfg, dictionary, embed)
+    if embed is None:
+        embed = TransformerModelBase.build_embedding(cfg, dictionary, cfg.encoder.embed_dim)
+    return MHTSentenceEncoder(cfg, dictionary, embed)
 
 
 def _rows_of(index: Tensor, extra: Optional[Tensor] = None):
@@ -192,28 +274,39 @@ class MHTEncoder(TransformerEncoderBase):
         layer = MHTEncoderLayer(cfg)
         return layer
 
-    def setup_context(self, args, tgt_dict):
-        """Sentence encoders and the context sublayers (after fairseq built the layers)."""
+    def setup_context(self, args, tgt_dict, tgt_embed):
+        """Sentence encoders and the context sublayers (after fairseq built the layers);
+        ``tgt_embed``: the decoder's table (the target-side sentence encoder's with
+        ``--mht-sentence-encoder-embeddings model``)."""
         self.mht_sides = args.mht_context_sides
         self.context_size = args.mht_context_size
         self.target_context = args.mht_target_context
-        self.freeze_sentence_encoders = bool(args.freeze_sentence_encoders)
-        self.src_sentence_encoder = (_sentence_encoder(args, self.dictionary, args.encoder_layers)
+        self.context_state = args.mht_context_state
+        #: the sides whose sentence encoder is kept fixed (set by the model's build_model)
+        self.frozen_sides: Tuple[str, ...] = ()
+        shared = args.mht_sentence_encoder_embeddings == "model"
+        self.src_sentence_encoder = (_sentence_encoder(args, self.dictionary, args.encoder_layers,
+                                                       self.embed_tokens if shared else None)
                                      if self.reads("source") else None)
-        self.tgt_sentence_encoder = _sentence_encoder(args, tgt_dict, args.decoder_layers)
+        self.tgt_sentence_encoder = _sentence_encoder(args, tgt_dict, args.decoder_layers,
+                                                      tgt_embed if shared else None)
         if self.reads("source"):
             for layer in self.layers:
-                layer.context = _hops(args, self.context_size)
+                layer.context = _hops(args, self.context_size, args.encoder_normalize_before)
 
     def reads(self, side: str) -> bool:
         return self.mht_sides in ("both", side)
 
-    def sentence_states(self, encoder, tokens: Tensor, rows: Tensor):
+    def sentence_states(self, encoder, tokens: Tensor, rows: Tensor, side: str):
         """Layer-wise states ``[A^(1) .. A^(N)]`` (each ``[L, n, C]``) and padding ``[n, L]``
-        of the table sentences ``rows``, each encoded once, in groups of similar length."""
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.freeze_sentence_encoders):
+        of the table sentences ``rows``, each encoded once, in groups of similar length, by
+        the ``side`` (``source``/``target``) sentence encoder ``encoder``: each layer's
+        self-attention output (Eq. 2), or with ``--mht-context-state layer-output`` each
+        layer's output."""
+        with torch.set_grad_enabled(torch.is_grad_enabled() and side not in self.frozen_sides):
             out = table_encoder.encode_rows(encoder, tokens.index_select(0, rows), return_all_hiddens=True)
-        return out["encoder_states"][1:], out["encoder_padding_mask"][0]
+        states = out["fc_results"] if self.context_state == "self-attention" else out["encoder_states"][1:]
+        return states, out["encoder_padding_mask"][0]
 
     def context_states(self, context: Optional[dict]) -> Dict[str, List]:
         """What the multi-hop layers read, from the batch's context tables."""
@@ -234,7 +327,7 @@ class MHTEncoder(TransformerEncoderBase):
         # the drafts: of the current sentences, and of the previous ones unless the
         # references are the target context; each table row encoded once
         rows = _rows_of(draft.index if hops_tgt and not use_ref else draft.index[:0], draft.self_rows)
-        states, pad = self.sentence_states(self.tgt_sentence_encoder, draft.tokens, rows)
+        states, pad = self.sentence_states(self.tgt_sentence_encoder, draft.tokens, rows, "target")
         U = draft.tokens.size(0)
         out.update(mht_draft_states=states, mht_draft_pad=[pad],
                    mht_draft_self=[_remap(rows, U, draft.self_rows)])
@@ -242,7 +335,7 @@ class MHTEncoder(TransformerEncoderBase):
             if use_ref:
                 ref = cb.table(context, "ref", K)
                 ref_rows = _rows_of(ref.index)
-                states, pad = (self.sentence_states(self.tgt_sentence_encoder, ref.tokens, ref_rows)
+                states, pad = (self.sentence_states(self.tgt_sentence_encoder, ref.tokens, ref_rows, "target")
                                if ref_rows.numel() else (None, None))
                 index = _remap(ref_rows, ref.tokens.size(0), ref.index)
             else:
@@ -253,7 +346,7 @@ class MHTEncoder(TransformerEncoderBase):
             src = cb.table(context, "src", K)
             src_rows = _rows_of(src.index)
             if src_rows.numel():
-                states, pad = self.sentence_states(self.src_sentence_encoder, src.tokens, src_rows)
+                states, pad = self.sentence_states(self.src_sentence_encoder, src.tokens, src_rows, "source")
                 out.update(mht_src_states=states, mht_src_pad=[pad],
                            mht_src_index=[_remap(src_rows, src.tokens.size(0), src.index)])
         return out
@@ -344,7 +437,7 @@ class MHTDecoder(BoolFutureMask, TransformerDecoderBase):
                                                  args.attention_dropout)
             layer.draft_attn_layer_norm = LayerNorm(args.decoder_embed_dim)
             if self.reads_target:
-                layer.context = _hops(args, args.mht_context_size)
+                layer.context = _hops(args, args.mht_context_size, args.decoder_normalize_before)
 
     def row_keys(self, encoder_out, groups: List[Tensor]):
         """For each group of rows (row numbers), per layer, what the draft attention and the
@@ -420,6 +513,11 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
 
     doc_batching = "grouped-runs"
     packs_training_output = True
+    #: the options of checkpoints written before they existed: the computation those
+    #: checkpoints were trained with (applied by the task to a checkpoint's arguments that
+    #: lack them, :func:`~fairseq_docctx.models.document_context.apply_checkpoint_defaults`)
+    checkpoint_defaults = {"mht_hop_weights": "per-distance", "mht_context_state": "layer-output",
+                           "mht_hop_norm": "post", "mht_sentence_encoder_embeddings": "own"}
 
     @classmethod
     def add_args(cls, parser):
@@ -447,8 +545,26 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
         parser.add_argument("--tgt-sentence-encoder-from", metavar="PATH",
                             help="initialise the target-side sentence encoder from the encoder of this "
                             "tgt->src sentence-level checkpoint")
-        parser.add_argument("--freeze-sentence-encoders", type=utils.eval_bool, nargs="?", const=True,
-                            metavar="BOOL", help="keep the sentence encoders fixed (no gradients)")
+        parser.add_argument("--freeze-sentence-encoders", type=freeze_value, nargs="?", const="both",
+                            metavar="|".join(FREEZE),
+                            help="the sentence encoders kept fixed (no gradients): initialised (default: "
+                            "those initialised by --src/--tgt-sentence-encoder-from), both (also the "
+                            "bare flag, or true), source, target, none (or false)")
+        parser.add_argument("--mht-hop-weights", choices=HOP_WEIGHTS,
+                            help="shared (default): one attention and LayerNorm for every hop distance of a "
+                            "layer and side (Eqs. 3-4, 8-9); per-distance: one per distance (K times the "
+                            "hop parameters)")
+        parser.add_argument("--mht-context-state", choices=CONTEXT_STATES,
+                            help="A^(n), what layer n reads of a context sentence or draft: the sentence "
+                            "encoder's layer-n self-attention output (default, Eq. 2) or its whole layer-n "
+                            "output (layer-output)")
+        parser.add_argument("--mht-hop-norm", choices=HOP_NORMS,
+                            help="the hops' LayerNorm: placed as the layers' (as-layers, default: pre-norm "
+                            "with --encoder/decoder-normalize-before) or always after the residual (post)")
+        parser.add_argument("--mht-sentence-encoder-embeddings", choices=SENTENCE_ENCODER_EMBEDDINGS,
+                            help="the sentence encoders' token embeddings: tables of their own (default, "
+                            "from the sentence-level checkpoints) or the model's (source side: the "
+                            "encoder's, target side: the decoder's)")
         sentence_init.add_args(parser)
 
     @classmethod
@@ -465,8 +581,20 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
         if unsupported:
             raise ValueError("mht_transformer does not support " + ", ".join(
                 "--" + o.replace("_", "-") for o in unsupported))
+        for opt, choices in (("mht_context_sides", MHT_CONTEXT_SIDES), ("mht_context_module", CONTEXT_MODULES),
+                             ("mht_direction", DIRECTIONS), ("mht_target_context", TARGET_CONTEXTS),
+                             ("mht_hop_weights", HOP_WEIGHTS), ("mht_context_state", CONTEXT_STATES),
+                             ("mht_hop_norm", HOP_NORMS),
+                             ("mht_sentence_encoder_embeddings", SENTENCE_ENCODER_EMBEDDINGS)):
+            if getattr(args, opt) not in choices:
+                raise ValueError(f"mht_transformer: --{opt.replace('_', '-')} {getattr(args, opt)}: "
+                                 f"one of {', '.join(choices)}")
+        try:
+            args.freeze_sentence_encoders = freeze_value(args.freeze_sentence_encoders)
+        except argparse.ArgumentTypeError as e:
+            raise ValueError(f"mht_transformer: {e}") from None
         model = super().build_model(args, task)
-        model.encoder.setup_context(args, task.target_dictionary)
+        model.encoder.setup_context(args, task.target_dictionary, model.decoder.embed_tokens)
         model.decoder.setup_context(args)
         sides = ["draft"]
         if args.mht_context_sides in ("both", "source"):
@@ -474,15 +602,55 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
         if args.mht_context_sides in ("both", "target") and args.mht_target_context == "reference":
             sides.append("ref")
         model.declare_context(sides, args.mht_context_size)
+        # decided before init_sentence_encoders clears the paths it applies
+        frozen = frozen_sides(args.freeze_sentence_encoders, {
+            "source": bool(args.src_sentence_encoder_from) and model.encoder.src_sentence_encoder is not None,
+            "target": bool(args.tgt_sentence_encoder_from)})
         model.init_sentence_encoders(args)
         # --init-from-sentence-checkpoint: the multi-hop encoder/decoder from a sentence model
         sentence_init.apply(model, args, "mht_transformer", is_context=cls.is_context_weight,
                             record_as="mht_initialized_from")
-        if args.freeze_sentence_encoders:
-            for n, p in model.named_parameters():
-                if "sentence_encoder." in n:
-                    p.requires_grad_(False)
+        model.freeze_sentence_encoders(frozen)
+        logger.info("mht_transformer parameters (Zhang et al. 2021, Table 1: Transformer 50M, MHT 80M):\n"
+                    + format_parameter_table(parameter_table(model)))
         return model
+
+    def sentence_encoders(self) -> Dict[str, TransformerEncoderBase]:
+        """The sentence encoders by side (``source`` only with source-side context)."""
+        enc = self.encoder
+        out = {"source": enc.src_sentence_encoder, "target": enc.tgt_sentence_encoder}
+        return {side: m for side, m in out.items() if m is not None}
+
+    def freeze_sentence_encoders(self, sides: Sequence[str]):
+        """Keep the sentence encoders of ``sides`` fixed: no gradients (their weights, except
+        a table shared with the model, ``--mht-sentence-encoder-embeddings model``), run
+        without autograd."""
+        own = {id(p) for n, p in self.named_parameters(remove_duplicate=False) if "sentence_encoder." not in n}
+        encoders = self.sentence_encoders()
+        self.encoder.frozen_sides = tuple(s for s in sides if s in encoders)
+        for side in self.encoder.frozen_sides:
+            for p in encoders[side].parameters():
+                if id(p) not in own:
+                    p.requires_grad_(False)
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        """fairseq's, with a one-line error when the context sublayers' attentions of the
+        weights are not the model's (weights of another ``--mht-hop-weights``,
+        ``--mht-context-module`` or K: e.g. fairseq-train resuming a checkpoint of another
+        configuration)."""
+        if strict:
+            mine = set(self.state_dict())
+            extra = sorted(k for k in state_dict if ".context." in k and k not in mine)
+            missing = sorted(k for k in mine if ".context." in k and k not in state_dict)
+            if extra or missing:
+                a = self.args
+                raise ValueError(
+                    "mht_transformer: the weights' context sublayers are not this model's "
+                    f"(--mht-hop-weights {a.mht_hop_weights}, --mht-context-module {a.mht_context_module}, "
+                    f"--mht-context-size {a.mht_context_size}): "
+                    + (f"unexpected {extra[0]}" if extra else f"missing {missing[0]}")
+                    + ": build it with the options the weights were trained with")
+        return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
 
     @staticmethod
     def is_context_weight(name: str) -> bool:
@@ -508,8 +676,12 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
                 print(f"mht_transformer: {flag} {path} not used (no source-side context)", flush=True)
             else:
                 which = "source" if opt.startswith("src") else "target"
-                sentence_init.load_part_weights(module, path, "encoder.", f"mht_transformer {which}-side "
-                                                "sentence encoder", flag)
+                shared = module.embed_tokens is (self.encoder.embed_tokens if which == "source"
+                                                 else self.decoder.embed_tokens)
+                sentence_init.load_part_weights(
+                    module, path, "encoder.", f"mht_transformer {which}-side sentence encoder", flag,
+                    keep=("embed_tokens.",) if shared else (),
+                    keep_reason="the model's table: --mht-sentence-encoder-embeddings model")
             setattr(args, opt, None)
 
     @classmethod
@@ -642,14 +814,120 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
                                                          "packed_positions": real}
 
 
+#: the rows of :func:`parameter_table`, in order
+COMPONENTS = (
+    ("transformer", "Transformer: embeddings, self-attention, encoder-decoder attention, FFN, LayerNorms"),
+    ("hops", "hops (Eqs. 3-4, 8-9): attention + LayerNorm, encoder and decoder"),
+    ("gates", "context gates (Eqs. 5, 10): W_a, W_b"),
+    ("draft", "draft attention (Eq. 7): attention + LayerNorm"),
+    ("src_layers", "source-side sentence encoder (§3.1): layers"),
+    ("src_embed", "source-side sentence encoder: embeddings"),
+    ("tgt_layers", "target-side sentence encoder (§3.1): layers"),
+    ("tgt_embed", "target-side sentence encoder: embeddings"),
+)
+
+
+def _component(name: str) -> str:
+    for side in ("src", "tgt"):
+        if f"encoder.{side}_sentence_encoder." in name:
+            return f"{side}_embed" if ".embed_tokens." in name or ".embed_positions." in name else f"{side}_layers"
+    if ".context." in name:
+        return "gates" if ".gate_" in name else "hops"
+    if ".draft_attn" in name:
+        return "draft"
+    return "transformer"
+
+
+def parameter_table(model) -> List[Tuple[str, int, int]]:
+    """The parameters of an ``mht_transformer`` by component (:data:`COMPONENTS`):
+    ``[(component, parameters, trained)]`` with a last row ``total``; ``trained``: those that
+    get gradients (not kept fixed). A parameter shared by several modules (an embedding table)
+    is counted once, under the first of its components in :data:`COMPONENTS`' order (a
+    sentence encoder's table shared with the model is the Transformer's).
+
+    Zhang et al. (2021, Table 1) report 80M parameters for MHT and 50M for their Transformer
+    ("the improvements of our model are not from enlarging the network", §4.4). The 30M added
+    cannot hold two sentence encoders trained with the model: their layers alone are 2 ×
+    18.9M at the paper's size (6 layers, 512/2048), beside the draft attention of Eq. 7
+    (6.3M) and the hop sublayers (at least one attention and a gate per layer and side,
+    18.9M). The count leaves out the sentence encoders, the "pre-trained encoders" (§3)
+    initialised from two sentence-level models (§4.3): the architecture keeps them fixed when
+    initialised (``--freeze-sentence-encoders initialised``). What remains is the draft
+    attention and the hops: 50.5M with one attention per hop distance, 25.2M with one per
+    layer and side (``--mht-hop-weights shared``, the default; the paper: 30M). docs/mht.md
+    gives the figures and the readings the count leaves open."""
+    component = {}
+    rank = {key: i for i, (key, _) in enumerate(COMPONENTS)}
+    params = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        c = _component(name)
+        if id(p) not in component or rank[c] < rank[component[id(p)]]:
+            component[id(p)] = c
+        params[id(p)] = p
+    rows = []
+    for key, label in COMPONENTS:
+        ps = [params[i] for i, c in component.items() if c == key]
+        rows.append((label, sum(p.numel() for p in ps), sum(p.numel() for p in ps if p.requires_grad)))
+    rows.append(("total", sum(r[1] for r in rows), sum(r[2] for r in rows)))
+    return rows
+
+
+def _millions(n: int) -> str:
+    return f"{n / 1e6:.1f}M"
+
+
+def format_parameter_table(rows: List[Tuple[str, int, int]], paper: bool = True) -> str:
+    """:func:`parameter_table`'s rows as a Markdown table (in millions with one decimal when
+    the total is a million or more, else exact), with the paper's figures (Table 1) beside the
+    Transformer and the total when ``paper``."""
+    figures = {COMPONENTS[0][1]: _millions(PAPER_PARAMETERS["transformer"]),
+               "total": _millions(PAPER_PARAMETERS["mht"])}
+    number = _millions if rows[-1][1] >= 1_000_000 else "{:,}".format
+    head = "| component | parameters | trained |" + (" Zhang et al. 2021, Table 1 |" if paper else "")
+    lines = [head, "| --- | ---: | ---: |" + (" ---: |" if paper else "")]
+    for label, n, trained in rows:
+        cells = [label, number(n), number(trained)] + ([figures.get(label, "")] if paper else [])
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def paper_size_model(vocabulary: int = 30000, context_size: int = 3, **options):
+    """An ``mht_transformer`` at the paper's size (Zhang et al. 2021, §4.1 and §4.3: 6+6
+    layers, 512/2048, 8 heads, one joint vocabulary of ``vocabulary`` entries with shared
+    embeddings, K = ``context_size``) built on the meta device (shapes only: no memory, no
+    initialisation), for :func:`parameter_table`. ``options``: model options by their
+    argument names (e.g. ``mht_hop_weights="per-distance"``); ``freeze_sentence_encoders``
+    also decides what the table counts as trained (``initialised`` freezes nothing here: no
+    sentence-level checkpoint is given)."""
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    for i in range(vocabulary - len(d)):
+        d.add_symbol(f"w{i}")
+
+    class Task:
+        source_dictionary = target_dictionary = d
+        cfg = argparse.Namespace(context_size=context_size, context_sides="src,draft")
+
+    args = argparse.Namespace(arch="mht_transformer", share_all_embeddings=True, **options)
+    mht_transformer(args)
+    with torch.device("meta"):
+        return MHTTransformerModel.build_model(args, Task())
+
+
 @register_model_architecture("mht_transformer", "mht_transformer")
 def mht_transformer(args):
     """Paper defaults (Zhang et al. 2021, §4.3): Transformer base (6+6 layers, 512/2048, 8
     heads, dropout 0.1), multi-hop context on both sides, left to right, drafts as training
     target context; K (the paper's 3) is the task's ``--context-size`` unless
-    ``--mht-context-size`` says otherwise."""
+    ``--mht-context-size`` says otherwise; ``A^(n)`` the sentence encoders' self-attention
+    outputs (Eq. 2); one hop attention per layer and side and the initialised sentence
+    encoders kept fixed, the configuration of the paper's 80M (Table 1, see
+    :func:`parameter_table`)."""
     base_architecture(args)
     set_defaults(args, mht_context_size=None, mht_context_sides="both", mht_context_module="multi-hop",
                  mht_direction="l2r", mht_target_context="draft", src_sentence_encoder_from=None,
-                 tgt_sentence_encoder_from=None, freeze_sentence_encoders=False, draft_path=None)
+                 tgt_sentence_encoder_from=None, freeze_sentence_encoders="initialised", draft_path=None,
+                 mht_hop_weights="shared", mht_context_state="self-attention", mht_hop_norm="as-layers",
+                 mht_sentence_encoder_embeddings="own")
     sentence_init.set_defaults(args)

@@ -23,7 +23,7 @@ Options:
 """
 import logging
 import os
-from typing import Callable, List
+from typing import Callable, List, Sequence
 
 from fairseq import checkpoint_utils, utils
 
@@ -54,23 +54,29 @@ def load_sentence_weights(model, path: str, name: str) -> List[str]:
     return load_part_weights(model, path, "", name, "--init-from-sentence-checkpoint")
 
 
-def load_part_weights(module, path: str, prefix: str, name: str, option: str) -> List[str]:
+def load_part_weights(module, path: str, prefix: str, name: str, option: str,
+                      keep: Sequence[str] = (), keep_reason: str = "") -> List[str]:
     """Copy the weights of the part ``prefix`` (e.g. ``"encoder."``; ``""``: all) of the
     checkpoint ``path`` into ``module`` (e.g. a sentence encoder of a context model), where the
     name without the prefix and the shape match; print a report (``name``: the module's name in
-    the messages; ``option``: the command-line option that gave ``path``). Returns the names of
-    the loaded weights (in ``module``)."""
+    the messages; ``option``: the command-line option that gave ``path``). Weights of
+    ``module`` whose names start with one of ``keep`` are left as they are (reported as kept,
+    with ``keep_reason``: e.g. a table the module shares with the rest of the model). Returns
+    the names of the loaded weights (in ``module``)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"{option}: no such file {path}")
     state = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
     part = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
     own = module.state_dict()
-    loaded = [k for k, v in part.items() if k in own and own[k].shape == v.shape]
-    ignored = sorted(set(part) - set(loaded))
-    new = sorted(set(own) - set(loaded))
+    kept = sorted(k for k in own if keep and k.startswith(tuple(keep)))
+    loaded = [k for k, v in part.items() if k in own and own[k].shape == v.shape and k not in kept]
+    ignored = sorted(set(part) - set(loaded) - set(kept))
+    new = sorted(set(own) - set(loaded) - set(kept))
     module.load_state_dict({k: part[k] for k in loaded}, strict=False)
     source = f"the {prefix.rstrip('.')} of {path} ({option})" if prefix else path
-    lines = [f"{name}: initialised from {source}: {len(loaded)} loaded, {len(new)} new, {len(ignored)} ignored"]
+    lines = [f"{name}: initialised from {source}: {len(loaded)} loaded, {len(new)} new, {len(ignored)} ignored"
+             + (f", {len(kept)} kept" if kept else "")]
+    lines += [f"  kept: {k}" + (f" ({keep_reason})" if keep_reason else "") for k in kept]
     lines += [f"  new: {k}" for k in new] + [
         f"  ignored: {k} {tuple(part[k].shape)}" + (f" (model: {tuple(own[k].shape)})" if k in own else "")
         for k in ignored]
@@ -95,11 +101,11 @@ def apply(model, args, name: str, is_context: Callable[[str], bool],
                f"{path} not applied again")
         print(msg, flush=True)
         logger.info(msg)
-        loaded = [n for n, _ in model.named_parameters() if not is_context(n)]
+        loaded = [n for n, _ in model.named_parameters(remove_duplicate=False) if not is_context(n)]
     elif path:
         loaded = load_sentence_weights(model, path, name)
     else:
-        loaded = [n for n, _ in model.named_parameters() if not is_context(n)]
+        loaded = [n for n, _ in model.named_parameters(remove_duplicate=False) if not is_context(n)]
     if path:
         # applied once: a checkpoint of this model restores its own weights (generation,
         # resume) without needing the sentence-level checkpoint again
@@ -107,7 +113,8 @@ def apply(model, args, name: str, is_context: Callable[[str], bool],
         setattr(args, record_as, path)
     if getattr(args, "freeze_sentence_weights", False):
         loaded = set(loaded)
-        for n, p in model.named_parameters():
+        # every name of a shared parameter (a table shared by two modules is one parameter)
+        for n, p in model.named_parameters(remove_duplicate=False):
             if n in loaded:
                 p.requires_grad_(False)
     return model

@@ -9,9 +9,12 @@ by the context gate:
   over the farthest sentence, each later hop's query is the previous hop's output,
   ``B^{i-j} = MHA(B^{i-j-1}, A^{(n)}_{c^{i-j}})``; the last hop's output is ``B^{i-1}``.
   With ``direction="r2l"`` (§5.3, Table 3) the hops go from the nearest sentence to the
-  farthest. Each hop is a multi-head attention with its own parameters, followed, as every
-  sublayer of fairseq's Transformer layers, by dropout, a residual connection and a
-  LayerNorm;
+  farthest. Each hop is a multi-head attention in fairseq's residual block (dropout, residual
+  connection, LayerNorm after it, or before it with ``normalize_before``, as every sublayer of
+  fairseq's Transformer layers). With ``shared_hops`` one attention and LayerNorm make every
+  hop of the layer (the configuration of the paper's parameter count, Table 1: see
+  :func:`fairseq_docctx.models.mht_transformer.parameter_table`); otherwise each distance has
+  its own;
 * **concat** (§5.1, Table 2): one attention over the concatenated states of the K sentences;
 * **hierarchical** (§5.1, Table 2): word-level attention inside each sentence, then
   sentence-level attention over the K results, as in Miculicich et al. (2018, §2.1), without
@@ -26,7 +29,8 @@ gets ``q`` back.
 
 Incremental decoding: the attentions are fairseq ``MultiheadAttention`` modules with static
 keys (``encoder_decoder_attention``), so the projected context is computed at the first
-step and kept, and reordered, in fairseq's incremental state.
+step and kept, and reordered, in fairseq's incremental state; an attention shared by the
+hops keeps the keys of each distance in a slot of its own (:class:`HopAttention`).
 """
 from typing import Dict, List, NamedTuple, Optional
 
@@ -50,12 +54,59 @@ def static_attention(embed_dim, heads, attention_dropout):
     return MultiheadAttention(embed_dim, heads, dropout=attention_dropout, encoder_decoder_attention=True)
 
 
-def cached(attn: MultiheadAttention, incremental_state: IncrementalState) -> bool:
-    """Whether ``attn`` holds its projected keys in ``incremental_state`` (later steps of
-    incremental decoding: its keys need not be given again)."""
+class HopAttention(MultiheadAttention):
+    """A fairseq attention with static keys that reads ``slots`` sentences in one decoding
+    step (the hops of one layer and side with shared weights, one sentence per distance).
+    The projected keys of each sentence are kept in a slot of their own of fairseq's
+    incremental state: :meth:`forward` takes ``slot`` (the hop's index column), and
+    :meth:`reorder_incremental_state` reorders every slot with the beams."""
+
+    def __init__(self, embed_dim: int, heads: int, attention_dropout: float, slots: int):
+        super().__init__(embed_dim, heads, dropout=attention_dropout, encoder_decoder_attention=True)
+        self.slots = slots
+        self._slot = 0  # the slot of the call in progress (fairseq's attention reads its buffer
+        # through _get_input_buffer / _set_input_buffer, which take no slot)
+
+    def forward(self, query, key, value, *args, slot: int = 0, **kwargs):
+        if not 0 <= slot < self.slots:
+            raise IndexError(f"HopAttention: slot {slot} of {self.slots}")
+        self._slot = slot
+        try:
+            return super().forward(query, key, value, *args, **kwargs)
+        finally:
+            self._slot = 0
+
+    def _get_input_buffer(self, incremental_state):
+        result = self.get_incremental_state(incremental_state, f"attn_state.{self._slot}")
+        return result if result is not None else {}
+
+    def _set_input_buffer(self, incremental_state, buffer):
+        return self.set_incremental_state(incremental_state, f"attn_state.{self._slot}", buffer)
+
+    def reorder_incremental_state(self, incremental_state, new_order):
+        try:
+            for slot in range(self.slots):
+                self._slot = slot
+                incremental_state = super().reorder_incremental_state(incremental_state, new_order)
+        finally:
+            self._slot = 0
+        return incremental_state
+
+
+def cached(attn: MultiheadAttention, incremental_state: IncrementalState, slot: int = 0) -> bool:
+    """Whether ``attn`` holds its projected keys (of ``slot``, for a :class:`HopAttention`)
+    in ``incremental_state`` (later steps of incremental decoding: its keys need not be
+    given again)."""
     if incremental_state is None:
         return False
-    buf = attn._get_input_buffer(incremental_state)
+    if isinstance(attn, HopAttention):
+        attn._slot = slot
+        try:
+            buf = attn._get_input_buffer(incremental_state)
+        finally:
+            attn._slot = 0
+    else:
+        buf = attn._get_input_buffer(incremental_state)
     return buf is not None and "prev_key" in buf
 
 
@@ -103,11 +154,14 @@ def gather_row_keys(states: Tensor, pad: Tensor, columns: List[Tensor], groups: 
 
 
 def attend_rows(attn, norm, dropout, query, states, pad, rows, incremental_state=None,
-                normalize_before=False, need_weights=False, keys: Optional[RowKeys] = None):
+                normalize_before=False, need_weights=False, keys: Optional[RowKeys] = None,
+                slot: int = 0):
     """One attention sublayer of ``query [T, B, C]`` over the table sentences ``rows [B]``
-    (-1 = none: the query passes unchanged) with fairseq's residual and LayerNorm, or over
+    (-1 = none: the query passes unchanged) in fairseq's residual block (LayerNorm after the
+    residual connection, or before the attention with ``normalize_before``), or over
     ``keys`` gathered before (:func:`gather_row_keys`; ``states``, ``pad``, ``rows`` unused);
-    returns ``(output, attention weights [B, T, L] or None)``."""
+    ``slot``: the incremental-state slot of a :class:`HopAttention`. Returns ``(output,
+    attention weights [B, T, L] or None)``."""
     if keys is not None:
         present = keys.present
         if not bool(present.any()):
@@ -115,7 +169,7 @@ def attend_rows(attn, norm, dropout, query, states, pad, rows, incremental_state
         key, kpm = keys.key, keys.kpm
     else:
         present = rows >= 0
-        if cached(attn, incremental_state):  # later decoding steps: the keys were projected
+        if cached(attn, incremental_state, slot):  # later decoding steps: the keys were projected
             key = kpm = None
         elif not bool(present.any()):  # no row has this sentence (e.g. a batch of first sentences)
             return query, None
@@ -125,8 +179,9 @@ def attend_rows(attn, norm, dropout, query, states, pad, rows, incremental_state
     x = norm(query) if normalize_before else query
     # static keys matter to the incremental state only; without it fairseq's attention takes
     # PyTorch's fused path
+    extra = {"slot": slot} if isinstance(attn, HopAttention) else {}
     y, w = attn(query=x, key=key, value=key, key_padding_mask=kpm, incremental_state=incremental_state,
-                static_kv=incremental_state is not None, need_weights=need_weights)
+                static_kv=incremental_state is not None, need_weights=need_weights, **extra)
     y = query + dropout(y)
     if not normalize_before:
         y = norm(y)
@@ -145,23 +200,33 @@ class ContextHops(nn.Module):
         module: ``multi-hop``, ``concat`` or ``hierarchical``.
         direction: ``l2r`` (farthest sentence first, the paper's) or ``r2l``.
         dropout / attention_dropout: as in the Transformer.
-        normalize_before: pre-norm residual blocks (``--encoder/decoder-normalize-before``).
+        normalize_before: pre-norm residual blocks (``--encoder/decoder-normalize-before``)
+            around the hops and the concatenation's attention (the ``hierarchical`` module
+            keeps the LayerNorms of Miculicich et al. 2018, after each attention).
+        shared_hops: ``multi-hop`` only: one attention and LayerNorm for every hop distance
+            (:class:`HopAttention`) instead of one per distance.
     """
 
     def __init__(self, embed_dim: int, heads: int, context_size: int, module: str = "multi-hop",
                  direction: str = "l2r", dropout: float = 0.1, attention_dropout: float = 0.0,
-                 normalize_before: bool = False):
+                 normalize_before: bool = False, shared_hops: bool = False):
         super().__init__()
         if module not in CONTEXT_MODULES:
             raise ValueError(f"context module {module!r}: one of {', '.join(CONTEXT_MODULES)}")
         if direction not in DIRECTIONS:
             raise ValueError(f"direction {direction!r}: one of {', '.join(DIRECTIONS)}")
+        if context_size < 1:
+            raise ValueError(f"context size {context_size}: at least 1")
         self.module, self.direction, self.context_size = module, direction, context_size
         self.normalize_before = normalize_before
+        self.shared_hops = shared_hops and module == "multi-hop"
         self.dropout = FairseqDropout(dropout, module_name=self.__class__.__name__)
         if module == "hierarchical":
             self.han = HierarchicalAttention(embed_dim, heads, None, dropout, attention_dropout,
                                              ffn_and_gate=False)
+        elif self.shared_hops:
+            self.attn = nn.ModuleList([HopAttention(embed_dim, heads, attention_dropout, context_size)])
+            self.norm = nn.ModuleList([LayerNorm(embed_dim)])
         else:
             n = context_size if module == "multi-hop" else 1
             self.attn = nn.ModuleList(static_attention(embed_dim, heads, attention_dropout) for _ in range(n))
@@ -169,6 +234,13 @@ class ContextHops(nn.Module):
         # context gate, Eq. 5: α = σ(W_a q + W_b B)
         self.gate_a = nn.Linear(embed_dim, embed_dim)
         self.gate_b = nn.Linear(embed_dim, embed_dim, bias=False)
+
+    def hop(self, j: int):
+        """The attention, LayerNorm and incremental-state slot of the hop over index column
+        ``j`` (distance ``j + 1``)."""
+        if self.shared_hops:
+            return self.attn[0], self.norm[0], j
+        return self.attn[j], self.norm[j], 0
 
     def hop_order(self, k: int):
         """Columns of the index in hop order: farthest first (``l2r``) or nearest first."""
@@ -186,13 +258,14 @@ class ContextHops(nn.Module):
             b = query
             k = len(keys) if keys is not None else index.size(1)
             for j in self.hop_order(k):
+                attn, norm, slot = self.hop(j)
                 if keys is not None:
-                    b, w = attend_rows(self.attn[j], self.norm[j], self.dropout, b, None, None, None,
-                                       None, self.normalize_before, weights is not None, keys[j])
+                    b, w = attend_rows(attn, norm, self.dropout, b, None, None, None, None,
+                                       self.normalize_before, weights is not None, keys[j])
                 else:
-                    b, w = attend_rows(self.attn[j], self.norm[j], self.dropout, b, states, pad,
-                                       index[:, j], incremental_state, self.normalize_before,
-                                       weights is not None)
+                    b, w = attend_rows(attn, norm, self.dropout, b, states, pad, index[:, j],
+                                       incremental_state, self.normalize_before, weights is not None,
+                                       slot=slot)
                 if weights is not None:
                     weights.append((j + 1, w))
             return b
@@ -236,4 +309,4 @@ class ContextHops(nn.Module):
         return alpha * query + (1 - alpha) * b
 
 
-__all__ = ["ContextHops", "RowKeys", "gather_row_keys", "attend_rows", "cached", "static_attention", "CONTEXT_MODULES", "DIRECTIONS"]
+__all__ = ["ContextHops", "HopAttention", "RowKeys", "gather_row_keys", "attend_rows", "cached", "static_attention", "CONTEXT_MODULES", "DIRECTIONS"]

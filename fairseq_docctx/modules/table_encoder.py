@@ -68,21 +68,25 @@ def encode_rows(encoder, tokens, grad_rows=None, return_all_hiddens=False):
     dict as ``forward_scriptable``'s, with ``encoder_out [L, U, C]`` (zeros at padding),
     ``encoder_padding_mask [U, L]`` and ``encoder_embedding [U, L, C]``; with
     ``return_all_hiddens`` also ``encoder_states``, fairseq's list of the embedding output and
-    every layer's output, each ``[L, U, C]``. Rows not in ``grad_rows`` (row numbers, default
-    all) run without autograd."""
+    every layer's output, each ``[L, U, C]``, and ``fc_results``, what each layer returns
+    besides its output (fairseq's slot for a layer that returns ``(x, extra)``), each
+    ``[L, U, C]`` (empty for layers that return their output only). Rows not in
+    ``grad_rows`` (row numbers, default all) run without autograd."""
     pad = encoder.padding_idx
     left = cb.left_padded(tokens, pad)  # fairseq pads sources on the left by default
+    n_states = len(encoder.layers) + 1 if return_all_hiddens else 0
 
     def run(rows, width):
         t = tokens.index_select(0, rows)
         t = t[:, t.size(1) - width:] if left else t[:, :width]
         o = encoder.forward_scriptable(t, t.ne(pad).sum(1), return_all_hiddens, None)
         states = [s.transpose(0, 1) for s in o["encoder_states"]] if return_all_hiddens else []
-        return [o["encoder_out"][0].transpose(0, 1), o["encoder_embedding"][0]] + states
+        extra = [f.transpose(0, 1) for f in o["fc_results"] if f is not None] if return_all_hiddens else []
+        return [o["encoder_out"][0].transpose(0, 1), o["encoder_embedding"][0]] + states + extra
 
-    x, emb, *states = run_bucketed(tokens.ne(pad).sum(1), tokens.size(1), run, left, grad_rows=grad_rows)
+    x, emb, *outs = run_bucketed(tokens.ne(pad).sum(1), tokens.size(1), run, left, grad_rows=grad_rows)
     mask = tokens.eq(pad)
     return {"encoder_out": [x.transpose(0, 1)], "encoder_padding_mask": [mask],
-            "encoder_embedding": [emb], "encoder_states": [s.transpose(0, 1) for s in states],
-            "fc_results": [],
+            "encoder_embedding": [emb], "encoder_states": [s.transpose(0, 1) for s in outs[:n_states]],
+            "fc_results": [f.transpose(0, 1) for f in outs[n_states:]],
             "src_tokens": [], "src_lengths": [tokens.ne(pad).sum(1, dtype=torch.int32).view(-1, 1)]}

@@ -385,6 +385,8 @@ class DocumentTranslationTask(TranslationTask):
     def build_model(self, cfg, from_checkpoint=False):
         if from_checkpoint:  # legacy models' args hold the task settings they were trained with
             self.adopt_context_settings(cfg)
+            # and the model options of their time: those added since get the values they had
+            dc.apply_checkpoint_defaults(cfg)
         model = super().build_model(cfg, from_checkpoint)
         self.model_spec = dc.context_spec(model)
         dc.check_context(model, self.context_sides, self.cfg.context_size, from_checkpoint)

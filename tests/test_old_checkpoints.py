@@ -17,6 +17,9 @@ TASK_ARGS = {
     # pre-norm, written before the MHT options that change the computation of a new model
     # (per-distance hops, post-norm hops, A^(n) = the layer output): it keeps computing as it did
     "mht_prenorm": ["--context-size", "2", "--context-sides", "src,draft"],
+    # hrnn_context (16-dim) written before --decoder-init: its s_0 reads the backward RNN's
+    # last state, as it was trained
+    "hrnn": ["--context-size", "2"],
 }
 
 

@@ -261,11 +261,12 @@ def test_batches_are_length_sorted_sentences_with_context_words_at_their_cost():
 # ------------------------------------------------------------------ with fairseq-train
 @pytest.fixture(scope="module")
 def hrnn_from_rnnsearch(reverse_bin, rnnsearch_reverse, tmp_path_factory):
-    """hrnn_context (K=2) initialised from the reverse task's rnnsearch (same sizes and
-    output layer) and trained 30 updates with the sentence weights frozen."""
+    """hrnn_context (K=2) initialised from the reverse task's rnnsearch (same sizes, output
+    layer and initial decoder state) and trained 30 updates with the sentence weights frozen."""
     save = tmp_path_factory.mktemp("hrnn_init")
     p = run(["fairseq-train", reverse_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
              "--context-size", "2", "--arch", "hrnn_context", *RNN_TINY, "--decoder-output-activation", "maxout",
+             "--decoder-init", "backward",
              "--init-from-sentence-checkpoint", rnnsearch_reverse["checkpoint"], "--freeze-sentence-weights",
              "--max-tokens", "1000", "--max-update", "30", "--no-epoch-checkpoints", "--save-dir", save])
     return save / "checkpoint_last.pt", p.stdout

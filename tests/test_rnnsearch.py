@@ -74,7 +74,8 @@ def reference_logits(model, src, prev, doc=None, previous=None):
         h = h[0]
         if previous is not None:  # the same encoder over A
             ha = enc.rnn(enc.embed_tokens(previous[b]).unsqueeze(0))[0][0]
-        init = dec.init_state(last[1, 0])
+        # s_0 reads ←h_1 (--decoder-init backward) or the mean of the annotations (mean)
+        init = dec.init_state(last[1, 0] if dec.init_from == "backward" else h.mean(0))
         if getattr(dec, "context_init", None) is not None:
             init = init + dec.context_init(D)  # s_0 = tanh(W_s h_N + W_D D)
         s = torch.tanh(init)
@@ -142,12 +143,15 @@ def test_additive_attention_masks_padding():
     torch.testing.assert_close(c, (alpha.unsqueeze(-1) * values).sum(1))
 
 
-@pytest.mark.parametrize("activation", ["maxout", "tanh"])
-def test_model_equals_the_equations_written_out(activation):
+@pytest.mark.parametrize("activation,decoder_init", [("maxout", "backward"), ("tanh", "backward"),
+                                                     ("tanh", "mean")])
+def test_model_equals_the_equations_written_out(activation, decoder_init):
     """Packed bidirectional encoder over left-padded sources, GRU_1 inputs precomputed for
-    all steps, batched attention and deep output: the same logits as the equations run
-    sentence by sentence and step by step."""
-    model, d = build(decoder_output_activation=activation)
+    all steps, batched attention and deep output, ``s_0`` from ``←h_1`` or from the mean of
+    the annotations: the same logits as the equations run sentence by sentence and step by
+    step."""
+    model, d = build(decoder_output_activation=activation, decoder_init=decoder_init)
+    assert model.decoder.init_state.in_features == (6 if decoder_init == "backward" else 12)
     src, lengths, prev = batch(d)
     with torch.no_grad():
         fast = model(src, lengths, prev)[0]
@@ -201,7 +205,7 @@ def test_named_architectures_have_the_papers_sizes():
     n = argparse.Namespace()
     rnnsearch_nematus(n)
     assert (n.encoder_embed_dim, n.decoder_embed_dim, n.encoder_hidden_size, n.decoder_out_embed_dim,
-            n.decoder_output_activation, n.attention_dim) == (600, 600, 1000, 600, "tanh", 2000)
+            n.decoder_output_activation, n.attention_dim, n.decoder_init) == (600, 600, 1000, 600, "tanh", 2000, "mean")
 
 
 # ------------------------------------------------------------------ with fairseq-train

@@ -14,8 +14,11 @@ of Nematus that Wang et al. (2017, §3.1) build on. See ``docs/rnn.md``.
     ``c_t = Σ_j α_tj h_j``                           (Kuang & Xiong, Eqs. 4-7; Bahdanau A.1.2)
   - ``s_t = GRU_2(s̃_t, c_t)``                                        (Kuang & Xiong, Eq. 8)
 
-  with ``s_0 = tanh(W_s ←h_1 + b_s)`` (Bahdanau et al. 2015, A.2.2: the backward RNN's state
-  after reading the whole sentence; Wang et al. 2017, §2.2, ``s_0 = tanh(W_s h_N)``).
+  with ``s_0 = tanh(W_s ←h_1 + b_s)`` (``--decoder-init backward``; Bahdanau et al. 2015,
+  A.2.2: the backward RNN's state after reading the whole sentence) or
+  ``s_0 = tanh(W_s mean_j h_j + b_s)`` (``--decoder-init mean``: the mean of the annotations,
+  Nematus' initial state, and that of Wang et al.'s (2017) released code, the base of
+  ``hrnn_context``).
   Everything that does not depend on the recurrence is computed for all steps at once: the
   GRU_1 input projections of all ``y_{t-1}`` before the loop, the deep output after it. A
   teacher-forced batch runs in groups of rows of similar length (each cut to its longest
@@ -66,6 +69,8 @@ from .document_context import DocumentContextModel
 
 DEFAULT_MAX_POSITIONS = int(1e5)
 OUTPUT_ACTIVATIONS = ("maxout", "tanh")
+#: what ``s_0`` reads (``--decoder-init``): the backward RNN's last state or the annotations' mean
+DECODER_INITS = ("backward", "mean")
 #: --rnn-init: PyTorch's own initialisation of each module, or Bahdanau et al.'s (2015, B.1)
 RNN_INITS = ("pytorch", "bahdanau")
 
@@ -271,10 +276,13 @@ class RNNSearchDecoder(FairseqIncrementalDecoder):
 
     def __init__(self, dictionary, embed_tokens, hidden_size, context_dim, encoder_hidden_size,
                  attention_dim, out_embed_dim, output_activation="maxout", dropout_in=0.0,
-                 dropout_out=0.5, share_input_output_embed=False, max_positions=DEFAULT_MAX_POSITIONS):
+                 dropout_out=0.5, share_input_output_embed=False, max_positions=DEFAULT_MAX_POSITIONS,
+                 init_from="backward"):
         super().__init__(dictionary)
         if output_activation not in OUTPUT_ACTIVATIONS:
             raise ValueError(f"--decoder-output-activation: one of {', '.join(OUTPUT_ACTIVATIONS)}")
+        if init_from not in DECODER_INITS:
+            raise ValueError(f"--decoder-init: one of {', '.join(DECODER_INITS)}")
         E = embed_tokens.embedding_dim
         self.padding_idx = dictionary.pad()
         self.embed_tokens = embed_tokens
@@ -284,7 +292,9 @@ class RNNSearchDecoder(FairseqIncrementalDecoder):
         self._prepared_keys = {}  # name -> (keys, padding mask, AttentionKeys): prepared_keys
         self.dropout_in_module = FairseqDropout(dropout_in, module_name=self.__class__.__name__)
         self.dropout_out_module = FairseqDropout(dropout_out, module_name=self.__class__.__name__)
-        self.init_state = nn.Linear(encoder_hidden_size, hidden_size)  # W_s, b_s of s_0
+        self.init_from = init_from
+        # W_s, b_s of s_0, reading ←h_1 [H_enc] or the annotations' mean [2 H_enc]
+        self.init_state = nn.Linear(encoder_hidden_size if init_from == "backward" else context_dim, hidden_size)
         self.gru1 = nn.GRUCell(E, hidden_size)  # s̃_t = GRU_1(s_{t-1}, y_{t-1})
         self.attention_query = nn.Linear(hidden_size, attention_dim, bias=False)  # W_a
         self.attention_v = nn.Parameter(torch.empty(attention_dim).uniform_(-0.1, 0.1))  # v_a
@@ -310,8 +320,12 @@ class RNNSearchDecoder(FairseqIncrementalDecoder):
         return {"s": torch.tanh(self.init_input(encoder_out))}
 
     def init_input(self, encoder_out: Dict[str, Tensor]) -> Tensor:
-        """``W_s ←h_1 + b_s`` (Bahdanau et al. 2015, A.2.2: ``s_0 = tanh(W_s ←h_1)``)."""
-        return self.init_state(encoder_out["final"])
+        """``W_s ←h_1 + b_s`` (Bahdanau et al. 2015, A.2.2: ``s_0 = tanh(W_s ←h_1)``) or, with
+        ``--decoder-init mean``, ``W_s mean_j h_j + b_s`` over the real positions (Nematus)."""
+        if self.init_from == "backward":
+            return self.init_state(encoder_out["final"])
+        real = (~encoder_out["padding_mask"]).unsqueeze(-1).to(encoder_out["annotations"])
+        return self.init_state((encoder_out["annotations"] * real).sum(1) / real.sum(1))
 
     def step_inputs(self, y: Tensor, encoder_out: Dict[str, Tensor]) -> Dict[str, Tensor]:
         """GRU_1's input projections of all previous words at once."""
@@ -461,6 +475,9 @@ class RNNSearchModel(FairseqEncoderDecoderModel):
 
     encoder_class = RNNSearchEncoder
     decoder_class = RNNSearchDecoder
+    #: a checkpoint written before ``--decoder-init`` existed was trained with ``s_0`` reading
+    #: ``←h_1`` (:func:`~fairseq_docctx.models.document_context.apply_checkpoint_defaults`)
+    checkpoint_defaults = {"decoder_init": "backward"}
 
     @staticmethod
     def add_args(parser):
@@ -490,6 +507,9 @@ class RNNSearchModel(FairseqEncoderDecoderModel):
                             help="initial weights of a new model: pytorch (each module's own) or bahdanau "
                             "(Bahdanau et al. 2015, B.1: orthogonal recurrent matrices, attention N(0, 0.001^2), "
                             "v_a and biases 0, other matrices N(0, 0.01^2))")
+        parser.add_argument("--decoder-init", choices=DECODER_INITS,
+                            help="what the decoder's initial state s_0 reads: backward (the backward RNN's last "
+                            "state, Bahdanau et al. 2015) or mean (the mean of the annotations, Nematus)")
 
     @classmethod
     def build_embeddings(cls, args, task):
@@ -534,7 +554,8 @@ class RNNSearchModel(FairseqEncoderDecoderModel):
                     output_activation=args.decoder_output_activation,
                     dropout_in=args.decoder_dropout_in, dropout_out=args.decoder_dropout_out,
                     share_input_output_embed=args.share_decoder_input_output_embed,
-                    max_positions=getattr(args, "max_target_positions", DEFAULT_MAX_POSITIONS))
+                    max_positions=getattr(args, "max_target_positions", DEFAULT_MAX_POSITIONS),
+                    init_from=args.decoder_init)
 
     @classmethod
     def build_decoder(cls, args, dictionary, embed_tokens, encoder):
@@ -566,6 +587,7 @@ class RNNSearchContextModel(DocumentContextModel, RNNSearchModel):
 
     doc_batching = "sentences"
     packs_training_output = True
+    checkpoint_defaults = RNNSearchModel.checkpoint_defaults  # before DocumentContextModel's
 
     def current_word_macs(self) -> int:
         """Multiply-adds of the matrix products a word of a current sentence costs: a source
@@ -618,15 +640,16 @@ def rnnsearch(args):
     set_defaults(args, attention_dim=args.decoder_hidden_size, dropout=0.5)
     set_defaults(args, encoder_dropout_in=0.0, encoder_dropout_out=0.0, decoder_dropout_in=0.0,
                  decoder_dropout_out=args.dropout, share_all_embeddings=False,
-                 share_decoder_input_output_embed=False, rnn_init="pytorch")
+                 share_decoder_input_output_embed=False, rnn_init="pytorch", decoder_init="backward")
 
 
 @register_model_architecture("rnnsearch", "rnnsearch_nematus")
 def rnnsearch_nematus(args):
     """The Nematus base of Wang et al. (2017, §3.1): embeddings 600, hidden 1000; Nematus'
-    tanh readout of the embedding size and its attention of the annotations' size (2000).
-    Dropout as ``rnnsearch`` (Wang et al. do not state theirs)."""
-    set_defaults(args, encoder_embed_dim=600, encoder_hidden_size=1000)
+    tanh readout of the embedding size, its attention of the annotations' size (2000) and its
+    initial decoder state from the annotations' mean (``--decoder-init mean``, as in Wang et
+    al.'s released code). Dropout as ``rnnsearch`` (Wang et al. do not state theirs)."""
+    set_defaults(args, encoder_embed_dim=600, encoder_hidden_size=1000, decoder_init="mean")
     set_defaults(args, decoder_embed_dim=args.encoder_embed_dim, decoder_hidden_size=args.encoder_hidden_size)
     set_defaults(args, decoder_out_embed_dim=args.decoder_embed_dim, decoder_output_activation="tanh",
                  attention_dim=2 * args.encoder_hidden_size)

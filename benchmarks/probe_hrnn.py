@@ -1,0 +1,134 @@
+"""Does ``hrnn_context`` use its context, and does it train as well as ``rnnsearch``? Tiny
+models (64-dim, one thread each) trained on the context probe (``fairseq_docctx.probe``: a
+pronoun whose class is set by a noun one or two sentences back, a word whose translation an
+earlier mention fixes), K = 3, each model's default (length-sorted) batches.
+
+For every run: the last training ``nll_loss`` (fairseq's per-token loss of the last logged
+updates), the probe's accuracy on the words that need context (beam 4, the test split), and
+for ``hrnn_context`` what its document summary ``D`` carries on the test split: the mean
+``|D|`` and the mean over channels of the standard deviation of ``D`` across the sentences
+with the same number of previous sentences ("spread"; near 0: ``D`` is one constant per
+count of previous sentences and tells the sentences apart by nothing else).
+
+Presets (fairseq-train options on top of the probe's common ones, ``tests/probe_utils.py``):
+
+* ``probe``: the probe tests' RNN settings (``--lr 1e-2 --warmup-updates 100``, label
+  smoothing 0.1, ``--max-tokens 2000``);
+* ``slow``: fairseq's defaults where the probe tests set their own (no label smoothing,
+  ``--warmup-updates 4000``, Adam betas (0.9, 0.999)), ``--lr 2e-3``, ``--max-tokens 4000``.
+
+Runs (``--runs``): ``rnnsearch`` (``rnnsearch_nematus``, no context), ``hrnn``
+(``hrnn_context``'s defaults), each with ``-backward`` to start the decoder from the backward
+RNN's last state (``--decoder-init backward``) instead of the annotations' mean.
+
+    python benchmarks/probe_hrnn.py --preset probe --updates 800 --seeds 1,2 --jobs 2
+
+The figures of ``docs/benchmarks.md`` came from this script (several presets and update
+counts; 16 jobs side by side on a 16-core machine, 2 on this project's 2-core one).
+"""
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import re
+import shutil
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, REPO)
+
+MODEL = ["--encoder-embed-dim", "64", "--encoder-hidden-size", "64", "--decoder-embed-dim", "64",
+         "--decoder-hidden-size", "64", "--decoder-out-embed-dim", "64", "--attention-dim", "64",
+         "--share-all-embeddings"]
+PRESETS = {
+    "probe": ["--lr", "1e-2", "--warmup-updates", "100"],
+    "slow": ["--label-smoothing", "0", "--warmup-updates", "4000", "--adam-betas", "(0.9,0.999)",
+             "--max-tokens", "4000"],
+}
+RUNS = {
+    "rnnsearch": ("rnnsearch_nematus", ["--context-size", "0"]),
+    "rnnsearch-backward": ("rnnsearch_nematus", ["--context-size", "0", "--decoder-init", "backward"]),
+    "hrnn": ("hrnn_context", ["--context-size", "3"]),
+    "hrnn-backward": ("hrnn_context", ["--context-size", "3", "--decoder-init", "backward"]),
+}
+
+
+def summary_spread(ckpt: str, data_bin: str, K: int) -> dict:
+    """Number of previous sentences -> (mean |D|, spread of D) over the test split."""
+    import torch
+    from fairseq import checkpoint_utils
+
+    from fairseq_docctx.data import context_batch as cb
+
+    torch.set_num_threads(1)
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [ckpt], arg_overrides={"data": data_bin, "context_size": K})
+    model = models[0].eval()
+    task.load_dataset("test")
+    itr = task.get_batch_iterator(task.dataset("test"), max_tokens=4000,
+                                  required_batch_size_multiple=1).next_epoch_itr(shuffle=False)
+    D, n = [], []
+    for sample in itr:
+        ni = sample["net_input"]
+        with torch.no_grad():
+            D.append(model.encoder(ni["src_tokens"], src_lengths=ni["src_lengths"], context=ni["context"])["doc_context"])
+        n.append((cb.index(ni["context"], "src", K) >= 0).sum(1))
+    D, n = torch.cat(D), torch.cat(n)
+    return {k: (round(D[n == k].abs().mean().item(), 3), round(D[n == k].std(0).mean().item(), 3))
+            for k in range(1, K + 1) if int((n == k).sum()) > 1}
+
+
+def one_run(job):
+    import probe_utils as pu
+
+    name, preset, seed, updates, probe, work = job
+    arch, args = RUNS[name]
+    save = os.path.join(work, f"{name}-{preset}-{updates}-s{seed}")
+    shutil.rmtree(save, ignore_errors=True)  # fairseq-train would resume from an earlier run
+    t = time.time()
+    out = pu.train(probe["data_bin"], arch, save, task="document_translation", model_args=MODEL,
+                   extra_args=args + PRESETS[preset] + ["--seed", str(seed)], max_update=updates)
+    nll = re.findall(r"nll_loss=([\d.]+)", open(out["log"], encoding="utf-8").read())
+    K = args[args.index("--context-size") + 1]
+    res = pu.probe_accuracy(probe["data_bin"], out["checkpoint"], probe["annotations"],
+                            task="document_translation", extra_args=["--context-size", K], beam=4)
+    row = dict(run=name, preset=preset, seed=seed, updates=updates, seconds=round(time.time() - t),
+               nll=float(nll[-1]) if nll else None,
+               accuracy={k: round(v["accuracy"], 3) for k, v in res["by_phenomenon"].items()
+                         if v["accuracy"] is not None})
+    if arch == "hrnn_context":
+        row["D"] = summary_spread(out["checkpoint"], probe["data_bin"], int(K))
+    return row
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", default="rnnsearch,hrnn,hrnn-backward", help=f"of {', '.join(RUNS)}")
+    p.add_argument("--preset", default="probe", choices=sorted(PRESETS))
+    p.add_argument("--updates", type=int, default=800)
+    p.add_argument("--seeds", default="1")
+    p.add_argument("--jobs", type=int, default=2, help="trainings side by side (one thread each)")
+    p.add_argument("--work", default=os.path.join(REPO, "bench-work", "probe-hrnn"))
+    p.add_argument("--json", help="also write the rows to this JSON file")
+    a = p.parse_args(argv)
+    import probe_utils as pu
+
+    probe_dir = os.path.join(a.work, "probe")
+    probe = (pu.make_probe_data(probe_dir) if not os.path.isdir(os.path.join(probe_dir, "data-bin"))
+             else {"data_bin": os.path.join(probe_dir, "data-bin"),
+                   "annotations": os.path.join(probe_dir, "text", "test.probe.jsonl")})
+    jobs = [(r, a.preset, int(s), a.updates, probe, a.work) for s in a.seeds.split(",") for r in a.runs.split(",")]
+    rows = []
+    with cf.ProcessPoolExecutor(a.jobs) as ex:
+        for row in ex.map(one_run, jobs):
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if a.json:
+        with open(a.json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -87,6 +87,28 @@ def sentence_model(bg, probe, factory):
     return _train(probe, factory, "sent", "transformer", ["--context-size", "0"])
 
 
+#: the RNN family on the probe: tiny sizes (fairseq-train options) and optimisation; the
+#: decoder's step loop makes an update slower than a tiny transformer's, so 400 updates (a
+#: shorter warmup, a higher learning rate) for the RNN models, 800 for hrnn_context: ~80 s
+#: (rnnsearch), ~100 s (hrnn_context), ~110 s (isg_rnnsearch) two at a time on 2 cores
+RNN_PROBE = dict(model_args=[
+    "--encoder-embed-dim", "64", "--encoder-hidden-size", "64", "--decoder-embed-dim", "64",
+    "--decoder-hidden-size", "64", "--decoder-out-embed-dim", "64", "--attention-dim", "64",
+    "--share-all-embeddings", "--lr", "1e-2", "--warmup-updates", "100"], max_update=400)
+
+
+#: hrnn_context trains longest (800 updates): queued right after the sentence-level model, so
+#: that it runs beside the other tests rather than after them
+@_training
+def hrnn_model(bg, probe, factory):
+    """hrnn_context with its defaults (Init-enc + Init-dec + gated auxiliary context on the
+    Nematus base, length-sorted batches) at the same size, K=3 (the paper's): 800 updates,
+    where the context path starts to carry the antecedent (after 400 updates the model
+    translates as well as rnnsearch but its summary D does not yet tell the classes apart)."""
+    return _train(probe, factory, "hrnn", "hrnn_context", ["--context-size", "3"],
+                  **dict(RNN_PROBE, max_update=800))
+
+
 @_training
 def concat_model(bg, probe, factory):
     return _train(probe, factory, "concat", "concat_transformer", K + ["--context-sides", "both"])
@@ -151,31 +173,10 @@ def mht_model(bg, probe, factory):
         "--context-sides", "src,draft", "--src-sentence-encoder-from", sentence_model["checkpoint"]])
 
 
-#: the RNN family on the probe: tiny sizes (fairseq-train options) and optimisation; the
-#: decoder's step loop makes an update slower than a tiny transformer's, so 400 updates (800
-#: for hrnn_context; a shorter warmup, a higher learning rate) for the RNN models: ~80 s (rnnsearch), ~120 s
-#: (hrnn_context), ~110 s (isg_rnnsearch) two at a time on 2 busy cores (158 / 237 / 252 s in
-#: a full suite beside two other suites)
-RNN_PROBE = dict(model_args=[
-    "--encoder-embed-dim", "64", "--encoder-hidden-size", "64", "--decoder-embed-dim", "64",
-    "--decoder-hidden-size", "64", "--decoder-out-embed-dim", "64", "--attention-dim", "64",
-    "--share-all-embeddings", "--lr", "1e-2", "--warmup-updates", "100"], max_update=400)
-
-
 @_training
 def rnnsearch_model(bg, probe, factory):
     """rnnsearch (Nematus' variant, the base of hrnn_context) at the probe's tiny size."""
     return _train(probe, factory, "rnnsearch", "rnnsearch_nematus", ["--context-size", "0"], **RNN_PROBE)
-
-
-@_training
-def hrnn_model(bg, probe, factory):
-    """hrnn_context with its defaults (Init-enc + Init-dec + gated auxiliary context on the
-    Nematus base, length-sorted batches) at the same size, K=3 (the paper's): 800 updates,
-    where the context path starts to carry the antecedent (after 400 updates the model
-    translates as well as rnnsearch but its summary D does not yet tell the classes apart)."""
-    return _train(probe, factory, "hrnn", "hrnn_context", ["--context-size", "3"],
-                  **dict(RNN_PROBE, max_update=800))
 
 
 @_training

@@ -532,7 +532,10 @@ def _test_documents(toy_bin):
     # source-only models given target context too: document order + cache (~18 s each: make test-all)
     pytest.param("encoder", "both", marks=pytest.mark.slow),
     pytest.param("decoder_source", "both", marks=pytest.mark.slow),
-    ("encoder", "source"), ("decoder_source", "source"),  # source-only: usual batching
+    # source-only models in their usual batching (~17 s each: make test-all; make test decodes
+    # the HAN encoder's on the probe, tests/test_context_probe.py)
+    pytest.param("encoder", "source", marks=pytest.mark.slow),
+    pytest.param("decoder_source", "source", marks=pytest.mark.slow),
 ])
 def test_generate_beam_2_in_document_order(which, sides, request, toy_bin):
     """Every configuration trains (2 epochs of fairseq-train) and fairseq-generate --beam 2

@@ -258,8 +258,9 @@ class HRNNContextModel(RNNSearchContextModel):
 def hrnn_context(args):
     """The paper's best system (Wang et al. 2017, Table 1, row 8): Init-enc + Init-dec +
     gated auxiliary context, on the Nematus base (embeddings 600, hidden 1000; §3.1; its
-    ``s_0`` from the annotations' mean, ``--decoder-init mean``); sentence and document RNNs of the encoder's size; K (the paper's 3) is the task's
-    ``--context-size`` unless ``--hrnn-context-size`` says otherwise."""
+    ``s_0`` from the annotations' mean, ``--decoder-init mean``); sentence and document RNNs
+    of the encoder's size; K (the paper's 3) is the task's ``--context-size`` unless
+    ``--hrnn-context-size`` says otherwise."""
     set_defaults(args, init_enc=True, init_dec=True, aux_context="gated", share_context_encoder=False)
     rnnsearch_nematus(args)
     set_defaults(args, context_hidden_size=args.encoder_hidden_size)

@@ -13,6 +13,7 @@ their own previous translations.
 """
 import copy
 import glob
+import hashlib
 import logging
 import os
 from typing import Callable, List, Optional, Sequence
@@ -24,7 +25,9 @@ from fairseq.data import LanguagePairDataset
 from fairseq.hub_utils import GeneratorHubInterface
 from omegaconf import open_dict
 
+from .data import manifest as mf
 from .data.doc_index import DocIndex
+from .data.drafts import DEFAULT_BEAM, DEFAULT_MAX_TOKENS, DraftsError
 from .data.document_dataset import DocumentPairDataset
 from .data.manifest import spm_model_path
 from .models.document_context import context_spec
@@ -168,7 +171,7 @@ class DocumentHubInterface(GeneratorHubInterface):
 
     A model that reads the ``draft`` context side (``mht_transformer``) gets the drafts of
     raw input from ``drafter``, a sentence-level src->tgt checkpoint
-    (:class:`~fairseq_docctx.data.drafts.DraftTranslator`, :func:`from_pretrained`'s
+    (:class:`DraftTranslator`, :func:`from_pretrained`'s
     ``draft_path``), which translates every sentence first, as ``docctx-drafts`` does for a
     data directory (length-sorted batches)."""
 
@@ -366,11 +369,191 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
             msg = (f"{path} reads drafts of the sentences and records no model that makes them: give the "
                    "src->tgt sentence-level checkpoint ({opt})")
             raise CheckpointError(msg.format(opt="draft_path=CKPT"), msg.format(opt="--draft-path CKPT"))
-        from .data import drafts
 
-        drafter = drafts.load_draft_translator(draft_path, data, beam=draft_beam or drafts.DEFAULT_BEAM,
+        drafter = load_draft_translator(draft_path, data, beam=draft_beam or DEFAULT_BEAM,
                                                cpu=cpu, fp16=fp16)
     hub = DocumentHubInterface(cfg, task, models, spm_model, drafter=drafter)
     if not cpu and torch.cuda.is_available():
         hub.cuda()
     return hub
+
+
+# ------------------------------------------------------------------ drafts: a sentence-level model translating
+class DraftTranslator:
+    """A sentence-level checkpoint ready for batched beam search (fairseq's
+    ``SequenceGenerator`` from the task's ``build_generator``).
+
+    Built by :func:`load_draft_translator`. :meth:`translate` translates a list of source
+    token tensors (e.g. raw input binarized on the fly); :meth:`plan` and
+    :meth:`translate_batch` are what
+    :func:`fairseq_docctx.inference.drafts.make_drafts` runs over a split.
+    """
+
+    def __init__(self, task, model, generator, checkpoint: str, checkpoint_sha1: str,
+                 beam: int, fp16: bool, device: torch.device):
+        self.task = task
+        self.model = model
+        self.generator = generator
+        self.checkpoint = checkpoint
+        self.checkpoint_sha1 = checkpoint_sha1
+        self.beam = beam
+        self.fp16 = fp16
+        self.device = device
+
+    @property
+    def source_dictionary(self):
+        return self.task.source_dictionary
+
+    @property
+    def target_dictionary(self):
+        return self.task.target_dictionary
+
+    def max_positions(self):
+        from fairseq import utils
+
+        return utils.resolve_max_positions(self.task.max_positions(), self.model.max_positions())
+
+    def dataset(self, sentences, sizes=None):
+        """A source-only ``LanguagePairDataset`` of ``sentences`` (an indexable of token
+        tensors ending in EOS), padded as the model was trained."""
+        from fairseq.data import LanguagePairDataset
+
+        sizes = np.asarray(sizes if sizes is not None else [len(s) for s in sentences])
+        return LanguagePairDataset(
+            sentences, sizes, self.source_dictionary, tgt_dict=self.target_dictionary,
+            left_pad_source=bool(getattr(self.task.cfg, "left_pad_source", True)),
+            left_pad_target=bool(getattr(self.task.cfg, "left_pad_target", False)), shuffle=False,
+        )
+
+    def plan(self, dataset, max_tokens: Optional[int] = None, batch_size: Optional[int] = None,
+             where: str = "the input") -> List[np.ndarray]:
+        """fairseq's length-sorted batches of every sentence of ``dataset`` (a deterministic
+        list of index arrays). No sentence is left out: a sentence longer than the model
+        allows is an error naming it (``where``: the file), and the batches are checked to
+        hold every sentence exactly once (``--required-batch-size-multiple`` is 1: fairseq's
+        default of 8 drops a last batch)."""
+        if max_tokens is None and batch_size is None:
+            max_tokens = DEFAULT_MAX_TOKENS
+        indices = dataset.ordered_indices()
+        _, ignored = dataset.filter_indices_by_size(indices, self.max_positions())
+        if len(ignored):
+            i = int(min(ignored))
+            raise DraftsError(f"{where}: line {i + 1} has {int(dataset.src_sizes[i])} tokens, more "
+                              f"than the model's maximum {self.max_positions()}")
+        if max_tokens is not None and len(dataset) and int(dataset.src_sizes.max()) > max_tokens:
+            i = int(np.argmax(dataset.src_sizes))
+            raise DraftsError(f"{where}: line {i + 1} has {int(dataset.src_sizes[i])} tokens, more "
+                              f"than --max-tokens {max_tokens}")
+        batches = [np.asarray(b, dtype=np.int64) for b in dataset.batch_by_size(
+            indices, max_tokens=max_tokens, max_sentences=batch_size, required_batch_size_multiple=1)]
+        seen = np.zeros(len(dataset), dtype=np.int64)
+        for b in batches:
+            np.add.at(seen, b, 1)
+        if len(dataset) and not (seen == 1).all():
+            bad = int(np.flatnonzero(seen != 1)[0])
+            raise RuntimeError(f"internal error: the batches hold sentence {bad} of {where} "
+                               f"{int(seen[bad])} times")
+        return batches
+
+    @torch.no_grad()
+    def translate_batch(self, dataset, batch: np.ndarray) -> List[torch.Tensor]:
+        """The best hypothesis (target token ids ending in EOS, on the CPU) of every
+        sentence of ``batch`` (indices of ``dataset``), in the batch's order."""
+        from fairseq import utils
+
+        sample = dataset.collater([dataset[int(i)] for i in batch])
+        if self.device.type != "cpu":
+            sample = utils.move_to_cuda(sample, device=self.device)
+        hypos = self.generator.generate([self.model], sample)
+        order = sample["id"].tolist()
+        out = {i: h[0]["tokens"].int().cpu() for i, h in zip(order, hypos)}
+        if len(out) != len(batch):
+            raise RuntimeError(f"internal error: {len(batch)} sentences in, {len(out)} translations out")
+        return [out[int(i)] for i in batch]
+
+    def translate(self, sentences: Sequence[torch.Tensor], max_tokens: Optional[int] = None,
+                  batch_size: Optional[int] = None,
+                  progress: Optional[Callable[[int, int], None]] = None) -> List[torch.Tensor]:
+        """Drafts of ``sentences`` (source token tensors ending in EOS), in their order;
+        ``progress(done, total)`` after every batch."""
+        dataset = self.dataset(sentences)
+        out: List[Optional[torch.Tensor]] = [None] * len(sentences)
+        done = 0
+        for batch in self.plan(dataset, max_tokens, batch_size):
+            for i, t in zip(batch.tolist(), self.translate_batch(dataset, batch)):
+                out[i] = t
+            done += len(batch)
+            if progress is not None:
+                progress(done, len(sentences))
+        return out
+
+
+
+def checkpoint_sha1(path: str) -> str:
+    h = hashlib.sha1()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_draft_translator(checkpoint: str, data_dir: str, beam: int = DEFAULT_BEAM,
+                          cpu: Optional[bool] = None, fp16: bool = False,
+                          **generation) -> DraftTranslator:
+    """Load a sentence-level src->tgt checkpoint with the dictionaries of ``data_dir``.
+
+    Refuses (:class:`~fairseq_docctx.CheckpointError`, one line) an unusable file, a
+    checkpoint whose dictionaries differ from the data directory's
+    (:func:`fairseq_docctx.check_dictionaries`) or that translates another language
+    pair than the directory's, and a model that reads document context (drafts come from a
+    sentence-level model). ``cpu``: ``None`` = a GPU if there is one. ``generation``:
+    options of fairseq's ``GenerationConfig`` (``lenpen``, ``max_len_b``...), fairseq's
+    defaults otherwise (those of ``fairseq-generate``).
+    """
+    from fairseq.dataclass.configs import GenerationConfig
+    from omegaconf import OmegaConf, open_dict
+
+    checkpoint = os.fspath(checkpoint)
+    state = load_checkpoint_state(checkpoint)
+    trained_on = _trained_on(state)
+    overrides = {"data": os.fspath(data_dir)}
+    _apply_overrides(state, overrides)
+    cfg = state["cfg"]
+    try:
+        task = tasks.setup_task(cfg.task, from_checkpoint=True)
+    except FileNotFoundError as e:
+        raise CheckpointError(
+            f"{checkpoint}: the data directory {data_dir} does not hold the dictionaries of this "
+            f"model ({e.filename or _first_line(e)} is missing)") from None
+    check_dictionaries(checkpoint, state, task, data_dir, trained_on)
+    pair = mf.language_pair(data_dir)
+    langs = (task.cfg.source_lang, task.cfg.target_lang)
+    if pair is not None and tuple(pair) != langs:
+        raise CheckpointError(f"{checkpoint} translates {langs[0]}->{langs[1]}, the data "
+                                  f"directory {data_dir} is {pair[0]}->{pair[1]}: drafts come "
+                                  f"from a {pair[0]}->{pair[1]} sentence-level model")
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [checkpoint], arg_overrides=overrides, task=task, state=state)
+    model = models[0]
+    if context_spec(model).reads_context:
+        raise CheckpointError(f"{checkpoint}: {model.__class__.__name__} reads document "
+                                  "context; drafts come from a sentence-level model (e.g. transformer)")
+    gen = OmegaConf.structured(GenerationConfig())
+    with open_dict(gen):
+        gen.beam = int(beam)
+        for k, v in generation.items():
+            if not hasattr(gen, k):
+                raise ValueError(f"unknown generation option {k!r}")
+            setattr(gen, k, v)
+    use_cuda = torch.cuda.is_available() if cpu is None else (not cpu and torch.cuda.is_available())
+    if cpu is False and not torch.cuda.is_available():
+        raise DraftsError("no GPU: use --cpu")
+    model.eval()
+    model.prepare_for_inference_(OmegaConf.create({"generation": gen}))
+    if fp16:
+        model.half()
+    device = torch.device("cuda") if use_cuda else torch.device("cpu")
+    model.to(device)
+    generator = task.build_generator([model], gen)
+    return DraftTranslator(task, model, generator, os.path.abspath(checkpoint),
+                           checkpoint_sha1(checkpoint), int(beam), bool(fp16), device)

@@ -164,7 +164,7 @@ def mht_model(bg, probe, factory):
     """mht_transformer (paper defaults at the probe's tiny size: both sides, multi-hop, K=2):
     drafts of the train and test splits by the sentence-level model (greedy), the source-side
     sentence encoder initialised from its encoder."""
-    from fairseq_docctx.data.drafts import make_drafts
+    from fairseq_docctx.inference.drafts import make_drafts
 
     sentence_model = bg.get("sentence_model")  # trained before (the queue's order)
     make_drafts(probe["data_bin"], sentence_model["checkpoint"], splits=("train", "test"), beam=1,

@@ -16,8 +16,9 @@ from conftest import REPO, TINY_MODEL, run, run_in_process, venv_env
 import fairseq_docctx  # noqa: F401  (declares the draft side)
 from fairseq_docctx.data import context_batch as cb
 from fairseq_docctx.data import manifest as mf
-from fairseq_docctx.data.drafts import (DraftSentences, DraftsError, draft_prefix, load_draft_translator,
-                                        make_drafts)
+from fairseq_docctx.data.drafts import DraftSentences, DraftsError, draft_prefix
+from fairseq_docctx.hub import load_draft_translator
+from fairseq_docctx.inference.drafts import make_drafts
 
 BATCH = ["--beam", "4", "--batch-size", "8"]
 

@@ -622,7 +622,7 @@ def test_docctx_translate_makes_drafts_on_the_fly(mht_init, mht_bin, sentence_ck
     with the same model and beam. A model that records no draft model needs --draft-path."""
     import shutil
 
-    from fairseq_docctx.data.drafts import make_drafts
+    from fairseq_docctx.inference.drafts import make_drafts
 
     ckpt, _ = mht_init
     data = tmp_path / "bin"

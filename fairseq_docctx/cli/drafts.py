@@ -1,7 +1,7 @@
 """``docctx-drafts``: translate every source sentence of a prepared data directory with a
 sentence-level checkpoint, the drafts of the Multi-Hop Transformer (Zhang et al. 2021, §3.1).
 
-Only parses the command line and calls :func:`fairseq_docctx.data.drafts.make_drafts`;
+Only parses the command line and calls :func:`fairseq_docctx.inference.drafts.make_drafts`;
 see docs/drafts.md.
 """
 import argparse
@@ -67,7 +67,7 @@ class _Progress:
 def main(argv=None):
     args = build_parser().parse_args(argv)
     quiet_logging()
-    from ..data.drafts import make_drafts
+    from ..inference.drafts import make_drafts
 
     splits = None
     if args.splits is not None:

@@ -26,7 +26,7 @@ import torch
 from fairseq import utils
 
 from ..data import context_batch as cb
-from .entropy import entropy
+from ..modules.entropy import entropy
 
 
 def sentence_sample(hub, split: str, doc: str, sentence: int):

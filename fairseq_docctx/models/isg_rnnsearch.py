@@ -54,7 +54,7 @@ from fairseq.models import register_model, register_model_architecture
 from torch import Tensor
 
 from ..data import context_batch as cb
-from ..evaluation.entropy import entropy
+from ..modules.entropy import entropy
 from ..modules.recurrence import project
 from . import sentence_init
 from .arch_defaults import set_defaults

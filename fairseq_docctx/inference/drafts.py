@@ -1,0 +1,276 @@
+"""``docctx-drafts``: the drafts of every split of a data directory
+(:mod:`fairseq_docctx.data.drafts` describes the stream), translated by a sentence-level
+checkpoint (:func:`fairseq_docctx.hub.load_draft_translator`) in fairseq's length-sorted
+batches, not in document order. The work is restartable: it is written in chunks of
+consecutive batches, each moved into place when complete (a hidden work directory in the data
+directory), and the final files are assembled in corpus order only at the end.
+"""
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from ..data import manifest as mf
+from ..data.drafts import (DEFAULT_BEAM, DEFAULT_CHUNK_SENTENCES, DEFAULT_SPLITS, WORK_DIR, DraftsError,
+                           draft_prefix, drafts_exist)
+from ..hub import load_draft_translator
+
+logger = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------ making (a data directory)
+@dataclass
+class DraftsResult:
+    """What :func:`make_drafts` did for one split."""
+
+    split: str
+    prefix: str  # the drafts' files without .bin/.idx
+    sentences: int
+    translated: int  # sentences translated by this run (0: all found done)
+    reused: int  # sentences of chunks an earlier run had finished
+    seconds: float
+    skipped: bool  # the split's drafts were there already
+
+
+def _source_prefix(data_dir: str, split: str, src: str, tgt: str) -> Optional[str]:
+    for a, b in ((src, tgt), (tgt, src)):
+        prefix = os.path.join(data_dir, f"{split}.{a}-{b}.{src}")
+        if os.path.isfile(prefix + ".idx") and os.path.isfile(prefix + ".bin"):
+            return prefix
+    return None
+
+
+def _settings_equal(a: dict, b: dict) -> bool:
+    """Same settings of a split's work (the checkpoint by its content, not its path)."""
+    def norm(x):
+        return {k: v for k, v in json.loads(json.dumps(x)).items() if k != "checkpoint"}
+
+    return norm(a) == norm(b)
+
+
+class _SplitWork:
+    """The hidden work directory of one split: ``settings.json`` and ``chunk-NNNNN.npz``
+    files (sentence ids, lengths, tokens), each written to a temporary name and moved into
+    place when complete."""
+
+    def __init__(self, data_dir: str, split: str, src: str, tgt: str):
+        self.dir = os.path.join(data_dir, WORK_DIR, f"{split}.{src}-{tgt}")
+
+    def settings(self) -> Optional[dict]:
+        try:
+            with open(os.path.join(self.dir, "settings.json"), encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def start(self, settings: dict) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(self.dir)
+        _write_atomic(os.path.join(self.dir, "settings.json"),
+                      (json.dumps(settings, indent=2) + "\n").encode("utf-8"))
+
+    def chunk_path(self, k: int) -> str:
+        return os.path.join(self.dir, f"chunk-{k:05d}.npz")
+
+    def read_chunk(self, k: int, ids: np.ndarray) -> Optional[List[np.ndarray]]:
+        """The drafts of chunk ``k`` if it is complete and holds the sentences ``ids``."""
+        try:
+            with np.load(self.chunk_path(k), allow_pickle=False) as z:
+                got, lengths, tokens = z["ids"], z["lengths"], z["tokens"]
+        except (OSError, ValueError, KeyError):
+            return None
+        if not np.array_equal(got, ids) or int(lengths.sum()) != len(tokens):
+            return None
+        return np.split(tokens, np.cumsum(lengths)[:-1]) if len(lengths) else []
+
+    def write_chunk(self, k: int, ids: np.ndarray, drafts: List[torch.Tensor]) -> None:
+        lengths = np.array([len(d) for d in drafts], dtype=np.int64)
+        tokens = (torch.cat(drafts).numpy() if drafts else np.zeros(0)).astype(np.int32)
+        tmp = self.chunk_path(k) + ".tmp"
+        with open(tmp, "wb") as f:
+            np.savez(f, ids=np.asarray(ids, dtype=np.int64), lengths=lengths, tokens=tokens)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.chunk_path(k))
+
+    def remove(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+        parent = os.path.dirname(self.dir)
+        try:
+            os.rmdir(parent)  # only when empty
+        except OSError:
+            pass
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _chunks(batches: List[np.ndarray], chunk_sentences: int) -> List[List[np.ndarray]]:
+    """Consecutive batches grouped into chunks of at least ``chunk_sentences`` sentences
+    (the last one may hold fewer)."""
+    chunks, cur, n = [], [], 0
+    for b in batches:
+        cur.append(b)
+        n += len(b)
+        if n >= chunk_sentences:
+            chunks.append(cur)
+            cur, n = [], 0
+    if cur:
+        chunks.append(cur)
+    return chunks
+
+
+def _assemble(work: _SplitWork, prefix: str, drafts: List[np.ndarray], vocab_size: int) -> None:
+    """Write the drafts (in corpus order) as ``prefix.{bin,idx}``: built in the work
+    directory, checked, then moved into place, the ``.idx`` last (a draft file that looks
+    complete is complete)."""
+    from fairseq.data import indexed_dataset
+
+    tmp = os.path.join(work.dir, "final")
+    builder = indexed_dataset.make_builder(tmp + ".bin", impl="mmap", vocab_size=vocab_size)
+    for d in drafts:
+        builder.add_item(torch.from_numpy(np.asarray(d, dtype=np.int64)))
+    builder.finalize(tmp + ".idx")
+    check = indexed_dataset.MMapIndexedDataset(tmp)
+    if len(check) != len(drafts):
+        raise RuntimeError(f"internal error: {tmp}.idx holds {len(check)} drafts, not {len(drafts)}")
+    del check
+    if os.path.exists(prefix + ".idx"):
+        os.remove(prefix + ".idx")
+    os.replace(tmp + ".bin", prefix + ".bin")
+    os.replace(tmp + ".idx", prefix + ".idx")
+
+
+def make_drafts(data_dir: str, checkpoint: str, splits: Optional[Sequence[str]] = None,
+                beam: int = DEFAULT_BEAM, max_tokens: Optional[int] = None,
+                batch_size: Optional[int] = None, cpu: Optional[bool] = None, fp16: bool = False,
+                chunk_sentences: int = DEFAULT_CHUNK_SENTENCES, overwrite: bool = False,
+                progress: Optional[Callable[[str, int, int], None]] = None,
+                log: Callable[[str], None] = logger.info, **generation) -> List[DraftsResult]:
+    """Translate every source sentence of ``splits`` of a prepared data directory with a
+    sentence-level src->tgt checkpoint, and store the drafts as
+    ``{split}.{src}-{tgt}.draft.{bin,idx}`` (:func:`draft_prefix`), recorded in
+    ``docctx.json`` (Zhang et al. 2021, §3.1, §4.3: the drafts of the Multi-Hop Transformer).
+
+    Batches are fairseq's length-sorted ones (``max_tokens``/``batch_size``; default
+    ``max_tokens`` 8000), decoded with beam search (``beam``; ``generation``: more options
+    of fairseq's ``GenerationConfig``). Every ``chunk_sentences`` sentences (at batch
+    boundaries) the drafts so far are written to a chunk file in ``DATA/.docctx-drafts``;
+    a re-run with the same settings skips finished chunks, and splits already made with the
+    same checkpoint and beam (unless ``overwrite``); different settings start a split over.
+    ``splits``: default the splits ``docctx.json`` lists, else train, valid and test.
+    ``progress(split, sentences_done, sentences_total)`` after every batch; ``log`` gets one
+    line per note (resumed chunks, skipped splits, restarts).
+
+    Errors (one line naming the file): :class:`DraftsError` (missing data directory or
+    split, sentence too long), :class:`~fairseq_docctx.hub.CheckpointError` (unusable
+    checkpoint, other dictionaries or language pair, a document-level model).
+    """
+    from fairseq.data import data_utils
+
+    data_dir = os.fspath(data_dir)
+    if not os.path.isdir(data_dir):
+        raise DraftsError(f"{data_dir}: no such data directory")
+    if max_tokens is not None and batch_size is not None:
+        raise DraftsError("give --max-tokens or --batch-size, not both")
+    if chunk_sentences < 1:
+        raise DraftsError("chunk_sentences must be >= 1")
+    if splits is None:
+        splits = mf.split_names(data_dir) or DEFAULT_SPLITS
+    splits = list(dict.fromkeys(splits))
+    translator = load_draft_translator(checkpoint, data_dir, beam=beam, cpu=cpu, fp16=fp16, **generation)
+    src, tgt = translator.task.cfg.source_lang, translator.task.cfg.target_lang
+    sources = {}
+    for split in splits:  # every split checked before any work
+        prefix = _source_prefix(data_dir, split, src, tgt)
+        if prefix is None:
+            raise DraftsError(f"{data_dir}: split '{split}' has no binarized {src} sentences "
+                              f"({os.path.join(data_dir, f'{split}.{src}-{tgt}.{src}')}.bin/.idx)")
+        sources[split] = prefix
+    settings_base = {
+        "checkpoint": translator.checkpoint, "checkpoint_sha1": translator.checkpoint_sha1,
+        "beam": int(beam), "max_tokens": max_tokens, "batch_size": batch_size, "fp16": bool(fp16),
+        "chunk_sentences": int(chunk_sentences), "generation": dict(sorted(generation.items())),
+    }
+    results = []
+    for split in splits:
+        start = time.time()
+        src_data = data_utils.load_indexed_dataset(sources[split], translator.source_dictionary)
+        n = len(src_data)
+        prefix = draft_prefix(data_dir, split, src, tgt)
+        record = mf.drafts_record(data_dir, split)
+        if (not overwrite and record is not None and drafts_exist(data_dir, split, src, tgt)
+                and record.sentences == n and record.checkpoint_sha1 == translator.checkpoint_sha1
+                and record.beam == int(beam)):
+            log(f"{split}: drafts already made ({n} sentences, {record.checkpoint}, beam "
+                f"{record.beam}): skipped")
+            results.append(DraftsResult(split, prefix, n, 0, 0, 0.0, True))
+            continue
+        if record is not None:
+            log(f"{split}: the drafts there were made with other settings or data: making them again")
+            mf.forget_drafts(data_dir, split)
+        dataset = translator.dataset(src_data, src_data.sizes)
+        batches = translator.plan(dataset, max_tokens, batch_size, where=sources[split] + ".bin")
+        chunks = _chunks(batches, chunk_sentences)
+        work = _SplitWork(data_dir, split, src, tgt)
+        settings = {**settings_base, "split": split, "sentences": n}
+        old = work.settings()
+        if old is not None and not _settings_equal(old, settings):
+            log(f"{split}: the unfinished drafts in {work.dir} were made with other settings: "
+                "starting this split over")
+            old = None
+        if old is None:
+            work.start(settings)
+        drafts: List[Optional[np.ndarray]] = [None] * n
+        done = reused = reused_chunks = 0
+        todo = []
+        for k, chunk in enumerate(chunks):
+            ids = np.concatenate(chunk) if chunk else np.zeros(0, np.int64)
+            found = work.read_chunk(k, ids)
+            if found is None:
+                todo.append((k, chunk, ids))
+                continue
+            for i, d in zip(ids.tolist(), found):
+                drafts[i] = d
+            reused += len(ids)
+            reused_chunks += 1
+        done = reused
+        if reused_chunks:
+            log(f"{split}: resuming: {reused_chunks} of {len(chunks)} chunks already done "
+                f"({reused} of {n} sentences)")
+        if progress is not None:
+            progress(split, done, n)
+        for k, chunk, ids in todo:
+            out = []
+            for batch in chunk:
+                out.extend(translator.translate_batch(dataset, batch))
+                done += len(batch)
+                if progress is not None:
+                    progress(split, done, n)
+            work.write_chunk(k, ids, out)
+            for i, d in zip(ids.tolist(), out):
+                drafts[i] = d.numpy()
+        missing = [i for i, d in enumerate(drafts) if d is None]
+        if missing:
+            raise RuntimeError(f"internal error: sentence {missing[0]} of {sources[split]} has no draft")
+        _assemble(work, prefix, drafts, len(translator.target_dictionary))
+        seconds = time.time() - start
+        mf.record_drafts(data_dir, split, mf.DraftsRecord(
+            files=[os.path.basename(prefix) + ".bin", os.path.basename(prefix) + ".idx"],
+            sentences=n, checkpoint=translator.checkpoint,
+            checkpoint_sha1=translator.checkpoint_sha1, beam=int(beam), max_tokens=max_tokens,
+            batch_size=batch_size, fp16=bool(fp16),
+        ))
+        work.remove()
+        results.append(DraftsResult(split, prefix, n, n - reused, reused, seconds, False))
+    return results

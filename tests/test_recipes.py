@@ -499,3 +499,24 @@ def test_opensubs_enru_smoke(tmp_path):
         for s in sets:
             m = run["metrics"][f"contrastive:{s}"]
             assert m["examples"] == 6 and 0 <= m["correct"] <= 6
+
+
+def test_es_en_news_sets_are_read_under_wmts_own_names(tmp_path, shared_data):
+    """examples/es-en (News): WMT's 2008 set is news-test2008-{src,ref}.{es,en}.sgm
+    (hyphenated), 2009-2013 newstestYYYY-...; wmt_es_en_sets links the real files (copied
+    unmodified from WMT's dev.tgz) under one {lang} pattern, and every set reads as parallel
+    documents with all its segments; a missing file is named."""
+    from fairseq_docctx.data.readers import read_parallel
+
+    real = shared_data / "wmt-es-en-dev"
+    rc, out = bash(f"source {CORPORA}; wmt_es_en_sets {real} $T/wmt 'get dev.tgz'", tmp_path)
+    assert rc == 0, out
+    for y in range(2008, 2014):
+        name = "news-test2008" if y == 2008 else f"newstest{y}"
+        p = read_parallel(str(tmp_path / "wmt" / f"newstest{y}.{{lang}}.sgm"), "es", "en")
+        segs = (real / f"{name}-src.es.sgm").read_text(encoding="utf-8").count("<seg ")
+        assert p.num_sentences == segs > 0 and len(p.src) == len(p.tgt)
+    (tmp_path / "partial").mkdir()
+    (tmp_path / "partial" / "newstest2008-src.es.sgm").write_text("<srcset>\n")
+    rc, out = bash(f"source {CORPORA}; wmt_es_en_sets $T/partial $T/wmt2 'get dev.tgz'", tmp_path)
+    assert rc == 2 and f"missing {tmp_path}/partial/news-test2008-src.es.sgm: get dev.tgz" in out, out

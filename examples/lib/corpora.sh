@@ -4,7 +4,8 @@
 #
 #   opus_docs IDS SRC_FILE TGT_FILE OUT TRAIN_CAP DEV_LIST TEST_LIST   OPUS Moses files -> docids format
 #   pick_episodes IDS OUT N_DEV N_TEST MIN MAX SEED                    random whole documents
-#   voita_docs SRC DST OUT_PREFIX                                      Voita et al. (2019)'s windows -> documents
+#   voita_docs SRC DST OUT_PREFIX                                      Voita et al. (2019)'s groups -> documents
+#   wmt_es_en_sets DIR OUT HOWTO                                       WMT news test sets 2008-2013 -> OUT/newstestYYYY.{es,en}.sgm
 
 opus_docs() {  # IDS SRC_FILE TGT_FILE OUT TRAIN_CAP DEV_LIST TEST_LIST: an OPUS Moses corpus ->
   # OUT/{train,dev,test}.{SRC_EXT,TGT_EXT,docids} (the extensions of SRC_FILE and TGT_FILE)
@@ -78,4 +79,22 @@ voita_docs() {  # SRC DST OUT_PREFIX: " _eos "-joined windows -> documents in th
       pn = n; for (i = 1; i <= n; i++) { ps[i] = s[i]; pt[i] = t[i] }
     }
     END { printf "%s: %d lines -> %d documents (%d lines continued the line before)\n", f, NR, docs, continued }'
+}
+
+wmt_es_en_sets() {  # DIR OUT HOWTO: WMT's Es-En news test sets 2008-2013 as WMT distributes
+  # them (dev.tgz): the 2008 set is news-test2008-{src,ref}.{es,en}.sgm (hyphenated), the
+  # others newstestYYYY-{src,ref}.{es,en}.sgm; links OUT/newstestYYYY.{es,en}.sgm (Spanish
+  # source, English reference: one {lang} pattern for docctx-prepare); a missing file is an
+  # error naming it (HOWTO: where to get it)
+  local dir=$1 out=$2 howto=$3 y name
+  mkdir -p "$out"
+  dir=$(cd "$dir" 2>/dev/null && pwd) || die "missing folder $1: $howto"
+  for y in 2008 2009 2010 2011 2012 2013; do
+    name=newstest$y
+    [[ $y == 2008 ]] && name=news-test2008
+    need_file "$dir/$name-src.es.sgm" "$howto"
+    need_file "$dir/$name-ref.en.sgm" "$howto"
+    ln -sf "$dir/$name-src.es.sgm" "$out/newstest$y.es.sgm"
+    ln -sf "$dir/$name-ref.en.sgm" "$out/newstest$y.en.sgm"
+  done
 }

@@ -54,7 +54,8 @@ def iwslt_xml(docs, side, setid, first_id):
 
 
 def wmt_sgm(docs, side, setid):
-    """WMT newstest SGML (``newstestYYYY-src.es.sgm`` / ``-ref.en.sgm``)."""
+    """WMT news test set SGML (``newstestYYYY-src.es.sgm`` / ``-ref.en.sgm``; 2008:
+    ``news-test2008-…``)."""
     kind, lang = ("srcset", "es") if side == 0 else ("refset", "en")
     out = [f'<{kind} setid="{setid}" srclang="any"{"" if side == 0 else " trglang=" + chr(34) + "en" + chr(34)}>']
     for k, doc in enumerate(docs):
@@ -100,8 +101,9 @@ def es_en(root):
     opus_moses(news, "News-Commentary", documents(rng, 30, "es"), lambda k: f"news-commentary-{k}.xml.gz")
     for y in range(2008, 2014):
         docs = documents(rng, 2 if y == 2008 else 1, "es")
-        write(os.path.join(news, f"newstest{y}-src.es.sgm"), wmt_sgm(docs, 0, f"newstest{y}"))
-        write(os.path.join(news, f"newstest{y}-ref.en.sgm"), wmt_sgm(docs, 1, f"newstest{y}"))
+        name = "news-test2008" if y == 2008 else f"newstest{y}"  # WMT's dev.tgz names (2008 hyphenated)
+        write(os.path.join(news, f"{name}-src.es.sgm"), wmt_sgm(docs, 0, f"newstest{y}"))
+        write(os.path.join(news, f"{name}-ref.en.sgm"), wmt_sgm(docs, 1, f"newstest{y}"))
 
 
 def voita_enru(root):

@@ -520,3 +520,47 @@ def test_es_en_news_sets_are_read_under_wmts_own_names(tmp_path, shared_data):
     (tmp_path / "partial" / "newstest2008-src.es.sgm").write_text("<srcset>\n")
     rc, out = bash(f"source {CORPORA}; wmt_es_en_sets $T/partial $T/wmt2 'get dev.tgz'", tmp_path)
     assert rc == 2 and f"missing {tmp_path}/partial/news-test2008-src.es.sgm: get dev.tgz" in out, out
+
+
+def test_git_blob_id_is_gits_and_fetch_blob_checks_it(tmp_path):
+    """recipe.sh: git_blob_id FILE equals `git hash-object FILE`; fetch_blob downloads and
+    checks a file by that id (a mismatch is a clear error, the file kept)."""
+    src = tmp_path / "remote.txt"
+    src.write_bytes(b"<d>\r\nein Satz \xc3\xa4\n" * 300)
+    want = subprocess.run(["git", "hash-object", str(src)], capture_output=True, text=True, check=True).stdout.strip()
+    rc, out = bash(f"git_blob_id {src}", tmp_path)
+    assert rc == 0 and out.strip() == want, out
+    dest = tmp_path / "dl" / "file.txt"
+    rc, out = bash(f"fetch_blob file://{src} {want} {dest}", tmp_path)
+    assert rc == 0 and dest.read_bytes() == src.read_bytes(), out
+    rc, out = bash(f"fetch_blob file://{src} {'0' * 40} {dest}", tmp_path)
+    assert rc == 2 and f"git blob id mismatch for {dest}: {want}, expected {'0' * 40}" in out, out
+    rc, out = bash(f"fetch_blob file://{tmp_path}/missing {want} {tmp_path}/x 'ask the authors'", tmp_path)
+    assert rc == 2 and "could not download" in out and "ask the authors" in out, out
+
+
+def test_ted_ende_downloads_its_training_side_and_nc_europarl_name_the_authors_readme(tmp_path):
+    """ted-ende: a missing training side is downloaded from the authors' repository at the
+    pinned commit and checked by its git blob id (a stand-in curl serves a wrong file here);
+    nc-ende and europarl-ende point at the authors' data/readme.txt."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "curl").write_text('#!/bin/bash\necho "$@" >> "$(dirname "$0")/urls"\n'
+                               'for ((i = 1; i <= $#; i++)); do [[ ${!i} == -o ]] && { j=$((i + 1)); echo wrong > "${!j}"; }; done\nexit 0\n')
+    (bin_ / "curl").chmod(0o755)
+    env = venv_env()
+    data = tmp_path / "maruf"
+    for corpus in ("IWSLT2017", "NC-2016", "Europarl7"):
+        (data / corpus).mkdir(parents=True)
+        for split in ("dev", "test"):
+            for lang in ("en", "de"):
+                (data / corpus / f"concatenated_en2de_{split}_{lang}.txt").write_text("<d>\na\n")
+    rc, out = _recipe("ted-ende", tmp_path, DATA=str(data), PATH=f"{bin_}:{env['PATH']}")
+    url = ("https://raw.githubusercontent.com/sameenmaruf/selective-attn/1cb44c5ddd2cdf4f32ea74768a3389b52fc4db27"
+           "/data/IWSLT2017/concatenated_en2de_train_en.txt")
+    assert url in (bin_ / "urls").read_text()
+    assert rc == 2 and "git blob id mismatch" in out and "expected c90aae48de6eebc5c539f8db559428d7ab1d9e23" in out, out
+    for recipe, corpus in (("nc-ende", "NC-2016"), ("europarl-ende", "Europarl7")):
+        rc, out = _recipe(recipe, tmp_path, DATA=str(data), PATH=f"{bin_}:{env['PATH']}")
+        assert rc == 2 and f"missing {data}/{corpus}/concatenated_en2de_train_en.txt" in out, out
+        assert "https://github.com/sameenmaruf/selective-attn/blob/master/data/readme.txt" in out, out

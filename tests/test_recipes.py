@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -543,25 +544,20 @@ def test_ted_ende_downloads_its_training_side_and_nc_europarl_name_the_authors_r
     """ted-ende: a missing training side is downloaded from the authors' repository at the
     pinned commit and checked by its git blob id (a stand-in curl serves a wrong file here);
     nc-ende and europarl-ende point at the authors' data/readme.txt."""
-    bin_ = tmp_path / "bin"
-    bin_.mkdir()
-    (bin_ / "curl").write_text('#!/bin/bash\necho "$@" >> "$(dirname "$0")/urls"\n'
-                               'for ((i = 1; i <= $#; i++)); do [[ ${!i} == -o ]] && { j=$((i + 1)); echo wrong > "${!j}"; }; done\nexit 0\n')
-    (bin_ / "curl").chmod(0o755)
-    env = venv_env()
+    bin_, path = _fake_curl(tmp_path)
     data = tmp_path / "maruf"
     for corpus in ("IWSLT2017", "NC-2016", "Europarl7"):
         (data / corpus).mkdir(parents=True)
         for split in ("dev", "test"):
             for lang in ("en", "de"):
                 (data / corpus / f"concatenated_en2de_{split}_{lang}.txt").write_text("<d>\na\n")
-    rc, out = _recipe("ted-ende", tmp_path, DATA=str(data), PATH=f"{bin_}:{env['PATH']}")
+    rc, out = _recipe("ted-ende", tmp_path, DATA=str(data), PATH=path)
     url = ("https://raw.githubusercontent.com/sameenmaruf/selective-attn/1cb44c5ddd2cdf4f32ea74768a3389b52fc4db27"
            "/data/IWSLT2017/concatenated_en2de_train_en.txt")
     assert url in (bin_ / "urls").read_text()
     assert rc == 2 and "git blob id mismatch" in out and "expected c90aae48de6eebc5c539f8db559428d7ab1d9e23" in out, out
     for recipe, corpus in (("nc-ende", "NC-2016"), ("europarl-ende", "Europarl7")):
-        rc, out = _recipe(recipe, tmp_path, DATA=str(data), PATH=f"{bin_}:{env['PATH']}")
+        rc, out = _recipe(recipe, tmp_path, DATA=str(data), PATH=path)
         assert rc == 2 and f"missing {data}/{corpus}/concatenated_en2de_train_en.txt" in out, out
         assert "https://github.com/sameenmaruf/selective-attn/blob/master/data/readme.txt" in out, out
 
@@ -584,7 +580,7 @@ def test_voita_smoke_data_is_in_the_release_layout(tmp_path):
     docctx-score's voita reader reads with true_ind as the correct candidate."""
     from fairseq_docctx.evaluation.contrastive import read_voita
 
-    subprocess.run([venv_env()["PATH"].split(":")[0] + "/python", str(REPO / "examples/lib/smoke_data.py"),
+    subprocess.run([sys.executable, str(REPO / "examples/lib/smoke_data.py"),
                     "voita-enru", str(tmp_path / "v")], check=True)
     for folder in ("context_aware", "context_agnostic"):
         for lang in ("en", "ru"):
@@ -627,7 +623,7 @@ def test_voita_groups_become_documents_and_each_test_line_scores_its_current_sen
     sents = [w for w in ru if w != "<d>"]
     (tmp_path / "gen.txt").write_text("".join(f"S-{i}\tx\nH-{i}\t-0.5\thyp{w}\nD-{i}\t-0.5\thyp{w}\n"
                                               for i, w in reversed(list(enumerate(sents)))))
-    p = subprocess.run([venv_env()["PATH"].split(":")[0] + "/python", str(REPO / "examples/lib/current_sentences.py"),
+    p = subprocess.run([sys.executable, str(REPO / "examples/lib/current_sentences.py"),
                         str(tmp_path / "d.current"), str(tmp_path / "d.ru"), str(tmp_path / "gen.txt"),
                         str(tmp_path / "cur" / "x")], capture_output=True, text=True, env=venv_env())
     assert p.returncode == 0 and "7 current sentences of 17 scored (10 context only)" in p.stdout, p.stdout + p.stderr
@@ -648,7 +644,7 @@ def test_opensubs_enru_reads_the_release_layout_and_downloads_the_pinned_test_se
     rc, out = _recipe("opensubs-enru", tmp_path, DATA=str(old), PATH=path)
     assert rc == 2 and f"missing {old}/data_to_publish/context_aware/en_train" in out, out
     assert "acl19_good_translation_wrong_in_context.zip" in out
-    subprocess.run([venv_env()["PATH"].split(":")[0] + "/python", str(REPO / "examples/lib/smoke_data.py"),
+    subprocess.run([sys.executable, str(REPO / "examples/lib/smoke_data.py"),
                     "voita-enru", str(tmp_path / "v")], check=True)
     rc, out = _recipe("opensubs-enru", tmp_path, DATA=str(tmp_path / "v"), PATH=path)
     url = ("https://raw.githubusercontent.com/lena-voita/good-translation-wrong-in-context/"

@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -499,3 +500,155 @@ def test_opensubs_enru_smoke(tmp_path):
         for s in sets:
             m = run["metrics"][f"contrastive:{s}"]
             assert m["examples"] == 6 and 0 <= m["correct"] <= 6
+
+
+def test_es_en_news_sets_are_read_under_wmts_own_names(tmp_path, shared_data):
+    """examples/es-en (News): WMT's 2008 set is news-test2008-{src,ref}.{es,en}.sgm
+    (hyphenated), 2009-2013 newstestYYYY-...; wmt_es_en_sets links the real files (copied
+    unmodified from WMT's dev.tgz) under one {lang} pattern, and every set reads as parallel
+    documents with all its segments; a missing file is named."""
+    from fairseq_docctx.data.readers import read_parallel
+
+    real = shared_data / "wmt-es-en-dev"
+    rc, out = bash(f"source {CORPORA}; wmt_es_en_sets {real} $T/wmt 'get dev.tgz'", tmp_path)
+    assert rc == 0, out
+    for y in range(2008, 2014):
+        name = "news-test2008" if y == 2008 else f"newstest{y}"
+        p = read_parallel(str(tmp_path / "wmt" / f"newstest{y}.{{lang}}.sgm"), "es", "en")
+        segs = (real / f"{name}-src.es.sgm").read_text(encoding="utf-8").count("<seg ")
+        assert p.num_sentences == segs > 0 and len(p.src) == len(p.tgt)
+    (tmp_path / "partial").mkdir()
+    (tmp_path / "partial" / "newstest2008-src.es.sgm").write_text("<srcset>\n")
+    rc, out = bash(f"source {CORPORA}; wmt_es_en_sets $T/partial $T/wmt2 'get dev.tgz'", tmp_path)
+    assert rc == 2 and f"missing {tmp_path}/partial/news-test2008-src.es.sgm: get dev.tgz" in out, out
+
+
+def test_git_blob_id_is_gits_and_fetch_blob_checks_it(tmp_path):
+    """recipe.sh: git_blob_id FILE equals `git hash-object FILE`; fetch_blob downloads and
+    checks a file by that id (a mismatch is a clear error, the file kept)."""
+    src = tmp_path / "remote.txt"
+    src.write_bytes(b"<d>\r\nein Satz \xc3\xa4\n" * 300)
+    want = subprocess.run(["git", "hash-object", str(src)], capture_output=True, text=True, check=True).stdout.strip()
+    rc, out = bash(f"git_blob_id {src}", tmp_path)
+    assert rc == 0 and out.strip() == want, out
+    dest = tmp_path / "dl" / "file.txt"
+    rc, out = bash(f"fetch_blob file://{src} {want} {dest}", tmp_path)
+    assert rc == 0 and dest.read_bytes() == src.read_bytes(), out
+    rc, out = bash(f"fetch_blob file://{src} {'0' * 40} {dest}", tmp_path)
+    assert rc == 2 and f"git blob id mismatch for {dest}: {want}, expected {'0' * 40}" in out, out
+    rc, out = bash(f"fetch_blob file://{tmp_path}/missing {want} {tmp_path}/x 'ask the authors'", tmp_path)
+    assert rc == 2 and "could not download" in out and "ask the authors" in out, out
+
+
+def test_ted_ende_downloads_its_training_side_and_nc_europarl_name_the_authors_readme(tmp_path):
+    """ted-ende: a missing training side is downloaded from the authors' repository at the
+    pinned commit and checked by its git blob id (a stand-in curl serves a wrong file here);
+    nc-ende and europarl-ende point at the authors' data/readme.txt."""
+    bin_, path = _fake_curl(tmp_path)
+    data = tmp_path / "maruf"
+    for corpus in ("IWSLT2017", "NC-2016", "Europarl7"):
+        (data / corpus).mkdir(parents=True)
+        for split in ("dev", "test"):
+            for lang in ("en", "de"):
+                (data / corpus / f"concatenated_en2de_{split}_{lang}.txt").write_text("<d>\na\n")
+    rc, out = _recipe("ted-ende", tmp_path, DATA=str(data), PATH=path)
+    url = ("https://raw.githubusercontent.com/sameenmaruf/selective-attn/1cb44c5ddd2cdf4f32ea74768a3389b52fc4db27"
+           "/data/IWSLT2017/concatenated_en2de_train_en.txt")
+    assert url in (bin_ / "urls").read_text()
+    assert rc == 2 and "git blob id mismatch" in out and "expected c90aae48de6eebc5c539f8db559428d7ab1d9e23" in out, out
+    for recipe, corpus in (("nc-ende", "NC-2016"), ("europarl-ende", "Europarl7")):
+        rc, out = _recipe(recipe, tmp_path, DATA=str(data), PATH=path)
+        assert rc == 2 and f"missing {data}/{corpus}/concatenated_en2de_train_en.txt" in out, out
+        assert "https://github.com/sameenmaruf/selective-attn/blob/master/data/readme.txt" in out, out
+
+
+def _fake_curl(tmp_path):
+    """A stand-in curl on PATH: records its arguments, writes 'wrong' to its -o file."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    (bin_ / "curl").write_text('#!/bin/bash\necho "$@" >> "$(dirname "$0")/urls"\n'
+                               'for ((i = 1; i <= $#; i++)); do [[ ${!i} == -o ]] && { j=$((i + 1)); echo wrong > "${!j}"; }; done\nexit 0\n')
+    (bin_ / "curl").chmod(0o755)
+    return bin_, f"{bin_}:{venv_env()['PATH']}"
+
+
+def test_voita_smoke_data_is_in_the_release_layout(tmp_path):
+    """smoke_data.py voita-enru writes Voita et al. (2019)'s layout: the training archive's
+    data_to_publish/context_aware/{en,ru}_{train,dev,test} (and context_agnostic/), and
+    consistency_testsets/*.json as the repository has them (one JSON list of objects with
+    dst, true_ind, src, ctx_dist; the correct candidate not always the first), which
+    docctx-score's voita reader reads with true_ind as the correct candidate."""
+    from fairseq_docctx.evaluation.contrastive import read_voita
+
+    subprocess.run([sys.executable, str(REPO / "examples/lib/smoke_data.py"),
+                    "voita-enru", str(tmp_path / "v")], check=True)
+    for folder in ("context_aware", "context_agnostic"):
+        for lang in ("en", "ru"):
+            for split in ("train", "dev", "test"):
+                assert (tmp_path / "v" / "data_to_publish" / folder / f"{lang}_{split}").is_file()
+    ca = tmp_path / "v" / "data_to_publish" / "context_aware"
+    for split in ("train", "dev", "test"):
+        en, ru = ((ca / f"{lang}_{split}").read_text().splitlines() for lang in ("en", "ru"))
+        assert len(en) == len(ru) and all(a.count(" _eos ") == b.count(" _eos ") <= 3 for a, b in zip(en, ru))
+    correct = []
+    for name in ("deixis_test", "lex_cohesion_test", "ellipsis_infl", "ellipsis_vp"):
+        path = tmp_path / "v" / "consistency_testsets" / f"{name}.json"
+        data = json.loads(path.read_text())
+        assert all(list(ex) == ["dst", "true_ind", "src", "ctx_dist"] for ex in data)
+        ex = read_voita(str(path))
+        assert [e.correct for e in ex] == [d["true_ind"] for d in data]
+        assert [e.candidates[e.correct].target for e in ex] == [d["dst"][d["true_ind"]].split(" _eos ")[-1] for d in data]
+        correct += [e.correct for e in ex]
+    assert 0 in correct and max(correct) > 0
+
+
+def test_voita_groups_become_documents_and_each_test_line_scores_its_current_sentence(tmp_path):
+    """voita_docs: growing groups at a document's start and overlapping groups in order join
+    into one document (each sentence once); groups out of order stay apart; .current marks
+    the last sentence of each line; MAX_LINES takes the first lines. current_sentences.py
+    keeps exactly those sentences of the reference and of fairseq-generate's output."""
+    win = lambda xs: " _eos ".join(xs)
+    src = [win("ab"), win("abc"), win("abcd"), win("bcde"), win("pqrs"), win("opqr"), win("nopq")]
+    (tmp_path / "t.en").write_text("\n".join(src) + "\n")
+    (tmp_path / "t.ru").write_text("\n".join(s.upper().replace("_EOS", "_eos") for s in src) + "\n")
+    rc, out = bash(f"source {CORPORA}; voita_docs $T/t.en $T/t.ru $T/d", tmp_path)
+    assert rc == 0 and "7 lines -> 4 documents (3 lines continued the line before)" in out, out
+    assert (tmp_path / "d.en").read_text().split() == \
+        ["<d>", *"abcde", "<d>", *"pqrs", "<d>", *"opqr", "<d>", *"nopq"]
+    assert (tmp_path / "d.current").read_text().split() == \
+        ["0", "1", "1", "1", "1"] + ["0", "0", "0", "1"] * 3
+    rc, out = bash(f"source {CORPORA}; voita_docs $T/t.en $T/t.ru $T/s 5", tmp_path)
+    assert rc == 0 and "5 lines -> 2 documents" in out and (tmp_path / "s.en").read_text().split()[-5:] == ["<d>", *"pqrs"], out
+    ru = (tmp_path / "d.ru").read_text().split()
+    sents = [w for w in ru if w != "<d>"]
+    (tmp_path / "gen.txt").write_text("".join(f"S-{i}\tx\nH-{i}\t-0.5\thyp{w}\nD-{i}\t-0.5\thyp{w}\n"
+                                              for i, w in reversed(list(enumerate(sents)))))
+    p = subprocess.run([sys.executable, str(REPO / "examples/lib/current_sentences.py"),
+                        str(tmp_path / "d.current"), str(tmp_path / "d.ru"), str(tmp_path / "gen.txt"),
+                        str(tmp_path / "cur" / "x")], capture_output=True, text=True, env=venv_env())
+    assert p.returncode == 0 and "7 current sentences of 17 scored (10 context only)" in p.stdout, p.stdout + p.stderr
+    assert (tmp_path / "cur" / "x.ref").read_text().split() == ["<d>", *"BCDE", "<d>", "S", "<d>", "R", "<d>", "Q"]
+    assert (tmp_path / "cur" / "x.hyp").read_text().split() == [f"hyp{w}" for w in "BCDESRQ"]
+
+
+def test_opensubs_enru_reads_the_release_layout_and_downloads_the_pinned_test_sets(tmp_path):
+    """examples/opensubs-enru: DATA is the folder the archive unpacks into (a folder in
+    another layout is an error naming the release's file); TESTSETS unset: the four JSON
+    files are downloaded from the repository at the pinned commit and checked by sha256."""
+    bin_, path = _fake_curl(tmp_path)
+    old = tmp_path / "old"
+    (old / "context_aware").mkdir(parents=True)
+    for split in ("train", "dev", "test"):
+        for ext in ("src", "dst"):
+            (old / "context_aware" / f"{split}.{ext}").write_text("a _eos b\n")
+    rc, out = _recipe("opensubs-enru", tmp_path, DATA=str(old), PATH=path)
+    assert rc == 2 and f"missing {old}/data_to_publish/context_aware/en_train" in out, out
+    assert "acl19_good_translation_wrong_in_context.zip" in out
+    subprocess.run([sys.executable, str(REPO / "examples/lib/smoke_data.py"),
+                    "voita-enru", str(tmp_path / "v")], check=True)
+    rc, out = _recipe("opensubs-enru", tmp_path, DATA=str(tmp_path / "v"), PATH=path)
+    url = ("https://raw.githubusercontent.com/lena-voita/good-translation-wrong-in-context/"
+           "bb59382f6bc6c01e0cb8e58e370a8dff8198107b/consistency_testsets/deixis_test.json")
+    assert url in (bin_ / "urls").read_text()
+    assert rc == 2 and "checksum mismatch" in out and \
+        "expected 006dff885951759513f8d67f45a14df5519450a8dbb81ac4f2a0c91220f0518a" in out, out

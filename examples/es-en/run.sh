@@ -21,8 +21,9 @@
 #               OpenSubtitles.en-es.{es,en} and OpenSubtitles.en-es.ids (its first column, the
 #               subtitle file of each line, is the document)
 #   news/       News Commentary v11 Es-En of OPUS in Moses format: News-Commentary.en-es.{es,en,ids};
-#               and the WMT sets newstest2008-2013 (dev.tgz of https://www.statmt.org/wmt14/):
-#               newstestYYYY-src.es.sgm and newstestYYYY-ref.en.sgm
+#               and the WMT sets of 2008-2013 (dev.tgz of https://www.statmt.org/wmt14/, as
+#               named there): news-test2008-{src.es,ref.en}.sgm (hyphenated) and
+#               newstestYYYY-src.es.sgm, newstestYYYY-ref.en.sgm for 2009-2013
 # SMOKE=1 without DATA writes toy files in this layout (examples/lib/smoke_data.py) to WORK/smoke-raw.
 #
 # Settings (environment variables, defaults in brackets; [full / SMOKE] where they differ):
@@ -73,7 +74,7 @@ fi
 HOWTO_TED="download the IWSLT 2014 Es-En TED data (texts/es/en/es-en.tgz) from https://wit3.fbk.eu/2014-01 (a form; CC BY-NC-ND), unpack it into DATA/ted (see examples/es-en/README.md)"
 HOWTO_SUBS="download OpenSubtitles v2018 en-es in Moses format from OPUS (https://opus.nlpl.eu/OpenSubtitles-v2018.php: en-es.txt.zip, with the .ids file) and unpack it into DATA/subtitles"
 HOWTO_NC="download News Commentary v11 en-es in Moses format from OPUS (https://opus.nlpl.eu/News-Commentary-v11.php: en-es.txt.zip, with the .ids file) and unpack it into DATA/news"
-HOWTO_WMT="download the WMT development sets (https://www.statmt.org/wmt14/dev.tgz) and put newstest2008-2013 -src.es.sgm and -ref.en.sgm into DATA/news"
+HOWTO_WMT="download the WMT development sets (https://www.statmt.org/wmt14/dev.tgz) and put news-test2008-src.es.sgm, news-test2008-ref.en.sgm and newstest2009-2013 -src.es.sgm and -ref.en.sgm (dev/ of the archive) into DATA/news"
 
 
 
@@ -110,13 +111,7 @@ corpus_news() {
   TITLE="News Commentary v11 Es-En (newstest2008 for development, newstest2009-2013 for testing)"
   for lang in es en ids; do need_file "$d/News-Commentary.en-es.$lang" "$HOWTO_NC"; done
   # the sgm files under one {lang} pattern (links into WORK/wmt)
-  mkdir -p "$WORK/wmt"
-  for y in 2008 2009 2010 2011 2012 2013; do
-    need_file "$d/newstest$y-src.es.sgm" "$HOWTO_WMT"
-    need_file "$d/newstest$y-ref.en.sgm" "$HOWTO_WMT"
-    ln -sf "$(cd "$d" && pwd)/newstest$y-src.es.sgm" "$WORK/wmt/newstest$y.es.sgm"
-    ln -sf "$(cd "$d" && pwd)/newstest$y-ref.en.sgm" "$WORK/wmt/newstest$y.en.sgm"
-  done
+  wmt_es_en_sets "$d" "$WORK/wmt" "$HOWTO_WMT"
   local split=$WORK/split
   : > "$WORK/none.list"
   step split -o "$split/train.en" -- opus_docs "$d/News-Commentary.en-es.ids" "$d/News-Commentary.en-es.es" \

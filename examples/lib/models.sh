@@ -264,8 +264,9 @@ generate_step() {  # STEP DATA CHECKPOINT OUTDIR [-d DEP]... [-- fairseq-generat
       --num-workers 0 --results-path "$out" "${GEN_DEVICE_ARGS[@]}" "$@" "${extra[@]}"
 }
 
-score_run() {  # NAME METRICS: docctx-score of the test translations into SCORES/NAME.json
-  local name=$1 metrics=$2 hyp=$GEN/$1/generate-test.txt json=$SCORES/$1.json m
+score_run() {  # NAME METRICS [HYP]: docctx-score of the test translations (HYP, default
+  # GEN/NAME/generate-test.txt) against REF_TEST into SCORES/NAME.json
+  local name=$1 metrics=$2 hyp=${3:-$GEN/$1/generate-test.txt} json=$SCORES/$1.json m
   rm -f "$json"
   for m in ${metrics//,/ }; do
     case $m in

@@ -8,6 +8,7 @@
 #                                 run COMMAND once: skipped on a re-run when it finished with
 #                                 the same command line and the same DEP steps; FRESH=1 redoes
 #   fetch URL SHA256 DEST [HOWTO] resumable download, checked against its sha256
+#   fetch_blob URL BLOB DEST [HOWTO]  the same, checked against its git blob id (git_blob_id FILE)
 #   need_file PATH HOWTO          a clear error when a file the user must supply is missing
 #   slice_marker FILE SKIP N OUT  documents SKIP+1 .. SKIP+N of a "<d>"-marked file
 #
@@ -195,6 +196,27 @@ fetch() {  # URL SHA256 DEST [HOWTO]: resumable download (curl -C -), checked ag
   fi
   mv "$dest.part" "$dest"
   _check_sum "$dest" "$sum"
+}
+
+fetch_blob() {  # URL BLOB DEST [HOWTO]: resumable download, checked against its git blob id:
+  # a file of a public git repository is pinned by the id its tree records (git ls-tree), known
+  # without downloading the file
+  local url=$1 blob=$2 dest=$3 howto=${4:-}
+  if [[ ! -f $dest ]]; then
+    mkdir -p "$(dirname "$dest")"
+    command -v curl >/dev/null || die "curl is needed to download $url${howto:+ -- $howto}"
+    say "downloading $url -> $dest (resumable: a re-run goes on where it stopped)"
+    curl -fL --retry 3 -C - -o "$dest.part" "$url" || die "could not download $url${howto:+ -- $howto}"
+    mv "$dest.part" "$dest"
+  fi
+  local got
+  got=$(git_blob_id "$dest")
+  [[ $got == "$blob" ]] || die "git blob id mismatch for $dest: $got, expected $blob (a changed or damaged download: delete the file to download it again)"
+}
+
+git_blob_id() {  # FILE: git's id of the file's content (git hash-object): the sha1 of
+  # "blob SIZE\0" followed by the content
+  { printf 'blob %d\0' "$(wc -c < "$1")"; cat "$1"; } | sha1sum | cut -c1-40
 }
 
 _check_sum() {  # FILE SHA256

@@ -5,7 +5,7 @@
 # baseline and every model those papers report here, translates the test talks, scores them
 # and writes WORK/results.md with each score beside the paper's. README.md beside this script.
 #
-#   bash examples/ted-ende/run.sh               # the papers' setting (needs the training side)
+#   bash examples/ted-ende/run.sh               # the papers' setting (downloads the training side)
 #   SMOKE=1 bash examples/ted-ende/run.sh       # the whole chain on a slice of the bundled files
 #
 # Settings (environment variables, defaults in brackets; [full / SMOKE] where they differ):

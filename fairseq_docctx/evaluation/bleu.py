@@ -192,8 +192,9 @@ def bleu_scores(corpus: Corpus, *, tokenized: bool = False, pretokenize: Optiona
 
     ``tokenized``: multi-bleu.perl's BLEU (:class:`MultiBleu`) of the sentences tokenized
     first with ``pretokenize`` (:func:`pretokenizer`; ``None`` or ``"none"``: the text's own
-    tokens, what ``docctx-score bleu --tokenized`` scores); ``smooth_method`` ``None``: none
-    for tokenized BLEU (multi-bleu.perl's), exp otherwise (sacreBLEU's)."""
+    tokens, what ``docctx-score bleu --tokenized`` scores; this function's own default is
+    ``13a``); ``smooth_method`` ``None``: none for tokenized BLEU (multi-bleu.perl's), exp
+    otherwise (sacreBLEU's; this function's default is ``exp`` at both)."""
     pretokenize = pretokenize if tokenized and pretokenize != "none" else None
     hyp, refs = scored_sides(corpus, pretokenize, lang)
     if smooth_method is None:

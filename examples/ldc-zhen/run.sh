@@ -175,6 +175,6 @@ for model in "${MODEL_LIST[@]}"; do
   done
 done
 METRICS=$TEST_SETS
-RESULTS_NOTE="One column per NIST set: case-insensitive BLEU-4 against its references (\`docctx-score bleu --tokenized --lowercase\`, 13a-pretokenized, as the papers score tokenized text; signatures below)."
+RESULTS_NOTE="One column per NIST set: case-insensitive BLEU-4 against its references (\`docctx-score bleu --tokenized --lowercase\`: multi-bleu.perl -lc on the tokenized text, as the papers; signatures below)."
 [[ " ${MODEL_LIST[*]} " =~ \ hrnn[a-z-]*\  ]] && RESULTS_NOTE+=$'\n'"$(hrnn_init_note)"
 write_results "LDC Zh-En, NIST sets (test ${TEST_SETS})" "${RUNS[@]}"

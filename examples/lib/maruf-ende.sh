@@ -76,10 +76,29 @@ maruf_ende_data() {  # CORPUS_NAME (IWSLT2017 | NC-2016 | Europarl7): sets BIN, 
   step prepare -o "$BIN/docctx.json" -- docctx-prepare "${prep[@]}" --destdir "$BIN"
 }
 
+meteor15_setup() {  # METEOR 1.5 (METRICS meteor-1.5*): a Java runtime (Debian's) and pycocoevalcap's jar
+  local py
+  py=$(dirname "$(command -v docctx-score)")/python
+  if ! command -v java >/dev/null; then
+    say "METEOR 1.5: installing a Java runtime (apt-get install -y default-jre-headless)"
+    local sudo=(); [[ $(id -u) == 0 ]] || sudo=(sudo)
+    { "${sudo[@]}" apt-get update -qq && "${sudo[@]}" apt-get install -y -qq default-jre-headless; } ||
+      die "METEOR 1.5 needs Java: install a Java runtime (apt-get install default-jre-headless), or leave meteor-1.5* out of METRICS"
+  fi
+  if ! "$py" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("pycocoevalcap") is None)'; then
+    say "METEOR 1.5: installing pycocoevalcap==1.2 (meteor-1.5.jar; a 104 MB wheel)"
+    "$py" -m pip install -q pycocoevalcap==1.2 pycocotools==2.0.11 ||
+      die "METEOR 1.5 needs pycocoevalcap==1.2 (make meteor), or leave meteor-1.5* out of METRICS"
+  fi
+}
+
 maruf_ende_recipe() {  # RECIPE CORPUS TITLE MODELS SMOKE_TRAIN_DOCS SMOKE_VALID_DOCS SMOKE_TEST_DOCS QCN_MAX_TOKENS
   recipe_init "$1"
   setting MODELS "$4"
-  setting METRICS bleu,bleu_tok,meteor
+  # meteor: nltk's; meteor-1.5-exact-stem: METEOR 1.5 without German paraphrases (Java, pycocoevalcap:
+  # meteor15_setup), in full runs; neither is comparable with the paper's Meteor (paper-scores.tsv)
+  setting METRICS bleu,bleu_tok,meteor,meteor-1.5-exact-stem bleu,bleu_tok,meteor
+  setting BLEU_PRETOKENIZE moses   # Maruf et al.'s files are detokenized: Moses-tokenize, as the papers
   setting SMOKE_TRAIN_DOCS "$5"
   setting SMOKE_VALID_DOCS "$6"
   setting SMOKE_TEST_DOCS "$7"
@@ -88,6 +107,7 @@ maruf_ende_recipe() {  # RECIPE CORPUS TITLE MODELS SMOKE_TRAIN_DOCS SMOKE_VALID
   recipe_settings
   SRC=en TGT=de
   PAPER_SCORES=$REPO/examples/$1/paper-scores.tsv
+  [[ ,$METRICS, == *,meteor-1.5* ]] && meteor15_setup
   maruf_ende_data "$2"
   run_models ${MODELS//,/ }
   write_results "$3" ${MODELS//,/ }

@@ -271,9 +271,13 @@ score_run() {  # NAME METRICS [HYP]: docctx-score of the test translations (HYP,
   for m in ${metrics//,/ }; do
     case $m in
       bleu) docctx-score bleu --hyp "$hyp" --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name" ;;
-      bleu_tok) docctx-score bleu --tokenized --hyp "$hyp" --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name" ;;
+      bleu_tok) docctx-score bleu --pretokenize "${BLEU_PRETOKENIZE:-moses}" --lang "$TGT" --hyp "$hyp" --data "$BIN" \
+        --ref "$REF_TEST" --json "$json" --name "$name" ;;
       meteor) docctx-score meteor --hyp "$hyp" --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name" ;;
-      *) echo "unknown metric $m (bleu, bleu_tok, meteor)" >&2; return 2 ;;
+      meteor-1.5*) local mods=${m#meteor-1.5}; mods=${mods#-}  # meteor-1.5-exact-stem: modules exact stem
+        docctx-score meteor --meteor 1.5 --lang "$TGT" ${mods:+--meteor-modules "${mods//-/ }"} --hyp "$hyp" \
+          --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name" ;;
+      *) echo "unknown metric $m (bleu, bleu_tok, meteor, meteor-1.5[-MODULE...])" >&2; return 2 ;;
     esac
   done
 }
@@ -309,9 +313,11 @@ write_results() {  # TITLE MODEL...: WORK/results.md, each score beside the pape
     if [[ -n ${RESULTS_NOTE:-} ]]; then
       echo "$RESULTS_NOTE"
     else
-      echo "\`bleu\`: sacreBLEU on detokenized text; \`bleu_tok\`: on 13a-pretokenized text, as the papers"
-      echo "score tokenized text (their own tokenization was Moses', so expect small differences)."
+      echo "\`bleu\`: sacreBLEU on detokenized text; \`bleu_tok\`: multi-bleu.perl's BLEU of the text tokenized by"
+      echo "\`--pretokenize ${BLEU_PRETOKENIZE:-moses}\` (Moses' tokenizer.perl, as the papers; \`none\`: the data's own tokens)."
     fi
+    [[ ,$METRICS, == *,meteor,* ]] && echo "\`meteor\`: nltk's METEOR (WordNet), not METEOR 1.5: not comparable with a paper's Meteor."
+    [[ ,$METRICS, == *,meteor-1.5* ]] && echo "\`meteor-1.5…\`: METEOR 1.5 (\`docctx-score meteor --meteor 1.5 -l $TGT\`; \`-exact-stem\`: without paraphrases, of which pycocoevalcap ships English's only)."
     echo
     cat "$WORK/results.table.md"
   } > "$WORK/results.md"

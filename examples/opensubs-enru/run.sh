@@ -50,6 +50,7 @@ source "$RECIPE_LIB/corpora.sh"
 recipe_init opensubs-enru
 setting MODELS transformer,mht
 setting METRICS bleu,bleu_tok
+setting BLEU_PRETOKENIZE none   # Voita et al.'s text is Moses-tokenized already: bleu_tok scores its tokens
 setting CONTRASTIVE_SETS deixis_test,lex_cohesion_test,ellipsis_infl,ellipsis_vp
 setting DATA "" ""
 setting TESTSETS ""

@@ -59,6 +59,7 @@ setting SUBS_DEV_DOCS 2
 setting SUBS_TEST_DOCS 2
 setting SUBS_DOC_MIN 300 1
 setting SUBS_DOC_MAX 700 1000000
+setting BLEU_TOK_LOWERCASE 1  # Miculicich et al. (2018) score lowercased text (their released outputs and references)
 model_settings
 recipe_settings
 SRC=es TGT=en

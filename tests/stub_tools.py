@@ -25,7 +25,7 @@ elif name == "fairseq-train":
     os.makedirs(opt("--save-dir"), exist_ok=True)
     for f in ("checkpoint_best.pt", "checkpoint_last.pt"):
         open(os.path.join(opt("--save-dir"), f), "w").write("stub")
-elif name == "fairseq-generate":
+elif name == "fairseq-generate" and opt("--results-path"):
     os.makedirs(opt("--results-path"), exist_ok=True)
     open(os.path.join(opt("--results-path"), "generate-test.txt"), "w").write("H-0\t-1\tx\n")
 elif name == "docctx-score" and args[0] in ("bleu", "meteor"):

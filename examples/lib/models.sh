@@ -422,7 +422,7 @@ write_results() {  # TITLE MODEL...: WORK/results.md, each score beside the pape
     echo "$(average_note)"
     local note
     for note in "${RECIPE_NOTES[@]}"; do echo "${note^}."; done
-    [[ " $* " =~ \ han[a-z-]*\  ]] && han_note
+    if [[ " $* " =~ \ han[a-z-]*\  ]]; then han_note; fi
     if [[ -n ${RESULTS_NOTE:-} ]]; then
       echo "$RESULTS_NOTE"
     else
@@ -430,7 +430,7 @@ write_results() {  # TITLE MODEL...: WORK/results.md, each score beside the pape
       local m label
       for m in ${METRICS//,/ }; do
         label=$(metric_label "$m")
-        [[ -n $label ]] && echo "- \`$m\`: $label"
+        if [[ -n $label ]]; then echo "- \`$m\`: $label"; fi
       done
     fi
     echo

@@ -559,7 +559,7 @@ def test_several_gpus_keep_the_papers_batch_per_update(tmp_path):
         per_update_tokens = int(ngpus) * uf * tokens
         assert per_update_tokens <= 4096 * int(per_update) < per_update_tokens + int(ngpus) * uf
         line = (f"one update (MAX_TOKENS): {ngpus} process(es) x update-freq {uf} x {tokens} tokens = "
-                f"{per_update_tokens} tokens (the papers' 4096 x BATCHES_PER_UPDATE {per_update}")
+                f"{per_update_tokens} tokens (the papers' batch: MAX_TOKENS 4096 x BATCHES_PER_UPDATE {per_update}")
         assert line in out and line in (tmp_path / "work" / "settings.txt").read_text(), out
     qcn = int(1500 / 4)  # QCN_MAX_TOKENS over 4 GPUs
     rc, out = bash(script, tmp_path, NGPUS="4", QCN_MAX_TOKENS="1500")

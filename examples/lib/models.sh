@@ -96,7 +96,7 @@ model_settings() {
   for what in "MAX_TOKENS tokens" "QCN_MAX_TOKENS tokens" "RNN_BATCH sentences"; do
     batch=${what%% *}
     _per_gpu "${!batch}" "$batch"
-    RECIPE_NOTES+=("one update ($batch): $(_train_gpus) process(es) x update-freq $UF x $PER_GPU ${what#* } = $(( $(_train_gpus) * UF * PER_GPU )) ${what#* } (the papers' ${!batch} x BATCHES_PER_UPDATE $BATCHES_PER_UPDATE = $(( ${!batch} * BATCHES_PER_UPDATE )))")
+    RECIPE_NOTES+=("one update ($batch): $(_train_gpus) process(es) x update-freq $UF x $PER_GPU ${what#* } = $(( $(_train_gpus) * UF * PER_GPU )) ${what#* } (the papers' batch: $batch ${!batch} x BATCHES_PER_UPDATE $BATCHES_PER_UPDATE = $(( ${!batch} * BATCHES_PER_UPDATE )))")
   done
   CKPT=$WORK/checkpoints
   GEN=$WORK/generate

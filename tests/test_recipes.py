@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from conftest import REPO, SHARED_DATA, venv_env
+from stub_tools import stub_tools  # noqa: F401  (a fixture)
 
 LIB = REPO / "examples" / "lib" / "recipe.sh"
 needs_data = pytest.mark.skipif(not (SHARED_DATA / "maruf-ende").is_dir(),
@@ -652,3 +653,164 @@ def test_opensubs_enru_reads_the_release_layout_and_downloads_the_pinned_test_se
     assert url in (bin_ / "urls").read_text()
     assert rc == 2 and "checksum mismatch" in out and \
         "expected 006dff885951759513f8d67f45a14df5519450a8dbb81ac4f2a0c91220f0518a" in out, out
+
+
+# ------------------------------------------------------------------------------ recipe wiring (stub tools)
+
+def _stub_recipe(name, tmp_path, stub_tools, **env):
+    e, log = stub_tools
+    e = dict(e, WORK=str(tmp_path / "work"), DEVICE="cpu", **env)
+    p = subprocess.run(["bash", str(REPO / "examples" / name / "run.sh")], env=e, capture_output=True,
+                       text=True, timeout=300)
+    return p.returncode, p.stdout + p.stderr, (log.read_text().splitlines() if log.exists() else [])
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "iwslt15-zhen").is_dir(), reason=f"needs the bundled corpora at {SHARED_DATA}")
+def test_ldc_zhen_keeps_the_score_of_every_nist_set(tmp_path, stub_tools):
+    """Each NIST set's score step has its own output (the step runner removes a step's outputs
+    before it runs): results.md has a score in every test set's column; SMOKE tests on two
+    sets so that this shows."""
+    rc, out, calls = _stub_recipe("ldc-zhen", tmp_path, stub_tools, SMOKE="1", MODELS="rnnsearch,isg",
+                                  ISG_SWITCHES="null")
+    assert rc == 0, out[-4000:]
+    work = tmp_path / "work"
+    assert "TEST_SETS=dev2010,tst2010" in (work / "settings.txt").read_text().splitlines()
+    results = (work / "results.md").read_text()
+    head = next(ln for ln in results.splitlines() if ln.startswith("| run |"))
+    columns = [c.strip() for c in head.strip("|").split("|")]
+    for run in ("rnnsearch", "isg", "isg-null"):
+        row = next(ln for ln in results.splitlines() if ln.startswith(f"| {run} |"))
+        cells = dict(zip(columns, (c.strip() for c in row.strip("|").split("|"))))
+        assert re.fullmatch(r"\d+\.\d\d", cells["dev2010"]) and re.fullmatch(r"\d+\.\d\d", cells["tst2010"]), results
+        assert set(json.loads((work / "scores" / f"{run}.json").read_text())["metrics"]) == {"dev2010", "tst2010"}
+    # a re-run redoes nothing and keeps both
+    rc, out, _ = _stub_recipe("ldc-zhen", tmp_path, stub_tools, SMOKE="1", MODELS="rnnsearch,isg", ISG_SWITCHES="null")
+    assert rc == 0 and "(log:" not in out, out[-4000:]
+    assert set(json.loads((work / "scores" / "isg.json").read_text())["metrics"]) == {"dev2010", "tst2010"}
+
+
+def _commands(out, prefix):
+    return [ln[len(prefix):] for ln in out.splitlines() if ln.startswith(prefix)]
+
+
+def test_several_gpus_keep_the_papers_batch_per_update(tmp_path):
+    """fairseq's --max-tokens and --batch-size are per GPU: on NGPUS GPUs the recipes derive the
+    per-GPU batch and --update-freq so that one update holds the papers' batch times
+    BATCHES_PER_UPDATE (exactly where NGPUS divides it, else at most that), and the settings
+    print-out says so."""
+    script = (f"source {REPO}/examples/lib/models.sh; DEVICE=gpu; model_settings; recipe_settings; "
+              'for hp in vaswani qcn kuang wang; do "_$hp"; echo "HP $hp: ${HP[*]} "; done')
+    cases = {  # (NGPUS, BATCHES_PER_UPDATE): (per-GPU tokens, update-freq, per-GPU sentences)
+        ("1", "1"): (4096, 1, 80), ("4", "1"): (1024, 1, 20), ("2", "8"): (4096, 4, 80), ("3", "4"): (2730, 2, 53)}
+    for (ngpus, per_update), (tokens, uf, sentences) in cases.items():
+        rc, out = bash(script, tmp_path, NGPUS=ngpus, BATCHES_PER_UPDATE=per_update)
+        assert rc == 0, out
+        hp = dict(ln.split(": ", 1) for ln in _commands(out, "HP "))
+        assert f"--max-tokens {tokens} --update-freq {uf} " in hp["vaswani"], hp["vaswani"]
+        assert f"--batch-size {sentences} --update-freq {uf} " in hp["kuang"], hp["kuang"]
+        assert f"--batch-size {sentences} --update-freq {uf} " in hp["wang"], hp["wang"]
+        per_update_tokens = int(ngpus) * uf * tokens
+        assert per_update_tokens <= 4096 * int(per_update) < per_update_tokens + int(ngpus) * uf
+        line = (f"one update (MAX_TOKENS): {ngpus} process(es) x update-freq {uf} x {tokens} tokens = "
+                f"{per_update_tokens} tokens (the papers' batch: MAX_TOKENS 4096 x BATCHES_PER_UPDATE {per_update}")
+        assert line in out and line in (tmp_path / "work" / "settings.txt").read_text(), out
+    qcn = int(1500 / 4)  # QCN_MAX_TOKENS over 4 GPUs
+    rc, out = bash(script, tmp_path, NGPUS="4", QCN_MAX_TOKENS="1500")
+    assert f"--max-tokens {qcn} --update-freq 1 " in dict(ln.split(": ", 1) for ln in _commands(out, "HP "))["qcn"]
+    rc, out = bash(script, tmp_path, NGPUS="2", UPDATE_FREQ="4")  # a given update-freq: the batch follows
+    assert rc == 0 and "--max-tokens 512 --update-freq 4 " in out, out
+    rc, out = bash(script, tmp_path, BATCHES_PER_UPDATE="0")
+    assert rc == 2 and "BATCHES_PER_UPDATE=0: a number >= 1" in out, out
+
+
+STEPS_SHOWN = (f"source {REPO}/examples/lib/models.sh; model_settings; SRC=en TGT=de BIN=bin REF_TEST=ref; "
+               'step() { echo "STEP $1: ${*:2}"; }; step_done() { return 0; }; '
+               'mkdir -p "$CKPT/transformer"; touch "$CKPT/transformer/checkpoint_best.pt"; ')
+
+
+def test_num_workers_is_a_setting_with_fairseqs_default(tmp_path):
+    """NUM_WORKERS (default 1, fairseq's) is --num-workers of every training and translation."""
+    script = STEPS_SHOWN + "train_model transformer; translate transformer"
+    for env, want in (({}, "1"), ({"NUM_WORKERS": "4"}, "4"), ({"NUM_WORKERS": "0"}, "0")):
+        rc, out = bash(script, tmp_path, **env)
+        assert rc == 0, out
+        steps = dict(ln.split(": ", 1) for ln in _commands(out, "STEP "))
+        for name in ("train-transformer", "translate-transformer"):
+            assert re.findall(r"--num-workers (\S+)", steps[name]) == [want], steps[name]
+    rc, out = bash(script, tmp_path, NUM_WORKERS="many")
+    assert rc == 2 and "NUM_WORKERS=many" in out, out
+
+
+def test_average_keeps_the_last_epoch_checkpoints_and_translates_their_mean(tmp_path):
+    """AVERAGE=N: training keeps its last N epoch checkpoints (--keep-last-epochs N instead of
+    --no-epoch-checkpoints), a step averages them (docctx-average) and the test set is
+    translated with the mean; AVERAGE=0 (the default: none of the papers averages) translates
+    checkpoint_best.pt."""
+    script = STEPS_SHOWN + "train_model transformer; translate transformer; echo NOTE $(average_note)"
+    rc, out = bash(script, tmp_path)
+    assert rc == 0, out
+    steps = dict(ln.split(": ", 1) for ln in _commands(out, "STEP "))
+    assert "--no-epoch-checkpoints" in steps["train-transformer"] and "average-transformer" not in steps
+    assert "--path work/checkpoints/transformer/checkpoint_best.pt " in steps["translate-transformer"].replace(
+        str(tmp_path) + "/", ""), steps
+    assert "AVERAGE=0" in out
+    rc, out = bash(script, tmp_path, AVERAGE="3")
+    assert rc == 0, out
+    steps = dict(ln.split(": ", 1) for ln in _commands(out, "STEP "))
+    train = steps["train-transformer"]
+    assert "--keep-last-epochs 3 " in train and "--no-epoch-checkpoints" not in train, train
+    avg = steps["average-transformer"]
+    assert avg.startswith("-d train-transformer -o ") and "fairseq_docctx.cli.average --dir" in avg and "--last 3 " in avg
+    ckpt = avg.split(" -o ")[1].split()[0]
+    assert ckpt.endswith("checkpoints/transformer/checkpoint_avg3.pt")
+    assert "-d average-transformer " in steps["translate-transformer"]
+    assert f"--path {ckpt} " in steps["translate-transformer"], steps["translate-transformer"]
+    assert "NOTE Translated with the mean of each model's last 3 epoch checkpoints (AVERAGE=3" in out, out
+
+
+def test_han_joint_starts_from_han_encoder_and_stage_two_trains_one_epoch(tmp_path):
+    """As Miculicich et al. (2018) ran HAN (their released commands, idiap/HAN_NMT): han (HAN
+    encoder and decoder) starts from the trained han-encoder (trained first when MODELS lacks
+    it), and every second stage trains one epoch; HAN_JOINT_FROM=sentence and
+    HAN_STAGE2_EPOCHS=0 are today's alternatives, and results.md's note says which."""
+    script = (f"source {REPO}/examples/lib/models.sh; model_settings; SRC=zh TGT=en BIN=bin; "
+              'train() { echo "TRAIN $1: ${*:3} "; }; step_done() { return 0; }; '
+              "train_model han-decoder; train_model han; echo NOTE $(han_note)")
+    rc, out = bash(script, tmp_path)
+    assert rc == 0, out
+    trains = _commands(out, "TRAIN ")
+    assert [t.split(":")[0] for t in trains] == ["han-decoder", "han-encoder", "han"], out
+    got = dict(t.split(": ", 1) for t in trains)
+    for name in ("han-decoder", "han-encoder"):
+        assert got[name].startswith("-d train-transformer -- ") and "transformer/checkpoint_best.pt " in got[name]
+    assert got["han"].startswith("-d train-han-encoder -- "), got["han"]
+    assert "--init-from-sentence-checkpoint " in got["han"] and "han-encoder/checkpoint_best.pt " in got["han"]
+    assert all("--max-epoch 1 " in t for t in got.values()), got
+    note = _commands(out, "NOTE ")[0]
+    assert "HAN_JOINT_FROM=encoder" in note and "1 epoch" in note, note
+    rc, out = bash(script, tmp_path, HAN_JOINT_FROM="sentence", HAN_STAGE2_EPOCHS="0")
+    assert rc == 0, out
+    got = dict(t.split(": ", 1) for t in _commands(out, "TRAIN "))
+    assert set(got) == {"han-decoder", "han"} and got["han"].startswith("-d train-transformer -- ")
+    assert not any("--max-epoch" in t for t in got.values()), got
+    assert "HAN_JOINT_FROM=sentence" in _commands(out, "NOTE ")[0]
+    rc, out = bash(script, tmp_path, HAN_JOINT_FROM="decoder")
+    assert rc == 2 and "HAN_JOINT_FROM=decoder: encoder or sentence" in out, out
+
+
+def test_es_en_scores_tokenized_bleu_lowercased_and_results_say_how(tmp_path, stub_tools):
+    """Miculicich et al. (2018) score lowercased text (their released outputs and references
+    are lowercase): the es-en recipe's bleu_tok is lowercased, and every recipe's results.md
+    says how each column was scored."""
+    rc, out, calls = _stub_recipe("es-en", tmp_path, stub_tools, SMOKE="1", CORPORA="ted", MODELS="transformer")
+    assert rc == 0, out[-4000:]
+    scores = [c for c in calls if c.startswith("docctx-score bleu ")]
+    assert len(scores) == 2, calls
+    assert all(("--lowercase" in c) == ("--tokenized" in c) for c in scores), scores
+    results = (tmp_path / "work" / "ted" / "results.md").read_text()
+    assert "- `bleu`: BLEU (sacreBLEU 13a, cased, detokenized)" in results, results
+    assert "- `bleu_tok`: BLEU (tokenized, lowercased" in results, results
+    # elsewhere the papers' text is cased: bleu_tok too
+    rc, out = bash(f"source {REPO}/examples/lib/models.sh; model_settings; echo LABEL $(metric_label bleu_tok)",
+                   tmp_path)
+    assert rc == 0 and "LABEL BLEU (tokenized, cased" in out, out

@@ -38,9 +38,12 @@
 #     DROPOUT [0.1] LR [7e-4 / 3e-3] WARMUP [4000 / 5] MAX_TOKENS [4096 / 1000]
 #     MAX_UPDATE [100000 / 8] PATIENCE [10] CONTEXT_SIZE [3] SEED [1] BEAM [4 / 2] LENPEN [1.0]
 #     GEN_MAX_TOKENS [8000] GEN_MAX_LEN_A [1.2 / 0] GEN_MAX_LEN_B [10 / 20]
+#     BATCHES_PER_UPDATE [1] UPDATE_FREQ [auto: per-GPU batch and --update-freq that keep an
+#     update at the papers' batch x BATCHES_PER_UPDATE on NGPUS GPUs; printed with the settings]
+#     AVERAGE [0: none of the papers averages / N: the mean of the last N epoch checkpoints]
 #   common (examples/lib/recipe.sh): SMOKE [0] FRESH [0] WORK [demo-work/recipes/opensubs-enru,
 #     -smoke with SMOKE=1] DOWNLOADS [WORK/downloads] DEVICE [auto] NGPUS [1] PRECISION [fp16 on
-#     a GPU] EXTRA_TRAIN_ARGS EXTRA_GEN_ARGS
+#     a GPU] EXTRA_TRAIN_ARGS EXTRA_GEN_ARGS NUM_WORKERS [1: fairseq's]
 # A finished step is skipped on a re-run with the same settings; FRESH=1 redoes every step.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -115,9 +118,10 @@ score_all() {  # NAME: BLEU of the current sentences' translations (each test li
   local name=$1 set cur=$WORK/current/$1
   python "$RECIPE_LIB/current_sentences.py" "$DOCS/test.current" "$DOCS/test.ru" "$GEN/$name/generate-test.txt" "$cur" || return 1
   REF_TEST=$cur.ref score_run "$name" "$METRICS" "$cur.hyp" || return 1
+  eval_checkpoint "$name"  # the checkpoint that translated the test set
   for set in ${CONTRASTIVE_SETS//,/ }; do
     docctx-score contrastive "$TESTSETS/$set.json" --format voita \
-      --path "$CKPT/$name/checkpoint_best.pt" --data "$BIN" --json "$SCORES/$name.json" --name "$name" \
+      --path "$EVAL_CKPT" --data "$BIN" --json "$SCORES/$name.json" --name "$name" \
       $([[ $DEVICE == gpu ]] && echo --gpu) || return 1
   done
 }

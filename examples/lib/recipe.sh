@@ -194,35 +194,27 @@ step() {  # NAME [-d DEP]... [-o PATH]... -- COMMAND...
 step_done() { [[ -f $STAMPS/$1.done ]]; }
 
 fetch() {  # URL SHA256 DEST [HOWTO]: resumable download (curl -C -), checked against SHA256
-  local url=$1 sum=$2 dest=$3 howto=${4:-}
-  if [[ -f $dest ]]; then
-    _check_sum "$dest" "$sum"
-    return
-  fi
-  mkdir -p "$(dirname "$dest")"
-  command -v curl >/dev/null || die "curl is needed to download $url"
-  say "downloading $url -> $dest (resumable: a re-run goes on where it stopped)"
-  if ! curl -fL --retry 3 -C - -o "$dest.part" "$url"; then
-    die "could not download $url${howto:+ -- $howto}"
-  fi
-  mv "$dest.part" "$dest"
-  _check_sum "$dest" "$sum"
+  _download "$1" "$3" "${4:-}"
+  _check_sum "$3" "$2"
 }
 
 fetch_blob() {  # URL BLOB DEST [HOWTO]: resumable download, checked against its git blob id:
   # a file of a public git repository is pinned by the id its tree records (git ls-tree), known
   # without downloading the file
-  local url=$1 blob=$2 dest=$3 howto=${4:-}
-  if [[ ! -f $dest ]]; then
-    mkdir -p "$(dirname "$dest")"
-    command -v curl >/dev/null || die "curl is needed to download $url${howto:+ -- $howto}"
-    say "downloading $url -> $dest (resumable: a re-run goes on where it stopped)"
-    curl -fL --retry 3 -C - -o "$dest.part" "$url" || die "could not download $url${howto:+ -- $howto}"
-    mv "$dest.part" "$dest"
-  fi
   local got
-  got=$(git_blob_id "$dest")
-  [[ $got == "$blob" ]] || die "git blob id mismatch for $dest: $got, expected $blob (a changed or damaged download: delete the file to download it again)"
+  _download "$1" "$3" "${4:-}"
+  got=$(git_blob_id "$3")
+  [[ $got == "$2" ]] || die "git blob id mismatch for $3: $got, expected $2 (a changed or damaged download: delete the file to download it again)"
+}
+
+_download() {  # URL DEST HOWTO: DEST downloaded unless it is there (DEST.part until complete)
+  local url=$1 dest=$2 howto=$3
+  [[ -f $dest ]] && return
+  mkdir -p "$(dirname "$dest")"
+  command -v curl >/dev/null || die "curl is needed to download $url${howto:+ -- $howto}"
+  say "downloading $url -> $dest (resumable: a re-run goes on where it stopped)"
+  curl -fL --retry 3 -C - -o "$dest.part" "$url" || die "could not download $url${howto:+ -- $howto}"
+  mv "$dest.part" "$dest"
 }
 
 git_blob_id() {  # FILE: git's id of the file's content (git hash-object): the sha1 of

@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 PY     := $(VENV)/bin/python
 FAIRSEQ_PKG := ve-fairseq==0.12.3
 
-.PHONY: venv wordnet demo test test-all bench clean
+.PHONY: venv wordnet meteor demo test test-all bench clean
 
 venv: $(STAMP)
 
@@ -32,13 +32,26 @@ wordnet: $(WORDNET_STAMP)
 $(WORDNET_STAMP): | $(STAMP)
 	$(VENV)/bin/docctx-score setup-wordnet --dir $(abspath $(VENV))/nltk_data
 
+# METEOR 1.5 (docctx-score meteor --meteor 1.5): pycocoevalcap's meteor-1.5.jar (a 104 MB wheel,
+# with the English paraphrase table) in the venv, for the tests too; `make meteor` also installs a
+# Java runtime from Debian's packages when there is no `java` (the tests never do: they skip)
+METEOR_STAMP := $(VENV)/.meteor-jar
+$(METEOR_STAMP): | $(STAMP)
+	$(PY) -m pip install -q pycocoevalcap==1.2 pycocotools==2.0.11
+	touch $(METEOR_STAMP)
+
+meteor: $(METEOR_STAMP)
+	@command -v java >/dev/null || { echo "installing a Java runtime: apt-get install -y default-jre-headless"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq default-jre-headless; }
+	java -version
+
 demo: $(STAMP)
 	PATH=$(abspath $(VENV))/bin:$$PATH bash examples/demo.sh
 
-test: $(STAMP) $(WORDNET_STAMP)
+test: $(STAMP) $(WORDNET_STAMP) $(METEOR_STAMP)
 	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -m "not slow" tests
 
-test-all: $(STAMP) $(WORDNET_STAMP)
+test-all: $(STAMP) $(WORDNET_STAMP) $(METEOR_STAMP)
 	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest tests
 
 bench: $(STAMP)

@@ -17,6 +17,7 @@ setup(
             "docctx-score = fairseq_docctx.cli.score:cli_main",
             "docctx-drafts = fairseq_docctx.cli.drafts:cli_main",
             "docctx-generate = fairseq_docctx.cli.generate:cli_main",
+            "docctx-average = fairseq_docctx.cli.average:cli_main",
         ]
     },
 )

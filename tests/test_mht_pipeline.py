@@ -7,6 +7,7 @@ import shutil
 import pytest
 
 from conftest import REPO, run, venv_env
+from stub_tools import stub_tools  # noqa: F401  (a fixture)
 
 TINY = dict(LAYERS="1", DIM="32", FFN="64", HEADS="2", MAX_UPDATE="30", MHT_MAX_UPDATE="30", WARMUP="10",
             LR="3e-3", MAX_TOKENS="600", BEAM="2", PATIENCE="0", DEVICE_ARGS="--cpu",
@@ -51,3 +52,42 @@ def test_pipeline_end_to_end_and_restart(toy_bin, tmp_path):
                work / "bwd" / "checkpoint_best.pt"]).stdout.split()
     assert bwd == ["tgt", "src"]
     assert os.path.getsize(work / "test.out") > 0
+
+
+def test_pipeline_learning_rate_is_the_recipes_and_bleu_is_of_post_processed_text(tmp_path, stub_tools):
+    """One learning rate for MHT: the pipeline's default is the recipes' LR (Vaswani et al.'s
+    schedule; examples/lib/models.sh); on data with a SentencePiece model the test BLEU is
+    sacreBLEU of the post-processed text (--post-process sentencepiece), not of the pieces."""
+    import json
+    import re
+    import subprocess
+
+    env, log = stub_tools
+    data = tmp_path / "bin"
+    data.mkdir()
+    (data / "spm.model").write_text("stub")
+    (data / "docctx.json").write_text(json.dumps({"source_lang": "en", "target_lang": "de",
+                                                  "spm": {"model": "spm.model"}}))
+    p = subprocess.run(["bash", str(REPO / "examples" / "mht" / "pipeline.sh")], capture_output=True, text=True,
+                       env=dict(env, DATA_BIN=str(data), WORK=str(tmp_path / "work"), DEVICE_ARGS="--cpu"),
+                       timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    calls = log.read_text().splitlines()
+    trains = [c for c in calls if c.startswith("fairseq-train ")]
+    assert len(trains) == 3, calls
+    models = subprocess.run(["bash", "-c", f"set -eu; source {REPO}/examples/lib/recipe.sh; recipe_init t; "
+                             f"source {REPO}/examples/lib/models.sh; model_settings; echo LR=$LR"],
+                            env=dict(env, WORK=str(tmp_path / "r"), DEVICE="cpu"), capture_output=True, text=True)
+    lr = re.search(r"^LR=(\S+)$", models.stdout, re.M).group(1)
+    assert all(re.findall(r"--lr (\S+)", t) == [lr] for t in trains), (lr, trains)
+    gen = next(c for c in calls if c.startswith("fairseq-generate "))
+    assert "--post-process sentencepiece " in gen and "--scoring sacrebleu " in gen, gen
+    # without a SentencePiece model the text is scored as it is
+    (data / "docctx.json").write_text(json.dumps({"source_lang": "en", "target_lang": "de", "spm": None}))
+    log.unlink()
+    p = subprocess.run(["bash", str(REPO / "examples" / "mht" / "pipeline.sh")], capture_output=True, text=True,
+                       env=dict(env, DATA_BIN=str(data), WORK=str(tmp_path / "work"), DEVICE_ARGS="--cpu", FRESH="1"),
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    gen = next(c for c in log.read_text().splitlines() if c.startswith("fairseq-generate "))
+    assert "--post-process" not in gen, gen

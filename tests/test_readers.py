@@ -217,6 +217,26 @@ def test_iwslt_train_tags(tmp_path):
     err(e, tmp_path / "blank.en", 9)
 
 
+def test_iwslt_train_tags_pairs_with_an_empty_side_are_dropped_and_counted(tmp_path):
+    """An empty line on one side (or both) of train.tags.*: the pair is dropped, as the HAN
+    authors' preparation drops it (Miculicich et al. 2018); the rest of the talk stays one
+    document; the count is in docctx-prepare's log and manifest input entry."""
+    from fairseq_docctx.data.prepare import read_split
+
+    w(tmp_path / "train.tags.zh-en.zh", TAGS_ZH.replace("二 。\n", "\n二 。\n").replace("三 。\n", "三 。\n四 。\n"))
+    w(tmp_path / "train.tags.zh-en.en", TAGS_EN.replace("Two .\n", "Extra .\nTwo .\n").replace("Three .\n", "Three .\n\n"))
+    p = read_parallel(str(tmp_path / "train.tags.zh-en"), "zh", "en")
+    assert [d.doc_id for d in p.src] == ["535", "536"] == [d.doc_id for d in p.tgt]
+    assert sents(p.src) == [["一 。", "二 。"], ["三 。"]]
+    assert sents(p.tgt) == [["One .", "Two ."], ["Three ."]]
+    assert p.tgt[0].lines == [8, 10] and p.src[0].lines == [7, 9]
+    assert p.dropped_empty == 2
+    logged = []
+    data = read_split("train", [str(tmp_path / "train.tags.zh-en")], "zh", "en", "auto", "<ctx>", logged.append)
+    assert data.src == [["一 。", "二 。"], ["三 。"]] and data.inputs[0]["dropped_empty_pairs"] == 2
+    assert "2 documents, 3 sentence pairs (2 pairs with an empty side dropped, their documents kept)" in logged[0]
+
+
 def test_xml_matching(tmp_path):
     w(tmp_path / "en" / "t.xml", IWSLT)
     w(tmp_path / "de" / "t.xml", SGML, crlf=True)

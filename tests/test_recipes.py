@@ -10,10 +10,12 @@ import hashlib
 import json
 import re
 import subprocess
+import sys
 
 import pytest
 
 from conftest import REPO, SHARED_DATA, venv_env
+from stub_tools import stub_tools  # noqa: F401  (a fixture)
 
 LIB = REPO / "examples" / "lib" / "recipe.sh"
 needs_data = pytest.mark.skipif(not (SHARED_DATA / "maruf-ende").is_dir(),
@@ -358,9 +360,10 @@ def test_ldc_zhen_smoke(tmp_path):
     for name in runs:
         row = next((ln for ln in results.splitlines() if ln.startswith(f"| {name} |")), None)
         assert row is not None and re.fullmatch(r"\d+\.\d\d", row.strip("|").split("|")[1].strip()), results
-    for name in trained[1:]:
-        if name != "nematus":
-            assert "initialised from" in (work / "logs" / f"train-{name}.log").read_text(), name
+    # isg starts from rnnsearch; hrnn_context from random weights (HRNN_INIT=random, Wang et al. 2017)
+    assert "initialised from" in (work / "logs" / "train-isg.log").read_text()
+    for name in trained[3:]:
+        assert "initialised from" not in (work / "logs" / f"train-{name}.log").read_text(), name
     assert "tuple" in (work / "data-bin" / "kuang" / "docctx.json").read_text()
     log = (work / "stamps" / "translate-isg-zero-gate-dev2010.key").read_text()
     assert "isg_ablation" in log and "zero-gate" in log
@@ -499,3 +502,316 @@ def test_opensubs_enru_smoke(tmp_path):
         for s in sets:
             m = run["metrics"][f"contrastive:{s}"]
             assert m["examples"] == 6 and 0 <= m["correct"] <= 6
+
+
+def test_es_en_news_sets_are_read_under_wmts_own_names(tmp_path, shared_data):
+    """examples/es-en (News): WMT's 2008 set is news-test2008-{src,ref}.{es,en}.sgm
+    (hyphenated), 2009-2013 newstestYYYY-...; wmt_es_en_sets links the real files (copied
+    unmodified from WMT's dev.tgz) under one {lang} pattern, and every set reads as parallel
+    documents with all its segments; a missing file is named."""
+    from fairseq_docctx.data.readers import read_parallel
+
+    real = shared_data / "wmt-es-en-dev"
+    rc, out = bash(f"source {CORPORA}; wmt_es_en_sets {real} $T/wmt 'get dev.tgz'", tmp_path)
+    assert rc == 0, out
+    for y in range(2008, 2014):
+        name = "news-test2008" if y == 2008 else f"newstest{y}"
+        p = read_parallel(str(tmp_path / "wmt" / f"newstest{y}.{{lang}}.sgm"), "es", "en")
+        segs = (real / f"{name}-src.es.sgm").read_text(encoding="utf-8").count("<seg ")
+        assert p.num_sentences == segs > 0 and len(p.src) == len(p.tgt)
+    (tmp_path / "partial").mkdir()
+    (tmp_path / "partial" / "newstest2008-src.es.sgm").write_text("<srcset>\n")
+    rc, out = bash(f"source {CORPORA}; wmt_es_en_sets $T/partial $T/wmt2 'get dev.tgz'", tmp_path)
+    assert rc == 2 and f"missing {tmp_path}/partial/news-test2008-src.es.sgm: get dev.tgz" in out, out
+
+
+def test_git_blob_id_is_gits_and_fetch_blob_checks_it(tmp_path):
+    """recipe.sh: git_blob_id FILE equals `git hash-object FILE`; fetch_blob downloads and
+    checks a file by that id (a mismatch is a clear error, the file kept)."""
+    src = tmp_path / "remote.txt"
+    src.write_bytes(b"<d>\r\nein Satz \xc3\xa4\n" * 300)
+    want = subprocess.run(["git", "hash-object", str(src)], capture_output=True, text=True, check=True).stdout.strip()
+    rc, out = bash(f"git_blob_id {src}", tmp_path)
+    assert rc == 0 and out.strip() == want, out
+    dest = tmp_path / "dl" / "file.txt"
+    rc, out = bash(f"fetch_blob file://{src} {want} {dest}", tmp_path)
+    assert rc == 0 and dest.read_bytes() == src.read_bytes(), out
+    rc, out = bash(f"fetch_blob file://{src} {'0' * 40} {dest}", tmp_path)
+    assert rc == 2 and f"git blob id mismatch for {dest}: {want}, expected {'0' * 40}" in out, out
+    rc, out = bash(f"fetch_blob file://{tmp_path}/missing {want} {tmp_path}/x 'ask the authors'", tmp_path)
+    assert rc == 2 and "could not download" in out and "ask the authors" in out, out
+
+
+def test_ted_ende_downloads_its_training_side_and_nc_europarl_name_the_authors_readme(tmp_path):
+    """ted-ende: a missing training side is downloaded from the authors' repository at the
+    pinned commit and checked by its git blob id (a stand-in curl serves a wrong file here);
+    nc-ende and europarl-ende point at the authors' data/readme.txt."""
+    bin_, path = _fake_curl(tmp_path)
+    data = tmp_path / "maruf"
+    for corpus in ("IWSLT2017", "NC-2016", "Europarl7"):
+        (data / corpus).mkdir(parents=True)
+        for split in ("dev", "test"):
+            for lang in ("en", "de"):
+                (data / corpus / f"concatenated_en2de_{split}_{lang}.txt").write_text("<d>\na\n")
+    rc, out = _recipe("ted-ende", tmp_path, DATA=str(data), PATH=path)
+    url = ("https://raw.githubusercontent.com/sameenmaruf/selective-attn/1cb44c5ddd2cdf4f32ea74768a3389b52fc4db27"
+           "/data/IWSLT2017/concatenated_en2de_train_en.txt")
+    assert url in (bin_ / "urls").read_text()
+    assert rc == 2 and "git blob id mismatch" in out and "expected c90aae48de6eebc5c539f8db559428d7ab1d9e23" in out, out
+    for recipe, corpus in (("nc-ende", "NC-2016"), ("europarl-ende", "Europarl7")):
+        rc, out = _recipe(recipe, tmp_path, DATA=str(data), PATH=path)
+        assert rc == 2 and f"missing {data}/{corpus}/concatenated_en2de_train_en.txt" in out, out
+        assert "https://github.com/sameenmaruf/selective-attn/blob/master/data/readme.txt" in out, out
+
+
+def _fake_curl(tmp_path):
+    """A stand-in curl on PATH: records its arguments, writes 'wrong' to its -o file."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    (bin_ / "curl").write_text('#!/bin/bash\necho "$@" >> "$(dirname "$0")/urls"\n'
+                               'for ((i = 1; i <= $#; i++)); do [[ ${!i} == -o ]] && { j=$((i + 1)); echo wrong > "${!j}"; }; done\nexit 0\n')
+    (bin_ / "curl").chmod(0o755)
+    return bin_, f"{bin_}:{venv_env()['PATH']}"
+
+
+def test_voita_smoke_data_is_in_the_release_layout(tmp_path):
+    """smoke_data.py voita-enru writes Voita et al. (2019)'s layout: the training archive's
+    data_to_publish/context_aware/{en,ru}_{train,dev,test} (and context_agnostic/), and
+    consistency_testsets/*.json as the repository has them (one JSON list of objects with
+    dst, true_ind, src, ctx_dist; the correct candidate not always the first), which
+    docctx-score's voita reader reads with true_ind as the correct candidate."""
+    from fairseq_docctx.evaluation.contrastive import read_voita
+
+    subprocess.run([sys.executable, str(REPO / "examples/lib/smoke_data.py"),
+                    "voita-enru", str(tmp_path / "v")], check=True)
+    for folder in ("context_aware", "context_agnostic"):
+        for lang in ("en", "ru"):
+            for split in ("train", "dev", "test"):
+                assert (tmp_path / "v" / "data_to_publish" / folder / f"{lang}_{split}").is_file()
+    ca = tmp_path / "v" / "data_to_publish" / "context_aware"
+    for split in ("train", "dev", "test"):
+        en, ru = ((ca / f"{lang}_{split}").read_text().splitlines() for lang in ("en", "ru"))
+        assert len(en) == len(ru) and all(a.count(" _eos ") == b.count(" _eos ") <= 3 for a, b in zip(en, ru))
+    correct = []
+    for name in ("deixis_test", "lex_cohesion_test", "ellipsis_infl", "ellipsis_vp"):
+        path = tmp_path / "v" / "consistency_testsets" / f"{name}.json"
+        data = json.loads(path.read_text())
+        assert all(list(ex) == ["dst", "true_ind", "src", "ctx_dist"] for ex in data)
+        ex = read_voita(str(path))
+        assert [e.correct for e in ex] == [d["true_ind"] for d in data]
+        assert [e.candidates[e.correct].target for e in ex] == [d["dst"][d["true_ind"]].split(" _eos ")[-1] for d in data]
+        correct += [e.correct for e in ex]
+    assert 0 in correct and max(correct) > 0
+
+
+def test_voita_groups_become_documents_and_each_test_line_scores_its_current_sentence(tmp_path):
+    """voita_docs: growing groups at a document's start and overlapping groups in order join
+    into one document (each sentence once); groups out of order stay apart; .current marks
+    the last sentence of each line; MAX_LINES takes the first lines. current_sentences.py
+    keeps exactly those sentences of the reference and of fairseq-generate's output."""
+    win = lambda xs: " _eos ".join(xs)
+    src = [win("ab"), win("abc"), win("abcd"), win("bcde"), win("pqrs"), win("opqr"), win("nopq")]
+    (tmp_path / "t.en").write_text("\n".join(src) + "\n")
+    (tmp_path / "t.ru").write_text("\n".join(s.upper().replace("_EOS", "_eos") for s in src) + "\n")
+    rc, out = bash(f"source {CORPORA}; voita_docs $T/t.en $T/t.ru $T/d", tmp_path)
+    assert rc == 0 and "7 lines -> 4 documents (3 lines continued the line before)" in out, out
+    assert (tmp_path / "d.en").read_text().split() == \
+        ["<d>", *"abcde", "<d>", *"pqrs", "<d>", *"opqr", "<d>", *"nopq"]
+    assert (tmp_path / "d.current").read_text().split() == \
+        ["0", "1", "1", "1", "1"] + ["0", "0", "0", "1"] * 3
+    rc, out = bash(f"source {CORPORA}; voita_docs $T/t.en $T/t.ru $T/s 5", tmp_path)
+    assert rc == 0 and "5 lines -> 2 documents" in out and (tmp_path / "s.en").read_text().split()[-5:] == ["<d>", *"pqrs"], out
+    ru = (tmp_path / "d.ru").read_text().split()
+    sents = [w for w in ru if w != "<d>"]
+    (tmp_path / "gen.txt").write_text("".join(f"S-{i}\tx\nH-{i}\t-0.5\thyp{w}\nD-{i}\t-0.5\thyp{w}\n"
+                                              for i, w in reversed(list(enumerate(sents)))))
+    p = subprocess.run([sys.executable, str(REPO / "examples/lib/current_sentences.py"),
+                        str(tmp_path / "d.current"), str(tmp_path / "d.ru"), str(tmp_path / "gen.txt"),
+                        str(tmp_path / "cur" / "x")], capture_output=True, text=True, env=venv_env())
+    assert p.returncode == 0 and "7 current sentences of 17 scored (10 context only)" in p.stdout, p.stdout + p.stderr
+    assert (tmp_path / "cur" / "x.ref").read_text().split() == ["<d>", *"BCDE", "<d>", "S", "<d>", "R", "<d>", "Q"]
+    assert (tmp_path / "cur" / "x.hyp").read_text().split() == [f"hyp{w}" for w in "BCDESRQ"]
+
+
+def test_opensubs_enru_reads_the_release_layout_and_downloads_the_pinned_test_sets(tmp_path):
+    """examples/opensubs-enru: DATA is the folder the archive unpacks into (a folder in
+    another layout is an error naming the release's file); TESTSETS unset: the four JSON
+    files are downloaded from the repository at the pinned commit and checked by sha256."""
+    bin_, path = _fake_curl(tmp_path)
+    old = tmp_path / "old"
+    (old / "context_aware").mkdir(parents=True)
+    for split in ("train", "dev", "test"):
+        for ext in ("src", "dst"):
+            (old / "context_aware" / f"{split}.{ext}").write_text("a _eos b\n")
+    rc, out = _recipe("opensubs-enru", tmp_path, DATA=str(old), PATH=path)
+    assert rc == 2 and f"missing {old}/data_to_publish/context_aware/en_train" in out, out
+    assert "acl19_good_translation_wrong_in_context.zip" in out
+    subprocess.run([sys.executable, str(REPO / "examples/lib/smoke_data.py"),
+                    "voita-enru", str(tmp_path / "v")], check=True)
+    rc, out = _recipe("opensubs-enru", tmp_path, DATA=str(tmp_path / "v"), PATH=path)
+    url = ("https://raw.githubusercontent.com/lena-voita/good-translation-wrong-in-context/"
+           "bb59382f6bc6c01e0cb8e58e370a8dff8198107b/consistency_testsets/deixis_test.json")
+    assert url in (bin_ / "urls").read_text()
+    assert rc == 2 and "checksum mismatch" in out and \
+        "expected 006dff885951759513f8d67f45a14df5519450a8dbb81ac4f2a0c91220f0518a" in out, out
+
+
+# ------------------------------------------------------------------------------ recipe wiring (stub tools)
+
+def _stub_recipe(name, tmp_path, stub_tools, **env):
+    e, log = stub_tools
+    e = dict(e, WORK=str(tmp_path / "work"), DEVICE="cpu", **env)
+    p = subprocess.run(["bash", str(REPO / "examples" / name / "run.sh")], env=e, capture_output=True,
+                       text=True, timeout=300)
+    return p.returncode, p.stdout + p.stderr, (log.read_text().splitlines() if log.exists() else [])
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "iwslt15-zhen").is_dir(), reason=f"needs the bundled corpora at {SHARED_DATA}")
+def test_ldc_zhen_keeps_the_score_of_every_nist_set(tmp_path, stub_tools):
+    """Each NIST set's score step has its own output (the step runner removes a step's outputs
+    before it runs): results.md has a score in every test set's column; SMOKE tests on two
+    sets so that this shows."""
+    rc, out, calls = _stub_recipe("ldc-zhen", tmp_path, stub_tools, SMOKE="1", MODELS="rnnsearch,isg",
+                                  ISG_SWITCHES="null")
+    assert rc == 0, out[-4000:]
+    work = tmp_path / "work"
+    assert "TEST_SETS=dev2010,tst2010" in (work / "settings.txt").read_text().splitlines()
+    results = (work / "results.md").read_text()
+    head = next(ln for ln in results.splitlines() if ln.startswith("| run |"))
+    columns = [c.strip() for c in head.strip("|").split("|")]
+    for run in ("rnnsearch", "isg", "isg-null"):
+        row = next(ln for ln in results.splitlines() if ln.startswith(f"| {run} |"))
+        cells = dict(zip(columns, (c.strip() for c in row.strip("|").split("|"))))
+        assert re.fullmatch(r"\d+\.\d\d", cells["dev2010"]) and re.fullmatch(r"\d+\.\d\d", cells["tst2010"]), results
+        assert set(json.loads((work / "scores" / f"{run}.json").read_text())["metrics"]) == {"dev2010", "tst2010"}
+    # a re-run redoes nothing and keeps both
+    rc, out, _ = _stub_recipe("ldc-zhen", tmp_path, stub_tools, SMOKE="1", MODELS="rnnsearch,isg", ISG_SWITCHES="null")
+    assert rc == 0 and "(log:" not in out, out[-4000:]
+    assert set(json.loads((work / "scores" / "isg.json").read_text())["metrics"]) == {"dev2010", "tst2010"}
+
+
+def _commands(out, prefix):
+    return [ln[len(prefix):] for ln in out.splitlines() if ln.startswith(prefix)]
+
+
+def test_several_gpus_keep_the_papers_batch_per_update(tmp_path):
+    """fairseq's --max-tokens and --batch-size are per GPU: on NGPUS GPUs the recipes derive the
+    per-GPU batch and --update-freq so that one update holds the papers' batch times
+    BATCHES_PER_UPDATE (exactly where NGPUS divides it, else at most that), and the settings
+    print-out says so."""
+    script = (f"source {REPO}/examples/lib/models.sh; DEVICE=gpu; model_settings; recipe_settings; "
+              'for hp in vaswani qcn kuang wang; do "_$hp"; echo "HP $hp: ${HP[*]} "; done')
+    cases = {  # (NGPUS, BATCHES_PER_UPDATE): (per-GPU tokens, update-freq, per-GPU sentences)
+        ("1", "1"): (4096, 1, 80), ("4", "1"): (1024, 1, 20), ("2", "8"): (4096, 4, 80), ("3", "4"): (2730, 2, 53)}
+    for (ngpus, per_update), (tokens, uf, sentences) in cases.items():
+        rc, out = bash(script, tmp_path, NGPUS=ngpus, BATCHES_PER_UPDATE=per_update)
+        assert rc == 0, out
+        hp = dict(ln.split(": ", 1) for ln in _commands(out, "HP "))
+        assert f"--max-tokens {tokens} --update-freq {uf} " in hp["vaswani"], hp["vaswani"]
+        assert f"--batch-size {sentences} --update-freq {uf} " in hp["kuang"], hp["kuang"]
+        assert f"--batch-size {sentences} --update-freq {uf} " in hp["wang"], hp["wang"]
+        per_update_tokens = int(ngpus) * uf * tokens
+        assert per_update_tokens <= 4096 * int(per_update) < per_update_tokens + int(ngpus) * uf
+        line = (f"one update (MAX_TOKENS): {ngpus} process(es) x update-freq {uf} x {tokens} tokens = "
+                f"{per_update_tokens} tokens (the papers' batch: MAX_TOKENS 4096 x BATCHES_PER_UPDATE {per_update}")
+        assert line in out and line in (tmp_path / "work" / "settings.txt").read_text(), out
+    qcn = int(1500 / 4)  # QCN_MAX_TOKENS over 4 GPUs
+    rc, out = bash(script, tmp_path, NGPUS="4", QCN_MAX_TOKENS="1500")
+    assert f"--max-tokens {qcn} --update-freq 1 " in dict(ln.split(": ", 1) for ln in _commands(out, "HP "))["qcn"]
+    rc, out = bash(script, tmp_path, NGPUS="2", UPDATE_FREQ="4")  # a given update-freq: the batch follows
+    assert rc == 0 and "--max-tokens 512 --update-freq 4 " in out, out
+    rc, out = bash(script, tmp_path, BATCHES_PER_UPDATE="0")
+    assert rc == 2 and "BATCHES_PER_UPDATE=0: a number >= 1" in out, out
+
+
+STEPS_SHOWN = (f"source {REPO}/examples/lib/models.sh; model_settings; SRC=en TGT=de BIN=bin REF_TEST=ref; "
+               'step() { echo "STEP $1: ${*:2}"; }; step_done() { return 0; }; '
+               'mkdir -p "$CKPT/transformer"; touch "$CKPT/transformer/checkpoint_best.pt"; ')
+
+
+def test_num_workers_is_a_setting_with_fairseqs_default(tmp_path):
+    """NUM_WORKERS (default 1, fairseq's) is --num-workers of every training and translation."""
+    script = STEPS_SHOWN + "train_model transformer; translate transformer"
+    for env, want in (({}, "1"), ({"NUM_WORKERS": "4"}, "4"), ({"NUM_WORKERS": "0"}, "0")):
+        rc, out = bash(script, tmp_path, **env)
+        assert rc == 0, out
+        steps = dict(ln.split(": ", 1) for ln in _commands(out, "STEP "))
+        for name in ("train-transformer", "translate-transformer"):
+            assert re.findall(r"--num-workers (\S+)", steps[name]) == [want], steps[name]
+    rc, out = bash(script, tmp_path, NUM_WORKERS="many")
+    assert rc == 2 and "NUM_WORKERS=many" in out, out
+
+
+def test_average_keeps_the_last_epoch_checkpoints_and_translates_their_mean(tmp_path):
+    """AVERAGE=N: training keeps its last N epoch checkpoints (--keep-last-epochs N instead of
+    --no-epoch-checkpoints), a step averages them (docctx-average) and the test set is
+    translated with the mean; AVERAGE=0 (the default: none of the papers averages) translates
+    checkpoint_best.pt."""
+    script = STEPS_SHOWN + "train_model transformer; translate transformer; echo NOTE $(average_note)"
+    rc, out = bash(script, tmp_path)
+    assert rc == 0, out
+    steps = dict(ln.split(": ", 1) for ln in _commands(out, "STEP "))
+    assert "--no-epoch-checkpoints" in steps["train-transformer"] and "average-transformer" not in steps
+    assert "--path work/checkpoints/transformer/checkpoint_best.pt " in steps["translate-transformer"].replace(
+        str(tmp_path) + "/", ""), steps
+    assert "AVERAGE=0" in out
+    rc, out = bash(script, tmp_path, AVERAGE="3")
+    assert rc == 0, out
+    steps = dict(ln.split(": ", 1) for ln in _commands(out, "STEP "))
+    train = steps["train-transformer"]
+    assert "--keep-last-epochs 3 " in train and "--no-epoch-checkpoints" not in train, train
+    avg = steps["average-transformer"]
+    assert avg.startswith("-d train-transformer -o ") and "fairseq_docctx.cli.average --dir" in avg and "--last 3 " in avg
+    ckpt = avg.split(" -o ")[1].split()[0]
+    assert ckpt.endswith("checkpoints/transformer/checkpoint_avg3.pt")
+    assert "-d average-transformer " in steps["translate-transformer"]
+    assert f"--path {ckpt} " in steps["translate-transformer"], steps["translate-transformer"]
+    assert "NOTE Translated with the mean of each model's last 3 epoch checkpoints (AVERAGE=3" in out, out
+
+
+def test_han_joint_starts_from_han_encoder_and_stage_two_trains_one_epoch(tmp_path):
+    """As Miculicich et al. (2018) ran HAN (their released commands, idiap/HAN_NMT): han (HAN
+    encoder and decoder) starts from the trained han-encoder (trained first when MODELS lacks
+    it), and every second stage trains one epoch; HAN_JOINT_FROM=sentence and
+    HAN_STAGE2_EPOCHS=0 are today's alternatives, and results.md's note says which."""
+    script = (f"source {REPO}/examples/lib/models.sh; model_settings; SRC=zh TGT=en BIN=bin; "
+              'train() { echo "TRAIN $1: ${*:3} "; }; step_done() { return 0; }; '
+              "train_model han-decoder; train_model han; echo NOTE $(han_note)")
+    rc, out = bash(script, tmp_path)
+    assert rc == 0, out
+    trains = _commands(out, "TRAIN ")
+    assert [t.split(":")[0] for t in trains] == ["han-decoder", "han-encoder", "han"], out
+    got = dict(t.split(": ", 1) for t in trains)
+    for name in ("han-decoder", "han-encoder"):
+        assert got[name].startswith("-d train-transformer -- ") and "transformer/checkpoint_best.pt " in got[name]
+    assert got["han"].startswith("-d train-han-encoder -- "), got["han"]
+    assert "--init-from-sentence-checkpoint " in got["han"] and "han-encoder/checkpoint_best.pt " in got["han"]
+    assert all("--max-epoch 1 " in t for t in got.values()), got
+    note = _commands(out, "NOTE ")[0]
+    assert "HAN_JOINT_FROM=encoder" in note and "1 epoch" in note, note
+    rc, out = bash(script, tmp_path, HAN_JOINT_FROM="sentence", HAN_STAGE2_EPOCHS="0")
+    assert rc == 0, out
+    got = dict(t.split(": ", 1) for t in _commands(out, "TRAIN "))
+    assert set(got) == {"han-decoder", "han"} and got["han"].startswith("-d train-transformer -- ")
+    assert not any("--max-epoch" in t for t in got.values()), got
+    assert "HAN_JOINT_FROM=sentence" in _commands(out, "NOTE ")[0]
+    rc, out = bash(script, tmp_path, HAN_JOINT_FROM="decoder")
+    assert rc == 2 and "HAN_JOINT_FROM=decoder: encoder or sentence" in out, out
+
+
+def test_es_en_scores_tokenized_bleu_lowercased_and_results_say_how(tmp_path, stub_tools):
+    """Miculicich et al. (2018) score lowercased text (their released outputs and references
+    are lowercase): the es-en recipe's bleu_tok is lowercased, and every recipe's results.md
+    says how each column was scored."""
+    rc, out, calls = _stub_recipe("es-en", tmp_path, stub_tools, SMOKE="1", CORPORA="ted", MODELS="transformer")
+    assert rc == 0, out[-4000:]
+    scores = [c for c in calls if c.startswith("docctx-score bleu ")]
+    assert len(scores) == 2, calls
+    assert all(("--lowercase" in c) == ("--tokenized" in c) for c in scores), scores
+    results = (tmp_path / "work" / "ted" / "results.md").read_text()
+    assert "- `bleu`: BLEU (sacreBLEU 13a, cased, detokenized)" in results, results
+    assert "- `bleu_tok`: BLEU (tokenized, lowercased" in results, results
+    # elsewhere the papers' text is cased: bleu_tok too
+    rc, out = bash(f"source {REPO}/examples/lib/models.sh; model_settings; echo LABEL $(metric_label bleu_tok)",
+                   tmp_path)
+    assert rc == 0 and "LABEL BLEU (tokenized, cased" in out, out

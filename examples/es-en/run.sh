@@ -21,8 +21,9 @@
 #               OpenSubtitles.en-es.{es,en} and OpenSubtitles.en-es.ids (its first column, the
 #               subtitle file of each line, is the document)
 #   news/       News Commentary v11 Es-En of OPUS in Moses format: News-Commentary.en-es.{es,en,ids};
-#               and the WMT sets newstest2008-2013 (dev.tgz of https://www.statmt.org/wmt14/):
-#               newstestYYYY-src.es.sgm and newstestYYYY-ref.en.sgm
+#               and the WMT sets of 2008-2013 (dev.tgz of https://www.statmt.org/wmt14/, as
+#               named there): news-test2008-{src.es,ref.en}.sgm (hyphenated) and
+#               newstestYYYY-src.es.sgm, newstestYYYY-ref.en.sgm for 2009-2013
 # SMOKE=1 without DATA writes toy files in this layout (examples/lib/smoke_data.py) to WORK/smoke-raw.
 #
 # Settings (environment variables, defaults in brackets; [full / SMOKE] where they differ):
@@ -37,9 +38,15 @@
 #     DROPOUT [0.1] LR [7e-4 / 3e-3] WARMUP [4000 / 5] MAX_TOKENS [4096 / 1000]
 #     MAX_UPDATE [100000 / 8] PATIENCE [10] CONTEXT_SIZE [3: k = 3, §3.2] SEED [1] BEAM [4 / 2]
 #     LENPEN [1.0] GEN_MAX_TOKENS [8000] GEN_MAX_LEN_A [1.2 / 0] GEN_MAX_LEN_B [10 / 20]
+#     BATCHES_PER_UPDATE [1] UPDATE_FREQ [auto: per-GPU batch and --update-freq that keep an
+#     update at the papers' batch x BATCHES_PER_UPDATE on NGPUS GPUs; printed with the settings]
+#     AVERAGE [0: none of the papers averages / N: the mean of the last N epoch checkpoints]
+#     HAN_JOINT_FROM [encoder: han from the trained han-encoder / sentence] HAN_STAGE2_EPOCHS [1: as
+#     the HAN authors' released commands / 0: until MAX_UPDATE or PATIENCE]
+#     BLEU_TOK_LOWERCASE [1: Miculicich et al. (2018) score lowercased text]
 #   common (examples/lib/recipe.sh): SMOKE [0] FRESH [0] WORK [demo-work/recipes/es-en,
 #     -smoke with SMOKE=1] DOWNLOADS [WORK/downloads] DEVICE [auto] NGPUS [1] PRECISION [fp16 on
-#     a GPU] EXTRA_TRAIN_ARGS EXTRA_GEN_ARGS
+#     a GPU] EXTRA_TRAIN_ARGS EXTRA_GEN_ARGS NUM_WORKERS [1: fairseq's]
 # A finished step is skipped on a re-run with the same settings; FRESH=1 redoes every step.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -59,6 +66,7 @@ setting SUBS_DEV_DOCS 2
 setting SUBS_TEST_DOCS 2
 setting SUBS_DOC_MIN 300 1
 setting SUBS_DOC_MAX 700 1000000
+setting BLEU_TOK_LOWERCASE 1  # Miculicich et al. (2018) score lowercased text (their released outputs and references)
 model_settings
 recipe_settings
 SRC=es TGT=en
@@ -73,7 +81,7 @@ fi
 HOWTO_TED="download the IWSLT 2014 Es-En TED data (texts/es/en/es-en.tgz) from https://wit3.fbk.eu/2014-01 (a form; CC BY-NC-ND), unpack it into DATA/ted (see examples/es-en/README.md)"
 HOWTO_SUBS="download OpenSubtitles v2018 en-es in Moses format from OPUS (https://opus.nlpl.eu/OpenSubtitles-v2018.php: en-es.txt.zip, with the .ids file) and unpack it into DATA/subtitles"
 HOWTO_NC="download News Commentary v11 en-es in Moses format from OPUS (https://opus.nlpl.eu/News-Commentary-v11.php: en-es.txt.zip, with the .ids file) and unpack it into DATA/news"
-HOWTO_WMT="download the WMT development sets (https://www.statmt.org/wmt14/dev.tgz) and put newstest2008-2013 -src.es.sgm and -ref.en.sgm into DATA/news"
+HOWTO_WMT="download the WMT development sets (https://www.statmt.org/wmt14/dev.tgz) and put news-test2008-src.es.sgm, news-test2008-ref.en.sgm and newstest2009-2013 -src.es.sgm and -ref.en.sgm (dev/ of the archive) into DATA/news"
 
 
 
@@ -110,13 +118,7 @@ corpus_news() {
   TITLE="News Commentary v11 Es-En (newstest2008 for development, newstest2009-2013 for testing)"
   for lang in es en ids; do need_file "$d/News-Commentary.en-es.$lang" "$HOWTO_NC"; done
   # the sgm files under one {lang} pattern (links into WORK/wmt)
-  mkdir -p "$WORK/wmt"
-  for y in 2008 2009 2010 2011 2012 2013; do
-    need_file "$d/newstest$y-src.es.sgm" "$HOWTO_WMT"
-    need_file "$d/newstest$y-ref.en.sgm" "$HOWTO_WMT"
-    ln -sf "$(cd "$d" && pwd)/newstest$y-src.es.sgm" "$WORK/wmt/newstest$y.es.sgm"
-    ln -sf "$(cd "$d" && pwd)/newstest$y-ref.en.sgm" "$WORK/wmt/newstest$y.en.sgm"
-  done
+  wmt_es_en_sets "$d" "$WORK/wmt" "$HOWTO_WMT"
   local split=$WORK/split
   : > "$WORK/none.list"
   step split -o "$split/train.en" -- opus_docs "$d/News-Commentary.en-es.ids" "$d/News-Commentary.en-es.es" \

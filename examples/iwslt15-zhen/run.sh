@@ -26,10 +26,15 @@
 #     DROPOUT [0.1] LR [7e-4 / 3e-3] WARMUP [4000 / 5] MAX_TOKENS [4096 / 1000]
 #     MAX_UPDATE [100000 / 8] PATIENCE [10] CONTEXT_SIZE [3] SEED [1] BEAM [4 / 2] LENPEN [1.0]
 #     GEN_MAX_TOKENS [8000] GEN_MAX_LEN_A [1.2 / 0] GEN_MAX_LEN_B [10 / 20]
+#     BATCHES_PER_UPDATE [1] UPDATE_FREQ [auto: per-GPU batch and --update-freq that keep an
+#     update at the papers' batch x BATCHES_PER_UPDATE on NGPUS GPUs; printed with the settings]
+#     AVERAGE [0: none of the papers averages / N: the mean of the last N epoch checkpoints]
+#     HAN_JOINT_FROM [encoder: han from the trained han-encoder / sentence] HAN_STAGE2_EPOCHS [1: as
+#     the HAN authors' released commands / 0: until MAX_UPDATE or PATIENCE]
 #   common (examples/lib/recipe.sh): SMOKE [0] FRESH [0] WORK [demo-work/recipes/iwslt15-zhen,
 #     -smoke with SMOKE=1] DOWNLOADS [WORK/downloads] DEVICE [auto] NGPUS [1] PRECISION [fp16 on
 #     a GPU] GEN_PROCESSES [auto: NGPUS on GPUs, 1 on the CPU]
-#     EXTRA_TRAIN_ARGS EXTRA_GEN_ARGS
+#     EXTRA_TRAIN_ARGS EXTRA_GEN_ARGS NUM_WORKERS [1: fairseq's]
 # A finished step is skipped on a re-run with the same settings; FRESH=1 redoes every step.
 set -euo pipefail
 source "$(dirname "$0")/../lib/recipe.sh"

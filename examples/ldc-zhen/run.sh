@@ -18,8 +18,9 @@
 #   for each NIST set S of VALID_SET and TEST_SETS: SRC_<S> [NIST/S.src.sgm] its source and
 #     REFS_<S> [NIST/S.ref0.sgm,...,NIST/S.ref3.sgm] its four references, one file each
 #     (NIST [DATA/nist]). A missing file stops the recipe naming it and the LDC catalogue numbers.
-#   SMOKE=1 trains on the bundled IWSLT15 tst2010 and validates and tests on dev2010 (one
-#   reference), with SentencePiece instead of the user's segmentation.
+#   SMOKE=1 trains on the bundled IWSLT15 tst2010, validates on dev2010 and tests on dev2010
+#   and tst2010 (one reference; two test sets, as the NIST sets are several, each its own
+#   column), with SentencePiece instead of the user's segmentation.
 #
 # Settings (environment variables, defaults in brackets; [full / SMOKE] where they differ):
 #   MODELS [rnnsearch,isg,nematus,hrnn-init-enc,hrnn-init-dec,hrnn-init-enc-dec,hrnn-auxi,
@@ -27,7 +28,7 @@
 #     +z=0, +RV, each a decoding of isg]
 #   data: DATA [WORK/data / ../shared/data/iwslt15-zhen] NIST [DATA/nist] TRAIN_ZH TRAIN_EN SRC_<S>
 #     REFS_<S> (above) VALID_SET [mt05 / dev2010] TEST_SETS [mt05,mt02,mt03,mt04,mt06,mt08 /
-#     dev2010] SPM_VOCAB [0: the given words / 2500: SentencePiece] KX_VOCAB [30000: Kuang &
+#     dev2010,tst2010] SPM_VOCAB [0: the given words / 2500: SentencePiece] KX_VOCAB [30000: Kuang &
 #     Xiong's 30K words per language] WANG_VOCAB [35000: Wang et al.'s 35K] TUPLE_MAX_LEN [50]
 #     TUPLE_MAX_LEN_RATIO [3: the paper gives no ratio]
 #   models (examples/lib/models.sh): RNN_DIM [the architectures' sizes / 32] RNN_BATCH [80]
@@ -35,10 +36,13 @@
 #     HRNN_INIT [random: as Wang et al. train / nematus: two-stage, from the trained baseline]
 #     MAX_UPDATE [100000 / 8] PATIENCE [10] SEED [1] BEAM [10 / 2] LENPEN [1.0] GEN_MAX_TOKENS
 #     [8000] GEN_MAX_LEN_A [1.2 / 0] GEN_MAX_LEN_B [10 / 20]
+#     BATCHES_PER_UPDATE [1] UPDATE_FREQ [auto: per-GPU batch and --update-freq that keep an
+#     update at the papers' batch x BATCHES_PER_UPDATE on NGPUS GPUs; printed with the settings]
+#     AVERAGE [0: none of the papers averages / N: the mean of the last N epoch checkpoints]
 #   common (examples/lib/recipe.sh): SMOKE [0] FRESH [0] WORK [demo-work/recipes/ldc-zhen,
 #     -smoke with SMOKE=1] DOWNLOADS [WORK/downloads] DEVICE [auto] NGPUS [1] PRECISION [fp16 on
 #     a GPU] GEN_PROCESSES [auto: NGPUS on GPUs, 1 on the CPU]
-#     EXTRA_TRAIN_ARGS EXTRA_GEN_ARGS
+#     EXTRA_TRAIN_ARGS EXTRA_GEN_ARGS NUM_WORKERS [1: fairseq's]
 # A finished step is skipped on a re-run with the same settings; FRESH=1 redoes every step.
 set -euo pipefail
 source "$(dirname "$0")/../lib/recipe.sh"
@@ -49,7 +53,7 @@ setting ISG_SWITCHES null,zero-gate,random-context
 setting DATA "$WORK/data" ../shared/data/iwslt15-zhen
 setting NIST "$DATA/nist"
 setting VALID_SET mt05 dev2010
-setting TEST_SETS mt05,mt02,mt03,mt04,mt06,mt08 dev2010
+setting TEST_SETS mt05,mt02,mt03,mt04,mt06,mt08 dev2010,tst2010
 iwslt() { echo "$DATA/IWSLT15.TED.$1.zh-en.$2.xml"; }
 setting TRAIN_ZH "$DATA/train.zh" "$(iwslt tst2010 zh)"
 setting TRAIN_EN "$DATA/train.en" "$(iwslt tst2010 en)"
@@ -149,16 +153,19 @@ fi
 
 # ---------------------------------------------------------------- train, translate, score
 RUNS=()
-score_set() {  # RUN SET DATA: case-insensitive BLEU-4 against every reference of SET
+score_set() {  # RUN SET DATA: case-insensitive BLEU-4 against every reference of SET, into
+  # SCORES/RUN/SET.json (one output per step: a step's outputs are removed before it runs)
   local run=$1 s=$2 data=$3 refs=() r
   IFS=, read -r -a r <<< "${SET_REFS[$s]}"
   for f in "${r[@]}"; do refs+=(--ref "$f"); done
-  step "score-$run-$s" -d "translate-$run-$s" -o "$SCORES/$run.json" -- \
+  mkdir -p "$SCORES/$run"
+  step "score-$run-$s" -d "translate-$run-$s" -o "$SCORES/$run/$s.json" -- \
     docctx-score bleu --tokenized --lowercase --hyp "$GEN/$run/$s/generate-test.txt" --data "$data" \
-      "${refs[@]}" --json "$SCORES/$run.json" --name "$run" --metric-name "$s"
+      "${refs[@]}" --json "$SCORES/$run/$s.json" --name "$run" --metric-name "$s"
 }
 for model in "${MODEL_LIST[@]}"; do
   train_model "$model"
+  eval_checkpoint "$model"
   paper=$(paper_of "$model")
   runs=("$model")
   [[ $model == isg ]] && for sw in ${ISG_SWITCHES//,/ }; do runs+=("isg-$sw"); done
@@ -166,15 +173,19 @@ for model in "${MODEL_LIST[@]}"; do
     extra=()
     # Kuang & Xiong (2018), Table 3: the trained NMT_ISG decoded with +NULL, +z=0 or +RV
     [[ $run == isg-* ]] && extra=(--seed "$SEED" --model-overrides "{'isg_ablation': '${run#isg-}'}")
+    set_deps=() set_scores=()
     for s in "${TESTS[@]}"; do
-      generate_step "translate-$run-$s" "$WORK/data-bin/$paper/$s" "$CKPT/$model/checkpoint_best.pt" "$GEN/$run/$s" \
-        -d "train-$model" -d "prepare-$paper-$s" -- "${extra[@]}"
+      generate_step "translate-$run-$s" "$WORK/data-bin/$paper/$s" "$EVAL_CKPT" "$GEN/$run/$s" \
+        -d "$EVAL_STEP" -d "prepare-$paper-$s" -- "${extra[@]}"
       score_set "$run" "$s" "$WORK/data-bin/$paper/$s"
+      set_deps+=(-d "score-$run-$s") set_scores+=("$SCORES/$run/$s.json")
     done
+    # the run's row of results.md: its sets' scores in one file
+    step "scores-$run" "${set_deps[@]}" -o "$SCORES/$run.json" -- merge_scores "$SCORES/$run.json" "${set_scores[@]}"
     RUNS+=("$run")
   done
 done
 METRICS=$TEST_SETS
-RESULTS_NOTE="One column per NIST set: case-insensitive BLEU-4 against its references (\`docctx-score bleu --tokenized --lowercase\`, 13a-pretokenized, as the papers score tokenized text; signatures below)."
+RESULTS_NOTE="One column per NIST set: case-insensitive BLEU-4 against its references (\`docctx-score bleu --tokenized --lowercase\`: multi-bleu.perl -lc on the tokenized text, as the papers; signatures below)."
 [[ " ${MODEL_LIST[*]} " =~ \ hrnn[a-z-]*\  ]] && RESULTS_NOTE+=$'\n'"$(hrnn_init_note)"
 write_results "LDC Zh-En, NIST sets (test ${TEST_SETS})" "${RUNS[@]}"

@@ -5,8 +5,11 @@
 #
 # Files: CORPUS/concatenated_en2de_{train,dev,test}_{en,de}.txt, a line "<d>" before each
 # document. Dev and test are in the authors' repository: missing ones are downloaded (pinned
-# commit, sha256 in maruf-ende.sha256). The training sides are not (the Europarl one is over
-# 500 MB; the authors' data/Europarl7/readme.txt asks to contact them): put them in CORPUS.
+# commit, sha256 in maruf-ende.sha256). So is the TED (IWSLT2017) training side: missing, it is
+# downloaded from the same commit and checked by its git blob id (maruf-ende.blobs: the ids
+# the repository's tree records, which pin files not downloaded when this was written). The
+# NC-2016 and Europarl7 training sides are not in the repository (Europarl's is over 500 MB):
+# the authors' data/readme.txt (repository HEAD) links them; put them in DATA/CORPUS.
 #
 # Settings: DATA [the bundled data ../shared/data/maruf-ende, or a folder of the user's with
 #   the corpus sub-folders] SPM_VOCAB [30000: the papers' 30K BPE merges; 300 in SMOKE]
@@ -15,6 +18,7 @@
 #   dev documents, validate on the next ones, test on the first test documents)
 
 MARUF_URL=https://raw.githubusercontent.com/sameenmaruf/selective-attn/1cb44c5ddd2cdf4f32ea74768a3389b52fc4db27/data
+MARUF_README=https://github.com/sameenmaruf/selective-attn/blob/master/data/readme.txt
 
 maruf_ende_data() {  # CORPUS_NAME (IWSLT2017 | NC-2016 | Europarl7): sets BIN, REF_TEST; step "prepare"
   local corpus=$1 split lang f sum
@@ -48,10 +52,22 @@ maruf_ende_data() {  # CORPUS_NAME (IWSLT2017 | NC-2016 | Europarl7): sets BIN, 
     REF_TEST=$WORK/smoke-data/test.de
     DATA_MODE=smoke
   else
-    for lang in en de; do
-      need_file "$dir/concatenated_en2de_train_$lang.txt" "the training side of Maruf et al.'s $corpus corpus is not in their public repository (https://github.com/sameenmaruf/selective-attn/tree/master/data; the authors send it on request). Put concatenated_en2de_train_{en,de}.txt in $dir, or set DATA to a folder holding $corpus/ with all six files; SMOKE=1 runs the recipe on the bundled dev and test files"
-    done
-    prep+=(--trainpref "$dir/concatenated_en2de_train_{lang}.txt"
+    # the training side: both files in DATA/CORPUS, else downloaded where the repository has them
+    local blob trainpref=$dir/'concatenated_en2de_train_{lang}.txt'
+    if [[ ! -f $dir/concatenated_en2de_train_en.txt || ! -f $dir/concatenated_en2de_train_de.txt ]]; then
+      trainpref=$got/'concatenated_en2de_train_{lang}.txt'
+      for lang in en de; do
+        f=concatenated_en2de_train_$lang.txt
+        blob=$(awk -v p="$corpus/$f" '$2 == p {print $1}' "$RECIPE_LIB/maruf-ende.blobs")
+        if [[ -n $blob ]]; then
+          fetch_blob "$MARUF_URL/$corpus/$f" "$blob" "$got/$f" \
+            "missing $dir/$f and no download: put Maruf et al.'s $f there (or set DATA to a folder holding $corpus/ with all six files); SMOKE=1 runs the recipe on the bundled dev and test files"
+        else
+          need_file "$dir/$f" "the training side of Maruf et al.'s $corpus corpus is not in their repository; their data/readme.txt ($MARUF_README) links it: put concatenated_en2de_train_{en,de}.txt in $dir, or set DATA to a folder holding $corpus/ with all six files; SMOKE=1 runs the recipe on the bundled dev and test files"
+        fi
+      done
+    fi
+    prep+=(--trainpref "$trainpref"
       --validpref "$(_maruf 'concatenated_en2de_dev_{lang}.txt')"
       --testpref "$(_maruf 'concatenated_en2de_test_{lang}.txt')")
     REF_TEST=$(_maruf concatenated_en2de_test_de.txt)
@@ -60,10 +76,29 @@ maruf_ende_data() {  # CORPUS_NAME (IWSLT2017 | NC-2016 | Europarl7): sets BIN, 
   step prepare -o "$BIN/docctx.json" -- docctx-prepare "${prep[@]}" --destdir "$BIN"
 }
 
+meteor15_setup() {  # METEOR 1.5 (METRICS meteor-1.5*): a Java runtime (Debian's) and pycocoevalcap's jar
+  local py
+  py=$(dirname "$(command -v docctx-score)")/python
+  if ! command -v java >/dev/null; then
+    say "METEOR 1.5: installing a Java runtime (apt-get install -y default-jre-headless)"
+    local sudo=(); [[ $(id -u) == 0 ]] || sudo=(sudo)
+    { "${sudo[@]}" apt-get update -qq && "${sudo[@]}" apt-get install -y -qq default-jre-headless; } ||
+      die "METEOR 1.5 needs Java: install a Java runtime (apt-get install default-jre-headless), or leave meteor-1.5* out of METRICS"
+  fi
+  if ! "$py" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("pycocoevalcap") is None)'; then
+    say "METEOR 1.5: installing pycocoevalcap==1.2 (meteor-1.5.jar; a 104 MB wheel)"
+    "$py" -m pip install -q pycocoevalcap==1.2 pycocotools==2.0.11 ||
+      die "METEOR 1.5 needs pycocoevalcap==1.2 (make meteor), or leave meteor-1.5* out of METRICS"
+  fi
+}
+
 maruf_ende_recipe() {  # RECIPE CORPUS TITLE MODELS SMOKE_TRAIN_DOCS SMOKE_VALID_DOCS SMOKE_TEST_DOCS QCN_MAX_TOKENS
   recipe_init "$1"
   setting MODELS "$4"
-  setting METRICS bleu,bleu_tok,meteor
+  # meteor: nltk's; meteor-1.5-exact-stem: METEOR 1.5 without German paraphrases (Java, pycocoevalcap:
+  # meteor15_setup), in full runs; neither is comparable with the paper's Meteor (paper-scores.tsv)
+  setting METRICS bleu,bleu_tok,meteor,meteor-1.5-exact-stem bleu,bleu_tok,meteor
+  setting BLEU_PRETOKENIZE moses   # Maruf et al.'s files are detokenized: Moses-tokenize, as the papers
   setting SMOKE_TRAIN_DOCS "$5"
   setting SMOKE_VALID_DOCS "$6"
   setting SMOKE_TEST_DOCS "$7"
@@ -72,6 +107,7 @@ maruf_ende_recipe() {  # RECIPE CORPUS TITLE MODELS SMOKE_TRAIN_DOCS SMOKE_VALID
   recipe_settings
   SRC=en TGT=de
   PAPER_SCORES=$REPO/examples/$1/paper-scores.tsv
+  [[ ,$METRICS, == *,meteor-1.5* ]] && meteor15_setup
   maruf_ende_data "$2"
   run_models ${MODELS//,/ }
   write_results "$3" ${MODELS//,/ }

@@ -24,6 +24,24 @@
 #     from random weights, as Wang et al. (2017) describe its training / nematus: every weight
 #     of the trained Nematus baseline copied first, a two-stage variant the paper does not
 #     describe; results.md says which]
+#   HAN's stages (Miculicich et al. 2018, §3.2, as their released commands run them:
+#     github.com/idiap/HAN_NMT, README): HAN_JOINT_FROM [encoder: han (HAN encoder and decoder)
+#     starts from the trained han-encoder, which is trained first when MODELS lacks it /
+#     sentence: from the sentence transformer, like the other HAN models] HAN_STAGE2_EPOCHS [1:
+#     every HAN model's second stage trains one epoch / 0: until MAX_UPDATE or PATIENCE];
+#     results.md says which
+#   batches: BATCHES_PER_UPDATE [1: the papers' batch (MAX_TOKENS, QCN_MAX_TOKENS, RNN_BATCH) is
+#     one update] UPDATE_FREQ [auto]: fairseq's batch sizes are per GPU, so on NGPUS GPUs the
+#     per-GPU batch and --update-freq are derived to keep an update at BATCHES_PER_UPDATE x the
+#     paper's batch: update-freq ceil(BATCHES_PER_UPDATE / NGPUS) (UPDATE_FREQ when set), per-GPU
+#     batch floor(batch x BATCHES_PER_UPDATE / (NGPUS x update-freq)) (exact when NGPUS divides
+#     BATCHES_PER_UPDATE; else at most NGPUS x update-freq tokens or sentences under it); the
+#     settings print-out gives the numbers
+#   scores: BLEU_TOK_LOWERCASE [0 / 1 in es-en: Miculicich et al. (2018) score lowercased
+#     text]: bleu_tok on lowercased text (docctx-score bleu --tokenized --lowercase)
+#   AVERAGE [0: no paper of these models averages checkpoints / N: translate with the mean of
+#     the last N epoch checkpoints (fairseq-train --keep-last-epochs N, docctx-average),
+#     Vaswani et al. 2017, §6.1]
 #   all: MAX_UPDATE [100000] PATIENCE [10: stop after 10 validations without a better dev
 #     loss; checkpoint_best.pt, the best dev loss, is translated] CONTEXT_SIZE [3: HAN, QCN,
 #     MHT] CONCAT_CONTEXT_SIZE [1: the previous source sentence, Tiedemann & Scherrer 2017]
@@ -62,6 +80,24 @@ model_settings() {
   setting NEMATUS_LR 1e-4 3e-3
   setting HRNN_INIT random
   [[ $HRNN_INIT == random || $HRNN_INIT == nematus ]] || die "HRNN_INIT=$HRNN_INIT: random or nematus"
+  setting HAN_JOINT_FROM encoder
+  [[ $HAN_JOINT_FROM == encoder || $HAN_JOINT_FROM == sentence ]] || die "HAN_JOINT_FROM=$HAN_JOINT_FROM: encoder or sentence"
+  setting HAN_STAGE2_EPOCHS 1
+  [[ $HAN_STAGE2_EPOCHS =~ ^[0-9]+$ ]] || die "HAN_STAGE2_EPOCHS=$HAN_STAGE2_EPOCHS: a number of epochs (0: no limit)"
+  setting BATCHES_PER_UPDATE 1
+  [[ $BATCHES_PER_UPDATE =~ ^[1-9][0-9]*$ ]] || die "BATCHES_PER_UPDATE=$BATCHES_PER_UPDATE: a number >= 1"
+  setting UPDATE_FREQ auto
+  [[ $UPDATE_FREQ == auto || $UPDATE_FREQ =~ ^[1-9][0-9]*$ ]] || die "UPDATE_FREQ=$UPDATE_FREQ: auto or a number >= 1"
+  setting AVERAGE 0
+  setting BLEU_TOK_LOWERCASE 0
+  [[ $BLEU_TOK_LOWERCASE == 0 || $BLEU_TOK_LOWERCASE == 1 ]] || die "BLEU_TOK_LOWERCASE=$BLEU_TOK_LOWERCASE: 0 or 1"
+  [[ $AVERAGE =~ ^[0-9]+$ ]] || die "AVERAGE=$AVERAGE: a number of checkpoints (0: no averaging)"
+  local what batch
+  for what in "MAX_TOKENS tokens" "QCN_MAX_TOKENS tokens" "RNN_BATCH sentences"; do
+    batch=${what%% *}
+    _per_gpu "${!batch}" "$batch"
+    RECIPE_NOTES+=("one update ($batch): $(_train_gpus) process(es) x update-freq $UF x $PER_GPU ${what#* } = $(( $(_train_gpus) * UF * PER_GPU )) ${what#* } (the papers' batch: $batch ${!batch} x BATCHES_PER_UPDATE $BATCHES_PER_UPDATE = $(( ${!batch} * BATCHES_PER_UPDATE )))")
+  done
   CKPT=$WORK/checkpoints
   GEN=$WORK/generate
   SCORES=$WORK/scores
@@ -69,6 +105,19 @@ model_settings() {
 }
 
 # ---------------------------------------------------------------- training
+
+_train_gpus() {  # the processes fairseq-train runs: NGPUS on GPUs, 1 on the CPU
+  if [[ $DEVICE == gpu ]]; then echo "$NGPUS"; else echo 1; fi
+}
+
+_per_gpu() {  # BATCH [NAME]: PER_GPU (fairseq's per-GPU batch) and UF (--update-freq) that keep
+  # one update at BATCH x BATCHES_PER_UPDATE on the training processes (batch sizes are per GPU)
+  local n b=$BATCHES_PER_UPDATE
+  n=$(_train_gpus)
+  if [[ $UPDATE_FREQ == auto ]]; then UF=$(( (b + n - 1) / n )); else UF=$UPDATE_FREQ; fi
+  PER_GPU=$(( $1 * b / (n * UF) ))
+  (( PER_GPU >= 1 )) || die "${2:-the batch} $1 x BATCHES_PER_UPDATE $b over $n GPU(s) x update-freq $UF: less than 1 per GPU"
+}
 
 _vaswani() {  # Transformer base sizes and Vaswani et al.'s optimisation
   HP=(--encoder-layers "$LAYERS" --decoder-layers "$LAYERS"
@@ -78,7 +127,9 @@ _vaswani() {  # Transformer base sizes and Vaswani et al.'s optimisation
     --dropout "$DROPOUT" --share-all-embeddings
     --optimizer adam --adam-betas '(0.9, 0.98)' --lr "$LR"
     --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --warmup-init-lr 1e-07
-    --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens "$MAX_TOKENS")
+    --criterion label_smoothed_cross_entropy --label-smoothing 0.1)
+  _per_gpu "$MAX_TOKENS" MAX_TOKENS
+  HP+=(--max-tokens "$PER_GPU" --update-freq "$UF")
 }
 
 _qcn() {  # Yang et al. (2019), §4.1: 4+4 layers, dropout 0.2, Adam at a constant 1e-4
@@ -88,8 +139,9 @@ _qcn() {  # Yang et al. (2019), §4.1: 4+4 layers, dropout 0.2, Adam at a consta
     --encoder-attention-heads "$HEADS" --decoder-attention-heads "$HEADS"
     --dropout "$QCN_DROPOUT" --share-all-embeddings
     --optimizer adam --lr "$QCN_LR" --lr-scheduler fixed
-    --criterion label_smoothed_cross_entropy_pcc --label-smoothing 0.1 --pcc-weight "$PCC_WEIGHT"
-    --max-tokens "$QCN_MAX_TOKENS")
+    --criterion label_smoothed_cross_entropy_pcc --label-smoothing 0.1 --pcc-weight "$PCC_WEIGHT")
+  _per_gpu "$QCN_MAX_TOKENS" QCN_MAX_TOKENS
+  HP+=(--max-tokens "$PER_GPU" --update-freq "$UF")
 }
 
 _rnn_sizes() {  # every size RNN_DIM when it is set, else the named architecture's
@@ -107,14 +159,17 @@ _kuang() {  # Kuang & Xiong (2018), §5.1: Adadelta (rho 0.95, eps 1e-6), 80 sen
   # initialisation (B.1: --rnn-init bahdanau)
   _rnn_sizes
   HP=("${RNN_SIZES[@]}" --optimizer adadelta --adadelta-rho 0.95 --adadelta-eps 1e-6 --lr 1.0
-    --clip-norm 1 --rnn-init bahdanau --criterion cross_entropy --batch-size "$RNN_BATCH")
+    --clip-norm 1 --rnn-init bahdanau --criterion cross_entropy)
+  _per_gpu "$RNN_BATCH" RNN_BATCH
+  HP+=(--batch-size "$PER_GPU" --update-freq "$UF")
 }
 
 _wang() {  # Wang et al. (2017), §3.1, on Nematus: 80 sentences a batch;
   # Adam 1e-4 with clipping at 1 (Nematus' defaults)
   _rnn_sizes
-  HP=("${RNN_SIZES[@]}" --optimizer adam --lr "$NEMATUS_LR" --clip-norm 1 --criterion cross_entropy
-    --batch-size "$RNN_BATCH")
+  HP=("${RNN_SIZES[@]}" --optimizer adam --lr "$NEMATUS_LR" --clip-norm 1 --criterion cross_entropy)
+  _per_gpu "$RNN_BATCH" RNN_BATCH
+  HP+=(--batch-size "$PER_GPU" --update-freq "$UF")
 }
 
 train() {  # NAME HP(vaswani|qcn|kuang|wang) [-d DEP]... -- fairseq-train arguments (task, arch, context)
@@ -128,12 +183,30 @@ train() {  # NAME HP(vaswani|qcn|kuang|wang) [-d DEP]... -- fairseq-train argume
   local extra=($EXTRA_TRAIN_ARGS)
   local valid=(--valid-subset valid --best-checkpoint-metric loss)
   (( PATIENCE > 0 )) && valid+=(--patience "$PATIENCE")
+  # AVERAGE=N: the last N epoch checkpoints are kept (the others are removed as training goes)
+  local epochs=(--no-epoch-checkpoints)
+  (( AVERAGE > 0 )) && epochs=(--keep-last-epochs "$AVERAGE")
   step "train-$name" -d "${TRAIN_PREPARE:-prepare}" "${deps[@]}" -o "$CKPT/$name" -- \
     fairseq-train "${TRAIN_BIN:-$BIN}" --user-dir "$REPO/fairseq_docctx" --task document_translation "$@" "${HP[@]}" \
       "${valid[@]}" --max-update "$MAX_UPDATE" --seed "$SEED" --save-dir "$CKPT/$name" \
-      --no-epoch-checkpoints --log-format simple --log-interval 100 --num-workers 0 \
+      "${epochs[@]}" --log-format simple --log-interval 100 --num-workers "$NUM_WORKERS" \
       "${TRAIN_DEVICE_ARGS[@]}" "${extra[@]}"
   [[ -f $CKPT/$name/checkpoint_best.pt ]] || die "training $name wrote no checkpoint_best.pt (see $LOGS/train-$name.log)"
+  if (( AVERAGE > 0 )); then
+    # the mean of the last AVERAGE epoch checkpoints (the plugin of this checkout: python -m)
+    step "average-$name" -d "train-$name" -o "$CKPT/$name/checkpoint_avg$AVERAGE.pt" -- \
+      python -m fairseq_docctx.cli.average --dir "$CKPT/$name" --last "$AVERAGE" -o "$CKPT/$name/checkpoint_avg$AVERAGE.pt"
+  fi
+}
+
+eval_checkpoint() {  # NAME: EVAL_CKPT, the checkpoint of NAME that translates the test set, and
+  # EVAL_STEP, the step that makes it: checkpoint_best.pt (lowest dev loss), or with AVERAGE=N
+  # the mean of the last N epoch checkpoints
+  if (( AVERAGE > 0 )); then
+    EVAL_CKPT=$CKPT/$1/checkpoint_avg$AVERAGE.pt EVAL_STEP=average-$1
+  else
+    EVAL_CKPT=$CKPT/$1/checkpoint_best.pt EVAL_STEP=train-$1
+  fi
 }
 
 train_model() {  # NAME: one of the models below (the sentence baseline first: others start from it)
@@ -160,8 +233,11 @@ train_model() {  # NAME: one of the models below (the sentence baseline first: o
         --arch qcn_transformer --no-pcc-regularizer ;;
     han|han-encoder|han-decoder|han-decoder-source|han-decoder-alignment)
       # two stages (Miculicich et al. 2018, §3.2): the sentence-level transformer, then the
-      # whole network with the HAN parts added, initialised from it
-      local arch sides
+      # whole network with the HAN parts added, initialised from it; as the authors' released
+      # commands run it (idiap/HAN_NMT, README): the second stage one epoch
+      # (HAN_STAGE2_EPOCHS), and han (HAN encoder and decoder) from the trained han-encoder
+      # (HAN_JOINT_FROM=encoder)
+      local arch sides from=transformer stage2=()
       case $name in
         han) arch=han_transformer sides=both ;;
         han-encoder) arch=han_encoder_transformer sides=source ;;
@@ -170,9 +246,14 @@ train_model() {  # NAME: one of the models below (the sentence baseline first: o
         han-decoder-alignment) arch=han_decoder_alignment_transformer sides=both ;;
       esac
       _need_model transformer "$name"
-      train "$name" vaswani -d train-transformer -- -s "$SRC" -t "$TGT" --context-size "$CONTEXT_SIZE" \
+      if [[ $name == han && $HAN_JOINT_FROM == encoder ]]; then
+        from=han-encoder
+        train_model han-encoder  # a step: skipped when han-encoder is trained already
+      fi
+      (( HAN_STAGE2_EPOCHS > 0 )) && stage2=(--max-epoch "$HAN_STAGE2_EPOCHS")
+      train "$name" vaswani -d "train-$from" -- -s "$SRC" -t "$TGT" --context-size "$CONTEXT_SIZE" \
         --context-sides "$sides" --arch "$arch" --han-context-size "$CONTEXT_SIZE" \
-        --init-from-sentence-checkpoint "$CKPT/transformer/checkpoint_best.pt" ;;
+        --init-from-sentence-checkpoint "$CKPT/$from/checkpoint_best.pt" "${stage2[@]}" ;;
     mht)
       # the four steps of Zhang et al. (2021), §4.3: (1) the src->tgt sentence model (the
       # baseline), (2) a tgt->src one, (3) drafts of every split by (1), (4) MHT with its
@@ -236,6 +317,24 @@ hrnn_init_note() {  # the line results.md gives the hrnn_context rows: how they 
   fi
 }
 
+han_note() {  # the line results.md gives the HAN rows: how their stages were trained
+  local epochs="until MAX_UPDATE or PATIENCE (HAN_STAGE2_EPOCHS=0)"
+  (( HAN_STAGE2_EPOCHS > 0 )) && epochs="$HAN_STAGE2_EPOCHS epoch(s) (HAN_STAGE2_EPOCHS=$HAN_STAGE2_EPOCHS; the authors' released commands: 1)"
+  if [[ $HAN_JOINT_FROM == encoder ]]; then
+    echo "HAN rows: stage 2 from the sentence transformer, han from the trained han-encoder (HAN_JOINT_FROM=encoder, as Miculicich et al.'s released commands), stage 2 for $epochs."
+  else
+    echo "HAN rows: stage 2 from the sentence transformer, han too (HAN_JOINT_FROM=sentence; the authors' released commands start han from han-encoder), stage 2 for $epochs."
+  fi
+}
+
+average_note() {  # the line results.md gives the translated checkpoints
+  if (( AVERAGE > 0 )); then
+    echo "Translated with the mean of each model's last $AVERAGE epoch checkpoints (AVERAGE=$AVERAGE: \`checkpoints/*/checkpoint_avg$AVERAGE.pt\`)."
+  else
+    echo "Translated with each model's \`checkpoint_best.pt\` (the lowest dev loss; AVERAGE=0: no averaging, as none of the papers average)."
+  fi
+}
+
 _need_model() {  # MODEL WHO: WHO starts from MODEL, which must be trained first
   step_done "train-$1" || die "$2 starts from the $1 model: put $1 before $2 in MODELS"
 }
@@ -244,9 +343,11 @@ _need_model() {  # MODEL WHO: WHO starts from MODEL, which must be trained first
 
 translate() {  # NAME: the test split with checkpoint_best.pt; document order where the model
   # reads its own previous translations (HAN decoders), the drafts given (MHT)
-  local name=$1 deps=(-d "train-$1")
+  local name=$1
+  eval_checkpoint "$name"
+  local deps=(-d "$EVAL_STEP")
   [[ $name == mht ]] && deps+=(-d drafts)
-  generate_step "translate-$name" "$BIN" "$CKPT/$name/checkpoint_best.pt" "$GEN/$name" "${deps[@]}"
+  generate_step "translate-$name" "$BIN" "$EVAL_CKPT" "$GEN/$name" "${deps[@]}"
 }
 
 generate_step() {  # STEP DATA CHECKPOINT OUTDIR [-d DEP]... [-- fairseq-generate arguments]:
@@ -261,20 +362,41 @@ generate_step() {  # STEP DATA CHECKPOINT OUTDIR [-d DEP]... [-- fairseq-generat
     "${GENERATE[@]}" "$data" --user-dir "$REPO/fairseq_docctx" --task document_translation \
       --path "$ckpt" --gen-subset test --beam "$BEAM" --lenpen "$LENPEN" \
       --max-len-a "$GEN_MAX_LEN_A" --max-len-b "$GEN_MAX_LEN_B" --max-tokens "$GEN_MAX_TOKENS" --required-batch-size-multiple 1 \
-      --num-workers 0 --results-path "$out" "${GEN_DEVICE_ARGS[@]}" "$@" "${extra[@]}"
+      --num-workers "$NUM_WORKERS" --results-path "$out" "${GEN_DEVICE_ARGS[@]}" "$@" "${extra[@]}"
 }
 
-score_run() {  # NAME METRICS: docctx-score of the test translations into SCORES/NAME.json
-  local name=$1 metrics=$2 hyp=$GEN/$1/generate-test.txt json=$SCORES/$1.json m
+score_run() {  # NAME METRICS [HYP]: docctx-score of the test translations (HYP, default
+  # GEN/NAME/generate-test.txt) against REF_TEST into SCORES/NAME.json
+  local name=$1 metrics=$2 hyp=${3:-$GEN/$1/generate-test.txt} json=$SCORES/$1.json m lc=()
   rm -f "$json"
+  (( BLEU_TOK_LOWERCASE )) && lc=(--lowercase)
   for m in ${metrics//,/ }; do
     case $m in
       bleu) docctx-score bleu --hyp "$hyp" --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name" ;;
-      bleu_tok) docctx-score bleu --tokenized --hyp "$hyp" --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name" ;;
+      bleu_tok) docctx-score bleu --pretokenize "${BLEU_PRETOKENIZE:-moses}" --lang "$TGT" "${lc[@]}" --hyp "$hyp" \
+        --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name" ;;
       meteor) docctx-score meteor --hyp "$hyp" --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name" ;;
-      *) echo "unknown metric $m (bleu, bleu_tok, meteor)" >&2; return 2 ;;
+      meteor-1.5*) local mods=${m#meteor-1.5}; mods=${mods#-}  # meteor-1.5-exact-stem: modules exact stem
+        docctx-score meteor --meteor 1.5 --lang "$TGT" ${mods:+--meteor-modules "${mods//-/ }"} --hyp "$hyp" \
+          --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name" ;;
+      *) echo "unknown metric $m (bleu, bleu_tok, meteor, meteor-1.5[-MODULE...])" >&2; return 2 ;;
     esac
   done
+}
+
+metric_label() {  # METRIC: how score_run scores it (results.md's legend of its columns)
+  case $1 in
+    bleu) echo "BLEU (sacreBLEU 13a, cased, detokenized)" ;;
+    bleu_tok)  # multi-bleu.perl's BLEU of the text tokenized by --pretokenize (Moses': as the papers)
+      local how="docctx-score bleu --pretokenize ${BLEU_PRETOKENIZE:-moses} -l $TGT"
+      if (( BLEU_TOK_LOWERCASE )); then echo "BLEU (tokenized, lowercased: multi-bleu.perl -lc; $how --lowercase)"
+      else echo "BLEU (tokenized, cased: multi-bleu.perl; $how)"; fi ;;
+    meteor) echo "nltk's METEOR (docctx-score meteor, WordNet): not METEOR 1.5, not comparable with a paper's Meteor" ;;
+    meteor-1.5) echo "METEOR 1.5 (docctx-score meteor --meteor 1.5 -l $TGT)" ;;
+    meteor-1.5-*) echo "METEOR 1.5 with the modules ${1#meteor-1.5-} only (docctx-score meteor --meteor 1.5 -l $TGT --meteor-modules; without paraphrases: pycocoevalcap ships English's table only)" ;;
+    contrastive:*) echo "accuracy on the contrastive set ${1#contrastive:} (docctx-score contrastive)" ;;
+    *) echo "" ;;
+  esac
 }
 
 run_models() {  # MODEL...: train, translate and score each
@@ -303,13 +425,21 @@ write_results() {  # TITLE MODEL...: WORK/results.md, each score beside the pape
       echo "Mode: ${DATA_MODE:-full}. ${DATA_NOTE:-}"
     fi
     echo
-    echo "Device: $DEVICE_NOTE. Settings: \`settings.txt\`; models: \`checkpoints/*/checkpoint_best.pt\`"
-    echo "(best dev loss); test translations: \`generate/*/generate-test.txt\`; scores: \`scores/*.json\`."
+    echo "Device: $DEVICE_NOTE. Settings: \`settings.txt\`; models: \`checkpoints/*/\`;"
+    echo "test translations: \`generate/*/generate-test.txt\`; scores: \`scores/*.json\`."
+    echo "$(average_note)"
+    local note
+    for note in "${RECIPE_NOTES[@]}"; do echo "${note^}."; done
+    if [[ " $* " =~ \ han[a-z-]*\  ]]; then han_note; fi
     if [[ -n ${RESULTS_NOTE:-} ]]; then
       echo "$RESULTS_NOTE"
     else
-      echo "\`bleu\`: sacreBLEU on detokenized text; \`bleu_tok\`: on 13a-pretokenized text, as the papers"
-      echo "score tokenized text (their own tokenization was Moses', so expect small differences)."
+      echo "Columns (how each was scored):"
+      local m label
+      for m in ${METRICS//,/ }; do
+        label=$(metric_label "$m")
+        if [[ -n $label ]]; then echo "- \`$m\`: $label"; fi
+      done
     fi
     echo
     cat "$WORK/results.table.md"

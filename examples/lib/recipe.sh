@@ -8,8 +8,10 @@
 #                                 run COMMAND once: skipped on a re-run when it finished with
 #                                 the same command line and the same DEP steps; FRESH=1 redoes
 #   fetch URL SHA256 DEST [HOWTO] resumable download, checked against its sha256
+#   fetch_blob URL BLOB DEST [HOWTO]  the same, checked against its git blob id (git_blob_id FILE)
 #   need_file PATH HOWTO          a clear error when a file the user must supply is missing
 #   slice_marker FILE SKIP N OUT  documents SKIP+1 .. SKIP+N of a "<d>"-marked file
+#   merge_scores OUT IN...        one run's score files (docctx-score --json) joined into OUT
 #
 # Common settings (environment variables, defaults in brackets):
 #   SMOKE [0]   1: the whole chain on a small slice of the bundled data, tiny models, a few updates
@@ -19,11 +21,14 @@
 #   distributed training over N GPUs]  PRECISION [fp16 on a GPU | bf16 | fp32]
 #   GEN_PROCESSES [auto: NGPUS on GPUs, 1 on the CPU: the test set is translated by that many
 #   processes, one share of the documents each (docctx-generate; 1: plain fairseq-generate)]
+#   NUM_WORKERS [1: fairseq's default; the processes that load batches, --num-workers of
+#   every fairseq-train and fairseq-generate; 0 loads them in the main process]
 #   EXTRA_TRAIN_ARGS, EXTRA_GEN_ARGS: appended to every fairseq-train / fairseq-generate command
 
 RECIPE_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$RECIPE_LIB/../.." && pwd)
 RECIPE_SETTINGS=()
+RECIPE_NOTES=()  # derived values the settings print-out and settings.txt give after the settings
 
 say() { printf '[%s %s +%ds] %s\n' "$RECIPE" "$(date +%H:%M:%S)" "$(( $(date +%s) - RECIPE_T0 ))" "$*"; }
 die() { echo "$RECIPE: error: $*" >&2; exit 2; }
@@ -50,6 +55,8 @@ recipe_init() {  # NAME
   setting NGPUS 1
   setting PRECISION ""
   setting GEN_PROCESSES auto
+  setting NUM_WORKERS 1
+  [[ $NUM_WORKERS =~ ^[0-9]+$ ]] || die "NUM_WORKERS=$NUM_WORKERS: use a number of processes (0: the main process)"
   setting EXTRA_TRAIN_ARGS ""
   setting EXTRA_GEN_ARGS ""
   for cmd in docctx-prepare fairseq-train fairseq-generate docctx-score python sha256sum; do
@@ -77,6 +84,11 @@ recipe_settings() {  # print and record every setting (after the recipe's own `s
     echo "$name=${!name}" >> "$WORK/settings.txt"
   done
   say "settings ($WORK/settings.txt): $(tr '\n' ' ' < "$WORK/settings.txt")"
+  local note
+  for note in "${RECIPE_NOTES[@]}"; do
+    echo "# $note" >> "$WORK/settings.txt"
+    say "$note"
+  done
 }
 
 recipe_device() {  # TRAIN_DEVICE_ARGS, GEN_DEVICE_ARGS, GENERATE from DEVICE, NGPUS, PRECISION, GEN_PROCESSES
@@ -182,19 +194,32 @@ step() {  # NAME [-d DEP]... [-o PATH]... -- COMMAND...
 step_done() { [[ -f $STAMPS/$1.done ]]; }
 
 fetch() {  # URL SHA256 DEST [HOWTO]: resumable download (curl -C -), checked against SHA256
-  local url=$1 sum=$2 dest=$3 howto=${4:-}
-  if [[ -f $dest ]]; then
-    _check_sum "$dest" "$sum"
-    return
-  fi
+  _download "$1" "$3" "${4:-}"
+  _check_sum "$3" "$2"
+}
+
+fetch_blob() {  # URL BLOB DEST [HOWTO]: resumable download, checked against its git blob id:
+  # a file of a public git repository is pinned by the id its tree records (git ls-tree), known
+  # without downloading the file
+  local got
+  _download "$1" "$3" "${4:-}"
+  got=$(git_blob_id "$3")
+  [[ $got == "$2" ]] || die "git blob id mismatch for $3: $got, expected $2 (a changed or damaged download: delete the file to download it again)"
+}
+
+_download() {  # URL DEST HOWTO: DEST downloaded unless it is there (DEST.part until complete)
+  local url=$1 dest=$2 howto=$3
+  [[ -f $dest ]] && return
   mkdir -p "$(dirname "$dest")"
-  command -v curl >/dev/null || die "curl is needed to download $url"
+  command -v curl >/dev/null || die "curl is needed to download $url${howto:+ -- $howto}"
   say "downloading $url -> $dest (resumable: a re-run goes on where it stopped)"
-  if ! curl -fL --retry 3 -C - -o "$dest.part" "$url"; then
-    die "could not download $url${howto:+ -- $howto}"
-  fi
+  curl -fL --retry 3 -C - -o "$dest.part" "$url" || die "could not download $url${howto:+ -- $howto}"
   mv "$dest.part" "$dest"
-  _check_sum "$dest" "$sum"
+}
+
+git_blob_id() {  # FILE: git's id of the file's content (git hash-object): the sha1 of
+  # "blob SIZE\0" followed by the content
+  { printf 'blob %d\0' "$(wc -c < "$1")"; cat "$1"; } | sha1sum | cut -c1-40
 }
 
 _check_sum() {  # FILE SHA256
@@ -212,4 +237,31 @@ slice_marker() {  # FILE SKIP N OUT: documents SKIP+1 .. SKIP+N of a "<d>"-marke
     /^[[:space:]]*<d>[[:space:]]*$/ { d++ }
     d > a && d <= a + n' > "$4"
   grep -q '<d>' "$4" || die "$1 has fewer than $(( $2 + 1 )) documents"
+}
+
+merge_scores() {  # OUT IN...: the metrics of one run's score files (docctx-score --json, one
+  # step each) joined into OUT; a metric in two files, or two runs, is an error
+  python - "$@" <<'PY'
+import json, sys
+out, ins = sys.argv[1], sys.argv[2:]
+merged = {"run": None, "files": {}, "metrics": {}}
+origin = {}
+for path in ins:
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if merged["run"] is not None and data.get("run") != merged["run"]:
+        sys.exit(f"merge_scores: {path} scores run {data.get('run')!r}, {ins[0]} run {merged['run']!r}")
+    merged["run"] = data.get("run")
+    merged["files"].update(data.get("files", {}))
+    for name, metric in data.get("metrics", {}).items():
+        if name in origin:
+            sys.exit(f"merge_scores: metric {name!r} is in {origin[name]} and in {path}")
+        origin[name] = path
+        merged["metrics"][name] = metric
+with open(out + ".part", "w", encoding="utf-8") as f:
+    json.dump(merged, f, indent=1, ensure_ascii=False)
+    f.write("\n")
+import os
+os.replace(out + ".part", out)
+PY
 }

@@ -4,7 +4,8 @@ the text is generated (a small word-for-word "language pair", seeded), so the ch
 train -> translate -> score runs in a few CPU minutes. Documented in docs/recipes.md.
 
     python examples/lib/smoke_data.py es-en DIR        # examples/es-en: ted/, subtitles/, news/
-    python examples/lib/smoke_data.py voita-enru DIR   # examples/opensubs-enru: Voita et al. (2019)
+    python examples/lib/smoke_data.py voita-enru DIR   # examples/opensubs-enru: Voita et al. (2019):
+                                                       # DIR/data_to_publish/, DIR/consistency_testsets/
 """
 import json
 import os
@@ -54,7 +55,8 @@ def iwslt_xml(docs, side, setid, first_id):
 
 
 def wmt_sgm(docs, side, setid):
-    """WMT newstest SGML (``newstestYYYY-src.es.sgm`` / ``-ref.en.sgm``)."""
+    """WMT news test set SGML (``newstestYYYY-src.es.sgm`` / ``-ref.en.sgm``; 2008:
+    ``news-test2008-…``)."""
     kind, lang = ("srcset", "es") if side == 0 else ("refset", "en")
     out = [f'<{kind} setid="{setid}" srclang="any"{"" if side == 0 else " trglang=" + chr(34) + "en" + chr(34)}>']
     for k, doc in enumerate(docs):
@@ -100,37 +102,48 @@ def es_en(root):
     opus_moses(news, "News-Commentary", documents(rng, 30, "es"), lambda k: f"news-commentary-{k}.xml.gz")
     for y in range(2008, 2014):
         docs = documents(rng, 2 if y == 2008 else 1, "es")
-        write(os.path.join(news, f"newstest{y}-src.es.sgm"), wmt_sgm(docs, 0, f"newstest{y}"))
-        write(os.path.join(news, f"newstest{y}-ref.en.sgm"), wmt_sgm(docs, 1, f"newstest{y}"))
+        name = "news-test2008" if y == 2008 else f"newstest{y}"  # WMT's dev.tgz names (2008 hyphenated)
+        write(os.path.join(news, f"{name}-src.es.sgm"), wmt_sgm(docs, 0, f"newstest{y}"))
+        write(os.path.join(news, f"{name}-ref.en.sgm"), wmt_sgm(docs, 1, f"newstest{y}"))
 
 
 def voita_enru(root):
-    """``context_aware/{train,dev,test}.{src,dst}`` (each line: 3 context sentences and the
-    current one, joined by `` _eos ``; consecutive lines of a document overlap by three
-    sentences) and ``consistency_testsets/*.json`` (src, dst candidates, true_ind)."""
+    """Voita et al. (2019)'s layout: ``data_to_publish/context_aware/{en,ru}_{train,dev,test}``
+    (the training archive; each line a group of consecutive sentences joined by `` _eos ``,
+    the last one the current sentence), ``data_to_publish/context_agnostic/`` (sentence-level
+    files, named alike; the recipe does not read them) and ``consistency_testsets/*.json`` (the
+    repository's folder: one JSON list of ``{"dst": candidates, "true_ind", "src", "ctx_dist"}``).
+    Training lines follow one another through their documents (consecutive groups overlap by
+    three sentences, the first groups of a document shorter); dev and test lines are single
+    groups drawn at random and shuffled; the correct candidate is not always the first."""
     rng = random.Random(2)
+    base = os.path.join(root, "data_to_publish")
     for split, n in (("train", 30), ("dev", 3), ("test", 3)):
-        src, dst = [], []
+        groups = []
         for doc in documents(rng, n, "ru"):
-            for i in range(3, len(doc)):
-                window = doc[i - 3: i + 1]
-                src.append(" _eos ".join(p[1] for p in window))   # English source
-                dst.append(" _eos ".join(p[0] for p in window))   # Russian target
-        write(os.path.join(root, "context_aware", f"{split}.src"), "\n".join(src) + "\n")
-        write(os.path.join(root, "context_aware", f"{split}.dst"), "\n".join(dst) + "\n")
-    for name in ("deixis_test", "lex_cohesion_test", "ellipsis_infl", "ellipsis_vp"):
+            if split == "train":
+                groups += [doc[max(0, i - 3): i + 1] for i in range(1, len(doc))]
+            else:
+                groups += [doc[i - 3: i + 1] for i in rng.sample(range(3, len(doc)), 3)]
+        if split != "train":
+            rng.shuffle(groups)
+        for lang, col in (("en", 1), ("ru", 0)):
+            write(os.path.join(base, "context_aware", f"{lang}_{split}"),
+                  "".join(" _eos ".join(p[col] for p in g) + "\n" for g in groups))
+            sents = [p[col] for g in groups for p in g[-1:]]
+            write(os.path.join(base, "context_agnostic", f"{lang}_{split}"), "\n".join(sents) + "\n")
+    for k, name in enumerate(("deixis_test", "lex_cohesion_test", "ellipsis_infl", "ellipsis_vp")):
         examples = []
-        for _ in range(6):
+        for i in range(6):
             window = [sentence(rng, "ru") for _ in range(4)]
-            src = " _eos ".join(p[1] for p in window)
             good = " _eos ".join(p[0] for p in window)
-            wrong = window[:-1] + [(sentence(rng, "ru")[0], "")]
-            dst = [good, " _eos ".join(p[0] for p in wrong)]
-            if rng.random() < 0.5:
-                dst.reverse()
-            examples.append({"src": src, "dst": dst, "true_ind": dst.index(good), "ctx_dist": 1})
-        write(os.path.join(root, "consistency_testsets", f"{name}.json"),
-              json.dumps(examples, ensure_ascii=False, indent=1) + "\n")
+            dst = [good] + [" _eos ".join([p[0] for p in window[:-1]] + [sentence(rng, "ru")[0]])
+                            for _ in range(1 + (k == 3) * 2)]
+            true_ind = (i + k) % len(dst)
+            dst[0], dst[true_ind] = dst[true_ind], dst[0]
+            examples.append({"dst": dst, "true_ind": true_ind, "src": " _eos ".join(p[1] for p in window),
+                             "ctx_dist": 1 + i % 3})
+        write(os.path.join(root, "consistency_testsets", f"{name}.json"), json.dumps(examples))
 
 
 if __name__ == "__main__":

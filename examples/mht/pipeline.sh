@@ -6,7 +6,8 @@
 #   (3) drafts: (1) translates every source sentence of train/valid/test (docctx-drafts);
 #   (4) mht_transformer, its source-side sentence encoder initialised from (1)'s encoder and
 #       its target-side one from (2)'s;
-#   (5) beam search on the test split (drafts given: ordinary batches, not document order) and BLEU.
+#   (5) beam search on the test split (drafts given: ordinary batches, not document order) and
+#       BLEU of the post-processed text (SentencePiece pieces joined back into words).
 #
 #   DATA_BIN=data-bin bash examples/mht/pipeline.sh
 #
@@ -24,9 +25,16 @@
 #   CONTEXT_SIZE [3]  CONTEXT_SIDES [src,draft; src,ref,draft with --mht-target-context reference]
 #   MHT_ARGS [''; e.g. '--mht-direction r2l' or '--mht-context-sides source']
 #   model (all four): LAYERS [6] DIM [512] FFN [2048] HEADS [8] DROPOUT [0.1]
-#   optimisation: LR [5e-4] WARMUP [4000] MAX_TOKENS [4096] MAX_UPDATE [100000 sentence models,
+#   optimisation: LR [7e-4: Vaswani et al. (2017)'s schedule, which peaks at 512^-0.5 * 4000^-0.5;
+#     the MHT paper's Thumt learning rate of 0.1 (Zhang et al. 2021, §4.3) is a multiplier of
+#     Thumt's own schedule, not a peak: the same value as the recipes' LR, examples/lib/models.sh]
+#     WARMUP [4000] MAX_TOKENS [4096] MAX_UPDATE [100000 sentence models,
 #     MHT_MAX_UPDATE for MHT, default MAX_UPDATE] PATIENCE [10; validation loss, 0 = off]
 #   BEAM [4] DRAFT_BEAM [BEAM] DEVICE_ARGS [--cpu without a GPU, --fp16 with one]
+#   POST_PROCESS [auto: sentencepiece when DATA_BIN has a SentencePiece model (its docctx.json),
+#     else none]: fairseq-generate --post-process, so that the BLEU printed (sacreBLEU,
+#     --scoring sacrebleu) is that of words, not of pieces
+#   NUM_WORKERS [1: fairseq's default]: --num-workers of training and generation
 #   EXTRA_TRAIN_ARGS: appended to every fairseq-train command
 #
 # Smoke test on CPU (a meaningless model, about a minute on toy data):
@@ -44,7 +52,7 @@ DIM=${DIM:-512}
 FFN=${FFN:-2048}
 HEADS=${HEADS:-8}
 DROPOUT=${DROPOUT:-0.1}
-LR=${LR:-5e-4}
+LR=${LR:-7e-4}
 WARMUP=${WARMUP:-4000}
 MAX_TOKENS=${MAX_TOKENS:-4096}
 MAX_UPDATE=${MAX_UPDATE:-100000}
@@ -52,6 +60,8 @@ MHT_MAX_UPDATE=${MHT_MAX_UPDATE:-$MAX_UPDATE}
 PATIENCE=${PATIENCE:-10}
 BEAM=${BEAM:-4}
 DRAFT_BEAM=${DRAFT_BEAM:-$BEAM}
+POST_PROCESS=${POST_PROCESS:-auto}
+NUM_WORKERS=${NUM_WORKERS:-1}
 EXTRA_TRAIN_ARGS=${EXTRA_TRAIN_ARGS:-}
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 
@@ -62,12 +72,15 @@ die() { echo "pipeline: error: $*" >&2; exit 2; }
 for cmd in fairseq-train fairseq-generate docctx-drafts python; do
   command -v $cmd >/dev/null || die "$cmd is not on PATH: activate .venv first (make venv)"
 done
-if [[ -z ${SRC:-} || -z ${TGT:-} ]]; then
-  read -r SRC TGT < <(python -c "
+read -r M_SRC M_TGT M_SPM < <(python -c "
 import sys
-from fairseq_docctx.data.manifest import read_manifest
+from fairseq_docctx.data.manifest import read_manifest, spm_model_path
 m = read_manifest(sys.argv[1]) or {}
-print(m.get('source_lang', ''), m.get('target_lang', ''))" "$DATA_BIN") || true
+print(m.get('source_lang') or '-', m.get('target_lang') or '-', 1 if spm_model_path(sys.argv[1]) else 0)" "$DATA_BIN") || true
+[[ -n ${SRC:-} || ${M_SRC:--} == - ]] || SRC=$M_SRC
+[[ -n ${TGT:-} || ${M_TGT:--} == - ]] || TGT=$M_TGT
+if [[ $POST_PROCESS == auto ]]; then
+  if [[ ${M_SPM:-0} == 1 ]]; then POST_PROCESS=sentencepiece; else POST_PROCESS=none; fi
 fi
 [[ -n ${SRC:-} && -n ${TGT:-} ]] || die "$DATA_BIN has no docctx.json naming its languages: set SRC and TGT"
 if [[ -z ${DEVICE_ARGS+x} ]]; then
@@ -93,7 +106,8 @@ MODEL=(--encoder-layers "$LAYERS" --decoder-layers "$LAYERS" --encoder-embed-dim
   --share-all-embeddings)
 OPTIM=(--optimizer adam --adam-betas '(0.9, 0.98)' --lr "$LR" --lr-scheduler inverse_sqrt
   --warmup-updates "$WARMUP" --criterion label_smoothed_cross_entropy --label-smoothing 0.1
-  --max-tokens "$MAX_TOKENS" --no-epoch-checkpoints --log-format simple --log-interval 100)
+  --max-tokens "$MAX_TOKENS" --no-epoch-checkpoints --log-format simple --log-interval 100
+  --num-workers "$NUM_WORKERS")
 (( PATIENCE > 0 )) && OPTIM+=(--patience "$PATIENCE")
 # shellcheck disable=SC2206
 EXTRA=($EXTRA_TRAIN_ARGS)
@@ -135,11 +149,15 @@ train mht "$MHT_MAX_UPDATE" --context-size "$CONTEXT_SIZE" --context-sides "$CON
   -s "$SRC" -t "$TGT" --src-sentence-encoder-from "$WORK/fwd/checkpoint_best.pt" \
   --tgt-sentence-encoder-from "$WORK/bwd/checkpoint_best.pt" "${MHT[@]}"
 
-# (5) the test split: beam search with the drafts given, BLEU of the subword text
-say "(5) fairseq-generate on the test split -> $WORK/test.out"
+# (5) the test split: beam search with the drafts given; sacreBLEU of the post-processed text
+# (POST_PROCESS: the pieces joined back into words, as the references are)
+post=()
+[[ $POST_PROCESS == none ]] || post=(--post-process "$POST_PROCESS")
+say "(5) fairseq-generate on the test split -> $WORK/test.out (BLEU after --post-process $POST_PROCESS)"
 fairseq-generate "$DATA_BIN" --user-dir "$REPO/fairseq_docctx" --task document_translation \
   -s "$SRC" -t "$TGT" --path "$WORK/mht/checkpoint_best.pt" --gen-subset test --beam "$BEAM" \
-  --max-tokens "$MAX_TOKENS" --required-batch-size-multiple 1 $DEVICE_ARGS > "$WORK/test.out" 2> "$WORK/test.log" \
+  --max-tokens "$MAX_TOKENS" --required-batch-size-multiple 1 --num-workers "$NUM_WORKERS" \
+  "${post[@]}" --scoring sacrebleu $DEVICE_ARGS > "$WORK/test.out" 2> "$WORK/test.log" \
   || { tail -20 "$WORK/test.log" >&2; die "fairseq-generate failed (see $WORK/test.log)"; }
 grep -h "BLEU" "$WORK/test.out" "$WORK/test.log" | tail -1 | sed 's/^/    /' || true
 say "done: $WORK/mht/checkpoint_best.pt, translations in $WORK/test.out"

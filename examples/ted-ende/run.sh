@@ -5,7 +5,7 @@
 # baseline and every model those papers report here, translates the test talks, scores them
 # and writes WORK/results.md with each score beside the paper's. README.md beside this script.
 #
-#   bash examples/ted-ende/run.sh               # the papers' setting (needs the training side)
+#   bash examples/ted-ende/run.sh               # the papers' setting (downloads the training side)
 #   SMOKE=1 bash examples/ted-ende/run.sh       # the whole chain on a slice of the bundled files
 #
 # Settings (environment variables, defaults in brackets; [full / SMOKE] where they differ):
@@ -18,10 +18,15 @@
 #     QCN_DROPOUT [0.2] QCN_AGNOSTIC_DROPOUT [0.1] QCN_LR [1e-4 / 3e-3] QCN_MAX_TOKENS [1500 / 1000] PCC_WEIGHT [1]
 #     MAX_UPDATE [100000 / 8] PATIENCE [10] CONTEXT_SIZE [3] CONCAT_CONTEXT_SIZE [1] SEED [1]
 #     BEAM [4 / 2] LENPEN [1.0] GEN_MAX_TOKENS [8000] GEN_MAX_LEN_A [1.2 / 0] GEN_MAX_LEN_B [10 / 20]
+#     BATCHES_PER_UPDATE [1] UPDATE_FREQ [auto: per-GPU batch and --update-freq that keep an
+#     update at the papers' batch x BATCHES_PER_UPDATE on NGPUS GPUs; printed with the settings]
+#     AVERAGE [0: none of the papers averages / N: the mean of the last N epoch checkpoints]
+#     HAN_JOINT_FROM [encoder: han from the trained han-encoder / sentence] HAN_STAGE2_EPOCHS [1: as
+#     the HAN authors' released commands / 0: until MAX_UPDATE or PATIENCE]
 #   common (examples/lib/recipe.sh): SMOKE [0] FRESH [0] WORK [demo-work/recipes/ted-ende,
 #     -smoke with SMOKE=1] DOWNLOADS [WORK/downloads] DEVICE [auto] NGPUS [1] PRECISION [fp16 on
 #     a GPU] GEN_PROCESSES [auto: NGPUS on GPUs, 1 on the CPU]
-#     EXTRA_TRAIN_ARGS EXTRA_GEN_ARGS
+#     EXTRA_TRAIN_ARGS EXTRA_GEN_ARGS NUM_WORKERS [1: fairseq's]
 # A finished step is skipped on a re-run with the same settings; FRESH=1 redoes every step.
 set -euo pipefail
 source "$(dirname "$0")/../lib/recipe.sh"

@@ -14,6 +14,7 @@ SUBCOMMAND_MODULES = [
     "chrf",
     "meteor",
     "discourse",
+    "apt",
     "summary",
     "significance",
     "wordnet",

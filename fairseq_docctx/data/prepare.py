@@ -110,7 +110,9 @@ def read_split(name: str, prefixes: Sequence[str], src: str, tgt: str, input_for
         pd = read_parallel(prefix, src, tgt, input_format, translator)
         log(f"{name}: read {pd.src_path} + {pd.tgt_path}"
             + (f" + {pd.docids_path}" if pd.docids_path else "")
-            + f" ({pd.format}): {len(pd.src)} documents, {pd.num_sentences} sentence pairs")
+            + f" ({pd.format}): {len(pd.src)} documents, {pd.num_sentences} sentence pairs"
+            + (f" ({pd.dropped_empty} pairs with an empty side dropped, their documents kept)"
+               if pd.dropped_empty else ""))
         if not pd.src:
             raise DocumentFormatError(pd.src_path, 1, "no documents")
         for docs in (pd.src, pd.tgt):
@@ -131,6 +133,8 @@ def read_split(name: str, prefixes: Sequence[str], src: str, tgt: str, input_for
         data.tgt += [d.sentences for d in pd.tgt]
         entry = {"prefix": prefix, "format": pd.format, "source": pd.src_path,
                  "target": pd.tgt_path, "docids": pd.docids_path}
+        if pd.format == "tags":
+            entry["dropped_empty_pairs"] = pd.dropped_empty
         if pd.format == "wmt-xml":
             entry["translator"] = translator if translator is not None else wmt_translators(prefix)[0]
         data.inputs.append(entry)

@@ -81,6 +81,8 @@ class ParallelDocuments:
     format: str
     docids_path: Optional[str] = None
     formats: Dict[str, str] = field(default_factory=dict)  # file -> format
+    # tags: sentence pairs dropped because one side (or both) is an empty line
+    dropped_empty: int = 0
 
     @property
     def num_sentences(self) -> int:
@@ -289,9 +291,10 @@ _TAGS_LINE = re.compile(r"^<(url|keywords|speaker|talkid|title|description|revie
 _TALKID = re.compile(r"^<talkid>\s*(.*?)\s*</talkid>$", re.I)
 
 
-def _read_tags(path: str, name: str) -> List[Document]:
+def _read_tags(path: str, name: str, allow_empty: bool = False) -> List[Document]:
     """IWSLT training talks: a run of metadata lines starts a document (id: its ``<talkid>``,
-    else ``NAME:N``); every other line is a sentence."""
+    else ``NAME:N``); every other line is a sentence. ``allow_empty``: an empty line is an
+    empty sentence (``read_parallel`` drops the pairs with an empty side) instead of an error."""
     docs: List[Document] = []
     in_meta = False
     for i, line in enumerate(read_lines(path), 1):
@@ -307,7 +310,7 @@ def _read_tags(path: str, name: str) -> List[Document]:
                 docs[-1].doc_id = m.group(1)
             continue
         in_meta = False
-        if not s:
+        if not s and not allow_empty:
             raise DocumentFormatError(path, i, "empty sentence (a blank line in an IWSLT train.tags file)")
         if not docs:
             raise DocumentFormatError(path, i, "text before the first talk's metadata (<url>, <talkid>, ...)")
@@ -638,7 +641,7 @@ def read_file(path: str, input_format: str = "auto", docids: Optional[str] = Non
     ``docids``: the document-id file (``docids`` format, and for auto-detection);
     ``name``: prefix of generated ids ``NAME:N`` (``blank``/``marker``; default: the
     file's base name); ``allow_empty``: accept empty XML segments (hypotheses: an empty
-    translation). ``side``, ``translator``, ``system``: what to read of a file holding
+    translation) and empty lines of a ``tags`` file (as empty sentences). ``side``, ``translator``, ``system``: what to read of a file holding
     several sides (``wmt-xml``, ``jsonl``; see the module doc). A file without any document
     is an error in every format."""
     fmt = detect_format(path, docids) if input_format == "auto" else input_format
@@ -654,7 +657,7 @@ def read_file(path: str, input_format: str = "auto", docids: Optional[str] = Non
     elif fmt == "marker":
         docs = _read_marker(path, name)
     elif fmt == "tags":
-        docs = _read_tags(path, name)
+        docs = _read_tags(path, name, allow_empty)
     elif fmt == "xml":
         docs = _read_xml(path, allow_empty)
     elif fmt == "wmt-xml":
@@ -792,14 +795,38 @@ def read_parallel(prefix: str, src: str, tgt: str, input_format: str = "auto",
         n_src, n_tgt = len(read_lines(spath)), len(read_lines(tpath))
         if n_src != n_tgt:
             _count_mismatch(spath, n_src, tpath, n_tgt)
-    sdocs, _ = read_file(spath, fmt, docids, name)
-    tdocs, _ = read_file(tpath, fmt, docids, name)
+    # tags: empty lines are read as empty sentences, then the pairs holding one are dropped
+    sdocs, _ = read_file(spath, fmt, docids, name, allow_empty=fmt == "tags")
+    tdocs, _ = read_file(tpath, fmt, docids, name, allow_empty=fmt == "tags")
+    dropped = 0
     if fmt in ("blank", "marker", "tags"):
         _match_structure(sdocs, tdocs)
     elif fmt == "xml":
         tdocs = _match_xml(sdocs, tdocs)
+    if fmt == "tags":
+        dropped = _drop_empty_pairs(sdocs, tdocs)
     formats = {spath: fmt, tpath: fmt}
     if fmt == "docids":
         formats[docids] = "docids"
     return ParallelDocuments(sdocs, tdocs, spath, tpath, fmt,
-                             docids if fmt == "docids" else None, formats)
+                             docids if fmt == "docids" else None, formats, dropped)
+
+
+def _drop_empty_pairs(src: List[Document], tgt: List[Document]) -> int:
+    """Remove (in place) the sentence pairs of aligned documents where either side is empty,
+    as the HAN authors' preparation of the IWSLT training files does (Miculicich et al. 2018);
+    the rest of each document stays one document. Returns how many pairs were dropped; a
+    document left without any pair is an error naming it."""
+    dropped = 0
+    for a, b in zip(src, tgt):
+        keep = [k for k, (x, y) in enumerate(zip(a.sentences, b.sentences)) if x and y]
+        if len(keep) == len(a.sentences):
+            continue
+        if not keep:
+            raise DocumentFormatError(a.path, a.lines[0] if a.lines else a.start,
+                                      f"talk {a.doc_id!r}: every sentence pair has an empty side")
+        dropped += len(a.sentences) - len(keep)
+        for d in (a, b):
+            d.sentences = [d.sentences[k] for k in keep]
+            d.lines = [d.lines[k] for k in keep]
+    return dropped

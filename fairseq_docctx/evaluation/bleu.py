@@ -2,24 +2,36 @@
 
 * **detokenized** (default): sacrebleu on the text as given, with its own tokenizer
   (``--tokenize``, default ``13a``) — the standard, comparable score.
-* **tokenized** ("multi-bleu style", what most document-level papers report): both sides are
-  first tokenized with sacrebleu's tokenizer ``--pretokenize`` (default ``13a``; ``intl``,
-  ``char``, ``zh``, ... also work), and the resulting tokens are scored by sacrebleu with
-  ``tokenize='none'`` — i.e. BLEU over whitespace tokens of tokenized text, as
-  ``multi-bleu.perl`` computes on Moses-tokenized text. The signature's ``tok:none`` is
-  followed by ``|pretok:NAME`` to mark it; multi-bleu.perl itself has no smoothing
-  (``--smooth-method none``), sacrebleu's default is ``exp``.
+* **tokenized** (``--tokenized``): BLEU of the text's own whitespace tokens exactly as Moses'
+  ``multi-bleu.perl`` computes it, the score most document-level papers report: tokens are
+  split at ASCII whitespace (multi-bleu.perl reads bytes), n-grams of orders 1-4 clipped by
+  their largest count in any one reference, the brevity penalty from the reference length
+  closest to each hypothesis (the shorter on a tie), no smoothing (``--smooth-method`` still
+  applies if given), case-sensitive; ``--lowercase`` is ``multi-bleu.perl -lc`` (ASCII letters
+  only, as Perl's ``lc`` on bytes). The n-gram statistics are counted here and the score by
+  sacreBLEU's ``BLEU.compute_bleu``; the line printed is multi-bleu.perl's, with the same
+  2-decimal figure. The text is scored as it is: already tokenized text (``&apos;``,
+  ``&quot;``, ``@-@``) is not tokenized again.
+* **pretokenized** (``--pretokenize NAME``, implies ``--tokenized``): both sides are tokenized
+  first, then scored as above. ``moses`` is Moses' ``tokenizer.perl`` (sacremoses, escaping on,
+  language ``--lang``), as the papers tokenized their text; ``moses-aggressive`` adds its
+  ``-a`` (``@-@`` between hyphenated parts); any sacreBLEU tokenizer (``13a``, ``intl``,
+  ``zh``, ``char``, ...) also works; ``none`` tokenizes nothing. The signature ends
+  ``|pretok:NAME``.
 * **document level** (``--document``, "d-BLEU", Liu et al. 2020, §4; the usual score of
   document-level MT since): each document's sentences are joined with a space into one
-  segment (its references likewise) and sacrebleu's corpus BLEU is computed over the
-  documents, so n-grams may cross sentence boundaries and the brevity penalty is the whole
-  test set's. The signature carries ``level:doc``; ``--both`` prints sentence-level BLEU beside.
+  segment (its references likewise) and the corpus BLEU is computed over the documents, so
+  n-grams may cross sentence boundaries and the brevity penalty is the whole test set's. The
+  signature carries ``level:doc``; ``--both`` prints sentence-level BLEU beside.
 
 ``--lowercase`` lowercases both sides (``case:lc`` in the signature). A document's BLEU is
 corpus BLEU over that document's sentences (document level: of its one joined segment) with
 the same settings. Every reference the input gives is used (``nrefs`` in the signature).
+Plain sentence-aligned files without documents get the corpus score only (not d-BLEU).
 """
-from typing import Dict, List, Sequence
+import re
+from collections import Counter
+from typing import Dict, List, Optional, Sequence
 
 from sacrebleu.metrics import BLEU
 
@@ -30,18 +42,43 @@ SMOOTH = ("exp", "floor", "add-k", "none")
 LEVEL_FIELD = "level"
 
 
-def _pretokenizer(name: str):
-    return BLEU(tokenize=name).tokenizer
+#: the pretokenizers that are Moses' tokenizer.perl (sacremoses); others are sacreBLEU's
+MOSES_PRETOKENIZERS = ("moses", "moses-aggressive")
 
 
-def scored_sides(corpus: Corpus, pretokenize=None):
+def moses_tokenizer(lang: str = "en", aggressive: bool = False):
+    """Moses' ``tokenizer.perl`` (sacremoses) for ``lang`` with its defaults (escaping on:
+    ``'`` -> ``&apos;``); ``aggressive``: its ``-a`` (``a-b`` -> ``a @-@ b``)."""
+    try:
+        from sacremoses import MosesTokenizer
+    except ImportError:
+        raise ScoreInputError("--pretokenize moses needs sacremoses (pip install sacremoses; "
+                              "requirements.txt pins it)") from None
+    mt = MosesTokenizer(lang=lang)
+    return lambda s: mt.tokenize(s, aggressive_dash_splits=aggressive, escape=True, return_str=True)
+
+
+def pretokenizer(name: str, lang: str = "en"):
+    """The tokenizer ``--pretokenize NAME`` applies to every sentence (str -> str)."""
+    if name in MOSES_PRETOKENIZERS:
+        return moses_tokenizer(lang, name == "moses-aggressive")
+    if name == "none":
+        return lambda s: s
+    try:
+        return BLEU(tokenize=name).tokenizer
+    except Exception:
+        raise ScoreInputError(f"--pretokenize {name}: unknown tokenizer (moses, moses-aggressive, none, "
+                              f"or one of sacreBLEU's: {', '.join(BLEU.TOKENIZERS)})") from None
+
+
+def scored_sides(corpus: Corpus, pretokenize=None, lang: str = "en"):
     """``(hypothesis documents, [reference documents, ...])`` of a corpus, every sentence
-    tokenized with sacrebleu's tokenizer ``pretokenize`` if given."""
+    tokenized with ``pretokenize`` (see :func:`pretokenizer`) if given."""
     if corpus.ref is None:
         raise ValueError("this metric needs references")
     hyp, refs = corpus.hyp, corpus.references
     if pretokenize:
-        tok = _pretokenizer(pretokenize)
+        tok = pretokenizer(pretokenize, lang)
         hyp = [[tok(s) for s in d] for d in hyp]
         refs = [[[tok(s) for s in d] for d in r] for r in refs]
     return hyp, refs
@@ -69,6 +106,77 @@ def corpus_and_documents(metric, hyp, refs, doc_ids, *, document: bool, per_docu
     return score, sig.format(), per
 
 
+# ------------------------------------------------------------------------------------------
+# multi-bleu.perl: BLEU of whitespace tokens
+
+#: multi-bleu.perl's ``split``: Perl's \s on bytes, ASCII whitespace only (not NBSP, U+3000, ...)
+_ASCII_SPACE = re.compile(r"[ \t\n\r\f\v]+")
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+MAX_ORDER = 4
+
+
+def multibleu_words(sentence: str, lowercase: bool = False) -> List[str]:
+    """A sentence's tokens as multi-bleu.perl splits them (``-lc``: ASCII letters lowercased)."""
+    if lowercase:
+        sentence = sentence.translate(_ASCII_LOWER)
+    return [w for w in _ASCII_SPACE.split(sentence) if w]
+
+
+def _ngrams(words: Sequence[str]) -> Counter:
+    return Counter(tuple(words[i:i + n]) for n in range(1, MAX_ORDER + 1) for i in range(len(words) - n + 1))
+
+
+def multibleu_stats(hyp: Sequence[str], refs: Sequence[Sequence[str]], lowercase: bool = False):
+    """multi-bleu.perl's sufficient statistics of aligned segments: ``(correct, total, sys_len,
+    ref_len)`` (``correct``/``total`` per n-gram order 1-4). ``refs``: one list per reference.
+    A hypothesis n-gram counts up to its largest count in any one reference; the reference
+    length is the one closest to the hypothesis length, the shorter on a tie."""
+    correct, total = [0] * MAX_ORDER, [0] * MAX_ORDER
+    sys_len = ref_len = 0
+    for k, h in enumerate(hyp):
+        words = multibleu_words(h, lowercase)
+        best, closest = None, None
+        max_ref: Counter = Counter()
+        for r in refs:
+            rw = multibleu_words(r[k], lowercase)
+            diff = abs(len(words) - len(rw))
+            if best is None or diff < best or (diff == best and len(rw) < closest):
+                best, closest = diff, len(rw)
+            max_ref |= _ngrams(rw)  # Counter union: the largest count
+        sys_len += len(words)
+        ref_len += closest or 0
+        for ng, c in _ngrams(words).items():
+            total[len(ng) - 1] += c
+            correct[len(ng) - 1] += min(c, max_ref.get(ng, 0))
+    return correct, total, sys_len, ref_len
+
+
+def multibleu_line(score) -> str:
+    """The line multi-bleu.perl prints for a sacreBLEU ``BLEUScore``."""
+    ratio = score.sys_len / score.ref_len if score.ref_len else 0.0
+    return (f"{score.score:.2f}, " + "/".join(f"{p:.1f}" for p in score.precisions)
+            + f" (BP={score.bp:.3f}, ratio={ratio:.3f}, hyp_len={score.sys_len}, ref_len={score.ref_len})")
+
+
+class MultiBleu:
+    """multi-bleu.perl's BLEU over segments (``corpus_score(hyp, [ref, ...])``), with a
+    sacreBLEU-style signature (``tok:none``; ``case:lc`` is multi-bleu.perl's ``-lc``)."""
+
+    def __init__(self, lowercase: bool = False, smooth_method: str = "none"):
+        self.lowercase, self.smooth_method = lowercase, smooth_method
+        self.num_refs = None
+
+    def corpus_score(self, hyp: Sequence[str], refs: Sequence[Sequence[str]]):
+        self.num_refs = len(refs)
+        correct, total, sys_len, ref_len = multibleu_stats(hyp, refs, self.lowercase)
+        return BLEU.compute_bleu(correct, total, sys_len, ref_len, smooth_method=self.smooth_method)
+
+    def get_signature(self):
+        bleu = BLEU(tokenize="none", lowercase=self.lowercase, smooth_method=self.smooth_method, force=True)
+        bleu.num_refs = self.num_refs
+        return bleu.get_signature()
+
+
 def bleu_metric(*, tokenized: bool = False, tokenize: str = "13a", lowercase: bool = False,
                 smooth_method: str = "exp") -> BLEU:
     # force: tokenized text is intended here, no "forgot to detokenize" warning
@@ -76,20 +184,32 @@ def bleu_metric(*, tokenized: bool = False, tokenize: str = "13a", lowercase: bo
                 smooth_method=smooth_method, force=tokenized)
 
 
-def bleu_scores(corpus: Corpus, *, tokenized: bool = False, pretokenize: str = "13a",
-                tokenize: str = "13a", lowercase: bool = False, smooth_method: str = "exp",
-                per_document: bool = True, document: bool = False) -> Dict:
+def bleu_scores(corpus: Corpus, *, tokenized: bool = False, pretokenize: Optional[str] = "13a",
+                tokenize: str = "13a", lowercase: bool = False, smooth_method: Optional[str] = "exp",
+                per_document: bool = True, document: bool = False, lang: str = "en") -> Dict:
     """``{"score", "signature", "tokenized", "document", "text", "per_document": {doc_id:
-    score}, ...}``; ``document``: d-BLEU over joined documents."""
-    hyp, refs = scored_sides(corpus, pretokenize if tokenized else None)
-    metric = bleu_metric(tokenized=tokenized, tokenize=tokenize, lowercase=lowercase,
-                         smooth_method=smooth_method)
-    score, sig, per = corpus_and_documents(metric, hyp, refs, corpus.doc_ids, document=document,
-                                           per_document=per_document)
+    score}, ...}``; ``document``: d-BLEU over joined documents.
+
+    ``tokenized``: multi-bleu.perl's BLEU (:class:`MultiBleu`) of the sentences tokenized
+    first with ``pretokenize`` (:func:`pretokenizer`; ``None`` or ``"none"``: the text's own
+    tokens, what ``docctx-score bleu --tokenized`` scores; this function's own default is
+    ``13a``); ``smooth_method`` ``None``: none for tokenized BLEU (multi-bleu.perl's), exp
+    otherwise (sacreBLEU's; this function's default is ``exp`` at both)."""
+    pretokenize = pretokenize if tokenized and pretokenize != "none" else None
+    hyp, refs = scored_sides(corpus, pretokenize, lang)
+    if smooth_method is None:
+        smooth_method = "none" if tokenized else "exp"
     if tokenized:
-        sig += f"|pretok:{pretokenize}"
+        metric = MultiBleu(lowercase=lowercase, smooth_method=smooth_method)
+    else:
+        metric = bleu_metric(tokenize=tokenize, lowercase=lowercase, smooth_method=smooth_method)
+    score, sig, per = corpus_and_documents(metric, hyp, refs, corpus.doc_ids, document=document,
+                                           per_document=per_document and corpus.has_documents)
+    if tokenized:
+        sig += f"|pretok:{pretokenize or 'none'}" + (f"-{lang}" if pretokenize in MOSES_PRETOKENIZERS else "")
     out = {"score": score.score, "signature": sig, "tokenized": tokenized, "document": document,
-           "text": str(score), "precisions": list(score.precisions), "bp": score.bp,
+           "text": ("BLEU = " + multibleu_line(score)) if tokenized else str(score),
+           "precisions": list(score.precisions), "bp": score.bp,
            "sys_len": score.sys_len, "ref_len": score.ref_len}
     if per is not None:
         out["per_document"] = per
@@ -104,7 +224,7 @@ def metric_key(base: str, tokenized: bool = False, document: bool = False) -> st
 
 def format_bleu(res: Dict) -> str:
     label = ("d-BLEU" if res.get("document") else "BLEU") + (
-        " (tokenized, multi-bleu style)" if res["tokenized"] else "")
+        " (tokenized, multi-bleu.perl)" if res["tokenized"] else "")
     return f"{label} = {res['text'].split('=', 1)[1].strip()}\n  signature: BLEU|{res['signature']}"
 
 
@@ -126,11 +246,19 @@ def add_subcommand(sub):
     add_input_args(p)
     g = p.add_argument_group("BLEU")
     g.add_argument("--tokenized", action="store_true",
-                   help="tokenized BLEU (multi-bleu style): pretokenize both sides, then tokenize='none'")
-    g.add_argument("--pretokenize", default="13a", help="sacrebleu tokenizer for --tokenized (default 13a)")
+                   help="BLEU of the text's whitespace tokens exactly as multi-bleu.perl computes it "
+                   "(no tokenization, no smoothing, case-sensitive)")
+    g.add_argument("--pretokenize", metavar="NAME",
+                   help="tokenize both sides first, then score as --tokenized (implies it): moses "
+                   "(Moses' tokenizer.perl by sacremoses, as the papers tokenized), moses-aggressive "
+                   "(its -a), none, or a sacreBLEU tokenizer (13a, intl, zh, ...)")
+    g.add_argument("--lang", "-l", default="en", help="language of the references, for --pretokenize moses "
+                   "(default en)")
     g.add_argument("--tokenize", default="13a", help="sacrebleu tokenizer of detokenized BLEU (default 13a)")
-    g.add_argument("--lowercase", "-lc", action="store_true")
-    g.add_argument("--smooth-method", choices=SMOOTH, default="exp")
+    g.add_argument("--lowercase", "-lc", action="store_true",
+                   help="case-insensitive (with --tokenized: multi-bleu.perl -lc, ASCII letters)")
+    g.add_argument("--smooth-method", choices=SMOOTH, default=None,
+                   help="default: none with --tokenized (multi-bleu.perl's), else exp (sacreBLEU's)")
     add_level_args(g)
     g.add_argument("--metric-name", metavar="NAME",
                    help="the score's name in --json (default: bleu, bleu_tok, d-bleu, d-bleu_tok), "
@@ -141,16 +269,19 @@ def add_subcommand(sub):
 def _main(args):
     if args.metric_name and args.both:
         raise ScoreInputError("--metric-name names one score: not with --both")
-    corpus = corpus_from_args(args)
+    tokenized = args.tokenized or args.pretokenize is not None
+    if tokenized and args.pretokenize is not None:
+        pretokenizer(args.pretokenize, args.lang)  # an unknown name fails before reading the files
+    corpus = corpus_from_args(args, documents="d-BLEU" if args.document or args.both else False)
     texts, metrics = [], {}
     for document in levels(args):
-        res = bleu_scores(corpus, tokenized=args.tokenized, pretokenize=args.pretokenize,
+        res = bleu_scores(corpus, tokenized=tokenized, pretokenize=args.pretokenize,
                           tokenize=args.tokenize, lowercase=args.lowercase,
-                          smooth_method=args.smooth_method, document=document)
+                          smooth_method=args.smooth_method, document=document, lang=args.lang)
         text = format_bleu(res)
         if args.per_document:
             text += "\n" + "\n".join(f"  {d}\t{v:.2f}" for d, v in res["per_document"].items())
         texts.append(text)
-        metrics[args.metric_name or metric_key("bleu", args.tokenized, document)] = res
+        metrics[args.metric_name or metric_key("bleu", tokenized, document)] = res
     emit(args, metrics, corpus, "\n".join(texts))
     return 0

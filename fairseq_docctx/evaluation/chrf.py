@@ -66,7 +66,7 @@ def chrf_options(args) -> Dict:
 
 
 def _main(args):
-    corpus = corpus_from_args(args)
+    corpus = corpus_from_args(args, documents="d-chrF" if args.document or args.both else False)
     texts, metrics = [], {}
     for document in levels(args):
         res = chrf_scores(corpus, document=document, **chrf_options(args))

@@ -548,7 +548,7 @@ def _accuracy_main(args):
 
 
 def _cohesion_main(args):
-    corpus = corpus_from_args(args)
+    corpus = corpus_from_args(args, documents="lexical cohesion")
     res = {"lexical_cohesion": lexical_cohesion(corpus.hyp, corpus.doc_ids, args.target_lang, args.tokenize)}
     if corpus.ref is not None:
         res["lexical_cohesion_ref"] = lexical_cohesion(corpus.ref, corpus.doc_ids, args.target_lang, args.tokenize)
@@ -573,7 +573,7 @@ def _coherence_main(args):
         vec = WordVectors.from_checkpoint(args.checkpoint, args.dict, args.spm_model)
     else:
         vec = WordVectors.from_word2vec(args.vectors)
-    corpus = corpus_from_args(args)
+    corpus = corpus_from_args(args, documents="coherence")
     res = {"coherence": coherence(corpus.hyp, corpus.doc_ids, vec)}
     if corpus.ref is not None:
         res["coherence_ref"] = coherence(corpus.ref, corpus.doc_ids, vec)

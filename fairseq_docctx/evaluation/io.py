@@ -18,6 +18,12 @@ Every side is a list of documents (``Side``: document ids + sentences). Formats:
   (the split's ``.docs`` index, see ``fairseq_docctx.data.doc_index``), ``--docids``, or the
   reference.
 
+Plain sentence-aligned files with no document structure on any side are read as one corpus
+without documents (``Corpus.has_documents`` false) by the corpus-level metrics (BLEU, chrF,
+METEOR, pronoun accuracy): they report the corpus score and one note that per-document scores
+need documents. The document-level ones (d-BLEU, d-chrF, lexical cohesion, coherence) refuse
+such files with an error naming them.
+
 Hypotheses may be empty lines (an empty translation); references and sources may not.
 Every inconsistency raises :class:`ScoreInputError` (``FILE:LINE: message`` when a line is
 known) — never silently dropped — which the command prints and exits with status 2.
@@ -76,6 +82,8 @@ class Corpus:
     src: Optional[List[List[str]]] = None
     files: Dict[str, str] = field(default_factory=dict)
     more_refs: List[List[List[str]]] = field(default_factory=list)  # further references, aligned like ref
+    # False: plain sentence-aligned files without documents, held as one pseudo-document
+    has_documents: bool = True
 
     def flat(self, side: str) -> List[str]:
         return [s for d in getattr(self, side) for s in d]
@@ -328,7 +336,7 @@ def load_corpus(hyp: str, ref: Union[str, Sequence[str], None] = None, src: Opti
                 hyp_format: str = "auto", ref_format: str = "auto", src_format: str = "auto",
                 docids: Optional[str] = None, data: Optional[str] = None, split: str = "test",
                 post_process: str = "auto", ref_translator: Optional[str] = None,
-                hyp_system: Optional[str] = None) -> Corpus:
+                hyp_system: Optional[str] = None, documents: Union[bool, str] = True) -> Corpus:
     """Read and align the given sides. The documents are those of the first side that has
     any, in the order reference, source, hypothesis; every other side must agree (same
     numbers of documents and sentences per document, same ids where both sides have file
@@ -336,7 +344,12 @@ def load_corpus(hyp: str, ref: Union[str, Sequence[str], None] = None, src: Opti
     A WMT 2021+ XML reference gives every reference it holds (``ref_translator``: the
     comma-separated translators to use instead), the first as ``ref``, the others as
     ``more_refs``; several reference files (``ref`` a list: NIST's four references, say) are
-    read alike, the first as ``ref``; ``hyp_system``: the system whose ``<hyp>`` to read."""
+    read alike, the first as ``ref``; ``hyp_system``: the system whose ``<hyp>`` to read.
+
+    ``documents``: whether the scores need documents. True (or a string naming the metric
+    that needs them, for the message): no document structure on any side is an error.
+    False: plain sentence-aligned sides without any are read as one corpus without documents
+    (one pseudo-document, ``has_documents`` false), every side with the same number of lines."""
     sides = {}
     sides["hyp"] = read_side(hyp, hyp_format, docids=docids, hypothesis=True, data=data,
                              split=split, post_process=post_process, system=hyp_system)
@@ -362,9 +375,12 @@ def load_corpus(hyp: str, ref: Union[str, Sequence[str], None] = None, src: Opti
     anchor = next((sides[k] for k in ("ref", "src", "hyp") if k in sides and sides[k].doc_ids is not None), None)
     if anchor is None:
         names = ", ".join(s.path for s in sides.values())
-        raise ScoreInputError(
-            f"no document structure in {names}: give a .docids file (--docids), a document format "
-            "(blank lines, <d> markers, XML), or --data DIR for fairseq-generate output")
+        if documents:
+            need = f"{documents} needs documents: " if isinstance(documents, str) else ""
+            raise ScoreInputError(
+                f"{need}no document structure in {names}: give a .docids file (--docids), a document format "
+                "(blank lines, <d> markers, XML), or --data DIR for fairseq-generate output")
+        return _plain_corpus(sides, more, refs)
     out = {k: (s if s is anchor else _conform(s, anchor)) for k, s in sides.items()}
     more = [_conform(m, anchor) for m in more]
     files = {k: s.path for k, s in sides.items()}
@@ -376,6 +392,23 @@ def load_corpus(hyp: str, ref: Union[str, Sequence[str], None] = None, src: Opti
                   hyp=out["hyp"].docs, ref=out["ref"].docs if "ref" in out else None,
                   src=out["src"].docs if "src" in out else None, files=files,
                   more_refs=[m.docs for m in more])
+
+
+def _plain_corpus(sides: Dict[str, Side], more: List[Side], refs: List[str]) -> Corpus:
+    """Sides without any document structure: one pseudo-document ``all``, every side with the
+    reference's number of sentences (else the first side's)."""
+    first = sides.get("ref") or sides.get("src") or sides["hyp"]
+    for s in list(sides.values()) + list(more):
+        if s.num_sentences != first.num_sentences:
+            raise ScoreInputError(f"{s.path} has {s.num_sentences} sentences but {first.path} has "
+                                  f"{first.num_sentences}")
+    files = {k: s.path for k, s in sides.items()}
+    if len(refs) > 1:
+        files["more_refs"] = ",".join(refs[1:])
+    flat = lambda s: [s.sentences]  # noqa: E731
+    return Corpus(doc_ids=["all"], hyp=flat(sides["hyp"]), ref=flat(sides["ref"]) if "ref" in sides else None,
+                  src=flat(sides["src"]) if "src" in sides else None, files=files,
+                  more_refs=[flat(m) for m in more], has_documents=False)
 
 
 def _translators(ref: str, ref_format: str, docids: Optional[str], chosen: Optional[str]) -> List[Optional[str]]:
@@ -435,12 +468,26 @@ def add_input_args(p, ref=True, src=False, ref_required=True, src_required=False
     o.add_argument("--per-document", action="store_true", help="also print per-document scores")
 
 
-def corpus_from_args(args) -> Corpus:
-    return load_corpus(args.hyp, getattr(args, "ref", None), getattr(args, "src", None),
-                       hyp_format=args.hyp_format, ref_format=args.ref_format,
-                       src_format=args.src_format, docids=args.docids, data=args.data,
-                       split=args.split, post_process=args.post_process,
-                       ref_translator=args.ref_translator, hyp_system=args.hyp_system)
+#: the note a corpus-level metric prints (on stderr) for files without documents
+NO_DOCUMENTS_NOTE = ("note: no document structure in {files}: corpus-level scores only; per-document "
+                     "scores need documents (a .docids file, blank lines, <d> markers, XML, or --data DIR)")
+
+
+def corpus_from_args(args, documents: Union[bool, str] = False) -> Corpus:
+    """The corpus of a subcommand's input options. ``documents``: as for :func:`load_corpus`
+    (False for corpus-level metrics, which then also score plain sentence-aligned files: the
+    note :data:`NO_DOCUMENTS_NOTE` goes to stderr, and ``--per-document`` is ignored)."""
+    corpus = load_corpus(args.hyp, getattr(args, "ref", None), getattr(args, "src", None),
+                         hyp_format=args.hyp_format, ref_format=args.ref_format,
+                         src_format=args.src_format, docids=args.docids, data=args.data,
+                         split=args.split, post_process=args.post_process,
+                         ref_translator=args.ref_translator, hyp_system=args.hyp_system,
+                         documents=documents)
+    if not corpus.has_documents:
+        names = ", ".join(v for k, v in corpus.files.items())
+        print(NO_DOCUMENTS_NOTE.format(files=names), file=sys.stderr)
+        args.per_document = False
+    return corpus
 
 
 def load_json_object(path: str, key: str, what: str) -> Dict:
@@ -487,6 +534,9 @@ def run_command(prog: str, fn, args) -> int:
 
 
 def emit(args, metrics: Dict[str, dict], corpus: Corpus, text: str):
+    if not corpus.has_documents:  # the one pseudo-document's score is the corpus score
+        metrics = {k: {f: v for f, v in m.items() if f != "per_document"} if isinstance(m, dict) else m
+                   for k, m in metrics.items()}
     print(text)
     if getattr(args, "json", None):
         write_json(args.json, args.name or os.path.basename(args.hyp), corpus.files, metrics)

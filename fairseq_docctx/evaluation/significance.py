@@ -245,11 +245,15 @@ def add_subcommand(sub):
     t.add_argument("--ar-trials", type=int, default=10000, help="randomization trials (default 10000)")
     t.add_argument("--seed", type=int, default=12345, help="seed of both tests (default 12345, sacreBLEU's)")
     t.add_argument("--alpha", type=float, default=0.05, help="significance level of the marks (default 0.05)")
-    t.add_argument("--tokenized", action="store_true", help="BLEU: tokenized (multi-bleu style), as bleu --tokenized")
-    t.add_argument("--pretokenize", default="13a")
+    t.add_argument("--tokenized", action="store_true",
+                   help="BLEU of the text's whitespace tokens (sacreBLEU's tokenize='none'), as bleu --tokenized")
+    t.add_argument("--pretokenize", metavar="NAME", help="BLEU: tokenize both sides first (implies "
+                   "--tokenized), as bleu --pretokenize: moses, moses-aggressive, none, or a sacreBLEU tokenizer")
+    t.add_argument("--lang", "-l", default="en", help="language of the references, for --pretokenize moses")
     t.add_argument("--tokenize", default="13a")
     t.add_argument("--lowercase", "-lc", action="store_true")
-    t.add_argument("--smooth-method", default="exp")
+    t.add_argument("--smooth-method", default=None,
+                   help="default: none with --tokenized (multi-bleu.perl's), else exp")
     p.add_argument("--json", metavar="FILE", help="write the results here (read by 'docctx-score table --significance')")
     p.set_defaults(func=lambda a: run_command("docctx-score compare", _main, a))
 
@@ -278,16 +282,18 @@ def _main(args):
               "resample": "documents" if args.document else args.resample, "document": args.document,
               "documents": len(corpora[0].doc_ids), "sentences": corpora[0].num_sentences,
               "alpha": args.alpha, "tests": list(tests), "seed": args.seed, "comparisons": {}}
+    pretok = args.pretokenize if args.pretokenize != "none" else None
     for m in metrics:
-        tok = args.tokenized and m == "bleu"
-        sides = [scored_sides(c, args.pretokenize if tok else None) for c in corpora]
+        tok = (args.tokenized or args.pretokenize is not None) and m == "bleu"
+        sides = [scored_sides(c, pretok if tok else None, args.lang) for c in corpora]
+        smooth = args.smooth_method or ("none" if tok else "exp")
         metric = metric_for(m, tokenized=tok, tokenize=args.tokenize, lowercase=args.lowercase,
-                            smooth_method=args.smooth_method)
+                            smooth_method=smooth)
         res = compare_systems(metric, (names[0], sides[0][0]), [(n, s[0]) for n, s in zip(names[1:], sides[1:])],
                               sides[0][1], resample=args.resample, document=args.document, tests=tests,
                               bs_samples=args.bs_samples, ar_trials=args.ar_trials, seed=args.seed)
         if tok:
-            res["signature"] += f"|pretok:{args.pretokenize}"
+            res["signature"] += f"|pretok:{pretok or 'none'}"
         report["comparisons"][metric_key(m, tok, args.document)] = res
     print(format_comparison(report))
     if args.json:

@@ -16,7 +16,8 @@ from typing import Dict, List, Optional, Sequence
 from fairseq_docctx.evaluation.io import ScoreInputError, load_json_object, run_command
 
 # column order when present; other metrics follow alphabetically
-PREFERRED = ["bleu", "bleu_tok", "d-bleu", "d-bleu_tok", "chrf", "chrf++", "d-chrf", "d-chrf++", "meteor", "pronoun_accuracy", "noun_accuracy", "lexical_cohesion",
+PREFERRED = ["bleu", "bleu_tok", "d-bleu", "d-bleu_tok", "chrf", "chrf++", "d-chrf", "d-chrf++", "meteor", "meteor-1.5",
+             "meteor-1.5-exact-stem", "pronoun_accuracy", "noun_accuracy", "lexical_cohesion",
              "lexical_cohesion_ref", "coherence", "coherence_ref"]
 
 

@@ -388,12 +388,12 @@ metric_label() {  # METRIC: how score_run scores it (results.md's legend of its 
   case $1 in
     bleu) echo "BLEU (sacreBLEU 13a, cased, detokenized)" ;;
     bleu_tok)  # multi-bleu.perl's BLEU of the text tokenized by --pretokenize (Moses': as the papers)
-      local how="docctx-score bleu --pretokenize ${BLEU_PRETOKENIZE:-moses} -l $TGT"
+      local how="docctx-score bleu --pretokenize ${BLEU_PRETOKENIZE:-moses} -l ${TGT:-TGT}"
       if (( BLEU_TOK_LOWERCASE )); then echo "BLEU (tokenized, lowercased: multi-bleu.perl -lc; $how --lowercase)"
       else echo "BLEU (tokenized, cased: multi-bleu.perl; $how)"; fi ;;
     meteor) echo "nltk's METEOR (docctx-score meteor, WordNet): not METEOR 1.5, not comparable with a paper's Meteor" ;;
-    meteor-1.5) echo "METEOR 1.5 (docctx-score meteor --meteor 1.5 -l $TGT)" ;;
-    meteor-1.5-*) echo "METEOR 1.5 with the modules ${1#meteor-1.5-} only (docctx-score meteor --meteor 1.5 -l $TGT --meteor-modules; without paraphrases: pycocoevalcap ships English's table only)" ;;
+    meteor-1.5) echo "METEOR 1.5 (docctx-score meteor --meteor 1.5 -l ${TGT:-TGT})" ;;
+    meteor-1.5-*) echo "METEOR 1.5 with the modules ${1#meteor-1.5-} only (docctx-score meteor --meteor 1.5 -l ${TGT:-TGT} --meteor-modules; without paraphrases: pycocoevalcap ships English's table only)" ;;
     contrastive:*) echo "accuracy on the contrastive set ${1#contrastive:} (docctx-score contrastive)" ;;
     *) echo "" ;;
   esac

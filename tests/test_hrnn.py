@@ -301,7 +301,8 @@ def test_initialised_from_rnnsearch(hrnn_from_rnnsearch, rnnsearch_reverse):
     assert hrnn["cfg"]["model"].hrnn_initialized_from == str(rnnsearch_reverse["checkpoint"])
 
 
-@pytest.mark.parametrize("task", ["document_translation", "translation"])
+@pytest.mark.parametrize("task", ["document_translation",
+                                  pytest.param("translation", marks=pytest.mark.slow)])  # ~10 s: make test-all
 def test_generate_returns_every_sentence_once(hrnn_from_rnnsearch, reverse_bin, task):
     """Beam 5 through fairseq-generate: every test sentence exactly once, with the previous
     sentences as context (document_translation) or none (translation: D = 0)."""

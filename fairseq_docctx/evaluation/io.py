@@ -534,9 +534,14 @@ def run_command(prog: str, fn, args) -> int:
 
 
 def emit(args, metrics: Dict[str, dict], corpus: Corpus, text: str):
+    """Print ``text``; with ``--json``, write ``metrics``, each score with the size of the
+    test set it was computed on (``sentences``, ``documents``: what ``docctx-score table``
+    checks a comparison's test set against)."""
     if not corpus.has_documents:  # the one pseudo-document's score is the corpus score
         metrics = {k: {f: v for f, v in m.items() if f != "per_document"} if isinstance(m, dict) else m
                    for k, m in metrics.items()}
+    metrics = {k: {**m, "sentences": corpus.num_sentences, "documents": len(corpus.doc_ids)}
+               if isinstance(m, dict) else m for k, m in metrics.items()}
     print(text)
     if getattr(args, "json", None):
         write_json(args.json, args.name or os.path.basename(args.hyp), corpus.files, metrics)

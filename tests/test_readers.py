@@ -407,6 +407,12 @@ def test_self_closing_segment_is_an_empty_segment(tmp_path, capsys):
     assert a.out.splitlines()[0] != b.out.splitlines()[0]  # "Nine." is a translation in one, not the other
     rc, c = score(w(tmp_path / "hyp3.xml", en))
     assert rc == 0 and c.out == a.out  # <seg id="2"/> scores as <seg id="2"></seg>
+    args = build_parser().parse_args(["compare", "--baseline", str(closed), "--hyp", str(selfclosing), "--ref",
+                                      str(tmp_path / "de" / "t.xml"), "--names", "a,b", "--metrics", "bleu",
+                                      "--bs-samples", "50", "--ar-trials", "50"])
+    assert args.func(args) == 0
+    msg = capsys.readouterr().err
+    assert f"note: {closed}: 1 of 3 hypotheses are empty" in msg and f"note: {selfclosing}: 2 of 3" in msg, msg
     # a self-closing <doc/> has no segments
     with pytest.raises(DocumentFormatError, match="document '9' has no <seg>") as e:
         read_parallel(_xml_pair(tmp_path, re.sub(r'<doc docid="9" genre="lectures">\n<seg id="1">Nine.</seg>\n</doc>',

@@ -375,6 +375,51 @@ def test_empty_segments_only_where_allowed(tmp_path):
     assert docs[0].sentences == ["a", ""]
 
 
+def test_self_closing_segment_is_an_empty_segment(tmp_path, capsys):
+    """``<seg id="2"/>`` is an empty segment, not an unclosed one: docctx-prepare refuses it
+    at its line as it refuses ``<seg id="2"></seg>`` (empty sentences are an error in test
+    sets); in hypotheses docctx-score reads it as an empty translation and says how many
+    hypotheses are empty."""
+    from fairseq_docctx.cli.prepare import cli_main
+    from fairseq_docctx.cli.score import build_parser
+
+    en = IWSLT.replace('<seg id="2"> Three.</seg>', '<seg id="2"/>')
+    pref = _xml_pair(tmp_path, en, IWSLT)
+    with pytest.raises(SystemExit) as e:
+        cli_main(["-s", "en", "-t", "de", "--trainpref", pref, "--destdir", str(tmp_path / "bin")])
+    msg = capsys.readouterr().err
+    assert e.value.code == 2 and msg.count("\n") == 1 and "not closed" not in msg, msg
+    assert msg.startswith(f"docctx-prepare: error: {tmp_path / 'en' / 't.xml'}:14: empty segment id=2 in "
+                          "document '7'"), msg
+    assert not (tmp_path / "bin").exists()
+
+    def score(hyp):
+        args = build_parser().parse_args(["bleu", "--hyp", str(hyp), "--ref", str(tmp_path / "de" / "t.xml")])
+        rc = args.func(args)
+        return rc, capsys.readouterr()
+
+    closed = w(tmp_path / "hyp1.xml", IWSLT.replace('<seg id="2"> Three.</seg>', '<seg id="2"></seg>'))
+    selfclosing = w(tmp_path / "hyp2.xml", en.replace('<seg id="1">Nine.</seg>', '<seg id="1" />'))
+    rc, a = score(closed)
+    assert rc == 0 and "note: " + str(closed) + ": 1 of 3 hypotheses are empty" in a.err, a.err
+    rc, b = score(selfclosing)
+    assert rc == 0 and "note: " + str(selfclosing) + ": 2 of 3 hypotheses are empty" in b.err, b.err
+    assert a.out.splitlines()[0] != b.out.splitlines()[0]  # "Nine." is a translation in one, not the other
+    rc, c = score(w(tmp_path / "hyp3.xml", en))
+    assert rc == 0 and c.out == a.out  # <seg id="2"/> scores as <seg id="2"></seg>
+    args = build_parser().parse_args(["compare", "--baseline", str(closed), "--hyp", str(selfclosing), "--ref",
+                                      str(tmp_path / "de" / "t.xml"), "--names", "a,b", "--metrics", "bleu",
+                                      "--bs-samples", "50", "--ar-trials", "50"])
+    assert args.func(args) == 0
+    msg = capsys.readouterr().err
+    assert f"note: {closed}: 1 of 3 hypotheses are empty" in msg and f"note: {selfclosing}: 2 of 3" in msg, msg
+    # a self-closing <doc/> has no segments
+    with pytest.raises(DocumentFormatError, match="document '9' has no <seg>") as e:
+        read_parallel(_xml_pair(tmp_path, re.sub(r'<doc docid="9" genre="lectures">\n<seg id="1">Nine.</seg>\n</doc>',
+                                                 '<doc docid="9"/>', IWSLT), IWSLT), "en", "de")
+    err(e, tmp_path / "en" / "t.xml", 16)
+
+
 @pytest.mark.parametrize("fmt", ["blank", "marker", "docids"])
 def test_a_file_without_documents_is_an_error_in_every_format(tmp_path, fmt):
     from fairseq_docctx.data.readers import read_file

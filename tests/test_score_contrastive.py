@@ -381,3 +381,28 @@ def test_plot_han_attention_and_gate(han_ckpt, tmp_path):
     _check_png(out / "context_han_transformer.png")
     saved = json.loads((out / "context_han_transformer.json").read_text())
     np.testing.assert_allclose(np.array(saved["panels"][0]["values"]), np.array(vals["panels"][0]["values"]), atol=1e-6)
+
+
+def test_plot_keeps_its_titles_inside_the_image(toy_bin, concat_both_ckpt, tmp_path, capsys):
+    """``docctx-score plot`` of a sentence with a short translation (a narrow figure) and two
+    context sentences: the panel title, wider than the panel, and the suptitle are inside the
+    PNG: its outermost pixels are background, no text cut at an edge."""
+    from PIL import Image
+
+    from fairseq_docctx.cli.score import build_parser
+
+    raw = toy_bin.parent / "raw"
+    ids = (raw / "test.docids").read_text().split()
+    tgt = (raw / "test.tgt").read_text().splitlines()
+    docs = list(dict.fromkeys(ids))
+    doc, k = next((d, ids[:i + 1].count(d) - 1) for i, (d, t) in enumerate(zip(ids, tgt))
+                  if ids[:i + 1].count(d) >= 3 and len(t.split()) <= 3)
+    args = build_parser().parse_args(["plot", "--path", str(concat_both_ckpt), "--data", str(toy_bin),
+                                      "--doc", str(docs.index(doc)), "--sentence", str(k), "--outdir", str(tmp_path)])
+    assert args.func(args) == 0, capsys.readouterr().err
+    values = json.loads((tmp_path / "context_concat_transformer.json").read_text())
+    assert len(values["panels"][0]["columns"]) <= 4 and len(values["rows"]) == 3
+    with Image.open(tmp_path / "context_concat_transformer.png") as im:
+        a = np.asarray(im.convert("L"))
+    for name, edge in (("left", a[:, 0]), ("right", a[:, -1]), ("top", a[0]), ("bottom", a[-1])):
+        assert edge.min() == 255, f"something is drawn across the {name} edge"

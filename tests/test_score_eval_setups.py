@@ -114,6 +114,25 @@ def test_multi_bleu_by_hand_case_lowercase_and_closest_reference_length():
     assert multibleu_line(s) == f"{100 * bp:.2f}, 100.0/100.0/100.0/100.0 (BP={bp:.3f}, ratio=0.833, hyp_len=5, ref_len=6)"
 
 
+def test_tokenized_text_with_escaped_quotes_is_not_tokenized_again(tmp_path, capsys):
+    """Moses-tokenized text (``&apos;s``, ``&quot;``) scored with --tokenized: its own
+    whitespace tokens, as multi-bleu.perl counts them (by hand below), not 13a-tokenized
+    again (``&apos;s`` -> ``& apos ; s``), which gives another figure."""
+    hyp = write(tmp_path / "hyp.tok.en", "the cat &apos;s toy is &quot; red &quot; .\n")
+    ref = write(tmp_path / "ref.tok.en", "the cat &apos;s ball is &quot; red &quot; .\n")
+    # 9 tokens each, only "toy"/"ball" differ (token 4): 1-grams 8/9; 2-grams 6/8 (not
+    # "&apos;s toy", "toy is"); 3-grams 4/7 (three contain "toy"); 4-grams 2/6 (four do); BP 1
+    expected = 100 * math.exp(sum(math.log(p) for p in (8 / 9, 6 / 8, 4 / 7, 2 / 6)) / 4)
+    rc, out, err = score_cli(["bleu", "--tokenized", "--hyp", hyp, "--ref", ref], capsys)
+    assert rc == 0, err
+    first = out.splitlines()[0]
+    assert first.startswith(f"BLEU (tokenized, multi-bleu.perl) = {expected:.2f}, 88.9/75.0/57.1/33.3 "), first
+    assert "hyp_len=9, ref_len=9)" in first
+    # the same text 13a-tokenized first: other tokens, another score
+    rc, out, err = score_cli(["bleu", "--pretokenize", "13a", "--hyp", hyp, "--ref", ref], capsys)
+    assert rc == 0 and "hyp_len=9," not in out and f"= {expected:.2f}," not in out, out
+
+
 def test_pretokenize_moses(tmp_path, capsys):
     from fairseq_docctx.evaluation.bleu import pretokenizer
 

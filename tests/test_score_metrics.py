@@ -86,6 +86,30 @@ def test_count_mismatch_names_the_files(tmp_path, capsys):
         load_corpus(str(hyp), str(write(tmp_path / "plain.de", "A\nB\n")))
 
 
+def test_data_that_is_not_a_prepared_directory_is_one_line(tmp_path, capsys):
+    """--data names a folder that does not exist, or one docctx-prepare did not write: one
+    line saying so, not "expected one document index ... found 0"."""
+    gen = write(tmp_path / "gen.out", "S-0\ta\nH-0\t-0.1\ta\nS-1\tb\nH-1\t-0.1\tb\n")
+    ref = write(tmp_path / "ref.de", "a\nb\n")
+    write(tmp_path / "ref.docids", "d\nd\n")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "prepared").mkdir()
+    write(tmp_path / "prepared" / "docctx.json", "{}\n")
+    write(tmp_path / "prepared" / "valid.en-de.docs", "d 2\n")
+    for data, what in ((tmp_path / "nonexist", f"--data {tmp_path / 'nonexist'}: no such directory"),
+                       (tmp_path / "empty", f"--data {tmp_path / 'empty'}: no docctx.json and no test.SRC-TGT.docs: "
+                                            "not a data directory of docctx-prepare"),
+                       (tmp_path / "prepared", f"--data {tmp_path / 'prepared'}: no document index test.SRC-TGT.docs")):
+        for argv in (["bleu", "--hyp", gen, "--ref", ref], ["compare", "--baseline", gen, "--hyp", gen, "--ref", ref, "--names", "a,b"]):
+            rc, out, err = score_cli([str(a) for a in argv] + ["--data", str(data)], capsys)
+            lines = err.strip().splitlines()
+            assert rc == 2 and len(lines) == 1 and what in lines[0] and "expected one" not in err, (argv, err)
+    # plain-text hypotheses do not read --data, but a missing folder is still named
+    rc, out, err = score_cli(["bleu", "--hyp", str(ref), "--ref", str(ref), "--data", str(tmp_path / "nonexist")],
+                             capsys)
+    assert rc == 2 and "no such directory" in err
+
+
 def test_xml_hypotheses_empty_translation_and_extra_docid(tmp_path, capsys):
     """What docctx-translate writes for an empty translation (``<seg id="2"></seg>``) is
     scored as an empty hypothesis; a hypothesis document the reference lacks is reported

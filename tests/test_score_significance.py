@@ -201,6 +201,60 @@ def test_compare_command_json_and_table_marks(tmp_path, capsys):
     assert rc == 2 and "short.txt" in err
 
 
+def _one_line(err):
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("docctx-score table: error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_table_refuses_a_comparison_of_other_systems_scores_or_test_set(tmp_path, capsys):
+    """A comparison marks the table's rows only when its systems are the table's runs, with
+    the same scores on the same test set; otherwise one line, exit 2, no table."""
+    ref, a, _ = random_corpus(5, [3] * 30, noise=0.1)
+    _, _, worse = random_corpus(5, [3] * 30, noise=0.6)
+    ids = [f"t{i}" for i in range(30)]
+    r = write_docs(tmp_path / "ref.txt", ref, ids)
+    files = {n: write_docs(tmp_path / f"{n}.txt", d) for n, d in (("base", a), ("bad", worse))}
+    for n, f in files.items():
+        rc, _, err = score_cli(["bleu", "--hyp", f, "--ref", r, "--json", tmp_path / f"{n}.json", "--name", n], capsys)
+        assert rc == 0, err
+    runs = [tmp_path / "base.json", tmp_path / "bad.json"]
+
+    def compare(out, names, base, bad, ref_file):
+        rc, _, err = score_cli(["compare", "--baseline", base, "--hyp", bad, "--ref", ref_file, "--names", names,
+                                "--metrics", "bleu", "--ar-trials", "200", "--bs-samples", "200",
+                                "--json", out], capsys)
+        assert rc == 0, err
+        return out
+
+    # the same test set, the same systems: accepted, "bad" marked
+    good = compare(tmp_path / "good.json", "base,bad", files["base"], files["bad"], r)
+    rc, out, err = score_cli(["table", *runs, "--significance", good], capsys)
+    assert rc == 0 and "* p < 0.05 against base" in out, err
+    # another test set: the first 20 documents (other sentence count, other scores)
+    r20 = write_docs(tmp_path / "ref20.txt", ref[:20], ids[:20])
+    b20, w20 = write_docs(tmp_path / "base20.txt", a[:20]), write_docs(tmp_path / "bad20.txt", worse[:20])
+    other = compare(tmp_path / "other.json", "base,bad", b20, w20, r20)
+    rc, out, err = score_cli(["table", *runs, "--significance", other], capsys)
+    line = _one_line(err)
+    assert rc == 2 and out == "" and str(other) in line and "60 sentences" in line and "90" in line, line
+    # the same sentence count, other hypotheses under the same names: the scores differ
+    swapped = compare(tmp_path / "swapped.json", "base,bad", files["bad"], files["base"], r)
+    rc, out, err = score_cli(["table", *runs, "--significance", swapped], capsys)
+    line = _one_line(err)
+    assert rc == 2 and out == "" and str(swapped) in line and "'base'" in line, line
+    assert "score" in line
+    # systems of the comparison that are not runs of the table
+    renamed = compare(tmp_path / "renamed.json", "base,worse", files["base"], files["bad"], r)
+    rc, out, err = score_cli(["table", *runs, "--significance", renamed], capsys)
+    line = _one_line(err)
+    assert rc == 2 and out == "" and "'worse'" in line and "not a run" in line, line
+    # none of the comparison's metrics is scored by a run of the table
+    rc, out, err = score_cli(["table", *runs, "--metrics", "chrf", "--significance", good], capsys)
+    line = _one_line(err)
+    assert rc == 2 and "bleu" in line and "no column" in line, line
+
+
 # ------------------------------------------------------------------------------------------
 # McNemar
 

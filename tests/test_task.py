@@ -104,3 +104,34 @@ def test_distributed_training_two_cpu_ranks_agree(toy_bin, tmp_path):
     assert r0["state"].keys() == r1["state"].keys()
     for k in r0["state"]:
         torch.testing.assert_close(r0["state"][k], r1["state"][k], rtol=0, atol=0)
+
+
+def test_generate_with_other_dictionaries_says_whether_their_size_differs(toy_bin, concat_both_ckpt, tmp_path):
+    """docctx-generate (fairseq's model loading) with a data directory whose dictionaries are
+    not the model's: the message gives both sizes where they differ, "same size, other
+    words" only where they are the same size."""
+    import shutil
+
+    from fairseq.data import Dictionary
+
+    n = len(Dictionary.load(str(toy_bin / "dict.src.txt")))  # joined: both sides the same
+    bigger, other = tmp_path / "bigger", tmp_path / "other"
+    shutil.copytree(toy_bin, bigger)
+    shutil.copytree(toy_bin, other)
+    for lang in ("src", "tgt"):
+        with open(bigger / f"dict.{lang}.txt", "a") as f:
+            f.writelines(f"zz{i} 1\n" for i in range(21))
+        p = other / f"dict.{lang}.txt"
+        p.write_text(p.read_text().replace("w1 ", "x1 ").replace("W1 ", "X1 "))
+
+    def generate(data):
+        p = run(["docctx-generate", "--", data, *USER_DIR, "--task", "document_translation", "--path",
+                 concat_both_ckpt, "--gen-subset", "test", "--cpu"], check=False)
+        assert p.returncode != 0
+        return p.stdout + p.stderr
+
+    out = generate(bigger)
+    assert (f"the model was trained with a {n:,}-type source dictionary, {bigger} has {n + 21:,}: "
+            "give the data directory it was trained on") in out, out[-2000:]
+    assert "same size" not in out
+    assert f"than {other}'s (same size, other words)" in generate(other)

@@ -350,10 +350,20 @@ def _segment_text(raw: str) -> str:
     return " ".join("".join(parts).split())
 
 
+def _self_closing(raw_attrs: str):
+    """``(attributes, self-closing)`` of a start tag's attribute text: ``<seg id="2"/>`` is
+    a self-closing (empty) element; the ``/`` is not part of the last attribute."""
+    stripped = raw_attrs.rstrip()
+    if stripped.endswith("/"):
+        return stripped[:-1], True
+    return raw_attrs, False
+
+
 def _read_xml(path: str, allow_empty: bool = False) -> List[Document]:
     """IWSLT/WMT XML or SGML, read tolerantly (unquoted attributes, bare ``&``, raw ``<``
     inside a segment) but strictly in structure: every ``<seg>`` has an id and is closed
-    inside an open ``<doc>``. ``allow_empty``: accept empty segments (hypotheses)."""
+    inside an open ``<doc>``. A self-closing ``<seg id="N"/>`` is an empty segment.
+    ``allow_empty``: accept empty segments (hypotheses)."""
     text = "\n".join(read_lines(path))
     line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
 
@@ -387,7 +397,8 @@ def _read_xml(path: str, allow_empty: bool = False) -> List[Document]:
                 raise DocumentFormatError(
                     path, doc_line, f"<doc docid={doc.doc_id}> is not closed (next <doc> at line {ln})"
                 )
-            attrs = _attrs(m.group(3))
+            raw, self_closing = _self_closing(m.group(3))
+            attrs = _attrs(raw)
             docid = attrs.get("docid", "").strip()
             if not docid:
                 raise DocumentFormatError(path, ln, "<doc> without a docid attribute")
@@ -398,6 +409,8 @@ def _read_xml(path: str, allow_empty: bool = False) -> List[Document]:
                     path, ln, f"docid {docid!r} appears twice (first at line {doc_lines[docid]})"
                 )
             doc_lines[docid] = doc_line = ln
+            if self_closing:  # <doc docid="..."/>
+                raise DocumentFormatError(path, ln, f"document {docid!r} has no <seg>")
             doc = Document(docid, [], [], path, [], ln, attrs)
             docs.append(doc)
             seg_ids = {}
@@ -406,7 +419,8 @@ def _read_xml(path: str, allow_empty: bool = False) -> List[Document]:
                 raise DocumentFormatError(path, ln, "</seg> without an open <seg>")
             if doc is None:
                 raise DocumentFormatError(path, ln, "<seg> outside a <doc>")
-            sid = _attrs(m.group(3)).get("id", "").strip()
+            raw, self_closing = _self_closing(m.group(3))
+            sid = _attrs(raw).get("id", "").strip()
             if not sid:
                 raise DocumentFormatError(path, ln, f"<seg> without an id in document {doc.doc_id!r}")
             if sid in seg_ids:
@@ -414,6 +428,14 @@ def _read_xml(path: str, allow_empty: bool = False) -> List[Document]:
                     path, ln, f"seg id={sid} appears twice in document {doc.doc_id!r} (first at line {seg_ids[sid]})"
                 )
             seg_ids[sid] = ln
+            if self_closing:  # <seg id="..."/>: an empty segment
+                if not allow_empty:
+                    raise DocumentFormatError(path, ln, f"empty segment id={sid} in document {doc.doc_id!r} "
+                                              f"(<seg id={sid}/>)")
+                doc.seg_ids.append(sid)
+                doc.sentences.append("")
+                doc.lines.append(ln)
+                continue
             # the segment runs to the next </seg>: what lies between is text
             end = _SEG_END.search(text, m.end())
             inner = _STRUCTURE_TAG.search(text, m.end(), end.start() if end else len(text))

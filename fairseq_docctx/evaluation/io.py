@@ -171,7 +171,17 @@ def read_generate_output(path: str, post_process: str = "auto"):
 def find_doc_index(data: str, split: str) -> str:
     from fairseq_docctx.data.doc_index import DOC_INDEX_SUFFIX
 
+    from fairseq_docctx.data.manifest import MANIFEST_NAME
+
+    if not os.path.isdir(data):
+        raise ScoreInputError(f"--data {data}: no such directory")
     found = sorted(glob.glob(os.path.join(glob.escape(data), f"{split}.*-*.{DOC_INDEX_SUFFIX}")))
+    if not found:
+        pattern = f"{split}.SRC-TGT.{DOC_INDEX_SUFFIX}"
+        if not os.path.exists(os.path.join(data, MANIFEST_NAME)):
+            raise ScoreInputError(f"--data {data}: no {MANIFEST_NAME} and no {pattern}: not a data directory "
+                                  "of docctx-prepare")
+        raise ScoreInputError(f"--data {data}: no document index {pattern} (is {split!r} a prepared split? --split)")
     if len(found) != 1:
         raise ScoreInputError(
             f"{data}: expected one document index {split}.SRC-TGT.{DOC_INDEX_SUFFIX}, found "
@@ -350,6 +360,8 @@ def load_corpus(hyp: str, ref: Union[str, Sequence[str], None] = None, src: Opti
     that needs them, for the message): no document structure on any side is an error.
     False: plain sentence-aligned sides without any are read as one corpus without documents
     (one pseudo-document, ``has_documents`` false), every side with the same number of lines."""
+    if data is not None and not os.path.isdir(data):
+        raise ScoreInputError(f"--data {data}: no such directory")
     sides = {}
     sides["hyp"] = read_side(hyp, hyp_format, docids=docids, hypothesis=True, data=data,
                              split=split, post_process=post_process, system=hyp_system)
@@ -473,6 +485,10 @@ NO_DOCUMENTS_NOTE = ("note: no document structure in {files}: corpus-level score
                      "scores need documents (a .docids file, blank lines, <d> markers, XML, or --data DIR)")
 
 
+#: the note (on stderr) for hypotheses that are empty (an empty line, ``<seg id="N"/>``)
+EMPTY_HYPOTHESES_NOTE = "note: {hyp}: {n} of {total} hypotheses are empty (scored as empty translations)"
+
+
 def corpus_from_args(args, documents: Union[bool, str] = False) -> Corpus:
     """The corpus of a subcommand's input options. ``documents``: as for :func:`load_corpus`
     (False for corpus-level metrics, which then also score plain sentence-aligned files: the
@@ -487,6 +503,9 @@ def corpus_from_args(args, documents: Union[bool, str] = False) -> Corpus:
         names = ", ".join(v for k, v in corpus.files.items())
         print(NO_DOCUMENTS_NOTE.format(files=names), file=sys.stderr)
         args.per_document = False
+    empty = sum(1 for s in corpus.flat("hyp") if not s)
+    if empty:
+        print(EMPTY_HYPOTHESES_NOTE.format(hyp=args.hyp, n=empty, total=corpus.num_sentences), file=sys.stderr)
     return corpus
 
 
@@ -534,9 +553,14 @@ def run_command(prog: str, fn, args) -> int:
 
 
 def emit(args, metrics: Dict[str, dict], corpus: Corpus, text: str):
+    """Print ``text``; with ``--json``, write ``metrics``, each score with the size of the
+    test set it was computed on (``sentences``, ``documents``: what ``docctx-score table``
+    checks a comparison's test set against)."""
     if not corpus.has_documents:  # the one pseudo-document's score is the corpus score
         metrics = {k: {f: v for f, v in m.items() if f != "per_document"} if isinstance(m, dict) else m
                    for k, m in metrics.items()}
+    metrics = {k: {**m, "sentences": corpus.num_sentences, "documents": len(corpus.doc_ids)}
+               if isinstance(m, dict) else m for k, m in metrics.items()}
     print(text)
     if getattr(args, "json", None):
         write_json(args.json, args.name or os.path.basename(args.hyp), corpus.files, metrics)

@@ -153,10 +153,12 @@ def plot_context(values: Dict, path: str):
     fig, axes = plt.subplots(len(panels), 1, squeeze=False,
                              figsize=(2.5 + 0.32 * ncols, 1.0 + 0.45 * sum(heights)),
                              gridspec_kw={"height_ratios": heights})
+    width = fig.get_figwidth()
     for ax, p in zip(axes[:, 0], panels):
         v = np.array(p["values"], dtype=float)
         im = ax.imshow(v, aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0)
-        ax.set_title(p["title"], fontsize=8)
+        # a title wider than its panel is wrapped to the panel's width (about 75 % of the figure's)
+        ax.set_title(_wrap(p["title"], 0.75 * width, 8), fontsize=8)
         ax.set_yticks(range(len(p["row_labels"])))
         ax.set_yticklabels(p["row_labels"], fontsize=8)
         ax.set_xticks(range(len(p["columns"])))
@@ -166,12 +168,22 @@ def plot_context(values: Dict, path: str):
                 ax.text(j, i, f"{v[i, j]:.2f}", ha="center", va="center", fontsize=5,
                         color="white" if v[i, j] < 0.6 else "black")
         fig.colorbar(im, ax=ax, fraction=0.02)
-    rows = "\n".join(values.get("rows", []))
-    fig.suptitle(f"{values['arch']}: {values['split']} doc {values['doc']} sentence {values['index']}\n{rows}",
-                 fontsize=8, ha="left", x=0.01)
+    head = [f"{values['arch']}: {values['split']} doc {values['doc']} sentence {values['index']}"]
+    lines = [_wrap(x, width, 8) for x in head + list(values.get("rows", []))]
+    fig.suptitle("\n".join(lines), fontsize=8, ha="left", x=0.01)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    # the saved image is the bounding box of everything drawn: no text is cut at an edge
+    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.1)
     plt.close(fig)
+
+
+def _wrap(text: str, inches: float, fontsize: float) -> str:
+    """``text`` wrapped at spaces into lines of about ``inches`` at ``fontsize`` points (an
+    average character of a sans-serif font is about 0.6 of its size wide)."""
+    import textwrap
+
+    chars = max(int(inches * 72 / (0.6 * fontsize)), 20)
+    return "\n".join(textwrap.wrap(text, chars, break_long_words=False, break_on_hyphens=False)) or text
 
 
 def add_subcommand(subparsers):

@@ -36,6 +36,7 @@ construction).
 import contextlib
 import json
 import os
+import sys
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -260,7 +261,7 @@ def add_subcommand(sub):
 
 def _main(args):
     from .bleu import metric_key, scored_sides
-    from .io import ScoreInputError, load_corpus
+    from .io import EMPTY_HYPOTHESES_NOTE, ScoreInputError, load_corpus
 
     files = [args.baseline] + list(args.hyp)
     names = args.names.split(",") if args.names else [os.path.basename(f) for f in files]
@@ -277,6 +278,10 @@ def _main(args):
                            post_process=args.post_process, ref_translator=args.ref_translator,
                            hyp_system=args.hyp_system)
                for f in files]
+    for f, c in zip(files, corpora):
+        empty = sum(1 for s in c.flat("hyp") if not s)
+        if empty:
+            print(EMPTY_HYPOTHESES_NOTE.format(hyp=f, n=empty, total=c.num_sentences), file=sys.stderr)
     tests = TESTS if args.test == "both" else (args.test,)
     report = {"baseline": names[0], "systems": names[1:], "files": dict(zip(names, files)), "ref": args.ref,
               "resample": "documents" if args.document else args.resample, "document": args.document,

@@ -7,7 +7,11 @@ orders them); a run without a metric shows ``-``. With ``--baseline NAME`` a ``Î
 follows every metric (difference to that run). With ``--significance COMPARE.json`` (what
 ``docctx-score compare --json`` writes) a score whose difference to the compared baseline is
 significant (p < the comparison's Î±, or ``--alpha``; the larger p of the tests it ran, or
-``--test``'s) is marked ``*``. Per-document scores stay in the run files.
+``--test``'s) is marked ``*``. A comparison is refused unless it is about the table's runs:
+its baseline and every system it compares are runs of the table, each system's score in it
+is the run's score (to 0.005) and its test set has the run's number of sentences and
+documents (where the run file records them); one of its metrics at least is a column of the
+table. Per-document scores stay in the run files.
 """
 import json
 import os
@@ -80,7 +84,7 @@ def summary_table(runs: Sequence[Dict], metrics: Optional[List[str]] = None,
             r["delta"] = {m: (r["scores"][m] - base["scores"][m]
                               if r["scores"][m] is not None and base["scores"][m] is not None else None)
                           for m in metrics}
-    marks = _significance(rows, comparisons, alpha, test, baseline)
+    marks = _significance(runs, rows, metrics, comparisons, alpha, test, baseline)
     by_name = {r["run"]: r for r in rows}
     unmatched = []
     for p in paper_scores:
@@ -100,8 +104,14 @@ def summary_table(runs: Sequence[Dict], metrics: Optional[List[str]] = None,
             "paper_unmatched": unmatched}
 
 
-def _significance(rows, comparisons, alpha, test, baseline) -> Optional[Dict]:
-    """Add ``p`` and ``significant`` to the rows the comparisons name; the legend."""
+#: how far a comparison's score of a system may be from the run's (both printed to 2 decimals)
+SCORE_TOLERANCE = 0.005
+
+
+def _significance(runs, rows, metrics, comparisons, alpha, test, baseline) -> Optional[Dict]:
+    """Add ``p`` and ``significant`` to the rows the comparisons name; the legend. Refuses
+    (:class:`ScoreInputError`) a comparison that is not about the table's runs (see the
+    module doc)."""
     from .significance import significant
 
     if not comparisons:
@@ -116,9 +126,10 @@ def _significance(rows, comparisons, alpha, test, baseline) -> Optional[Dict]:
         if c["baseline"] not in names:
             raise ScoreInputError(f"the comparison's baseline {c['baseline']!r} is not one of the runs "
                                   f"({', '.join(sorted(names))}); name the runs as compare did (--names / --name)")
+        _check_comparison(c, runs, metrics)
         for m, by_sys in significant(c, test).items():
             for r in rows:
-                if r["run"] in by_sys:
+                if r["run"] in by_sys and r["scores"].get(m) is not None:
                     r.setdefault("p", {})[m] = by_sys[r["run"]]
                     r.setdefault("significant", {})[m] = by_sys[r["run"]] < a
         tests = [test] if test else c.get("tests", ["bs", "ar"])
@@ -126,6 +137,38 @@ def _significance(rows, comparisons, alpha, test, baseline) -> Optional[Dict]:
                       + " and ".join({"bs": "paired bootstrap", "ar": "approximate randomization"}[t] for t in tests)
                       + f", {c.get('resample', 'documents')} resampled)")
     return {"legend": sorted(set(legend))}
+
+
+def _check_comparison(c: Dict, runs: Sequence[Dict], metrics: Sequence[str]) -> None:
+    """Refuse a comparison whose systems are not runs of the table, whose scores or test set
+    are not the runs', or none of whose metrics is a column."""
+    what = f"comparison {c['_file']}" if c.get("_file") else "the comparison"
+    by_name = {r["run"]: r for r in runs}
+    missing = [s for s in c.get("systems", []) if s not in by_name]
+    if missing:
+        raise ScoreInputError(f"{what}: {', '.join(map(repr, missing))} {'is' if len(missing) == 1 else 'are'} "
+                              f"not a run of the table ({', '.join(sorted(by_name))}); give the runs it compares, "
+                              "named as compare named them (--names / --name)")
+    marked = []
+    for m, res in c["comparisons"].items():
+        for s in res["systems"]:
+            entry = by_name[s["name"]]["metrics"].get(m)
+            if not isinstance(entry, dict) or entry.get("score") is None:
+                continue
+            for unit in ("sentences", "documents"):
+                if entry.get(unit) is not None and c.get(unit) is not None and entry[unit] != c[unit]:
+                    raise ScoreInputError(
+                        f"{what} was computed on {c[unit]} {unit}, run {s['name']!r}'s {m} on {entry[unit]}: "
+                        "not the same test set")
+            if abs(entry["score"] - s["score"]) > SCORE_TOLERANCE:
+                raise ScoreInputError(
+                    f"{what} gives {s['name']!r} the {m} score {s['score']:.2f}, the run {entry['score']:.2f}: "
+                    "not the same hypotheses, references or metric settings")
+            if m in metrics:
+                marked.append(m)
+    if not marked:
+        raise ScoreInputError(f"{what} compares {', '.join(c['comparisons'])}: no column of the table holds "
+                              "these scores of its systems")
 
 
 def to_markdown(table: Dict, digits: int = 2) -> str:
@@ -188,7 +231,7 @@ def _main(args):
     runs = [load_run(p) for p in args.runs]
     from .significance import load_comparison
 
-    comparisons = [load_comparison(p) for p in args.significance]
+    comparisons = [{**load_comparison(p), "_file": p} for p in args.significance]
     paper = read_paper_scores(args.paper_scores) if args.paper_scores else ()
     table = summary_table(runs, args.metrics.split(",") if args.metrics else None, args.baseline,
                           comparisons, args.alpha, args.test, paper)

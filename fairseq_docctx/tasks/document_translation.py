@@ -400,13 +400,35 @@ class DocumentTranslationTask(TranslationTask):
             for name in ("context_size", "context_sides"):
                 setattr(cfg, name, getattr(self.cfg, name))
             cfg.dictionary_digests = self.dictionary_digests()
+            cfg.dictionary_sizes = self.dictionary_sizes()
         elif from_checkpoint:
             mismatch = self.dictionary_mismatch(getattr(cfg, "dictionary_digests", None))
             if mismatch:
-                raise ValueError(f"the model was trained with another {mismatch} dictionary than "
-                                 f"{self.cfg.data}'s (same size, other words): give the data "
-                                 "directory it was trained on")
+                raise ValueError(self._dictionary_message(mismatch, getattr(cfg, "dictionary_sizes", None)))
         return model
+
+    def dictionary_sizes(self) -> str:
+        """``"<source types>,<target types>"`` (recorded in a model's args beside
+        :meth:`dictionary_digests`, so that a mismatch can say whether the sizes differ)."""
+        return f"{len(self.src_dict)},{len(self.tgt_dict)}"
+
+    def _dictionary_message(self, side: str, recorded_sizes: Optional[str]) -> str:
+        fix = "give the data directory it was trained on"
+        ours = len(self.src_dict if side == "source" else self.tgt_dict)
+        theirs = None
+        if recorded_sizes:
+            try:
+                theirs = int(recorded_sizes.split(",")[0 if side == "source" else 1])
+            except (ValueError, IndexError):
+                theirs = None
+        if theirs is not None and theirs != ours:
+            return (f"the model was trained with a {theirs:,}-type {side} dictionary, {self.cfg.data} has "
+                    f"{ours:,}: {fix}")
+        if theirs is not None:
+            return (f"the model was trained with another {side} dictionary than {self.cfg.data}'s "
+                    f"(same size, other words): {fix}")
+        return (f"the model was trained with another {side} dictionary than {self.cfg.data}'s "
+                f"({ours:,} types; other words or another size): {fix}")
 
     def dictionary_digests(self) -> str:
         """``"<source digest>,<target digest>"`` of the dictionaries' words (recorded in a

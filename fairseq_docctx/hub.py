@@ -390,7 +390,9 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
     data directory; ``draft_beam``: its beam (default that of ``docctx-drafts``, 4).
 
     ``data``: the data directory with the dictionaries (default: the checkpoint directory if
-    it holds ``dict.*.txt``, else the ``data`` the model was trained on). ``spm_model``:
+    it holds ``dict.*.txt``, else the ``data`` the model was trained on); the language pair
+    is resolved by :func:`resolve_language_pair`, so a folder with the dictionaries alone
+    (or with ``docctx.json``) serves a deployed checkpoint. ``spm_model``:
     default ``spm.model`` of the data or checkpoint directory; without one the text is
     assumed to be tokenized already. ``overrides``: task options such as
     ``context_size=2`` or ``target_context="reference"``.

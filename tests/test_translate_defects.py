@@ -118,6 +118,7 @@ def test_output_that_is_a_file_the_run_reads_is_refused(concat_both_ckpt, toy_bi
         ([doc], link),
         ([plain, "--docids", ids, "--input-format", "docids"], ids),
         ([doc], concat_both_ckpt),
+        ([doc, "--processes", "2"], doc),
     ]
     for argv, out in cases:
         before = {p: p.read_bytes() for p in (doc, ids, plain, concat_both_ckpt)}

@@ -162,6 +162,80 @@ def check_dictionaries(path: str, state: dict, task, data: str, trained_on: Opti
             raise CheckpointError(msg.format(opt="data"), msg.format(opt="--data"))
 
 
+def _dictionary_languages(data: str) -> List[str]:
+    """The languages of the ``dict.LANG.txt`` files of a directory."""
+    return sorted(os.path.basename(f)[len("dict."):-len(".txt")]
+                  for f in glob.glob(os.path.join(data, "dict.*.txt")))
+
+
+def _pair_of_dictionaries(data: str, digests: Optional[str], separator: Optional[str]):
+    """The (source, target) languages of the two ``dict.LANG.txt`` of ``data`` that the
+    dictionary digests a checkpoint records (``"<source>,<target>"``) tell apart; ``None``
+    when there are not two or the digests do not single one direction out (a joined
+    dictionary: both files hold the same words)."""
+    from fairseq.data import Dictionary
+
+    from .tasks.document_translation import dictionary_digest
+
+    langs = _dictionary_languages(data)
+    if len(langs) != 2 or not digests or len(digests.split(",")) != 2:
+        return None
+    try:
+        found = {lang: dictionary_digest(Dictionary.load(os.path.join(data, f"dict.{lang}.txt")), separator)
+                 for lang in langs}
+    except Exception:  # an unreadable dictionary: the task's setup names it
+        return None
+    src, tgt = digests.split(",")
+    pairs = [(a, b) for a, b in (langs, langs[::-1]) if found[a] == src and found[b] == tgt]
+    return pairs[0] if len(pairs) == 1 else None
+
+
+def _pair_of_directory(data: Optional[str], digests: Optional[str] = None, separator: Optional[str] = None):
+    """The (source, target) languages of a data directory: its manifest's (``docctx.json``),
+    else the binarized files' names (``SPLIT.SRC-TGT.*``, as fairseq infers them), else its
+    dictionaries told apart by ``digests`` (:func:`_pair_of_dictionaries`); ``None`` when
+    none of them says."""
+    from fairseq.data import data_utils
+
+    if not data or not os.path.isdir(data):
+        return None
+    pair = mf.language_pair(data)
+    if pair is not None:
+        return tuple(pair)
+    src, tgt = data_utils.infer_language_pair(data)
+    if src and tgt:
+        return src, tgt
+    return _pair_of_dictionaries(data, digests, separator)
+
+
+def resolve_language_pair(path: str, state: dict, data: str, trained_on: Optional[str]) -> dict:
+    """The task options ``source_lang``/``target_lang`` a checkpoint is loaded with: none
+    where its configuration holds them (trained with ``-s/-t``); else the pair the model
+    records (``language_pair``, written by the task at training), the data directory's
+    (:func:`_pair_of_directory`), or that of the directory it was trained on, in this
+    order. Refuses (:class:`CheckpointError`) a model whose pair none of them tells."""
+    cfg = state.get("cfg")
+    task_cfg = cfg.get("task") if cfg is not None else None
+    if task_cfg is None:
+        task_cfg = state.get("args")
+    get = (lambda k: task_cfg.get(k)) if hasattr(task_cfg, "get") else (lambda k: getattr(task_cfg, k, None))
+    if get("source_lang") and get("target_lang"):
+        return {}
+    recorded = _recorded(state, "language_pair")
+    pair = tuple(recorded.split("-", 1)) if isinstance(recorded, str) and "-" in recorded else None
+    digests, separator = _recorded(state, "dictionary_digests"), get("context_separator")
+    pair = pair or _pair_of_directory(data, digests, separator) or _pair_of_directory(trained_on, digests, separator)
+    if pair is None:
+        langs = _dictionary_languages(data)
+        why = (f"its dictionaries ({', '.join(f'dict.{x}.txt' for x in langs)}) fit either direction"
+               if len(langs) == 2 else "it has no dictionaries of two languages")
+        msg = (f"{path}: cannot tell the model's language pair: the checkpoint records none, {{opt}} "
+               f"{data} has no docctx.json and no binarized files, and {why}: give the data "
+               f"directory with docctx.json (copy it beside the dictionaries)")
+        raise CheckpointError(msg.format(opt="data"), msg.format(opt="--data"))
+    return {"source_lang": pair[0], "target_lang": pair[1]}
+
+
 def _reads_drafts(models) -> bool:
     return any("draft" in context_spec(m).sides for m in models)
 
@@ -316,7 +390,9 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
     data directory; ``draft_beam``: its beam (default that of ``docctx-drafts``, 4).
 
     ``data``: the data directory with the dictionaries (default: the checkpoint directory if
-    it holds ``dict.*.txt``, else the ``data`` the model was trained on). ``spm_model``:
+    it holds ``dict.*.txt``, else the ``data`` the model was trained on); the language pair
+    is resolved by :func:`resolve_language_pair`, so a folder with the dictionaries alone
+    (or with ``docctx.json``) serves a deployed checkpoint. ``spm_model``:
     default ``spm.model`` of the data or checkpoint directory; without one the text is
     assumed to be tokenized already. ``overrides``: task options such as
     ``context_size=2`` or ``target_context="reference"``.
@@ -341,7 +417,8 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
                 raise CheckpointError(msg.format(opt="data=DIR"), msg.format(opt="--data DIR"))
     elif not os.path.isdir(data):
         raise CheckpointError(f"data={data}: no such directory", f"--data {data}: no such directory")
-    arg_overrides = {"data": data, "target_context": "hypothesis", **overrides}
+    arg_overrides = {"data": data, "target_context": "hypothesis",
+                     **resolve_language_pair(path, state, data, trained_on), **overrides}
     _apply_overrides(state, arg_overrides)
     try:
         task = tasks.setup_task(state["cfg"].task, from_checkpoint=True)
@@ -516,7 +593,8 @@ def load_draft_translator(checkpoint: str, data_dir: str, beam: int = DEFAULT_BE
     checkpoint = os.fspath(checkpoint)
     state = load_checkpoint_state(checkpoint)
     trained_on = _trained_on(state)
-    overrides = {"data": os.fspath(data_dir)}
+    overrides = {"data": os.fspath(data_dir),
+                 **resolve_language_pair(checkpoint, state, os.fspath(data_dir), trained_on)}
     _apply_overrides(state, overrides)
     cfg = state["cfg"]
     try:

@@ -8,8 +8,8 @@ model's own previous translations as target context, detokenizes, and writes the
 in the input's format (XML keeps the set's id and languages, the documents' attributes
 and the seg ids; ``--system-name`` is the sysid; WMT 2021+ XML gets a ``<hyp system=NAME>``
 beside each document's source and references; JSON Lines a ``"hyp"`` list in each line's
-object). With ``-o`` the output is checked first,
-written document by document as they complete into a temporary file beside it, and moved
+object). With ``-o`` the output is checked first (and refused if it is a file the run
+reads), written document by document as they complete into a temporary file beside it, and moved
 into place at the end.
 """
 import argparse
@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from . import exit_on_errors, quiet_logging
+from . import exit_on_errors_and_signals, quiet_logging
 from ..data.readers import INPUT_FORMATS, DocumentFormatError, docids_path, read_file, read_set_attributes
 from ..data.writers import DocumentWriter
 
@@ -38,9 +38,12 @@ def build_parser():
                    "names)")
     p.add_argument("--input-format", default="auto", choices=INPUT_FORMATS)
     p.add_argument("--docids", help="document-id file of a docids-format input "
-                   "(default: the input path with its extension replaced by .docids)")
+                   "(default: the input path with its extension replaced by .docids, e.g. "
+                   "test.en -> test.docids; standard input needs --docids)")
     p.add_argument("-o", "--output", help="output file (default: standard output); with the "
-                   "docids format the ids go to OUTPUT's .docids file")
+                   "docids format the ids go to OUTPUT with its extension replaced by .docids "
+                   "(left as it is when that is the input's document-id file); refused when it "
+                   "is a file the run reads")
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--lenpen", type=float, default=1.0)
     p.add_argument("--max-len-a", type=float, default=1.2)
@@ -96,6 +99,9 @@ def _read_input(args, keep_dir=None):
     """The input documents, their format and (XML) the set element's attributes; standard
     input is read as bytes, so that invalid UTF-8 is reported as ``<stdin>:LINE`` (and kept
     as ``keep_dir/stdin.txt`` if ``keep_dir`` is given)."""
+    if args.input is None and args.input_format == "docids" and not args.docids:
+        raise ValueError(f"{STDIN}: --input-format docids reads the document ids from a file: "
+                         "give it with --docids FILE")
     if args.input is not None:
         docids = args.docids or docids_path(args.input, None)
         docs, fmt = read_file(args.input, args.input_format, docids)
@@ -128,17 +134,67 @@ def _check_separator(docs, separator):
                     "the text; the model would read it as a sentence boundary")
 
 
+def _same_file(a, b):
+    """Whether two paths name one file (the same inode: links and other spellings too)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _files_read(args, fmt):
+    """The files a run reads, as (what it is, path): the input, the document ids of a docids
+    input, the checkpoint, the draft checkpoint, the SentencePiece model, and the
+    dictionaries, ``docctx.json`` and SentencePiece models of ``--data`` and of the
+    checkpoint's directory."""
+    import glob
+
+    files = [("the input", args.input), ("the checkpoint", args.path), ("the draft checkpoint", args.draft_path),
+             ("the SentencePiece model", args.spm_model)]
+    if fmt == "docids":
+        files.append(("the input's document ids",
+                      args.docids or (docids_path(args.input, None) if args.input else None)))
+    for d in {args.data, os.path.dirname(os.path.abspath(args.path))}:
+        if d:
+            files += [("the model's data file", f) for pattern in ("dict.*.txt", "docctx.json", "*.model")
+                      for f in glob.glob(os.path.join(glob.escape(d), pattern))]
+    return [(what, f) for what, f in files if f]
+
+
+def _file_mode(target):
+    """The mode of an output file: that of the file it replaces, else 0666 less the umask
+    (what ``open(target, "w")`` gives)."""
+    try:
+        return os.stat(target).st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 class _Output:
     """``-o FILE`` (and its ``.docids`` file): temporary files beside the destination,
     created before any work (so a directory that is missing or not writable fails first)
-    and moved into place by :meth:`commit`; standard output without ``-o``."""
+    and moved into place by :meth:`commit`, with the mode the files would have if written
+    directly; standard output without ``-o``. ``inputs``: the files the run reads, which
+    (what it is, path) pairs, which the output must not be (the ``.docids`` file may be the
+    input's document ids, the same ids: it is left as it is)."""
 
-    def __init__(self, path, with_docids):
+    def __init__(self, path, with_docids, inputs=(), input_docids=None):
         self.targets, self.files = [], []
         if path is None:
             self.out, self.ids = sys.stdout, None
             return
-        targets = [path] + ([docids_path(path, None)] if with_docids else [])
+        targets = [path]
+        if with_docids:
+            ids = docids_path(path, None)
+            if not (input_docids and _same_file(ids, input_docids)):
+                targets.append(ids)
+        for t in targets:
+            read = next(((what, f) for what, f in inputs if _same_file(t, f)), None)
+            if read is not None:
+                raise OutputError(f"-o {path}: {t} is {read[0]} {read[1]}, which the run reads: give another "
+                                  "output file")
         for t in targets:
             d = os.path.dirname(os.path.abspath(t))
             if os.path.isdir(t):
@@ -146,13 +202,14 @@ class _Output:
                 raise OutputError(f"-o {path}: {t} is a directory")
             try:
                 fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(t)}.", suffix=".part", dir=d)
+                os.fchmod(fd, _file_mode(t))
             except OSError as e:
                 self.discard()
                 raise OutputError(f"-o {path}: cannot write in {d} ({e.strerror or e})") from None
             self.targets.append(t)
             self.files.append((tmp, os.fdopen(fd, "w", encoding="utf-8")))
         self.out = self.files[0][1]
-        self.ids = self.files[1][1] if with_docids else None
+        self.ids = self.files[1][1] if len(self.files) > 1 else None
 
     def commit(self):
         for (tmp, f), t in zip(self.files, self.targets):
@@ -170,6 +227,14 @@ class _Output:
         self.files = []
 
 
+def _open_output(args, fmt):
+    """The output of the arguments (:class:`_Output`), refused if it is a file the run reads."""
+    input_docids = None
+    if fmt == "docids":
+        input_docids = args.docids or (docids_path(args.input, None) if args.input else None)
+    return _Output(args.output, fmt == "docids", _files_read(args, fmt), input_docids)
+
+
 class OutputError(ValueError):
     """An output file that cannot be written."""
 
@@ -177,6 +242,7 @@ class OutputError(ValueError):
 def _load(args, docs):
     """The model (hub) of the arguments; the input checked against its separator."""
     from ..hub import from_pretrained
+    from ..inference.translate import check_lengths
 
     overrides = {"target_context": args.target_context}
     if args.context_size is not None:
@@ -185,6 +251,7 @@ def _load(args, docs):
                           cpu=args.cpu, fp16=args.fp16, draft_path=args.draft_path,
                           draft_beam=args.draft_beam or args.beam, **overrides)
     _check_separator(docs, getattr(hub.task.cfg, "context_separator", None))
+    check_lengths(hub, docs, args.max_tokens)
     return hub
 
 
@@ -243,7 +310,7 @@ def _translate_in_processes(args, n, devices):
     work = tempfile.mkdtemp(prefix="docctx-translate-")
     try:
         docs, fmt, set_attributes = _read_input(args, keep_dir=work)
-        output = _Output(args.output, fmt == "docids")
+        output = _open_output(args, fmt)
         try:
             start = time.time()
             langs, translations = translate_sharded(
@@ -278,7 +345,11 @@ def _report(args, docs, translations, elapsed, processes=1):
 def main(argv=None):
     from ..inference.shards import num_processes, parse_devices
 
+    from ..inference.options import check_at_least
+
     args = build_parser().parse_args(argv)
+    check_at_least({"--beam": args.beam, "--draft-beam": args.draft_beam, "--batch-size": args.batch_size,
+                    "--max-tokens": args.max_tokens})
     quiet_logging()
     if args.shard_output is not None:
         return _translate_shard(args, _read_input(args)[0])
@@ -289,7 +360,7 @@ def main(argv=None):
         _report(args, docs, translations, elapsed, n)
         return translations
     docs, fmt, set_attributes = _read_input(args)
-    output = _Output(args.output, fmt == "docids")
+    output = _open_output(args, fmt)
     try:
         hub = _load(args, docs)
         cfg = hub.task.cfg
@@ -323,8 +394,9 @@ def cli_main(argv=None):
     from ..data.manifest import ManifestError
     from ..hub import CheckpointError
 
-    exit_on_errors("docctx-translate", main, argv, (DocumentFormatError, FileNotFoundError, CheckpointError,
-                                                    ManifestError, OutputError, ValueError))
+    exit_on_errors_and_signals("docctx-translate", main, argv, (DocumentFormatError, FileNotFoundError,
+                                                                CheckpointError, ManifestError, OutputError,
+                                                                ValueError))
 
 
 if __name__ == "__main__":

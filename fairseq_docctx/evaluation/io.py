@@ -465,7 +465,8 @@ def add_input_args(p, ref=True, src=False, ref_required=True, src_required=False
     g.add_argument("--hyp-format", choices=HYP_FORMATS, default="auto")
     g.add_argument("--ref-format", choices=TEXT_FORMATS, default="auto")
     g.add_argument("--src-format", choices=TEXT_FORMATS, default="auto")
-    g.add_argument("--docids", help="document-id file for plain-text sides (default: FILE.docids beside each file)")
+    g.add_argument("--docids", help="document-id file for plain-text sides (default: each file's path with its "
+                   "extension replaced by .docids, e.g. ref.de -> ref.docids, as docctx-prepare finds it)")
     g.add_argument("--ref-translator", metavar="NAMES", help="WMT 2021+ XML references: the translators whose "
                    "references to use, comma-separated (default: every <ref> of the file, several references)")
     g.add_argument("--hyp-system", metavar="NAME", help="WMT 2021+ XML hypotheses: the system whose <hyp> to "

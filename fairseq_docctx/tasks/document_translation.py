@@ -401,6 +401,8 @@ class DocumentTranslationTask(TranslationTask):
                 setattr(cfg, name, getattr(self.cfg, name))
             cfg.dictionary_digests = self.dictionary_digests()
             cfg.dictionary_sizes = self.dictionary_sizes()
+            # the language pair, for a checkpoint deployed beside its dictionaries alone
+            cfg.language_pair = f"{self.cfg.source_lang}-{self.cfg.target_lang}"
         elif from_checkpoint:
             mismatch = self.dictionary_mismatch(getattr(cfg, "dictionary_digests", None))
             if mismatch:

@@ -298,3 +298,51 @@ def test_killed_run_resumes_and_gives_the_same_drafts(data, sent_ckpt, made, tmp
     assert re.search(r"train: \d+ sentences \(\d+ translated, \d+ from an earlier run\)", r.stderr)
     assert not work.exists()
     assert _drafts(d, "train") == _drafts(data, "train")  # as the uninterrupted run's
+
+
+def test_a_second_run_in_the_same_folder_is_refused_while_the_first_works(data, sent_ckpt, tmp_path, capsys):
+    d = _copy(data, tmp_path / "bin")
+    argv = [d, "--path", sent_ckpt, "--splits", "train", *BATCH, "--chunk-sentences", "8", "--cpu", "--quiet"]
+    env = venv_env()
+    env["OMP_NUM_THREADS"] = "1"
+    work = d / ".docctx-drafts" / "train.src-tgt"
+    first = subprocess.Popen([sys.executable, "-m", "fairseq_docctx.cli.drafts", *map(str, argv)], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 120
+        while not (work / "chunk-00000.npz").exists():
+            assert first.poll() is None, first.communicate()
+            assert time.time() < deadline
+            time.sleep(0.002)
+        first.send_signal(signal.SIGSTOP)  # the first run, paused in the middle of its work
+        code, _, err = _cli(argv, capsys)
+        assert code == 2 and "another docctx-drafts run is making drafts there" in _one_line_error(err)
+        assert str(d) in _one_line_error(err)
+    finally:
+        first.kill()
+        first.communicate()
+    assert (work / "chunk-00000.npz").exists()  # its work is left as it was, to resume
+
+
+def test_overwrite_says_what_it_overwrites_and_the_manifest_records_the_batch_size_used(data, sent_ckpt, made,
+                                                                                       tmp_path, capsys):
+    d = tmp_path / "bin"
+    shutil.copytree(data, d)  # with its drafts (beam 4, batch size 8)
+    code, _, err = _cli([d, "--path", sent_ckpt, "--splits", "valid", *BATCH, "--cpu", "--quiet", "--overwrite"],
+                        capsys)
+    assert code == 0, err
+    assert "docctx-drafts: valid: overwriting the drafts made with the same settings (--overwrite)" in err
+    assert "other settings" not in err
+    # the default batches: --max-tokens 8000, recorded as such
+    code, _, err = _cli([d, "--path", sent_ckpt, "--splits", "valid", "--beam", "4", "--cpu", "--quiet",
+                         "--overwrite"], capsys)
+    assert code == 0 and "valid: the drafts there were made with other settings or data" in err, err
+    record = mf.drafts_record(d, "valid")
+    assert record.max_tokens == 8000 and record.batch_size is None
+    assert _drafts(d, "valid") == _drafts(data, "valid")
+
+
+@pytest.mark.parametrize("option", [["--beam", "0"], ["--batch-size", "0"], ["--max-tokens", "-5"]])
+def test_a_beam_or_batch_size_below_one_is_one_line(data, sent_ckpt, capsys, option):
+    code, _, err = _cli([data, "--path", sent_ckpt, "--splits", "valid", "--cpu", "--quiet", *option], capsys)
+    assert code == 2 and f"{option[0]} {option[1]}: must be at least 1" in _one_line_error(err)

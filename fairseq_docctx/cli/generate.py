@@ -27,6 +27,11 @@ def build_parser():
                    "default: every process on the CPU (--cpu added)")
     p.add_argument("--work-dir", metavar="DIR",
                    help="keep each shard's output and log here (default: a temporary directory, removed)")
+    p.add_argument("--allow-skipped", action="store_true",
+                   help="leave out sentences longer than the model allows (adds "
+                   "--skip-invalid-size-inputs-valid-test) and exit 0; each is still reported by id. "
+                   "Without it, a sentence left out by --skip-invalid-size-inputs-valid-test makes "
+                   "the run exit with code 2 (after writing the output)")
     p.add_argument("fairseq_args", nargs=argparse.REMAINDER,
                    help="fairseq-generate's arguments, after --")
     return p
@@ -47,8 +52,11 @@ def main(argv=None):
     from ..inference.generate import generate
     from ..inference.shards import parse_devices
 
+    def report(line):
+        print(f"docctx-generate: {line}", file=sys.stderr, flush=True)
+
     return generate(args.fairseq_args, processes=args.processes, devices=parse_devices(args.devices),
-                    work_dir=args.work_dir)
+                    work_dir=args.work_dir, allow_skipped=args.allow_skipped, report=report)
 
 
 def cli_main(argv=None):

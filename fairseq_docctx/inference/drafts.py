@@ -3,8 +3,13 @@
 checkpoint (:func:`fairseq_docctx.hub.load_draft_translator`) in fairseq's length-sorted
 batches, not in document order. The work is restartable: it is written in chunks of
 consecutive batches, each moved into place when complete (a hidden work directory in the data
-directory), and the final files are assembled in corpus order only at the end.
+directory), and the final files are assembled in corpus order only at the end. One run at a
+time works in a data directory: a run holds an exclusive lock on the directory
+(``flock``), and a second run is refused with one line.
 """
+import contextlib
+import errno
+import fcntl
 import json
 import logging
 import os
@@ -17,8 +22,8 @@ import numpy as np
 import torch
 
 from ..data import manifest as mf
-from ..data.drafts import (DEFAULT_BEAM, DEFAULT_CHUNK_SENTENCES, DEFAULT_SPLITS, WORK_DIR, DraftsError,
-                           draft_prefix, drafts_exist)
+from ..data.drafts import (DEFAULT_BEAM, DEFAULT_CHUNK_SENTENCES, DEFAULT_MAX_TOKENS, DEFAULT_SPLITS,
+                           WORK_DIR, DraftsError, draft_prefix, drafts_exist)
 from ..hub import load_draft_translator
 
 logger = logging.getLogger(__name__)
@@ -36,6 +41,26 @@ class DraftsResult:
     reused: int  # sentences of chunks an earlier run had finished
     seconds: float
     skipped: bool  # the split's drafts were there already
+
+
+@contextlib.contextmanager
+def _locked(data_dir: str):
+    """Hold an exclusive lock on the data directory (released when the process ends,
+    however it ends); another run holding it is a :class:`DraftsError`. On a file system
+    without locks the run goes on unlocked, with a warning."""
+    fd = os.open(data_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise DraftsError(f"{data_dir}: another docctx-drafts run is making drafts there: "
+                                  "wait for it to end (or stop it), then run again") from None
+            logger.warning(f"{data_dir}: cannot lock the directory ({e.strerror}): two "
+                           "docctx-drafts runs there at once would spoil each other's work")
+        yield
+    finally:
+        os.close(fd)
 
 
 def _source_prefix(data_dir: str, split: str, src: str, tgt: str) -> Optional[str]:
@@ -172,19 +197,35 @@ def make_drafts(data_dir: str, checkpoint: str, splits: Optional[Sequence[str]] 
     ``progress(split, sentences_done, sentences_total)`` after every batch; ``log`` gets one
     line per note (resumed chunks, skipped splits, restarts).
 
-    Errors (one line naming the file): :class:`DraftsError` (missing data directory or
-    split, sentence too long), :class:`~fairseq_docctx.hub.CheckpointError` (unusable
-    checkpoint, other dictionaries or language pair, a document-level model).
-    """
-    from fairseq.data import data_utils
+    The run holds an exclusive lock on ``data_dir`` while it works; ``docctx.json`` records
+    the batch settings used (``max_tokens`` 8000 when neither is given).
 
+    Errors (one line naming the file): :class:`DraftsError` (missing data directory or
+    split, sentence too long, a beam or batch size below 1, another run working in the
+    directory), :class:`~fairseq_docctx.hub.CheckpointError` (unusable checkpoint, other
+    dictionaries or language pair, a document-level model).
+    """
     data_dir = os.fspath(data_dir)
     if not os.path.isdir(data_dir):
         raise DraftsError(f"{data_dir}: no such data directory")
     if max_tokens is not None and batch_size is not None:
         raise DraftsError("give --max-tokens or --batch-size, not both")
-    if chunk_sentences < 1:
-        raise DraftsError("chunk_sentences must be >= 1")
+    for name, value in (("--beam", beam), ("--max-tokens", max_tokens), ("--batch-size", batch_size),
+                        ("--chunk-sentences", chunk_sentences)):
+        if value is not None and value < 1:
+            raise DraftsError(f"{name} {value}: must be at least 1")
+    if max_tokens is None and batch_size is None:
+        max_tokens = DEFAULT_MAX_TOKENS  # what the batches use, recorded as such
+    with _locked(data_dir):
+        return _make_drafts(data_dir, checkpoint, splits, beam, max_tokens, batch_size, cpu, fp16,
+                            chunk_sentences, overwrite, progress, log, generation)
+
+
+def _make_drafts(data_dir, checkpoint, splits, beam, max_tokens, batch_size, cpu, fp16, chunk_sentences,
+                 overwrite, progress, log, generation) -> List[DraftsResult]:
+    """:func:`make_drafts` once its arguments are checked and the directory is locked."""
+    from fairseq.data import data_utils
+
     if splits is None:
         splits = mf.split_names(data_dir) or DEFAULT_SPLITS
     splits = list(dict.fromkeys(splits))
@@ -217,7 +258,17 @@ def make_drafts(data_dir: str, checkpoint: str, splits: Optional[Sequence[str]] 
             results.append(DraftsResult(split, prefix, n, 0, 0, 0.0, True))
             continue
         if record is not None:
-            log(f"{split}: the drafts there were made with other settings or data: making them again")
+            same = (drafts_exist(data_dir, split, src, tgt) and record.sentences == n
+                    and record.checkpoint_sha1 == translator.checkpoint_sha1
+                    and record.beam == int(beam) and record.max_tokens == max_tokens
+                    and record.batch_size == batch_size and bool(record.fp16) == bool(fp16))
+            if same:
+                log(f"{split}: overwriting the drafts made with the same settings (--overwrite)")
+            elif not drafts_exist(data_dir, split, src, tgt):
+                log(f"{split}: the drafts recorded in {mf.manifest_path(data_dir)} are missing: "
+                    "making them again")
+            else:
+                log(f"{split}: the drafts there were made with other settings or data: making them again")
             mf.forget_drafts(data_dir, split)
         dataset = translator.dataset(src_data, src_data.sizes)
         batches = translator.plan(dataset, max_tokens, batch_size, where=sources[split] + ".bin")

@@ -9,6 +9,11 @@ sentence, in sentence-id order (corpus order), each id once, then a summary line
 line fairseq prints (``Generate <subset> with beam=<B>: ...``), computed over the merged
 corpus with fairseq's own scorer (``--scoring``). The shards' log lines stay in their own
 files (``work_dir``).
+
+A sentence longer than the model's positions stops fairseq-generate; with
+``--skip-invalid-size-inputs-valid-test`` fairseq leaves it out with a warning that names
+only the first few. The launcher knows every sentence id of the split (its document index),
+so it names each sentence left out (:class:`SkippedSentences` unless skipping is accepted).
 """
 import logging
 import os
@@ -18,7 +23,7 @@ import sys
 import tempfile
 import time
 from collections import OrderedDict
-from typing import Dict, List, Optional, Sequence, TextIO
+from typing import Callable, Dict, List, Optional, Sequence, TextIO
 
 from .shards import ShardError, num_processes, run_shards, shard_environment
 
@@ -28,6 +33,87 @@ logger = logging.getLogger(__name__)
 RECORD = re.compile(r"^([A-Z])-(\d+)(?:_\d+)?\t")
 #: options the launcher sets for each shard itself
 _SHARD_OPTIONS = ("--num-shards", "--shard-id", "--distributed-world-size", "--distributed-rank")
+SKIP_OPTION = "--skip-invalid-size-inputs-valid-test"
+#: fairseq's error for a sentence longer than the model allows (fairseq_task.filter_indices_by_size)
+_TOO_LONG = re.compile(r"Size of sample #(\d+) is invalid \(=(.*?)\) since max_positions=(.*?), skip")
+#: its warning with --skip-invalid-size-inputs-valid-test
+_SKIPPED = re.compile(r"([\d,]+) samples have invalid sizes and will be skipped, "
+                      r"max_positions=(.*?), first few sample ids=\[(.*?)\]")
+#: the task's error when a skipped sentence is the target context of a later one
+_UNTRANSLATED = re.compile(r"sentence (\d+) is context of this batch but has not been translated yet")
+
+
+class SkippedSentences(ValueError):
+    """Sentences of the split in no output: fairseq skipped them as too long for the model
+    (``--skip-invalid-size-inputs-valid-test``) and skipping was not accepted."""
+
+
+def _plain(text: str) -> str:
+    """``(np.int32(10), np.int32(10))`` -> ``(10, 10)``."""
+    return re.sub(r"np\.\w+\(([^()]*)\)", r"\1", text)
+
+
+def _shard_log(work_dir: str, shard: int) -> str:
+    """A shard's standard output and error output (fairseq logs to either)."""
+    text = []
+    for ext in ("err", "out"):
+        try:
+            with open(os.path.join(work_dir, f"shard-{shard}.{ext}"), encoding="utf-8",
+                      errors="replace") as f:
+                text.append(f.read())
+        except OSError:
+            pass
+    return "\n".join(text)
+
+
+def _max_positions(logs: Sequence[str]) -> Optional[str]:
+    for log in logs:
+        m = _SKIPPED.search(log)
+        if m:
+            return _plain(m.group(2))
+    return None
+
+
+def _failed_shard_error(log: str, subset: str, skipping: bool) -> Optional[ValueError]:
+    """The one-line error of a shard that failed on a sentence too long for the model,
+    ``None`` for other failures."""
+    m = _TOO_LONG.search(log)
+    if m:
+        return ValueError(
+            f"sentence {m.group(1)} of {subset} is longer than the model allows "
+            f"({_plain(m.group(2))} tokens, source and target; max_positions={_plain(m.group(3))}): "
+            f"shorten or split it, or leave it out with {SKIP_OPTION} (each sentence left out "
+            "is reported; --allow-skipped accepts the output without them)")
+    m = _UNTRANSLATED.search(log)
+    skipped = _SKIPPED.search(log)
+    if m and skipping and skipped:
+        return ValueError(
+            f"{skipped.group(1)} sentences of {subset} are longer than the model allows "
+            f"(max_positions={_plain(skipped.group(2))}; first: {skipped.group(3)}) and {SKIP_OPTION} "
+            f"leaves them out, but sentence {m.group(1)} is target context of the next sentences of "
+            "its document (document-order inference needs its translation): shorten or split "
+            "those sentences, or decode with --target-context reference")
+    return None
+
+
+def _check_writable(path: str, what: str, file: Optional[str] = None) -> None:
+    """Make directory ``path`` (as the run will) and check a file can be written there
+    (``file``: that file, left as it was), before any decoding: else a ``ValueError``."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        if file is None:
+            with tempfile.TemporaryFile(dir=path):
+                pass
+        else:
+            target = os.path.join(path, file)
+            existed = os.path.exists(target)
+            with open(target, "a", encoding="utf-8"):
+                pass
+            if not existed:
+                os.remove(target)
+    except OSError as e:
+        where = e.filename if e.filename is not None else path
+        raise ValueError(f"{what} {path}: cannot write there ({where}: {e.strerror or e})") from None
 
 
 def _without(args: Sequence[str], name: str, takes_value: bool) -> List[str]:
@@ -163,22 +249,40 @@ def _log_line(message: str) -> str:
 
 def generate(fairseq_args: Sequence[str], processes: Optional[int] = None,
              devices: Optional[Sequence[str]] = None, work_dir: Optional[str] = None,
-             output: Optional[TextIO] = None, python: str = sys.executable) -> Dict[int, List[str]]:
+             output: Optional[TextIO] = None, python: str = sys.executable,
+             allow_skipped: bool = False,
+             report: Callable[[str], None] = logger.warning) -> Dict[int, List[str]]:
     """Run ``fairseq-generate <fairseq_args>`` as ``processes`` shard processes (one per
     device of ``devices`` in turn, else on the CPU) and write the merged output to
     ``output`` (default: ``--results-path``'s ``generate-<subset>.txt``, else standard
     output). ``work_dir``: where the shards' outputs and logs go (kept; default a temporary
-    directory, removed). Returns the merged sentence lines by id.
+    directory, removed). Both directories are checked writable before any decoding.
+    Returns the merged sentence lines by id.
 
-    Raises ``ValueError`` for arguments that cannot be sharded and
-    :class:`~fairseq_docctx.inference.shards.ShardError` when a shard fails."""
+    Sentences longer than the model allows: without ``--skip-invalid-size-inputs-valid-test``
+    (which ``allow_skipped`` adds) a ``ValueError`` names the first; with it they are left
+    out, ``report`` gets one line per sentence left out (its id), the summary line counts
+    them, and unless ``allow_skipped`` :class:`SkippedSentences` is raised after the output
+    is written.
+
+    Raises ``ValueError`` for arguments that cannot be sharded or outputs that cannot be
+    written and :class:`~fairseq_docctx.inference.shards.ShardError` when a shard fails."""
     from fairseq import tasks
 
     n = num_processes(processes, devices)
+    if allow_skipped and SKIP_OPTION not in fairseq_args:
+        fairseq_args = [*fairseq_args, SKIP_OPTION]
     cfg = parse_generate_args(fairseq_args)
     if getattr(cfg.task, "_name", None) != "document_translation":
         raise ValueError("docctx-generate shards the documents of --task document_translation "
                          f"(got --task {getattr(cfg.task, '_name', None)})")
+    skipping = bool(cfg.dataset.skip_invalid_size_inputs_valid_test)
+    subset = cfg.dataset.gen_subset
+    results_file = f"generate-{subset}.txt"
+    if output is None and cfg.common_eval.results_path is not None:
+        _check_writable(cfg.common_eval.results_path, "--results-path", results_file)
+    if work_dir is not None:
+        _check_writable(work_dir, "--work-dir")
     task = tasks.setup_task(cfg.task)
     docs = _split_documents(task, cfg)
     if docs is not None and len(docs) < n:
@@ -191,29 +295,51 @@ def generate(fairseq_args: Sequence[str], processes: Optional[int] = None,
     work_dir = tempfile.mkdtemp(prefix="docctx-generate-") if tmp else work_dir
     try:
         start = time.time()
-        outs = run_shards(commands, envs, work_dir, name="fairseq-generate shard")
+        try:
+            outs = run_shards(commands, envs, work_dir, name="fairseq-generate shard")
+        except ShardError as e:
+            if e.shard is None:
+                raise
+            error = _failed_shard_error(_shard_log(work_dir, e.shard), subset, skipping)
+            if error is None:
+                raise
+            raise error from None
         elapsed = time.time() - start
         records = merge_records(outs)
+        logs = [_shard_log(work_dir, i) for i in range(n)] if skipping else []
     finally:
         if tmp:
             shutil.rmtree(work_dir, ignore_errors=True)
-    if docs is not None and not cfg.dataset.skip_invalid_size_inputs_valid_test:
+    skipped: List[int] = []
+    if docs is not None:
         missing = sorted(set(range(docs.num_sentences)) - set(records))
-        if missing:
-            raise ShardError(f"{len(missing)} sentences of {cfg.dataset.gen_subset} are in no shard's "
+        if missing and not skipping:
+            raise ShardError(f"{len(missing)} sentences of {subset} are in no shard's "
                              f"output (first: {missing[0]})")
+        skipped = missing
+    else:  # no document index: fairseq's warnings (which name the first few only)
+        for log in logs:
+            m = _SKIPPED.search(log)
+            if m:
+                skipped += [int(i) for i in m.group(3).split(",") if i.strip()]
+        skipped = sorted(skipped)
+    limit = _max_positions(logs)
+    for i in skipped:
+        report(f"sentence {i} of {subset} left out: longer than the model allows"
+               + (f" (max_positions={limit})" if limit else ""))
     try:
         score = score_line(cfg, task.target_dictionary, records)
     except ValueError as e:  # not recoverable from the output: said in its place
         score = _log_line(f"no score over the merged shards: {e}")
     tokens = sum(len(p[0].split()) for p in (_fields(lines, "P") for lines in records.values()) if p)
     summary = _log_line(f"Translated {len(records):,} sentences ({tokens:,} tokens) in {elapsed:.1f}s "
-                        f"with {n} processes ({len(records) / max(elapsed, 1e-9):.2f} sentences/s)")
+                        f"with {n} processes ({len(records) / max(elapsed, 1e-9):.2f} sentences/s)"
+                        + (f"; {len(skipped):,} sentences left out as too long (ids: "
+                           f"{', '.join(map(str, skipped))})" if skipped else ""))
     own = output is None and cfg.common_eval.results_path is not None
     if own:
         os.makedirs(cfg.common_eval.results_path, exist_ok=True)
-        output = open(os.path.join(cfg.common_eval.results_path,
-                                   f"generate-{cfg.dataset.gen_subset}.txt"), "w", encoding="utf-8")
+        output = open(os.path.join(cfg.common_eval.results_path, results_file), "w", encoding="utf-8")
     elif output is None:
         output = sys.stdout
     try:
@@ -227,4 +353,9 @@ def generate(fairseq_args: Sequence[str], processes: Optional[int] = None,
     finally:
         if own:
             output.close()
+    if skipped and not allow_skipped:
+        raise SkippedSentences(
+            f"{len(skipped)} sentences of {subset} are left out as longer than the model allows "
+            f"(ids reported above); the output holds the other {len(records)}: shorten or split "
+            "them, or add --allow-skipped to accept the output without them")
     return records

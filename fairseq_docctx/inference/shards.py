@@ -17,7 +17,12 @@ from typing import List, Optional, Sequence
 
 class ShardError(RuntimeError):
     """A shard process that failed (its exit code and the end of its error output), or
-    outputs of the shards that do not add up to the corpus."""
+    outputs of the shards that do not add up to the corpus. ``shard``: the index of the
+    failed process, if one failed."""
+
+    def __init__(self, message: str, shard: Optional[int] = None):
+        super().__init__(message)
+        self.shard = shard
 
 
 def parse_devices(spec: Optional[str]) -> Optional[List[str]]:
@@ -90,7 +95,7 @@ def run_shards(commands: Sequence[Sequence[str]], envs: Sequence[dict], work_dir
                     tail = _tail(errs[i]) or _tail(outs[i])
                     raise ShardError(
                         f"{name} {i} of {len(procs)} failed (exit code {rc}): "
-                        f"{shlex.join(str(c) for c in commands[i])}\n{tail}")
+                        f"{shlex.join(str(c) for c in commands[i])}\n{tail}", shard=i)
             if running:
                 time.sleep(poll_s)
     finally:

@@ -25,6 +25,7 @@ from ..data import manifest as mf
 from ..data.drafts import (DEFAULT_BEAM, DEFAULT_CHUNK_SENTENCES, DEFAULT_MAX_TOKENS, DEFAULT_SPLITS,
                            WORK_DIR, DraftsError, draft_prefix, drafts_exist)
 from ..hub import load_draft_translator
+from .options import check_at_least
 
 logger = logging.getLogger(__name__)
 
@@ -210,10 +211,11 @@ def make_drafts(data_dir: str, checkpoint: str, splits: Optional[Sequence[str]] 
         raise DraftsError(f"{data_dir}: no such data directory")
     if max_tokens is not None and batch_size is not None:
         raise DraftsError("give --max-tokens or --batch-size, not both")
-    for name, value in (("--beam", beam), ("--max-tokens", max_tokens), ("--batch-size", batch_size),
-                        ("--chunk-sentences", chunk_sentences)):
-        if value is not None and value < 1:
-            raise DraftsError(f"{name} {value}: must be at least 1")
+    try:
+        check_at_least({"--beam": beam, "--max-tokens": max_tokens, "--batch-size": batch_size,
+                        "--chunk-sentences": chunk_sentences})
+    except ValueError as e:
+        raise DraftsError(str(e)) from None
     if max_tokens is None and batch_size is None:
         max_tokens = DEFAULT_MAX_TOKENS  # what the batches use, recorded as such
     with _locked(data_dir):

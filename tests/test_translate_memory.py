@@ -16,10 +16,10 @@ def _live_tensors():
 
 
 def test_written_documents_are_not_kept(concat_both_ckpt, toy_bin, tmp_path, capsys, monkeypatch):
-    """The tensors alive when the 40th document is written are those alive at the 5th:
+    """The tensors alive when the 20th document is written are those alive at the 5th:
     a written document's hypotheses (beam, attention, scores) are not kept."""
     src = tmp_path / "in.txt"
-    src.write_text("\n\n".join(["w1 w2 w3\nw4 w5"] * 40) + "\n")
+    src.write_text("\n\n".join(["w1 w2 w3\nw4 w5"] * 20) + "\n")
     live = []
     write = writers.DocumentWriter.write
 
@@ -32,5 +32,5 @@ def test_written_documents_are_not_kept(concat_both_ckpt, toy_bin, tmp_path, cap
         src, "--path", concat_both_ckpt, "--data", toy_bin, "--quiet", "--beam", "4",
         "--batch-size", "4", "--max-len-b", "4", "--input-format", "blank"], capsys)
     assert code == 0, err
-    assert len(out.split("\n\n")) == 40 and len(live) == 40
+    assert len(out.split("\n\n")) == 20 and len(live) == 20
     assert live[-1] - live[4] <= 8, live

@@ -294,29 +294,36 @@ class DocumentHubInterface(GeneratorHubInterface):
                             batch_size: int = 16, max_tokens: Optional[int] = None,
                             progress: Optional[Callable[[int, int], None]] = None,
                             document_done: Optional[Callable[[int, List[str]], None]] = None,
-                            **kwargs) -> List[List[str]]:
+                            keep: bool = True, **kwargs) -> Optional[List[List[str]]]:
         """Translate documents (lists of raw sentences); returns detokenized translations,
         document by document, sentence by sentence, in the input order.
-        ``document_done(i, translations)`` is called as soon as document ``i`` is done."""
+        ``document_done(i, translations)`` is called as soon as document ``i`` is done.
+        With ``keep=False`` a document's translations go to ``document_done`` only and
+        nothing is returned: memory then holds the translations of the documents still
+        open, not the whole output."""
         tokens = [[self.encode(s) for s in doc] for doc in documents]
-        done = None
-        if document_done is not None:
-            def done(i, hypos):
-                document_done(i, [self.decode(h[0]["tokens"]) for h in hypos])
-        hypos = self.generate_documents(tokens, beam=beam, batch_size=batch_size,
-                                        max_tokens=max_tokens, progress=progress,
-                                        document_done=done, **kwargs)
-        return [[self.decode(h[0]["tokens"]) for h in doc] for doc in hypos]
+        translations = self.generate_documents(
+            tokens, beam=beam, batch_size=batch_size, max_tokens=max_tokens, progress=progress,
+            document_done=document_done, keep=keep,
+            sentence_done=lambda hypos: self.decode(hypos[0]["tokens"]), **kwargs)
+        return translations if keep else None
 
     def generate_documents(self, documents: Sequence[Sequence[torch.LongTensor]], beam: int = 5,
                            batch_size: int = 16, max_tokens: Optional[int] = None,
                            progress: Optional[Callable[[int, int], None]] = None,
                            document_done: Optional[Callable[[int, List[list]], None]] = None,
-                           **kwargs) -> List[List[list]]:
+                           sentence_done: Optional[Callable[[list], object]] = None,
+                           keep: bool = True, **kwargs) -> Optional[List[List[list]]]:
         """Beam search over binarized documents in document order; returns fairseq's
         hypothesis lists per sentence. ``progress(sentences_done, documents_done)`` is
         called after every batch (``sentences_done``: the batch's sentences);
-        ``document_done(i, hypotheses)`` as soon as document ``i`` is translated."""
+        ``document_done(i, hypotheses)`` as soon as document ``i`` is translated.
+
+        ``sentence_done(hypotheses)``, if given, replaces each sentence's hypothesis list
+        as soon as its batch is decoded (e.g. by the best translation's text), so that the
+        beam's hypotheses (with their attention) are not held until the document is done.
+        With ``keep=False`` nothing is returned and a document's results are dropped once
+        ``document_done`` has them: memory holds the results of the open documents only."""
         lengths = [len(d) for d in documents]
         flat = [t for d in documents for t in d]
         if document_done is not None:
@@ -324,7 +331,7 @@ class DocumentHubInterface(GeneratorHubInterface):
                 if not n:
                     document_done(i, [])
         if not flat:
-            return [[] for _ in documents]
+            return [[] for _ in documents] if keep else None
         doc_index = DocIndex([str(i) for i, n in enumerate(lengths) if n],
                              [n for n in lengths if n])
         pair = LanguagePairDataset(flat, [t.numel() for t in flat], self.src_dict,
@@ -354,27 +361,32 @@ class DocumentHubInterface(GeneratorHubInterface):
         # length-sorted batches: in any order)
         doc_of = np.repeat(np.arange(len(nonempty)), doc_index.lengths)
         left = doc_index.lengths.astype(np.int64).copy()
-        results, done_docs = [None] * len(flat), 0
+        del flat, pair  # the dataset holds what it needs
+        # the results of the sentences whose document is still open, by sentence id
+        open_results, done_docs = {}, 0
+        out = [[] for _ in documents] if keep else None
         for batch in batches:
             batch = utils.apply_to_sample(lambda t: t.to(self.device), batch)
             hypos = self.task.inference_step(generator, self.models, batch)
             ids = batch["id"].tolist()
             for i, h in zip(ids, hypos):
-                results[i] = h
+                open_results[i] = h if sentence_done is None else sentence_done(h)
+            del hypos, batch
             for i in ids:
                 k = int(doc_of[i])
                 left[k] -= 1
                 if left[k] == 0:
                     done_docs += 1
+                    ids_k = range(int(doc_index.offsets[k]), int(doc_index.offsets[k] + doc_index.lengths[k]))
+                    doc = [open_results.pop(j) for j in ids_k]
+                    if hasattr(self.task, "forget"):
+                        self.task.forget(ids_k)
+                    if keep:
+                        out[nonempty[k]] = doc
                     if document_done is not None:
-                        first = int(doc_index.offsets[k])
-                        document_done(nonempty[k], results[first : first + int(doc_index.lengths[k])])
+                        document_done(nonempty[k], doc)
             if progress is not None:
                 progress(len(ids), done_docs)
-        out, start = [], 0
-        for n in lengths:
-            out.append(results[start : start + n])
-            start += n
         return out
 
 

@@ -255,12 +255,35 @@ def _load(args, docs):
     return hub
 
 
-def _translate(hub, args, docs, progress=None, document_done=None):
+def _translate(hub, args, docs, progress=None, document_done=None, keep=True):
     return hub.translate_documents(
         [d.sentences for d in docs], beam=args.beam, batch_size=args.batch_size,
         max_tokens=args.max_tokens, progress=progress, document_done=document_done,
-        lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
+        keep=keep, lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
     )
+
+
+def _translate_and_write(hub, args, docs, writer, out):
+    """Translate the documents and write each one, in input order, as soon as it and
+    those before it are done; a written document's translation is dropped, so memory
+    holds the translations of the documents still open rather than the whole output. Returns the
+    number of empty translations."""
+    bar, update = _progress(sum(len(d) for d in docs), len(docs), args.quiet)
+    pending, next_doc, empty = {}, 0, 0
+
+    def document_done(i, translation):
+        nonlocal next_doc, empty
+        pending[i] = translation
+        while next_doc in pending:
+            translation = pending.pop(next_doc)
+            empty += sum(1 for s in translation if not s.strip())
+            writer.write(docs[next_doc], translation)
+            next_doc += 1
+        out.flush()
+
+    _translate(hub, args, docs, progress=update, document_done=document_done, keep=False)
+    bar.close()
+    return empty
 
 
 #: options a shard process gets from the launcher, not from the command line
@@ -297,7 +320,7 @@ def _translate_shard(args, docs):
     writer = ShardWriter(args.shard_output, hub.task.cfg.source_lang, hub.task.cfg.target_lang)
     try:
         _translate(hub, args, [docs[i] for i in mine],
-                   document_done=lambda k, translation: writer.write(mine[k], translation))
+                   document_done=lambda k, translation: writer.write(mine[k], translation), keep=False)
     finally:
         writer.close()
 
@@ -331,8 +354,7 @@ def _translate_in_processes(args, n, devices):
     return docs, translations, elapsed
 
 
-def _report(args, docs, translations, elapsed, processes=1):
-    empty = sum(1 for t in translations for s in t if not s.strip())
+def _report(args, docs, empty, elapsed, processes=1):
     if empty:
         print(f"docctx-translate: warning: {empty} empty translations", file=sys.stderr)
     if not args.quiet:
@@ -357,7 +379,7 @@ def main(argv=None):
     n = num_processes(args.processes, devices)
     if n > 1 or devices:
         docs, translations, elapsed = _translate_in_processes(args, n, devices)
-        _report(args, docs, translations, elapsed, n)
+        _report(args, docs, sum(1 for t in translations for s in t if not s.strip()), elapsed, n)
         return translations
     docs, fmt, set_attributes = _read_input(args)
     output = _open_output(args, fmt)
@@ -367,27 +389,14 @@ def main(argv=None):
         writer = DocumentWriter(fmt, output.out, output.ids, src_lang=cfg.source_lang,
                                 tgt_lang=cfg.target_lang, sysid=args.system_name,
                                 set_attributes=set_attributes)
-        total = sum(len(d) for d in docs)
-        bar, update = _progress(total, len(docs), args.quiet)
-        pending, next_doc = {}, [0]
-
-        def document_done(i, translation):  # write documents in input order as they complete
-            pending[i] = translation
-            while next_doc[0] in pending:
-                writer.write(docs[next_doc[0]], pending.pop(next_doc[0]))
-                next_doc[0] += 1
-            output.out.flush()
-
         start = time.time()
-        translations = _translate(hub, args, docs, progress=update, document_done=document_done)
-        bar.close()
+        empty = _translate_and_write(hub, args, docs, writer, output.out)
         elapsed = time.time() - start
         writer.close()
         output.commit()
     finally:
         output.discard()
-    _report(args, docs, translations, elapsed)
-    return translations
+    _report(args, docs, empty, elapsed)
 
 
 def cli_main(argv=None):

@@ -133,7 +133,8 @@ class DocumentTranslationTask(TranslationTask):
         #: document-order inference memory, by corpus index of a decoded sentence: its best
         #: translation (target token ids ending in EOS), the target context of the next
         #: sentences, and whatever the model caches (see :meth:`inference_step`). A sentence
-        #: is forgotten once the sentence K positions later has been decoded.
+        #: is forgotten once the sentence K positions later has been decoded, or its
+        #: document is done (:meth:`forget`).
         self.hypotheses = {}
         self.model_cache = {}
         #: the contract of the last built model (batching of --doc-batching auto)
@@ -521,6 +522,13 @@ class DocumentTranslationTask(TranslationTask):
             self.hypotheses.pop(old, None)
             self.model_cache.pop(old, None)
         return hypos
+
+    def forget(self, sentence_ids):
+        """Drop the document-order inference memory of these sentences (those of a
+        document that is done: no later sentence reads them)."""
+        for i in sentence_ids:
+            self.hypotheses.pop(i, None)
+            self.model_cache.pop(i, None)
 
     def select_rows(self, sample, rows):
         """The rows ``rows`` of a batch, sources cut to their longest; the context's tables

@@ -1,0 +1,87 @@
+"""Peak memory of ``docctx-translate`` against the input's length.
+
+Trains (or, with ``--path``/``--data``, reuses) a tiny ``concat_transformer`` (K=2, source
+and target context; 32-dim, one layer) on random toy documents, then translates inputs of
+one document of N sentences (default 200, 2,000 and 20,000) with beam 4 on the CPU and
+prints, for each, the child's maximum resident set size (``os.wait4``'s rusage of that
+process alone), its time and the ratio to the smallest input's. Document-order inference
+needs the last K translations of each open document, so the peak should stay flat.
+
+    PYTHONPATH=. python benchmarks/bench_translate_memory.py --workdir /tmp/bench-mem
+"""
+import argparse
+import os
+import random
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests"))
+
+
+def tiny_model(workdir):
+    """A checkpoint and data directory: the toy documents of the tests, prepared, and a
+    concat_transformer trained on them for 6 epochs."""
+    from conftest import TINY_MODEL, prepare_documents, run, write_toy_documents
+
+    data = os.path.join(workdir, "bin")
+    if not os.path.exists(os.path.join(data, "dict.src.txt")):
+        prepare_documents(write_toy_documents(os.path.join(workdir, "raw")), data)
+    save = os.path.join(workdir, "model")
+    ckpt = os.path.join(save, "checkpoint_last.pt")
+    if not os.path.exists(ckpt):
+        run(["fairseq-train", data, "--user-dir", os.path.join(REPO, "fairseq_docctx"),
+             "--task", "document_translation", "--context-size", "2", "--context-sides", "both",
+             "--arch", "concat_transformer", *TINY_MODEL, "--max-tokens", "600",
+             "--max-epoch", "6", "--no-epoch-checkpoints", "--save-dir", save])
+    return ckpt, data
+
+
+def write_document(path, n, seed=0):
+    """One document of ``n`` random toy sentences (the toy vocabulary w0..w29)."""
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        for _ in range(n):
+            f.write(" ".join(f"w{rng.randrange(30)}" for _ in range(rng.randint(2, 10))) + "\n")
+
+
+def measure(ckpt, data, path, beam):
+    """(max RSS in MB, seconds) of one docctx-translate run on ``path``."""
+    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cmd = [os.path.join(os.path.dirname(sys.executable), "docctx-translate"), path, "--path", ckpt,
+           "--data", data, "--cpu", "--quiet", "--beam", str(beam), "--input-format", "blank",
+           "-o", path + ".out"]
+    start = time.time()
+    p = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(p.pid, 0)
+    elapsed = time.time() - start
+    err = p.stderr.read().decode()
+    p.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"docctx-translate failed on {path}:\n{err[-2000:]}")
+    return usage.ru_maxrss / 1024, elapsed
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workdir", required=True)
+    p.add_argument("--path", help="checkpoint to reuse (with --data)")
+    p.add_argument("--data", help="its data directory")
+    p.add_argument("--sizes", default="200,2000,20000", help="sentences of the one document")
+    p.add_argument("--beam", type=int, default=4)
+    args = p.parse_args(argv)
+    os.makedirs(args.workdir, exist_ok=True)
+    ckpt, data = (args.path, args.data) if args.path else tiny_model(args.workdir)
+    rows = []
+    for n in [int(x) for x in args.sizes.split(",")]:
+        path = os.path.join(args.workdir, f"doc{n}.txt")
+        write_document(path, n)
+        rss, secs = measure(ckpt, data, path, args.beam)
+        rows.append((n, rss, secs))
+        print(f"{n:>7} sentences: max RSS {rss:7.1f} MB, {secs:6.1f} s "
+              f"(x{rss / rows[0][1]:.3f} of {rows[0][0]})", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""docctx-translate holds the documents still open, not the whole output: what it keeps
+of a written document does not grow with the input (the RSS figures are in
+docs/benchmarks.md, benchmarks/bench_translate_memory.py)."""
+import gc
+
+import torch
+
+from conftest import run_in_process
+from fairseq_docctx.cli.translate import cli_main as translate_main
+from fairseq_docctx.data import writers
+
+
+def _live_tensors():
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor))
+
+
+def test_written_documents_are_not_kept(concat_both_ckpt, toy_bin, tmp_path, capsys, monkeypatch):
+    """The tensors alive when the 20th document is written are those alive at the 5th:
+    a written document's hypotheses (beam, attention, scores) are not kept."""
+    src = tmp_path / "in.txt"
+    src.write_text("\n\n".join(["w1 w2 w3\nw4 w5"] * 20) + "\n")
+    live = []
+    write = writers.DocumentWriter.write
+
+    def counting_write(self, doc, translation):
+        live.append(_live_tensors())
+        return write(self, doc, translation)
+
+    monkeypatch.setattr(writers.DocumentWriter, "write", counting_write)
+    code, out, err = run_in_process(translate_main, [
+        src, "--path", concat_both_ckpt, "--data", toy_bin, "--quiet", "--beam", "4",
+        "--batch-size", "4", "--max-len-b", "4", "--input-format", "blank"], capsys)
+    assert code == 0, err
+    assert len(out.split("\n\n")) == 20 and len(live) == 20
+    assert live[-1] - live[4] <= 8, live

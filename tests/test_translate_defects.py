@@ -12,20 +12,9 @@ import pytest
 import torch
 
 from conftest import run_in_process, venv_env
-from fairseq_docctx.cli.translate import cli_main as translate_main
+from test_translate_cli import one_line_error, translate
 
 FAST = ["--beam", "1", "--max-len-b", "3", "--quiet"]
-
-
-def translate(argv, capsys):
-    return run_in_process(translate_main, argv, capsys)
-
-
-def one_line_error(err, prog="docctx-translate"):
-    lines = [ln for ln in err.strip().splitlines() if not ln.startswith("WARNING")]
-    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 @pytest.fixture

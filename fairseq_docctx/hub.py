@@ -294,14 +294,17 @@ class DocumentHubInterface(GeneratorHubInterface):
                             batch_size: int = 16, max_tokens: Optional[int] = None,
                             progress: Optional[Callable[[int, int], None]] = None,
                             document_done: Optional[Callable[[int, List[str]], None]] = None,
-                            keep: bool = True, **kwargs) -> Optional[List[List[str]]]:
+                            keep: bool = True, tokens: Optional[Sequence[Sequence[torch.LongTensor]]] = None,
+                            **kwargs) -> Optional[List[List[str]]]:
         """Translate documents (lists of raw sentences); returns detokenized translations,
         document by document, sentence by sentence, in the input order.
         ``document_done(i, translations)`` is called as soon as document ``i`` is done.
         With ``keep=False`` a document's translations go to ``document_done`` only and
         nothing is returned: memory then holds the translations of the documents still
-        open, not the whole output."""
-        tokens = [[self.encode(s) for s in doc] for doc in documents]
+        open, not the whole output. ``tokens``: the documents already encoded (:meth:`encode`,
+        e.g. by a length check), which are then not encoded again."""
+        if tokens is None:
+            tokens = [[self.encode(s) for s in doc] for doc in documents]
         translations = self.generate_documents(
             tokens, beam=beam, batch_size=batch_size, max_tokens=max_tokens, progress=progress,
             document_done=document_done, keep=keep,

@@ -242,7 +242,6 @@ class OutputError(ValueError):
 def _load(args, docs):
     """The model (hub) of the arguments; the input checked against its separator."""
     from ..hub import from_pretrained
-    from ..inference.translate import check_lengths
 
     overrides = {"target_context": args.target_context}
     if args.context_size is not None:
@@ -251,15 +250,19 @@ def _load(args, docs):
                           cpu=args.cpu, fp16=args.fp16, draft_path=args.draft_path,
                           draft_beam=args.draft_beam or args.beam, **overrides)
     _check_separator(docs, getattr(hub.task.cfg, "context_separator", None))
-    check_lengths(hub, docs, args.max_tokens)
     return hub
 
 
 def _translate(hub, args, docs, progress=None, document_done=None, keep=True):
+    """Translate ``docs``; every sentence is encoded and its length checked first (one
+    error naming its file and line before any decoding), and encoded once."""
+    from ..inference.translate import check_lengths
+
     return hub.translate_documents(
         [d.sentences for d in docs], beam=args.beam, batch_size=args.batch_size,
         max_tokens=args.max_tokens, progress=progress, document_done=document_done,
         keep=keep, lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
+        tokens=check_lengths(hub, docs, args.max_tokens),
     )
 
 

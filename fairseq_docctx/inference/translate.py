@@ -88,21 +88,27 @@ def translate_sharded(command: Sequence[str], lengths: Sequence[int], processes:
     return langs, out
 
 
-def check_lengths(hub, docs, max_tokens: Optional[int] = None) -> None:
-    """Refuse, before any decoding, a sentence longer than the model takes (its encoder's
-    positions, end-of-sentence token included) or than ``max_tokens`` (``--max-tokens``):
+def check_lengths(hub, docs, max_tokens: Optional[int] = None) -> List[list]:
+    """The documents' sentences encoded (``hub.encode``), refusing, before any decoding, a
+    sentence longer than the model takes (its encoder's positions, end-of-sentence token
+    included) or than ``max_tokens`` (``--max-tokens``):
     :class:`~fairseq_docctx.data.readers.DocumentFormatError` naming its file and line.
     ``docs``: the documents read (:class:`~fairseq_docctx.data.readers.Document`), ``hub``: a
     :class:`~fairseq_docctx.hub.DocumentHubInterface` (its SentencePiece model and
-    dictionary count the tokens)."""
+    dictionary count the tokens). The tokens go to ``hub.translate_documents(tokens=...)``,
+    so each sentence is encoded once."""
     from ..data.readers import DocumentFormatError
 
     limit = hub.max_positions
     if isinstance(limit, (tuple, list)):
         limit = limit[0]
+    encoded = []
     for d in docs:
+        encoded.append([])
         for s, line in zip(d.sentences, d.lines):
-            n = int(hub.encode(s).numel())  # with the end-of-sentence token
+            t = hub.encode(s)
+            encoded[-1].append(t)
+            n = int(t.numel())  # with the end-of-sentence token
             if limit is not None and n > limit:
                 raise DocumentFormatError(
                     d.path, line, f"a sentence of {n - 1:,} tokens; the model takes at most {limit - 1:,}: "
@@ -111,3 +117,4 @@ def check_lengths(hub, docs, max_tokens: Optional[int] = None) -> None:
                 raise DocumentFormatError(
                     d.path, line, f"a sentence of {n - 1:,} tokens ({n:,} with the end-of-sentence token), "
                     f"more than --max-tokens {max_tokens}: raise --max-tokens or split the line")
+    return encoded

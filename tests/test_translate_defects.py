@@ -147,6 +147,17 @@ def test_a_sentence_longer_than_the_model_takes_is_one_line(concat_both_ckpt, to
     assert code == 2 and f"{src}:3: " in one_line_error(err) and "--max-tokens 4" in err, err
 
 
+def test_a_shard_process_refusing_its_input_is_one_line(concat_both_ckpt, toy_bin):
+    """``--processes 2``: the shard holding the long sentence refuses it; the command prints
+    that line alone (file:line, standard input as ``<stdin>``) and exits 2."""
+    text = ("w1 w2\n\n" + "w3 " * 5_000 + "\n").encode()
+    p = subprocess.run(["docctx-translate", "--processes", "2", "--path", str(concat_both_ckpt), "--data",
+                        str(toy_bin), *FAST], input=text, capture_output=True, env=venv_env())
+    err = p.stderr.decode()
+    line = one_line_error(err)
+    assert p.returncode == 2 and "<stdin>:3: " in line and "5,000 tokens" in line and "stdin.txt" not in err, err
+
+
 # ------------------------------------------------------------------ small things
 
 

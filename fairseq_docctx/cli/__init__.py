@@ -13,7 +13,8 @@ def quiet_logging():
 
 def exit_on_errors(prog, main, argv, errors):
     """``main(argv)``; a failing shard process (``ShardError``) prints ``prog: error: ...``
-    and exits with code 1, one of ``errors`` (bad input or arguments) with code 2."""
+    and exits with code 1 (2 when the shard refused its input with one line), one of
+    ``errors`` (bad input or arguments) with code 2."""
     import sys
 
     from ..inference.shards import ShardError
@@ -21,7 +22,7 @@ def exit_on_errors(prog, main, argv, errors):
     try:
         return main(argv)
     except ShardError as e:
-        code, message = 1, str(e)
+        code, message = e.exit_code, str(e)
     except tuple(errors) as e:
         code, message = 2, str(getattr(e, "cli_message", e))
     print(f"{prog}: error: {message}", file=sys.stderr)

@@ -331,6 +331,7 @@ def _translate_shard(args, docs):
 def _translate_in_processes(args, n, devices):
     """``--processes N``: the documents translated by N shard processes, written in input
     order once all are done."""
+    from ..inference.shards import ShardError
     from ..inference.translate import translate_sharded
 
     work = tempfile.mkdtemp(prefix="docctx-translate-")
@@ -339,9 +340,15 @@ def _translate_in_processes(args, n, devices):
         output = _open_output(args, fmt)
         try:
             start = time.time()
-            langs, translations = translate_sharded(
-                _shard_command(args, args.input or os.path.join(work, "stdin.txt"), fmt, devices),
-                [len(d) for d in docs], n, devices, work_dir=os.path.join(work, "shards"))
+            path = args.input or os.path.join(work, "stdin.txt")
+            try:
+                langs, translations = translate_sharded(
+                    _shard_command(args, path, fmt, devices), [len(d) for d in docs], n, devices,
+                    work_dir=os.path.join(work, "shards"))
+            except ShardError as e:  # a shard's one-line refusal names standard input as such
+                if args.input is not None or e.exit_code != 2:
+                    raise
+                raise ShardError(str(e).replace(path, STDIN), e.shard, e.exit_code) from None
             elapsed = time.time() - start
             writer = DocumentWriter(fmt, output.out, output.ids, src_lang=langs.get("source_lang"),
                                     tgt_lang=langs.get("target_lang"), sysid=args.system_name,

@@ -18,11 +18,13 @@ from typing import List, Optional, Sequence
 class ShardError(RuntimeError):
     """A shard process that failed (its exit code and the end of its error output), or
     outputs of the shards that do not add up to the corpus. ``shard``: the index of the
-    failed process, if one failed."""
+    failed process, if one failed; ``exit_code``: the command's exit code for it (2 when the
+    shard refused its input or arguments with one error line, which is then the message)."""
 
-    def __init__(self, message: str, shard: Optional[int] = None):
+    def __init__(self, message: str, shard: Optional[int] = None, exit_code: int = 1):
         super().__init__(message)
         self.shard = shard
+        self.exit_code = exit_code
 
 
 def parse_devices(spec: Optional[str]) -> Optional[List[str]]:
@@ -67,6 +69,16 @@ def _tail(path: str, lines: int = 40) -> str:
     return "\n".join(text[-lines:])
 
 
+def _error_line(path: str) -> Optional[str]:
+    """The message of an error output that ends in one ``PROG: error: MESSAGE`` line (what
+    this package's commands print when they refuse their input or arguments) after warnings
+    only, no traceback; else None."""
+    lines = [ln for ln in _tail(path).splitlines() if ln.strip()]
+    if lines and ": error: " in lines[-1] and not any(ln.startswith("Traceback") for ln in lines):
+        return lines[-1].split(": error: ", 1)[1]
+    return None
+
+
 def run_shards(commands: Sequence[Sequence[str]], envs: Sequence[dict], work_dir: str,
                name: str = "shard", poll_s: float = 0.2) -> List[str]:
     """Run the commands side by side (shard ``i``: ``commands[i]`` with ``envs[i]``), standard
@@ -74,7 +86,9 @@ def run_shards(commands: Sequence[Sequence[str]], envs: Sequence[dict], work_dir
 
     When one exits with an error the others are stopped and :class:`ShardError` says which
     shard failed, its command and the end of its error output (or of its standard output,
-    where fairseq logs, if the error output is empty)."""
+    where fairseq logs, if the error output is empty); a shard that exits with code 2 and
+    one error line (a refused input: every shard reads the same input and options) gives
+    that line alone, with exit code 2."""
     os.makedirs(work_dir, exist_ok=True)
     outs = [os.path.join(work_dir, f"shard-{i}.out") for i in range(len(commands))]
     errs = [os.path.join(work_dir, f"shard-{i}.err") for i in range(len(commands))]
@@ -91,6 +105,9 @@ def run_shards(commands: Sequence[Sequence[str]], envs: Sequence[dict], work_dir
                 if rc is None:
                     continue
                 running.discard(i)
+                line = _error_line(errs[i]) if rc == 2 else None
+                if line is not None:
+                    raise ShardError(line, shard=i, exit_code=2)
                 if rc != 0:
                     tail = _tail(errs[i]) or _tail(outs[i])
                     raise ShardError(

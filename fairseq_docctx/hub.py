@@ -29,6 +29,7 @@ from .data import manifest as mf
 from .data.doc_index import DocIndex
 from .data.drafts import DEFAULT_BEAM, DEFAULT_MAX_TOKENS, DraftsError
 from .data.document_dataset import DocumentPairDataset
+from .data.packed_tokens import PackedTokens
 from .data.manifest import spm_model_path
 from .models.document_context import context_spec
 
@@ -302,9 +303,12 @@ class DocumentHubInterface(GeneratorHubInterface):
         With ``keep=False`` a document's translations go to ``document_done`` only and
         nothing is returned: memory then holds the translations of the documents still
         open, not the whole output. ``tokens``: the documents already encoded (:meth:`encode`,
-        e.g. by a length check), which are then not encoded again."""
+        e.g. by a length check; lists of tensors or
+        :class:`~fairseq_docctx.data.packed_tokens.PackedTokens`), which are then not encoded
+        again. The sentences are held packed (:class:`PackedTokens`): a few bytes a token
+        rather than a tensor object a sentence."""
         if tokens is None:
-            tokens = [[self.encode(s) for s in doc] for doc in documents]
+            tokens = [PackedTokens(self.encode(s) for s in doc) for doc in documents]
         translations = self.generate_documents(
             tokens, beam=beam, batch_size=batch_size, max_tokens=max_tokens, progress=progress,
             document_done=document_done, keep=keep,
@@ -328,7 +332,7 @@ class DocumentHubInterface(GeneratorHubInterface):
         With ``keep=False`` nothing is returned and a document's results are dropped once
         ``document_done`` has them: memory holds the results of the open documents only."""
         lengths = [len(d) for d in documents]
-        flat = [t for d in documents for t in d]
+        flat = PackedTokens.join(documents)
         if document_done is not None:
             for i, n in enumerate(lengths):
                 if not n:
@@ -337,7 +341,7 @@ class DocumentHubInterface(GeneratorHubInterface):
             return [[] for _ in documents] if keep else None
         doc_index = DocIndex([str(i) for i, n in enumerate(lengths) if n],
                              [n for n in lengths if n])
-        pair = LanguagePairDataset(flat, [t.numel() for t in flat], self.src_dict,
+        pair = LanguagePairDataset(flat, flat.sizes, self.src_dict,
                                    tgt_dict=self.tgt_dict, shuffle=False)
         cfg = self.task.cfg
         side_data = {}

@@ -34,3 +34,24 @@ def test_written_documents_are_not_kept(concat_both_ckpt, toy_bin, tmp_path, cap
     assert code == 0, err
     assert len(out.split("\n\n")) == 20 and len(live) == 20
     assert live[-1] - live[4] <= 8, live
+
+
+def test_input_sentences_are_held_packed(concat_both_ckpt, toy_bin, tmp_path, capsys, monkeypatch):
+    """The tensors alive when a long document is written do not grow with its length: its
+    sentences are held packed (a few bytes a token), not as a tensor each."""
+    first = {}  # n -> live tensors when the first document is written
+    write = writers.DocumentWriter.write
+
+    def counting_write(self, doc, translation):
+        first.setdefault(n, _live_tensors())
+        return write(self, doc, translation)
+
+    monkeypatch.setattr(writers.DocumentWriter, "write", counting_write)
+    for n in (4, 60):
+        src = tmp_path / f"in{n}.txt"
+        src.write_text("w1 w2 w3\nw4 w5\n" * n + "\nw1\n")  # a document of 2n sentences, then one more
+        code, out, err = run_in_process(translate_main, [
+            src, "--path", concat_both_ckpt, "--data", toy_bin, "--quiet", "--beam", "2",
+            "--batch-size", "4", "--max-len-b", "2", "--input-format", "blank"], capsys)
+        assert code == 0, err
+    assert first[60] - first[4] <= 8, first

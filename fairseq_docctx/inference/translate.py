@@ -88,7 +88,7 @@ def translate_sharded(command: Sequence[str], lengths: Sequence[int], processes:
     return langs, out
 
 
-def check_lengths(hub, docs, max_tokens: Optional[int] = None) -> List[list]:
+def check_lengths(hub, docs, max_tokens: Optional[int] = None) -> list:
     """The documents' sentences encoded (``hub.encode``), refusing, before any decoding, a
     sentence longer than the model takes (its encoder's positions, end-of-sentence token
     included) or than ``max_tokens`` (``--max-tokens``):
@@ -96,7 +96,10 @@ def check_lengths(hub, docs, max_tokens: Optional[int] = None) -> List[list]:
     ``docs``: the documents read (:class:`~fairseq_docctx.data.readers.Document`), ``hub``: a
     :class:`~fairseq_docctx.hub.DocumentHubInterface` (its SentencePiece model and
     dictionary count the tokens). The tokens go to ``hub.translate_documents(tokens=...)``,
-    so each sentence is encoded once."""
+    so each sentence is encoded once; they are returned packed, one
+    :class:`~fairseq_docctx.data.packed_tokens.PackedTokens` a document, so that a long
+    input costs a few bytes a token."""
+    from ..data.packed_tokens import PackedTokens
     from ..data.readers import DocumentFormatError
 
     limit = hub.max_positions
@@ -104,7 +107,7 @@ def check_lengths(hub, docs, max_tokens: Optional[int] = None) -> List[list]:
         limit = limit[0]
     encoded = []
     for d in docs:
-        encoded.append([])
+        encoded.append(PackedTokens())
         for s, line in zip(d.sentences, d.lines):
             t = hub.encode(s)
             encoded[-1].append(t)

@@ -102,7 +102,7 @@ def main(argv=None):
 
 def cli_main(argv=None):
     from ..data.manifest import ManifestError
-    from ..hub import CheckpointError
+    from ..inference.checkpoint import CheckpointError
 
     try:
         main(argv)

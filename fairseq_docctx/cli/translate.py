@@ -404,7 +404,7 @@ def main(argv=None):
 
 def cli_main(argv=None):
     from ..data.manifest import ManifestError
-    from ..hub import CheckpointError
+    from ..inference.checkpoint import CheckpointError
 
     exit_on_errors_and_signals("docctx-translate", main, argv, (DocumentFormatError, FileNotFoundError,
                                                                 CheckpointError, ManifestError, OutputError,

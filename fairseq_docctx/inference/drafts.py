@@ -1,6 +1,6 @@
 """``docctx-drafts``: the drafts of every split of a data directory
 (:mod:`fairseq_docctx.data.drafts` describes the stream), translated by a sentence-level
-checkpoint (:func:`fairseq_docctx.hub.load_draft_translator`) in fairseq's length-sorted
+checkpoint (:func:`fairseq_docctx.inference.drafter.load_draft_translator`) in fairseq's length-sorted
 batches, not in document order. The work is restartable: it is written in chunks of
 consecutive batches, each moved into place when complete (a hidden work directory in the data
 directory), and the final files are assembled in corpus order only at the end. One run at a
@@ -24,7 +24,7 @@ import torch
 from ..data import manifest as mf
 from ..data.drafts import (DEFAULT_BEAM, DEFAULT_CHUNK_SENTENCES, DEFAULT_MAX_TOKENS, DEFAULT_SPLITS,
                            WORK_DIR, DraftsError, draft_prefix, drafts_exist)
-from ..hub import load_draft_translator
+from .drafter import load_draft_translator
 from .options import check_at_least
 
 logger = logging.getLogger(__name__)
@@ -203,7 +203,7 @@ def make_drafts(data_dir: str, checkpoint: str, splits: Optional[Sequence[str]] 
 
     Errors (one line naming the file): :class:`DraftsError` (missing data directory or
     split, sentence too long, a beam or batch size below 1, another run working in the
-    directory), :class:`~fairseq_docctx.hub.CheckpointError` (unusable checkpoint, other
+    directory), :class:`~fairseq_docctx.inference.checkpoint.CheckpointError` (unusable checkpoint, other
     dictionaries or language pair, a document-level model).
     """
     data_dir = os.fspath(data_dir)

@@ -182,7 +182,8 @@ def make_drafts(data_dir: str, checkpoint: str, splits: Optional[Sequence[str]] 
                 batch_size: Optional[int] = None, cpu: Optional[bool] = None, fp16: bool = False,
                 chunk_sentences: int = DEFAULT_CHUNK_SENTENCES, overwrite: bool = False,
                 progress: Optional[Callable[[str, int, int], None]] = None,
-                log: Callable[[str], None] = logger.info, **generation) -> List[DraftsResult]:
+                log: Callable[[str], None] = logger.info, load: Optional[Callable] = None,
+                **generation) -> List[DraftsResult]:
     """Translate every source sentence of ``splits`` of a prepared data directory with a
     sentence-level src->tgt checkpoint, and store the drafts as
     ``{split}.{src}-{tgt}.draft.{bin,idx}`` (:func:`draft_prefix`), recorded in
@@ -196,7 +197,10 @@ def make_drafts(data_dir: str, checkpoint: str, splits: Optional[Sequence[str]] 
     same checkpoint and beam (unless ``overwrite``); different settings start a split over.
     ``splits``: default the splits ``docctx.json`` lists, else train, valid and test.
     ``progress(split, sentences_done, sentences_total)`` after every batch; ``log`` gets one
-    line per note (resumed chunks, skipped splits, restarts).
+    line per note (resumed chunks, skipped splits, restarts). ``load(checkpoint, data_dir,
+    beam=, cpu=, fp16=, **generation)``: what loads the translator (default
+    :func:`~fairseq_docctx.inference.drafter.load_draft_translator`; any loader of an object
+    with :class:`~fairseq_docctx.inference.drafter.DraftTranslator`'s interface).
 
     The run holds an exclusive lock on ``data_dir`` while it works; ``docctx.json`` records
     the batch settings used (``max_tokens`` 8000 when neither is given).
@@ -220,18 +224,19 @@ def make_drafts(data_dir: str, checkpoint: str, splits: Optional[Sequence[str]] 
         max_tokens = DEFAULT_MAX_TOKENS  # what the batches use, recorded as such
     with _locked(data_dir):
         return _make_drafts(data_dir, checkpoint, splits, beam, max_tokens, batch_size, cpu, fp16,
-                            chunk_sentences, overwrite, progress, log, generation)
+                            chunk_sentences, overwrite, progress, log, load or load_draft_translator,
+                            generation)
 
 
 def _make_drafts(data_dir, checkpoint, splits, beam, max_tokens, batch_size, cpu, fp16, chunk_sentences,
-                 overwrite, progress, log, generation) -> List[DraftsResult]:
+                 overwrite, progress, log, load, generation) -> List[DraftsResult]:
     """:func:`make_drafts` once its arguments are checked and the directory is locked."""
     from fairseq.data import data_utils
 
     if splits is None:
         splits = mf.split_names(data_dir) or DEFAULT_SPLITS
     splits = list(dict.fromkeys(splits))
-    translator = load_draft_translator(checkpoint, data_dir, beam=beam, cpu=cpu, fp16=fp16, **generation)
+    translator = load(checkpoint, data_dir, beam=beam, cpu=cpu, fp16=fp16, **generation)
     src, tgt = translator.task.cfg.source_lang, translator.task.cfg.target_lang
     sources = {}
     for split in splits:  # every split checked before any work

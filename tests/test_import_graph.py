@@ -186,9 +186,9 @@ def test_nothing_imports_cli(graph):
     assert not into_cli, "the library imports the command lines:\n" + "\n".join(into_cli)
 
 
-def test_the_graph_is_read():
+def test_the_graph_is_read(graph):
     """The parser sees the imports it must see (relative, absolute, lazy, ``from . import``)."""
-    g = _graph()
+    g = graph
     assert "data.context_batch" in g["data.document_dataset"]  # from . import context_batch as cb
     assert "data.drafts" in g["data"]  # from . import drafts (package __init__)
     assert "safe_loading" in g[""]

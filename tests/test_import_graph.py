@@ -42,11 +42,6 @@ LAYERS = [
     ["cli"],
 ]
 
-#: edges that are known to break the rules and are being removed, with the reason
-KNOWN_EXCEPTIONS = {
-}
-
-
 def _modules():
     """{dotted name relative to the package ("" for its __init__): (path, is a package)}."""
     out = {}
@@ -159,8 +154,7 @@ def graph():
 
 
 def _edges(graph):
-    return [(a, b, line) for a, targets in sorted(graph.items()) for b, line in sorted(targets.items())
-            if (a, b) not in KNOWN_EXCEPTIONS]
+    return [(a, b, line) for a, targets in sorted(graph.items()) for b, line in sorted(targets.items())]
 
 
 def test_every_module_has_a_layer(graph):
@@ -168,8 +162,7 @@ def test_every_module_has_a_layer(graph):
 
 
 def test_no_import_cycles(graph):
-    pruned = {a: [b for b in targets if (a, b) not in KNOWN_EXCEPTIONS] for a, targets in graph.items()}
-    cycles = [" <-> ".join(_show(m) for m in c) for c in _strongly_connected(pruned) if len(c) > 1]
+    cycles = [" <-> ".join(_show(m) for m in c) for c in _strongly_connected(graph) if len(c) > 1]
     assert not cycles, "modules that import each other (directly or through others):\n" + "\n".join(cycles)
 
 

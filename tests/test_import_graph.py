@@ -20,7 +20,6 @@ layer or any lower one.
 """
 import ast
 import os
-from collections import defaultdict
 
 import pytest
 

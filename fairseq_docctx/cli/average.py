@@ -35,7 +35,7 @@ def main(argv=None):
 
 
 def cli_main(argv=None):
-    from ..hub import CheckpointError
+    from ..inference.checkpoint import CheckpointError
 
     try:
         main(argv)

@@ -64,6 +64,15 @@ class _Progress:
             self.bar = None
 
 
+def load_translator(args):
+    """What loads the sentence-level model that makes the drafts, for the parsed options
+    (:func:`~fairseq_docctx.inference.drafts.make_drafts`' ``load``): the one place the
+    command chooses how a model runs."""
+    from ..inference.drafter import load_draft_translator
+
+    return load_draft_translator
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     quiet_logging()
@@ -85,7 +94,7 @@ def main(argv=None):
                               max_tokens=args.max_tokens, batch_size=args.batch_size,
                               cpu=True if args.cpu else None, fp16=args.fp16,
                               chunk_sentences=args.chunk_sentences, overwrite=args.overwrite,
-                              progress=progress, log=log)
+                              progress=progress, log=log, load=load_translator(args))
     finally:
         progress.close()
     for r in results:
@@ -102,7 +111,7 @@ def main(argv=None):
 
 def cli_main(argv=None):
     from ..data.manifest import ManifestError
-    from ..hub import CheckpointError
+    from ..inference.checkpoint import CheckpointError
 
     try:
         main(argv)

@@ -18,7 +18,7 @@ context carries a ``draft`` table holding, once each, the drafts of the batch's 
 sentences (its self map) and of their ``K`` previous sentences (its index map).
 
 Drafts do not depend on each other, so they are translated in fairseq's length-sorted
-batches, not in document order (:class:`fairseq_docctx.hub.DraftTranslator`).
+batches, not in document order (:class:`fairseq_docctx.inference.drafter.DraftTranslator`).
 """
 import logging
 import os

@@ -424,7 +424,7 @@ class WordVectors:
     def from_checkpoint(cls, ckpt: str, dict_path: str, spm_model: Optional[str] = None) -> "WordVectors":
         from fairseq.data import Dictionary
 
-        from fairseq_docctx.hub import CheckpointError, load_checkpoint_state
+        from fairseq_docctx.inference.checkpoint import CheckpointError, load_checkpoint_state
 
         try:
             state = load_checkpoint_state(ckpt)

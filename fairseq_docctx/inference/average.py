@@ -7,7 +7,7 @@ for it. :func:`last_epoch_checkpoints` finds them in a save directory,
 :func:`average_checkpoints` averages them, :func:`write_average` writes the result as a
 fairseq checkpoint that ``fairseq-generate --path`` and ``docctx-translate`` read.
 
-Checkpoints are read as the rest of the plugin reads them (``hub.load_checkpoint_state``:
+Checkpoints are read as the rest of the plugin reads them (:func:`~fairseq_docctx.inference.checkpoint.load_checkpoint_state`:
 ``torch.load(weights_only=True)`` with the plugin's allow-list, one-line errors). Floating-point
 weights are summed in float64 and stored in their own dtype; any other tensor (an integer
 buffer) must be equal in every checkpoint and is kept. The averaged checkpoint holds the
@@ -20,7 +20,7 @@ from typing import Dict, List, Sequence
 
 import torch
 
-from ..hub import CheckpointError, load_checkpoint_state
+from .checkpoint import CheckpointError, load_checkpoint_state
 
 _EPOCH = re.compile(r"^checkpoint(\d+)\.pt$")
 

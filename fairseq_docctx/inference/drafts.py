@@ -1,6 +1,6 @@
 """``docctx-drafts``: the drafts of every split of a data directory
 (:mod:`fairseq_docctx.data.drafts` describes the stream), translated by a sentence-level
-checkpoint (:func:`fairseq_docctx.hub.load_draft_translator`) in fairseq's length-sorted
+checkpoint (:func:`fairseq_docctx.inference.drafter.load_draft_translator`) in fairseq's length-sorted
 batches, not in document order. The work is restartable: it is written in chunks of
 consecutive batches, each moved into place when complete (a hidden work directory in the data
 directory), and the final files are assembled in corpus order only at the end. One run at a
@@ -24,7 +24,7 @@ import torch
 from ..data import manifest as mf
 from ..data.drafts import (DEFAULT_BEAM, DEFAULT_CHUNK_SENTENCES, DEFAULT_MAX_TOKENS, DEFAULT_SPLITS,
                            WORK_DIR, DraftsError, draft_prefix, drafts_exist)
-from ..hub import load_draft_translator
+from .drafter import load_draft_translator
 from .options import check_at_least
 
 logger = logging.getLogger(__name__)
@@ -182,7 +182,8 @@ def make_drafts(data_dir: str, checkpoint: str, splits: Optional[Sequence[str]] 
                 batch_size: Optional[int] = None, cpu: Optional[bool] = None, fp16: bool = False,
                 chunk_sentences: int = DEFAULT_CHUNK_SENTENCES, overwrite: bool = False,
                 progress: Optional[Callable[[str, int, int], None]] = None,
-                log: Callable[[str], None] = logger.info, **generation) -> List[DraftsResult]:
+                log: Callable[[str], None] = logger.info, load: Optional[Callable] = None,
+                **generation) -> List[DraftsResult]:
     """Translate every source sentence of ``splits`` of a prepared data directory with a
     sentence-level src->tgt checkpoint, and store the drafts as
     ``{split}.{src}-{tgt}.draft.{bin,idx}`` (:func:`draft_prefix`), recorded in
@@ -196,14 +197,17 @@ def make_drafts(data_dir: str, checkpoint: str, splits: Optional[Sequence[str]] 
     same checkpoint and beam (unless ``overwrite``); different settings start a split over.
     ``splits``: default the splits ``docctx.json`` lists, else train, valid and test.
     ``progress(split, sentences_done, sentences_total)`` after every batch; ``log`` gets one
-    line per note (resumed chunks, skipped splits, restarts).
+    line per note (resumed chunks, skipped splits, restarts). ``load(checkpoint, data_dir,
+    beam=, cpu=, fp16=, **generation)``: what loads the translator (default
+    :func:`~fairseq_docctx.inference.drafter.load_draft_translator`; any loader of an object
+    with :class:`~fairseq_docctx.inference.drafter.DraftTranslator`'s interface).
 
     The run holds an exclusive lock on ``data_dir`` while it works; ``docctx.json`` records
     the batch settings used (``max_tokens`` 8000 when neither is given).
 
     Errors (one line naming the file): :class:`DraftsError` (missing data directory or
     split, sentence too long, a beam or batch size below 1, another run working in the
-    directory), :class:`~fairseq_docctx.hub.CheckpointError` (unusable checkpoint, other
+    directory), :class:`~fairseq_docctx.inference.checkpoint.CheckpointError` (unusable checkpoint, other
     dictionaries or language pair, a document-level model).
     """
     data_dir = os.fspath(data_dir)
@@ -220,18 +224,19 @@ def make_drafts(data_dir: str, checkpoint: str, splits: Optional[Sequence[str]] 
         max_tokens = DEFAULT_MAX_TOKENS  # what the batches use, recorded as such
     with _locked(data_dir):
         return _make_drafts(data_dir, checkpoint, splits, beam, max_tokens, batch_size, cpu, fp16,
-                            chunk_sentences, overwrite, progress, log, generation)
+                            chunk_sentences, overwrite, progress, log, load or load_draft_translator,
+                            generation)
 
 
 def _make_drafts(data_dir, checkpoint, splits, beam, max_tokens, batch_size, cpu, fp16, chunk_sentences,
-                 overwrite, progress, log, generation) -> List[DraftsResult]:
+                 overwrite, progress, log, load, generation) -> List[DraftsResult]:
     """:func:`make_drafts` once its arguments are checked and the directory is locked."""
     from fairseq.data import data_utils
 
     if splits is None:
         splits = mf.split_names(data_dir) or DEFAULT_SPLITS
     splits = list(dict.fromkeys(splits))
-    translator = load_draft_translator(checkpoint, data_dir, beam=beam, cpu=cpu, fp16=fp16, **generation)
+    translator = load(checkpoint, data_dir, beam=beam, cpu=cpu, fp16=fp16, **generation)
     src, tgt = translator.task.cfg.source_lang, translator.task.cfg.target_lang
     sources = {}
     for split in splits:  # every split checked before any work

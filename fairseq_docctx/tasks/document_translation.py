@@ -451,10 +451,6 @@ class DocumentTranslationTask(TranslationTask):
                 return name
         return None
 
-    def _for_model(self, sample, model_or_models):
-        """Deprecated name of :func:`~fairseq_docctx.models.document_context.sample_for_model`."""
-        return dc.sample_for_model(sample, model_or_models)
-
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         if dc.context_spec(model).packs_training_output and getattr(criterion, "ignore_prefix_size", 0) > 0:
             # fairseq's criteria cut the prefix off the [B, T, V] output: not that of packed positions
@@ -550,8 +546,6 @@ class DocumentTranslationTask(TranslationTask):
         if sample.get("target") is not None:
             sub["target"] = sample["target"].index_select(0, rows)
         return sub
-
-    _select_rows = select_rows
 
     def with_hypothesis_context(self, sample, with_cache=False):
         """Replace the sides of a batch's context that come from translations by the model's

@@ -319,7 +319,7 @@ class HANTransformerModel(DocumentContextModel, TransformerModel):
                             "encoder-decoder attention outputs (alignment)")
         parser.add_argument("--han-context-size", type=int, metavar="K",
                             help="previous sentences HAN attends to (default: the task's "
-                            "--context-size; more is an error)")
+                            "--context-size; given, it must equal it)")
         parser.add_argument("--han-context-grad", type=utils.eval_bool, nargs="?", const=True,
                             metavar="BOOL", help="back-propagate into the context states "
                             "(default: detached, as in the paper's implementation)")

@@ -523,8 +523,8 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
     def add_args(cls, parser):
         super().add_args(parser)
         parser.add_argument("--mht-context-size", type=int, metavar="K",
-                            help="previous sentences read (default: the task's --context-size; more is "
-                            "an error; the paper's 3)")
+                            help="previous sentences read (default: the task's --context-size; given, it "
+                            "must equal it; the paper's 3)")
         parser.add_argument("--mht-context-sides", choices=MHT_CONTEXT_SIDES,
                             help="sides with multi-hop context (Zhang et al. 2021, Table 4): both "
                             "(default), source, target, none (the current draft only)")

@@ -102,8 +102,9 @@ def sh(cmd, **kw):
 
 def generate_full_rerun(argv):
     """fairseq-generate with concat_transformer's decoder re-run over the whole target prefix
-    and hypothesis at every beam-search step (the incremental state ignored): how it decoded
-    before the prefix was cached. Same model, same outputs; only for this benchmark."""
+    and hypothesis at every beam-search step (the incremental state ignored): the uncached
+    decoder the cached prefix is compared with. Same model, same outputs; only for this
+    benchmark."""
     from fairseq_cli.generate import cli_main
 
     from fairseq_docctx.models.concat_transformer import ConcatContextDecoder

@@ -385,7 +385,7 @@ class HANTransformerModel(DocumentContextModel, TransformerModel):
         if features_only:
             return x, extra
         # the output projection of the real positions only: the current rows of a document
-        # run differ in length (~2.4x padding on IWSLT17 TED)
+        # run differ in length (their padding: docs/benchmarks.md, "Foundation")
         real = prev_output_tokens.ne(dec.padding_idx)
         y = dec.output_layer(x[real])
         if self.training:

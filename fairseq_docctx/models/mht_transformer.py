@@ -786,8 +786,8 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
 
     def _packed_training_output(self, prev_output_tokens, encoder_out):
         """Training: the decoder over the rows in groups of similar target length (a batch of
-        document runs pads its targets to ~2.3x their length) and the output projection of the
-        real positions only: logits ``[1, R, V]`` (``packs_training_output``)."""
+        document runs pads its targets: docs/benchmarks.md, "Foundation") and the output
+        projection of the real positions only: logits ``[1, R, V]`` (``packs_training_output``)."""
         dec = self.decoder
         real = prev_output_tokens.ne(dec.padding_idx)
         lengths = real.sum(1)

@@ -55,7 +55,7 @@ test-all: $(STAMP) $(WORDNET_STAMP) $(METEOR_STAMP)
 	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest tests
 
 bench: $(STAMP)
-	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) benchmarks/bench_foundation.py
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m benchmarks.bench_foundation
 
 clean:
 	rm -rf $(VENV) demo-work bench-work

@@ -10,15 +10,14 @@ second as each command reports it (model loading excluded; ``docctx-drafts`` inc
 its chunks and the final files), and checks that the drafts are fairseq-generate's best
 hypotheses. Target: ``docctx-drafts`` >= 0.9x of ``fairseq-generate``.
 
-Usage: python benchmarks/bench_drafts.py [--updates 300] [--beam 4] [--max-tokens 4000] [--repeats 2]
+Usage (from the repository root): python -m benchmarks.bench_drafts [--updates 300] [--beam 4] [--max-tokens 4000] [--repeats 2]
 Writes under bench-work/drafts/ (git-ignored).
 """
 import argparse
 import os
 import re
-import sys
 
-from bench_inference import REPO, prepare_data, sentence_model, sh
+from benchmarks.bench_inference import REPO, prepare_data, sentence_model, sh
 
 WORK = REPO / "bench-work" / "drafts"
 
@@ -67,7 +66,6 @@ def main():
 
 def _compare(data_bin, generated):
     """(equal, total): the drafts against fairseq-generate's best hypotheses (subword text)."""
-    sys.path.insert(0, str(REPO))
     from fairseq.data import Dictionary, data_utils
 
     d = Dictionary.load(str(data_bin / "dict.de.txt"))

@@ -18,6 +18,8 @@ pairs, joint SentencePiece), all under ``bench-work/`` (git-ignored).
 Speeds are fairseq's own ``wps`` (target tokens per second of training, start-up excluded)
 combined over the epochs of a run. Options: ``--updates N`` per run, ``--repeats R`` pairs,
 ``--quick`` (a short smoke run).
+
+Usage (from the repository root): python -m benchmarks.bench_foundation [--quick]
 """
 import argparse
 import json

@@ -48,7 +48,7 @@ Targets: document order >= 0.8x sentence level with >= 16 documents side by side
 in document order >= 0.7x sentence-level generation of the same size; MHT with drafts given
 >= 0.6x sentence-level generation and >= 0.9 of its FLOP-bound ratio.
 
-Usage: python benchmarks/bench_inference.py [--updates 300] [--han-updates 100] [--concat-updates 300]
+Usage (from the repository root): python -m benchmarks.bench_inference [--updates 300] [--han-updates 100] [--concat-updates 300]
        [--batch-size 32] [--beam 4] [--test-set iwslt17|nc16] [--test-docs N] [--repeats 2]
        [--mht-updates 0] [--mht-only] [--flop-every 4]
        (--test-docs N: only the first N test documents, for a quick check that it runs)
@@ -62,9 +62,10 @@ import sys
 import time
 from pathlib import Path
 
-from bench_models import drafts_note, ensure_drafts
+from benchmarks.bench_models import drafts_note, ensure_drafts
 
 REPO = Path(__file__).resolve().parents[1]
+MODULE = "benchmarks.bench_inference"  # its child processes run it with python -m
 DATA = REPO.parent / "shared" / "data" / "maruf-ende" / "IWSLT2017"
 NC16 = REPO.parent / "shared" / "data" / "maruf-ende" / "NC-2016"
 WORK = REPO / "bench-work" / "inference"
@@ -92,6 +93,7 @@ MHT_RUNS = "mht_transformer (drafts given), document runs (default)"
 def sh(cmd, **kw):
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep, not spin
+    kw.setdefault("cwd", REPO)  # children run as ``python -m benchmarks.bench_inference``
     p = subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True, **kw)
     if p.returncode != 0:
         sys.exit(f"failed: {' '.join(map(str, cmd))}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
@@ -100,9 +102,9 @@ def sh(cmd, **kw):
 
 def generate_full_rerun(argv):
     """fairseq-generate with concat_transformer's decoder re-run over the whole target prefix
-    and hypothesis at every beam-search step (the incremental state ignored): how it decoded
-    before the prefix was cached. Same model, same outputs; only for this benchmark."""
-    sys.path.insert(0, str(REPO))
+    and hypothesis at every beam-search step (the incremental state ignored): the uncached
+    decoder the cached prefix is compared with. Same model, same outputs; only for this
+    benchmark."""
     from fairseq_cli.generate import cli_main
 
     from fairseq_docctx.models.concat_transformer import ConcatContextDecoder
@@ -123,7 +125,6 @@ def generate_count_flops(every, argv):
     search, encoders included); prints ``FLOPS <flops> <generated tokens> <sentences> <digest
     of their ids>`` for those batches (tokens as fairseq counts them: the best hypothesis of
     each sentence, EOS included). Only for this benchmark."""
-    sys.path.insert(0, str(REPO))
     from fairseq.tasks.fairseq_task import FairseqTask
     from fairseq_cli.generate import cli_main
     from torch.utils.flop_counter import FlopCounterMode
@@ -155,7 +156,7 @@ def count_flops(cmd, every):
     """FLOPs, generated tokens, sentences and the digest of the sentence ids of the counted
     batches of the fairseq-generate command ``cmd`` (run again in a child process)."""
     assert cmd[0] == "fairseq-generate"
-    p = sh([sys.executable, Path(__file__).resolve(), COUNT_FLOPS, str(every), *cmd[1:]])
+    p = sh([sys.executable, "-m", MODULE, COUNT_FLOPS, str(every), *cmd[1:]])
     flops, tokens, sents, digest = re.findall(r"^FLOPS (\d+) (\d+) (\d+) (\w+)$", p.stdout, re.M)[-1]
     return int(flops), int(tokens), int(sents), digest
 
@@ -401,7 +402,7 @@ def add_document_runs(runs, test_bin, ckpt, han_ckpt, concat_ckpt, gen):
     concat_gen = [test_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
                   "--context-size", "3", "--context-sides", "both", "--path", concat_ckpt, *gen]
     runs[CONCAT] = ["fairseq-generate", *concat_gen]
-    runs[CONCAT_BEFORE] = [sys.executable, Path(__file__).resolve(), FULL_RERUN, *concat_gen]
+    runs[CONCAT_BEFORE] = [sys.executable, "-m", MODULE, FULL_RERUN, *concat_gen]
 
 
 if __name__ == "__main__":

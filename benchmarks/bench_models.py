@@ -6,7 +6,7 @@ Data: IWSLT17 TED En-De dev talks (../shared/data/maruf-ende, 8,967 sentences), 
 fairseq's own training words/second (`wps` of the last `train` line) is compared. Runs
 alternate (A B A B ...) and the best of the repeats is kept, to damp machine noise.
 
-Usage: python benchmarks/bench_models.py [--updates 60] [--repeats 2] [--size small|qcn-paper|base]
+Usage (from the repository root): python -m benchmarks.bench_models [--updates 60] [--repeats 2] [--size small|qcn-paper|base]
        [--models qcn han concat mht mht-frozen] [--flop-batches N (--updates)]
 Targets: qcn_transformer (with the PCC regularizer) >= 0.8x transformer; joint HAN
 (han_transformer) >= 0.8x; mht_transformer >= 0.5x and >= 0.9 of the ratio its FLOPs allow
@@ -87,12 +87,12 @@ READS_DRAFTS = ("mht", "mht-frozen")
 STAND_IN_MARK = ".references-as-drafts"
 
 
-def sh(cmd):
+def sh(cmd, cwd=None):
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     # idle OpenMP threads sleep instead of spinning: otherwise any other process on a small
     # machine slows training several-fold and the noise swamps the comparison
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    p = subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True)
+    p = subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True, cwd=cwd)
     if p.returncode != 0:
         sys.exit(f"failed: {' '.join(map(str, cmd))}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
     return p.stdout + p.stderr
@@ -195,13 +195,14 @@ def count_train_flops(argv, batches):
 
 
 def flops(data_bin, name, size, batches):
-    return worker_flops(__file__, ["--count-flops", name, "--size", size, "--flop-batches", str(batches)])
+    return worker_flops("benchmarks.bench_models", ["--count-flops", name, "--size", size, "--flop-batches", str(batches)])
 
 
-def worker_flops(script, worker_args):
-    """(FLOPs per target word, source words per target word) that ``script worker_args``
-    prints (:func:`count_train_flops`), run in a child process."""
-    out = sh([sys.executable, script, *worker_args])
+def worker_flops(module, worker_args):
+    """(FLOPs per target word, source words per target word) that ``python -m module
+    worker_args`` prints (:func:`count_train_flops`), run in a child process from the
+    repository root."""
+    out = sh([sys.executable, "-m", module, *worker_args], cwd=REPO)
     per_word, src_per_tgt = re.findall(r"^FLOPS ([\d.e+]+) ([\d.]+)$", out, re.M)[-1]
     return float(per_word), float(src_per_tgt)
 

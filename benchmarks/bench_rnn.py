@@ -41,7 +41,7 @@ options), ``BASELINE`` (what its training speed is compared with), and, for gene
 ``GENERATE`` (its fairseq-generate task options; the model is initialised from the baseline's
 checkpoint).
 
-Usage: python benchmarks/bench_rnn.py [--models rnnsearch hrnn isg] [--size small|paper|tiny]
+Usage (from the repository root): python -m benchmarks.bench_rnn [--models rnnsearch hrnn isg] [--size small|paper|tiny]
        [--updates 40] [--repeats 2] [--flop-batches 10] [--no-generate] [--gen-updates 300]
        [--context-updates 100] [--beam N] [--batch-size 32] [--test-docs N] [--flop-every 4]
 """
@@ -51,10 +51,10 @@ import sys
 import time
 from pathlib import Path
 
-from bench_inference import WORK as INFERENCE_WORK
-from bench_inference import count_flops as count_generation_flops
-from bench_inference import fairseq_rate, prepare_data, prepared_test_set
-from bench_models import count_train_flops, sh, train_wps, worker_flops
+from benchmarks.bench_inference import WORK as INFERENCE_WORK
+from benchmarks.bench_inference import count_flops as count_generation_flops
+from benchmarks.bench_inference import fairseq_rate, prepare_data, prepared_test_set
+from benchmarks.bench_models import count_train_flops, sh, train_wps, worker_flops
 
 REPO = Path(__file__).resolve().parents[1]
 WORK = REPO / "bench-work" / "rnn"
@@ -143,7 +143,7 @@ def training_speed(data_bin, models, args):
     work = {}
     if args.flop_batches:
         for name in names:
-            work[name] = worker_flops(__file__, ["--count-flops", name, "--size", args.size,
+            work[name] = worker_flops("benchmarks.bench_rnn", ["--count-flops", name, "--size", args.size,
                                                  "--flop-batches", str(args.flop_batches)])
     threads = os.environ.get("OMP_NUM_THREADS", "all cores")
     print(f"\ntraining words/second, {args.updates} updates, best of {args.repeats}, size {args.size} "

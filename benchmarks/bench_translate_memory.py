@@ -7,7 +7,7 @@ prints, for each, the child's maximum resident set size (``os.wait4``'s rusage o
 process alone), its time and the ratio to the smallest input's. Document-order inference
 needs the last K translations of each open document, so the peak should stay flat.
 
-    PYTHONPATH=. python benchmarks/bench_translate_memory.py --workdir /tmp/bench-mem
+    python -m benchmarks.bench_translate_memory --workdir /tmp/bench-mem   # from the repository root
 """
 import argparse
 import os
@@ -16,15 +16,14 @@ import subprocess
 import sys
 import time
 
+from benchmarks.toy import TINY_MODEL, prepare_documents, run, write_toy_documents
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "tests"))
 
 
 def tiny_model(workdir):
     """A checkpoint and data directory: the toy documents of the tests, prepared, and a
     concat_transformer trained on them for 6 epochs."""
-    from conftest import TINY_MODEL, prepare_documents, run, write_toy_documents
-
     data = os.path.join(workdir, "bin")
     if not os.path.exists(os.path.join(data, "dict.src.txt")):
         prepare_documents(write_toy_documents(os.path.join(workdir, "raw")), data)

@@ -21,7 +21,7 @@ Runs (``--runs``): ``rnnsearch`` (``rnnsearch_nematus``, no context), ``hrnn``
 (``hrnn_context``'s defaults), each with ``-backward`` to start the decoder from the backward
 RNN's last state (``--decoder-init backward``) instead of the annotations' mean.
 
-    python benchmarks/probe_hrnn.py --preset probe --updates 800 --seeds 1,2 --jobs 2
+    python -m benchmarks.probe_hrnn --preset probe --updates 800 --seeds 1,2 --jobs 2
 
 The figures of ``docs/benchmarks.md`` came from this script (several presets and update
 counts; 16 jobs side by side on a 16-core machine, 2 on this project's 2-core one).
@@ -32,12 +32,9 @@ import json
 import os
 import re
 import shutil
-import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "tests"))
-sys.path.insert(0, REPO)
 
 MODEL = ["--encoder-embed-dim", "64", "--encoder-hidden-size", "64", "--decoder-embed-dim", "64",
          "--decoder-hidden-size", "64", "--decoder-out-embed-dim", "64", "--attention-dim", "64",
@@ -81,7 +78,7 @@ def summary_spread(ckpt: str, data_bin: str, K: int) -> dict:
 
 
 def one_run(job):
-    import probe_utils as pu
+    from tests import probe_utils as pu
 
     name, preset, seed, updates, probe, work = job
     arch, args = RUNS[name]
@@ -113,7 +110,7 @@ def main(argv=None):
     p.add_argument("--work", default=os.path.join(REPO, "bench-work", "probe-hrnn"))
     p.add_argument("--json", help="also write the rows to this JSON file")
     a = p.parse_args(argv)
-    import probe_utils as pu
+    from tests import probe_utils as pu
 
     probe_dir = os.path.join(a.work, "probe")
     probe = (pu.make_probe_data(probe_dir) if not os.path.isdir(os.path.join(probe_dir, "data-bin"))

@@ -440,7 +440,7 @@ def evaluate_checkpoint(path: str, data: str, annotations: str, split: str = "te
     scorer = ModelScorer(hub)
     cfg = hub.task.cfg
     return {
-        "path": path, "arch": hub.cfg.model._name, "context_size": int(cfg.context_size),
+        "path": path, "arch": hub.cfg.model._name, "context_size": scorer.context_size,
         "context_sides": str(cfg.context_sides), "reads_context": bool(scorer.reads_context),
         "hypotheses": hyps, "probe": score_probe(hyps, anns),
         "cxmi": cxmi_split(scorer, split, seed=seed) if cxmi else None,

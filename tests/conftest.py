@@ -10,6 +10,10 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 sys.path.insert(0, str(REPO / "tests"))
 pytest_plugins = ["probe_fixtures"]
 
+# the toy documents and tiny model of the tests and benchmarks (pytest.ini puts the
+# repository root on sys.path)
+from benchmarks.toy import TINY_MODEL, prepare_command, write_split, write_toy_documents  # noqa: E402,F401
+
 
 def pytest_collection_modifyitems(session, config, items):
     """The tests that read the context probe's trained models run last: the models train in
@@ -68,36 +72,6 @@ def run(cmd, cwd=None, timeout=900, check=True, env=None):
     return p
 
 
-def write_split(out_dir, split, src, tgt, docids):
-    """``{split}.src``, ``.tgt`` and ``.docids`` (one line per sentence) in ``out_dir``."""
-    for ext, lines in (("src", src), ("tgt", tgt), ("docids", docids)):
-        (Path(out_dir) / f"{split}.{ext}").write_text("\n".join(lines) + "\n")
-
-
-def write_toy_documents(out_dir, seed=0, docs=(60, 8, 8), doc_sentences=(1, 9), words=30, lengths=(2, 10),
-                        reverse=False):
-    """Small random parallel documents in the docids format (src -> tgt = upper-cased
-    source words; with ``reverse``, in reverse order), for task and batching tests that need
-    real fairseq data quickly. ``docs``: documents per split, ``doc_sentences``: (min, max)
-    sentences of a document, ``words``: vocabulary size, ``lengths``: (min, max) words."""
-    import random
-
-    rng = random.Random(seed)
-    vocab = [f"w{i}" for i in range(words)]
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for split, n in zip(("train", "valid", "test"), docs):
-        src, tgt, ids = [], [], []
-        for d in range(n):
-            for _ in range(rng.randint(*doc_sentences)):
-                s = [rng.choice(vocab) for _ in range(rng.randint(*lengths))]
-                src.append(" ".join(s))
-                tgt.append(" ".join(w.upper() for w in (s[::-1] if reverse else s)))
-                ids.append(f"{split}-doc{d}")
-        write_split(out_dir, split, src, tgt, ids)
-    return out_dir
-
-
 @pytest.fixture(scope="session")
 def toy_bin(tmp_path_factory):
     """Toy documents prepared with docctx-prepare (no SentencePiece)."""
@@ -108,19 +82,8 @@ def toy_bin(tmp_path_factory):
 def prepare_documents(raw, dest):
     """``raw/{train,valid,test}.{src,tgt,docids}`` through docctx-prepare (joined dictionary)
     into ``dest``."""
-    run(["docctx-prepare", "-s", "src", "-t", "tgt", "--trainpref", raw / "train",
-         "--validpref", raw / "valid", "--testpref", raw / "test", "--destdir", dest,
-         "--joined-dictionary", "--workers", "1"])
+    run(prepare_command(raw, dest))
     return dest
-
-
-TINY_MODEL = [
-    "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32",
-    "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim",
-    "64", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-    "--share-all-embeddings", "--optimizer", "adam", "--lr", "3e-3", "--cpu", "--seed", "1",
-    "--log-format", "simple", "--num-workers", "0",
-]
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from fairseq_docctx.cli.prepare import cli_main, main
-from fairseq_docctx.data.doc_index import MANIFEST_NAME, DocIndex, doc_index_path
+from fairseq_docctx.data.doc_index import DocIndex, doc_index_path
+from fairseq_docctx.data.manifest import MANIFEST_NAME
 from fairseq_docctx.data.prepare import PrepareError
 from fairseq_docctx.data.readers import DocumentFormatError
 

@@ -10,6 +10,8 @@ import torch
 
 from conftest import REPO, TINY_MODEL, run
 from fairseq_docctx.evaluation import contrastive as C
+from fairseq_docctx.models.document_context import sample_for_model
+
 
 def _write(path, lines):
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -307,7 +309,7 @@ def test_plot_concat_attention(probe, concat_model, tmp_path):
     v = np.array(panel["values"])
     np.testing.assert_allclose(v.sum(0), 1.0, atol=1e-5)  # all attention mass is on some sentence
     # recompute from the model: segments of the concatenation told apart by its <sep> tokens
-    sample = hub.task._for_model(plots.sentence_sample(hub, "test", "2", 3), hub.models[0])
+    sample = sample_for_model(plots.sentence_sample(hub, "test", "2", 3), hub.models[0])
     ni, ctx = sample["net_input"], sample["net_input"]["context"]
     enc = hub.models[0].encoder
     cat, _ = concat_with_context(ni["src_tokens"], ctx["src_tokens"], ctx["src_index"], enc.padding_idx,
@@ -353,7 +355,7 @@ def test_plot_han_attention_and_gate(han_ckpt, tmp_path):
     # context_weights weighs what the forward pass computes: the inputs each HAN gets in
     # model(**net_input), captured, give the same weights; asking for them changes no output
     model = hub.models[0]
-    sample = hub.task._for_model(plots.sentence_sample(hub, "test", str(d), 2), model)
+    sample = sample_for_model(plots.sentence_sample(hub, "test", str(d), 2), model)
     calls = []
     hans = (model.encoder.han, model.decoder.han)
     hooks = [h.register_forward_pre_hook(lambda m, a, k: calls.append((m, a, k)), with_kwargs=True) for h in hans]

@@ -22,8 +22,6 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from .manifest import MANIFEST_NAME  # noqa: F401  (kept importable from here)
-
 DOC_INDEX_SUFFIX = "docs"
 
 

@@ -43,9 +43,6 @@ from .doc_index import DocIndex
 
 logger = logging.getLogger(__name__)
 
-#: the historical spellings of ``--context-sides`` (any comma-separated set of side names is
-#: accepted too, see :func:`~fairseq_docctx.data.context_batch.parse_sides`)
-CONTEXT_SIDES = ("source", "target", "both", "none")
 BATCHINGS = ("runs", "grouped-runs", "sentences")
 
 

@@ -11,9 +11,8 @@ def length_buckets(lengths: torch.Tensor, overhead: int = 32, step_overhead: flo
     sorted by length). A table of sentences of very different lengths is then run as a few
     tight batches instead of one padded to its longest row.
 
-    The default (32) is what ran HAN training fastest on a CPU (one thread, IWSLT17 TED
-    batches of --max-tokens 2048): against 192, 5 % faster at 3+3 x 256 and 14 % at 6+6 x 512
-    (the groups then hold ~10 % padding instead of ~30 %); 8 and 16 were no faster."""
+    The default (32) is the overhead that runs HAN training fastest on a CPU among those
+    tried (docs/benchmarks.md, "Implementation choices")."""
     order = torch.argsort(lengths, stable=True)
     lens = np.asarray(lengths[order].tolist(), dtype=np.float64)
     n = len(lens)

@@ -111,8 +111,8 @@ def filtered(data_dir: Optional[str], split: str = "train") -> Optional[dict]:
     ``tuple_max_len_ratio``: the options, ``None`` when off), ``removed_pairs`` (sentence
     pairs per filter, each counted under the first filter that removed it, in that order),
     ``context_only_pairs`` (how many of those stay in their documents as the context of the
-    next sentences; absent in data prepared before filtered pairs were kept, which removed
-    them from their documents) and ``removed_documents`` (documents whose every pair was
+    next sentences; absent from a manifest that does not record it: data whose filtered
+    pairs left their documents) and ``removed_documents`` (documents whose every pair was
     removed: they are gone). ``None`` for a split that was not filtered (validation, test)
     and without a manifest."""
     entry = ((read_manifest(data_dir) or {}).get("splits") or {}).get(split)

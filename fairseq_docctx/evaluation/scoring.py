@@ -64,7 +64,12 @@ class ModelScorer:
 
     @property
     def context_size(self) -> int:
-        return int(self.task.cfg.context_size)
+        """The K the model reads (its context spec, set when the task built it); the task's
+        ``--context-size`` for a sentence-level model."""
+        from ..models.document_context import context_spec
+
+        spec = context_spec(self.model)
+        return int(spec.size) if spec.reads_context and spec.size is not None else int(self.task.cfg.context_size)
 
     @property
     def context_sides(self) -> str:

@@ -13,9 +13,12 @@ declaration (default)                   use
                                         context_batch`); checked against ``--context-sides``
                                         when the model is built: an error if the task does
                                         not give one of them
-``context_size`` (the task's K)         K, the previous sentences it reads; an error if it
-                                        is more than ``--context-size`` (a checkpoint built
-                                        before this check reads ``min`` of both, as it did)
+``context_size`` (the task's K)         K, the previous sentences it reads; a new model
+                                        whose K differs from ``--context-size`` is refused
+                                        (one K: a model's own K option defaults to it); a
+                                        checkpoint reads at most the task's K. Once the task
+                                        has built the model it holds the K the model reads
+                                        (:func:`context_spec`'s ``size``)
 ``doc_batching`` (``"runs"``)           the batching of ``--doc-batching auto``: ``runs``,
                                         ``grouped-runs`` or ``sentences``
                                         (:class:`~fairseq_docctx.data.document_dataset.
@@ -232,10 +235,11 @@ def task_context(task) -> Tuple[Tuple[str, ...], Optional[int]]:
 
 
 def resolve_context_size(args, name: str, task) -> int:
-    """One source of K: the model option ``name`` (e.g. ``han_context_size``) when it is set
-    (given on the command line, or stored in a checkpoint), else the task's
-    ``--context-size``, else :data:`DEFAULT_CONTEXT_SIZE`; written back into ``args`` so
-    that the checkpoint records it."""
+    """The K of a model whose parameter shapes need it, for building it: the model option
+    ``name`` (e.g. ``han_context_size``) when it is set (given on the command line, or stored
+    in a checkpoint), else the task's ``--context-size``, else :data:`DEFAULT_CONTEXT_SIZE`;
+    set in ``args`` so that the checkpoint records it. The task checks it against its own K
+    when the model is built (:func:`check_context`)."""
     k = getattr(args, name, None)
     if k is None:
         _, task_k = task_context(task)
@@ -248,15 +252,18 @@ class ContextMismatchError(ValueError):
     """A model asks for context the task does not give."""
 
 
-def check_context(model, sides: Sequence[str], size: int, from_checkpoint: bool = False):
-    """Check what ``model`` reads against what the task gives (``sides``, K = ``size``).
+def check_context(model, sides: Sequence[str], size: int, from_checkpoint: bool = False) -> int:
+    """Check what ``model`` reads against what the task gives (``sides``, K = ``size``) and
+    return the K it reads (0 for a sentence-level model or a task without context), which
+    the task then declares on the model (:attr:`ContextSpec.size`).
 
-    A side the task does not give is an error. More previous sentences than the task gives
-    is an error for a new model; a checkpoint written before this check reads as many as the
-    task gives (what it always did), with a note."""
+    A side the task does not give is an error. A new model whose K differs from the task's
+    is an error: a model has one K, the task's ``--context-size`` (its own K option defaults
+    to it). A checkpoint reads at most the task's K (a note when it reads fewer than it was
+    trained with, a warning when the task collates more than it reads)."""
     spec = context_spec(model)
     if not spec.reads_context or size == 0 or not sides:
-        return
+        return 0
     name = model.__class__.__name__
     missing = [s for s in spec.sides if s not in sides]
     if missing:
@@ -264,15 +271,18 @@ def check_context(model, sides: Sequence[str], size: int, from_checkpoint: bool 
             f"{name} reads the {cb.format_sides(missing)} side of the context but the task "
             f"gives --context-sides {cb.format_sides(sides)}: use --context-sides "
             f"{cb.format_sides(sorted(set(sides) | set(spec.sides), key=cb.declared_sides().index))}")
-    if spec.size is not None and spec.size > size:
-        msg = (f"{name} reads K={spec.size} previous sentences but the task gives "
-               f"--context-size {size}")
-        if not from_checkpoint:
-            raise ContextMismatchError(msg + f": use --context-size {spec.size} (or a smaller model K)")
+    if spec.size is None or spec.size == size:
+        return size
+    msg = f"{name} reads K={spec.size} previous sentences but the task gives --context-size {size}"
+    if not from_checkpoint:
+        raise ContextMismatchError(msg + f": use --context-size {spec.size}, or leave out the model's "
+                                   "own K option (it defaults to --context-size)")
+    if spec.size > size:
         logger.info(msg + f": it reads {size}")
-    elif spec.size is not None and spec.size < size:
-        logger.warning(f"{name} reads K={spec.size} previous sentences; the task collates "
-                       f"--context-size {size} (the extra ones cost batch space for nothing)")
+        return size
+    logger.warning(f"{name} reads K={spec.size} previous sentences; the task collates "
+                   f"--context-size {size} (the extra ones cost batch space for nothing)")
+    return spec.size
 
 
 def sample_for_model(sample, model_or_models):

@@ -319,7 +319,7 @@ class HANTransformerModel(DocumentContextModel, TransformerModel):
                             "encoder-decoder attention outputs (alignment)")
         parser.add_argument("--han-context-size", type=int, metavar="K",
                             help="previous sentences HAN attends to (default: the task's "
-                            "--context-size; more is an error)")
+                            "--context-size; given, it must equal it)")
         parser.add_argument("--han-context-grad", type=utils.eval_bool, nargs="?", const=True,
                             metavar="BOOL", help="back-propagate into the context states "
                             "(default: detached, as in the paper's implementation)")
@@ -385,7 +385,7 @@ class HANTransformerModel(DocumentContextModel, TransformerModel):
         if features_only:
             return x, extra
         # the output projection of the real positions only: the current rows of a document
-        # run differ in length (~2.4x padding on IWSLT17 TED)
+        # run differ in length (their padding: docs/benchmarks.md, "Foundation")
         real = prev_output_tokens.ne(dec.padding_idx)
         y = dec.output_layer(x[real])
         if self.training:

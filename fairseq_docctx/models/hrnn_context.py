@@ -187,7 +187,7 @@ class HRNNContextModel(RNNSearchContextModel):
         RNNSearchModel.add_args(parser)
         parser.add_argument("--hrnn-context-size", type=int, metavar="K",
                             help="previous source sentences summarised (default: the task's "
-                            "--context-size; more is an error)")
+                            "--context-size; given, it must equal it)")
         parser.add_argument("--context-hidden-size", type=int, metavar="N",
                             help="size of the sentence and document RNNs, that of D (default: "
                             "--encoder-hidden-size)")

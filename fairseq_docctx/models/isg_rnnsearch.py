@@ -33,9 +33,9 @@ current one.
     (Eq. 11): A never feeds the output layer.
 
   ``W_z y_{t-1}`` is one matrix product for all steps, before the loop; ``C_b c^b_t`` and
-  ``C_a c^a_t`` are computed at every step (precomputing ``C h_j`` once per sentence was
-  slower in beam search, measured when fairseq still reordered the per-position tensors with
-  the beams at every step). The equations have no bias in the gate; there is none.
+  ``C_a c^a_t`` are computed at every step rather than precomputed per source position
+  (``C h_j`` once per sentence; the measurement behind this choice: docs/benchmarks.md,
+  "Implementation choices"). The equations have no bias in the gate; there is none.
 * **Table 3** (§5.3) at inference, ``--isg-ablation`` (a model option: ``fairseq-generate
   --model-overrides "{'isg_ablation': 'null'}"``): ``null`` (+NULL: every A is the null
   sentence), ``zero-gate`` (+z=0: ``z_t = 0``, A is not read), ``random-context`` (+RV:
@@ -231,8 +231,7 @@ class ISGRNNSearchModel(RNNSearchContextModel):
     #: a word of A counts as a word of a current sentence toward --max-tokens (the contract's
     #: default): A is encoded like B and attended at every target step, over the longest A of
     #: a group of rows; counted at its matrix products only (0.26 of a current word at
-    #: 256/256), batches grow and train slower (IWSLT17 TED, one thread: 893 against 985
-    #: words/s)
+    #: 256/256), batches grow and train slower (docs/benchmarks.md, "Implementation choices")
     context_token_cost = 1.0
 
     @staticmethod

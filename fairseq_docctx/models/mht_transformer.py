@@ -523,8 +523,8 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
     def add_args(cls, parser):
         super().add_args(parser)
         parser.add_argument("--mht-context-size", type=int, metavar="K",
-                            help="previous sentences read (default: the task's --context-size; more is "
-                            "an error; the paper's 3)")
+                            help="previous sentences read (default: the task's --context-size; given, it "
+                            "must equal it; the paper's 3)")
         parser.add_argument("--mht-context-sides", choices=MHT_CONTEXT_SIDES,
                             help="sides with multi-hop context (Zhang et al. 2021, Table 4): both "
                             "(default), source, target, none (the current draft only)")
@@ -786,8 +786,8 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
 
     def _packed_training_output(self, prev_output_tokens, encoder_out):
         """Training: the decoder over the rows in groups of similar target length (a batch of
-        document runs pads its targets to ~2.3x their length) and the output projection of the
-        real positions only: logits ``[1, R, V]`` (``packs_training_output``)."""
+        document runs pads its targets: docs/benchmarks.md, "Foundation") and the output
+        projection of the real positions only: logits ``[1, R, V]`` (``packs_training_output``)."""
         dec = self.decoder
         real = prev_output_tokens.ne(dec.padding_idx)
         lengths = real.sum(1)

@@ -180,7 +180,7 @@ class QCNTransformerModel(DocumentContextModel, TransformerModel):
                             help="capsule size (default: encoder embedding size)")
         parser.add_argument("--qcn-context-size", type=int, metavar="K",
                             help="previous source sentences the QCN reads (default: the "
-                            "task's --context-size; more is an error)")
+                            "task's --context-size; given, it must equal it)")
         parser.add_argument("--no-qcn", action="store_true",
                             help="ablation: no capsule network / context attention")
         parser.add_argument("--no-pcc-regularizer", action="store_true",

@@ -580,9 +580,8 @@ class RNNSearchContextModel(DocumentContextModel, RNNSearchModel):
     document_context`). Both read previous *source* sentences only, so document runs buy
     nothing: batches group sentences by length like fairseq's translation task, each with its
     own context (``doc_batching = "sentences"``; its decoder then runs one group of similar
-    lengths, where a batch of document runs needs several: measured on IWSLT17 TED, an
-    ``rnnsearch`` trained on grouped document runs runs at 0.57× its speed on length-sorted
-    batches); the logits of the real target positions only in training
+    lengths, where a batch of document runs needs several and trains slower: docs/
+    benchmarks.md, "The RNN family"); the logits of the real target positions only in training
     (``packs_training_output``)."""
 
     doc_batching = "sentences"

@@ -4,9 +4,8 @@ PyTorch's ``nn.GRU`` over a packed sequence computes the input projections of al
 once and, on a CPU, takes each step's rows out of that tensor; autograd answers every one of
 those slices with a zero-filled gradient of the whole projection, so the backward pass costs
 ``O(steps × tokens)`` (fill and add of ``[tokens, 3H]`` per step) — quadratic in the length of
-the longest sequence of the batch. Forward + backward of the last states (H = 256, one
-thread, best of 5): 60 sequences of up to 80 tokens 163 ms packed, 116 ms with
-:func:`gru_layer`; 120 of up to 80: 387 ms, 206 ms; 20 of up to 30: 22.5 ms, 21.7 ms.
+the longest sequence of the batch (the times of both ways: docs/benchmarks.md,
+"Implementation choices").
 
 :func:`gru_layer` runs the same equations (PyTorch's, gates in the order r, z, n) with the
 parameters of an ``nn.GRU`` layer over the same positions: the real positions taken from
@@ -44,8 +43,8 @@ def gru_step(gi: Tensor, gh: Tensor, h: Tensor) -> Tensor:
 def take_positions(x: Tensor, idx: Tensor) -> Tensor:
     """``x [N, L, ...]`` with position ``t`` of row ``i`` taken from position ``idx[i, t]`` of
     the same row (``idx [N, L]``). One ``index_select`` over the flattened positions: its
-    backward pass scatters whole rows, ``gather``'s every element (training profile, one
-    thread: 7 ms against 10 ms at ``[112, 80, 256]``)."""
+    backward pass scatters whole rows, ``gather``'s every element, which takes longer
+    (docs/benchmarks.md, "Implementation choices")."""
     N, L = idx.shape
     flat = (idx + torch.arange(N, device=idx.device).unsqueeze(1) * L).flatten()
     return x.flatten(0, 1).index_select(0, flat).view_as(x)

@@ -7,8 +7,8 @@ above the diagonal) and hands its self-attention a key padding mask that fairseq
 warns ("Support for mismatched key_padding_mask and attn_mask is deprecated") in every
 teacher-forced forward over padded targets: every scoring run, every decoder run over a
 target-context prefix. :class:`BoolFutureMask` gives the decoder a bool causal mask
-(``True`` = may not attend), the type of the padding mask; torch turns both into the same
-additive ``-inf`` mask as before, so the outputs are unchanged.
+(``True`` = may not attend), the type of the padding mask; torch turns both into the
+additive ``-inf`` mask that a float causal mask gives, so the outputs are the same.
 """
 import torch
 

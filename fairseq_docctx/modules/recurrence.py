@@ -6,9 +6,8 @@ gradients: for a weight ``W`` of a product ``x_t Wᵀ`` the product ``g_tᵀ x_t
 of the rows of one step) added to the sum of the other steps; for values ``[N, S, C]``
 attended with weights ``α_t`` the outer product ``α_tᵀ g_t`` (an inner size of 1),
 ``[N, S, C]`` written and added per step. On a CPU these small products and the additions
-cost much more than the products of the forward pass (one thread: a linear map 512 → 768
-over 40 steps of 20 rows, forward and backward, 92 ms with a product per step, 63 ms with
-the weight's gradient summed after the steps).
+cost much more than the products of the forward pass (the times: docs/benchmarks.md,
+"Implementation choices").
 
 Here the gradient of such a tensor is summed over the steps in one product after the
 backward pass of every step: a step's backward node returns the gradient of its input and

@@ -35,8 +35,8 @@ logger = logging.getLogger(__name__)
 
 TARGET_CONTEXT_CHOICES = ("reference", "hypothesis")
 DOC_BATCHING_CHOICES = ("auto", "runs", "grouped-runs", "sentences")
-#: training defaults of the context settings (at inference: the checkpoint's)
-DEFAULT_CONTEXT_SIZE = 3
+#: training default of --context-sides (at inference: the checkpoint's); that of
+#: --context-size is :data:`~fairseq_docctx.models.document_context.DEFAULT_CONTEXT_SIZE`
 DEFAULT_CONTEXT_SIDES = "source"
 
 
@@ -124,7 +124,7 @@ class DocumentTranslationTask(TranslationTask):
                               if getattr(cfg, k, None) is not None}
         self._warned = set()
         if cfg.context_size is None:
-            _set_cfg(cfg, "context_size", DEFAULT_CONTEXT_SIZE)
+            _set_cfg(cfg, "context_size", dc.DEFAULT_CONTEXT_SIZE)
         if cfg.context_sides is None:
             _set_cfg(cfg, "context_sides", DEFAULT_CONTEXT_SIDES)
         if cfg.context_size < 0:
@@ -389,8 +389,10 @@ class DocumentTranslationTask(TranslationTask):
             # and the model options of their time: those added since get the values they had
             dc.apply_checkpoint_defaults(cfg)
         model = super().build_model(cfg, from_checkpoint)
+        k = dc.check_context(model, self.context_sides, self.cfg.context_size, from_checkpoint)
+        if dc.reads_context(model):  # the K it reads, where the hub and generation read it
+            model.declare_context(model.context_sides, k)
         self.model_spec = dc.context_spec(model)
-        dc.check_context(model, self.context_sides, self.cfg.context_size, from_checkpoint)
         if self.uses_context and not self.model_spec.reads_context:
             logger.info(
                 f"{model.__class__.__name__} does not read document context: it is "
@@ -450,10 +452,6 @@ class DocumentTranslationTask(TranslationTask):
             if theirs != ours:
                 return name
         return None
-
-    def _for_model(self, sample, model_or_models):
-        """Deprecated name of :func:`~fairseq_docctx.models.document_context.sample_for_model`."""
-        return dc.sample_for_model(sample, model_or_models)
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         if dc.context_spec(model).packs_training_output and getattr(criterion, "ignore_prefix_size", 0) > 0:
@@ -550,8 +548,6 @@ class DocumentTranslationTask(TranslationTask):
         if sample.get("target") is not None:
             sub["target"] = sample["target"].index_select(0, rows)
         return sub
-
-    _select_rows = select_rows
 
     def with_hypothesis_context(self, sample, with_cache=False):
         """Replace the sides of a batch's context that come from translations by the model's

@@ -24,6 +24,9 @@ def build_parser():
                    help="sentence-level src->tgt checkpoint (e.g. a transformer)")
     p.add_argument("--splits", default=None,
                    help="comma-separated splits (default: those docctx.json lists, else train,valid,test)")
+    p.add_argument("--engine", choices=["fairseq", "ctranslate2"], default="fairseq",
+                   help="what decodes: fairseq (default) or CTranslate2 (--path: the folder docctx-export "
+                   "ctranslate2 wrote of the checkpoint)")
     p.add_argument("--beam", type=int, default=DEFAULT_BEAM, help=f"beam size (default {DEFAULT_BEAM})")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--max-tokens", type=int, default=None,
@@ -85,7 +88,7 @@ def main(argv=None):
                               max_tokens=args.max_tokens, batch_size=args.batch_size,
                               cpu=True if args.cpu else None, fp16=args.fp16,
                               chunk_sentences=args.chunk_sentences, overwrite=args.overwrite,
-                              progress=progress, log=log)
+                              progress=progress, log=log, engine=args.engine)
     finally:
         progress.close()
     for r in results:

@@ -24,7 +24,7 @@ import torch
 from ..data import manifest as mf
 from ..data.drafts import (DEFAULT_BEAM, DEFAULT_CHUNK_SENTENCES, DEFAULT_MAX_TOKENS, DEFAULT_SPLITS,
                            WORK_DIR, DraftsError, draft_prefix, drafts_exist)
-from ..hub import load_draft_translator
+from ..hub import load_draft_translator, load_exported_draft_translator
 from .options import check_at_least
 
 logger = logging.getLogger(__name__)
@@ -182,7 +182,8 @@ def make_drafts(data_dir: str, checkpoint: str, splits: Optional[Sequence[str]] 
                 batch_size: Optional[int] = None, cpu: Optional[bool] = None, fp16: bool = False,
                 chunk_sentences: int = DEFAULT_CHUNK_SENTENCES, overwrite: bool = False,
                 progress: Optional[Callable[[str, int, int], None]] = None,
-                log: Callable[[str], None] = logger.info, **generation) -> List[DraftsResult]:
+                log: Callable[[str], None] = logger.info, engine: str = "fairseq",
+                **generation) -> List[DraftsResult]:
     """Translate every source sentence of ``splits`` of a prepared data directory with a
     sentence-level src->tgt checkpoint, and store the drafts as
     ``{split}.{src}-{tgt}.draft.{bin,idx}`` (:func:`draft_prefix`), recorded in
@@ -205,6 +206,9 @@ def make_drafts(data_dir: str, checkpoint: str, splits: Optional[Sequence[str]] 
     split, sentence too long, a beam or batch size below 1, another run working in the
     directory), :class:`~fairseq_docctx.hub.CheckpointError` (unusable checkpoint, other
     dictionaries or language pair, a document-level model).
+
+    ``engine="ctranslate2"``: ``checkpoint`` is a folder written by ``docctx-export
+    ctranslate2``, decoded by CTranslate2 in the same batches.
     """
     data_dir = os.fspath(data_dir)
     if not os.path.isdir(data_dir):
@@ -220,18 +224,19 @@ def make_drafts(data_dir: str, checkpoint: str, splits: Optional[Sequence[str]] 
         max_tokens = DEFAULT_MAX_TOKENS  # what the batches use, recorded as such
     with _locked(data_dir):
         return _make_drafts(data_dir, checkpoint, splits, beam, max_tokens, batch_size, cpu, fp16,
-                            chunk_sentences, overwrite, progress, log, generation)
+                            chunk_sentences, overwrite, progress, log, generation, engine)
 
 
 def _make_drafts(data_dir, checkpoint, splits, beam, max_tokens, batch_size, cpu, fp16, chunk_sentences,
-                 overwrite, progress, log, generation) -> List[DraftsResult]:
+                 overwrite, progress, log, generation, engine="fairseq") -> List[DraftsResult]:
     """:func:`make_drafts` once its arguments are checked and the directory is locked."""
     from fairseq.data import data_utils
 
     if splits is None:
         splits = mf.split_names(data_dir) or DEFAULT_SPLITS
     splits = list(dict.fromkeys(splits))
-    translator = load_draft_translator(checkpoint, data_dir, beam=beam, cpu=cpu, fp16=fp16, **generation)
+    load = load_exported_draft_translator if engine == "ctranslate2" else load_draft_translator
+    translator = load(checkpoint, data_dir, beam=beam, cpu=cpu, fp16=fp16, **generation)
     src, tgt = translator.task.cfg.source_lang, translator.task.cfg.target_lang
     sources = {}
     for split in splits:  # every split checked before any work

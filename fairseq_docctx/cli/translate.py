@@ -158,7 +158,10 @@ def _files_read(args, fmt):
     if fmt == "docids":
         files.append(("the input's document ids",
                       args.docids or (docids_path(args.input, None) if args.input else None)))
-    for d in {args.data, os.path.dirname(os.path.abspath(args.path))}:
+    folders = {args.data, os.path.dirname(os.path.abspath(args.path))}
+    if os.path.isdir(args.path):  # an exported model's folder (--engine ctranslate2)
+        folders.add(args.path)
+    for d in folders:
         if d:
             files += [("the model's data file", f) for pattern in ("dict.*.txt", "docctx.json", "*.model")
                       for f in glob.glob(os.path.join(glob.escape(d), pattern))]

@@ -100,3 +100,13 @@ def test_drafts_with_ctranslate2_are_the_fairseq_drafts(exported, toy_bin, tmp_p
         ds = MMapIndexedDataset(draft_prefix(str(data), "valid", "src", "tgt"))
         made[engine] = [ds[i].tolist() for i in range(len(ds))]
     assert made["ctranslate2"] == made["fairseq"] and len(made["fairseq"]) > 0
+
+
+def test_a_checkpoint_given_to_the_ctranslate2_engine_is_one_line(concat_both_ckpt, toy_bin, capsys):
+    src = toy_bin.parent / "raw" / "test.src"
+    code, out, err = run_in_process(translate_main, [src, "--path", concat_both_ckpt, "--engine", "ctranslate2",
+                                                     "--quiet"], capsys)
+    lines = [ln for ln in err.strip().splitlines() if not ln.startswith("WARNING")]
+    assert code == 2 and len(lines) == 1 and not out, err
+    assert lines[0] == (f"docctx-translate: error: --path {concat_both_ckpt}: not a folder exported by "
+                        "docctx-export ctranslate2 (the ctranslate2 engine reads an exported folder, not a checkpoint)")

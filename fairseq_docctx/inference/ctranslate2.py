@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 from typing import List, Optional, Sequence
 
 import torch
@@ -209,6 +210,15 @@ def _container(cfg) -> dict:
     return {k: v for k, v in vars(cfg).items() if isinstance(v, (str, int, float, bool, type(None), list))}
 
 
+def check_outdir(outdir: str, force: bool) -> None:
+    """Refuse an existing ``outdir`` unless ``force``, and one whose parent is missing."""
+    if os.path.lexists(outdir) and not force:
+        raise ExportError(f"{outdir} exists: give another folder, or --force to replace it")
+    parent = os.path.dirname(os.path.abspath(outdir))
+    if not os.path.isdir(parent):
+        raise ExportError(f"{outdir}: no such folder {parent}")
+
+
 def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] = None,
            quantization: Optional[str] = None, force: bool = False) -> dict:
     """Write the CTranslate2 model of ``model`` (loaded from ``checkpoint`` with ``task``) to
@@ -219,21 +229,23 @@ def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] =
     arch = getattr(model.cfg if hasattr(model, "cfg") else None, "_name", None)
     name = check_architecture(arch or getattr(getattr(model, "args", None), "arch", None), checkpoint)
     spec = model_spec(model, checkpoint)
+    check_outdir(outdir, force)
     if os.path.lexists(outdir):
-        if not force:
-            raise ExportError(f"{outdir} exists: give another folder, or --force to replace it")
         if os.path.isdir(outdir) and not os.path.islink(outdir):
             shutil.rmtree(outdir)
         else:
             os.unlink(outdir)
-    tmp = outdir.rstrip("/") + ".part"
-    shutil.rmtree(tmp, ignore_errors=True)
     spec.validate()
     try:
         spec.optimize(quantization=quantization)
     except ValueError as e:
         raise ExportError(f"--quantization {quantization}: {e}") from None
-    os.makedirs(tmp)
+    outdir = outdir.rstrip("/") or outdir
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(outdir)}.", suffix=".part",
+                           dir=os.path.dirname(os.path.abspath(outdir)))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # the mode os.makedirs gives, not mkdtemp's 0700
     try:
         spec.save(tmp)
         cfg = task.cfg

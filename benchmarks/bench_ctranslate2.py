@@ -48,7 +48,8 @@ def concat_model(data_bin: Path, updates: int) -> Path:
 def sh_threads(cmd, threads: int):
     """``cmd`` with ``threads`` threads (``OMP_NUM_THREADS``: torch's, and the ctranslate2
     engine's, which takes torch's count)."""
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", OMP_NUM_THREADS=str(threads))
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+               OMP_NUM_THREADS=str(threads))
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     p = subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True)
     if p.returncode != 0:
@@ -112,7 +113,8 @@ def main():
     test_bin, raw = prepared_test_set(data_bin, WORK, "iwslt17", args.test_docs)
     ref = _text(Path(str(raw).replace("_en.txt", "_de.txt")))
     models = {"transformer (sentence level)": sentence_model(data_bin, WORK, args.updates),
-              "concat_transformer (K=3 both), document order": concat_model(data_bin, args.concat_updates or args.updates)}
+              "concat_transformer (K=3 both), document order":
+                  concat_model(data_bin, args.concat_updates or args.updates)}
     threads = [os.cpu_count() if t == "all" else int(t) for t in args.threads.split(",")]
     out_dir = WORK / "ct2-out"
     out_dir.mkdir(parents=True, exist_ok=True)

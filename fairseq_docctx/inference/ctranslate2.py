@@ -21,7 +21,7 @@ import json
 import os
 import shutil
 import tempfile
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
 import torch
 
@@ -154,7 +154,7 @@ def _vocabulary(d) -> List[str]:
 def model_spec(model, where: str = "the model"):
     """The CTranslate2 ``TransformerSpec`` of a fairseq Transformer (``transformer``, or
     ``concat_transformer``: the same network over joined tokens) with its weights."""
-    ct2 = _ctranslate2()
+    _ctranslate2()  # installed, or one line saying how
     from ctranslate2.specs import common_spec, transformer_spec
 
     _check_exportable(model, where)
@@ -190,7 +190,6 @@ def model_spec(model, where: str = "the model"):
     spec.config.add_source_eos = False
     spec.config.layer_norm_epsilon = float(getattr(dec.layers[0].final_layer_norm, "eps", 1e-5)
                                            if len(dec.layers) else 1e-5)
-    del ct2
     return spec
 
 
@@ -403,7 +402,7 @@ class CTranslate2Generator:
         if prefix_tokens is not None or constraints is not None:
             raise ValueError("the ctranslate2 engine takes no prefix tokens or constraints")
         ni = sample["net_input"]
-        src, lengths = ni["src_tokens"].cpu(), ni["src_lengths"].cpu()
+        src = ni["src_tokens"].cpu()
         width = int(src.size(1))
         pad, eos = self.src_dict.pad(), self.src_dict.eos()
         ctx = cb.get_context(ni)

@@ -58,11 +58,17 @@ def sh_threads(cmd, threads: int):
 
 
 def export(ckpt: Path, data_bin: Path, name: str, quantization: str) -> Path:
+    """``docctx-export ctranslate2`` of ``ckpt`` (again where the checkpoint changed)."""
+    import hashlib
+    import json
+
     out = WORK / "ct2" / f"{name}-{quantization}"
-    if not (out / "docctx-export.json").exists():
+    record = out / "docctx-export.json"
+    sha1 = hashlib.sha1(ckpt.read_bytes()).hexdigest()
+    if not record.exists() or json.loads(record.read_text())["checkpoint_sha1"] != sha1:
         out.parent.mkdir(parents=True, exist_ok=True)
-        sh([sys.executable, "-m", "fairseq_docctx.cli.export", "ctranslate2", ckpt, out, "--data", data_bin, "--quantization", quantization,
-            "--force"])
+        sh([sys.executable, "-m", "fairseq_docctx.cli.export", "ctranslate2", ckpt, out, "--data", data_bin,
+            "--quantization", quantization, "--force"])
     return out
 
 

@@ -18,6 +18,7 @@ fairseq_docctx[ctranslate2]``), imported only here and only when used.
 """
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -440,9 +441,33 @@ class CTranslate2Generator:
 
         CTranslate2's length limits and length normalisation count the returned prefix too,
         one value per batch: the search runs unnormalised with every finished hypothesis
-        returned, the length limits of the shortest prefix (at least ``min_len`` tokens before
-        EOS) and of the longest (at most ``max_len``); a row whose hypotheses end too early
-        for its own prefix is searched again on its own."""
+        returned (:meth:`_finished`), and the hypotheses are ranked here. Where CTranslate2
+        keeps EOS out of the first step (``min_len``), it renormalises that step's
+        probabilities over the other tokens, which fairseq does not: every hypothesis of the
+        row gains ``-log(1 - p(EOS))``, taken off again (``p(EOS)`` scored by CTranslate2;
+        needed only where the hypotheses' lengths differ and the ranking is normalised)."""
+        rows = self._finished(sources, targets, cut, max_len)
+        need = [i for i, (hyps, masked) in enumerate(rows)
+                if masked and self.beam > 1 and self.lenpen != 0 and len({len(h[0]) for h in hyps}) > 1]
+        offset = [0.0] * len(rows)
+        if need:
+            scored = self.translator.score_batch([sources[i] for i in need], [targets[i] for i in need],
+                                                 max_input_length=0)
+            for i, r in zip(need, scored):  # the last token scored: EOS right after the prefix
+                offset[i] = -math.log1p(-math.exp(min(float(r.log_probs[-1]), -1e-12)))
+        out = []
+        for (hyps, _), c in zip(rows, offset):
+            key = [(score - c) / (len(ids) + 1) ** self.lenpen for ids, score in hyps]
+            ids, score = hyps[max(range(len(hyps)), key=key.__getitem__)]
+            out.append((ids + [self.tgt_dict.eos()], score - c))
+        return out
+
+    def _finished(self, sources, targets, cut: List[int], max_len: int):
+        """Every row's finished hypotheses ``[(token ids without EOS, unnormalised score)]``
+        and whether CTranslate2 kept EOS out of its first step. The length limits are those
+        of the shortest prefix (at least ``min_len`` tokens before EOS) and of the longest
+        (at most ``max_len``: longer translations are cut there, as fairseq ends them); a row
+        whose hypotheses end too early for its own prefix is searched again on its own."""
         short = min(cut)
         results = self.translator.translate_batch(
             sources, target_prefix=targets, beam_size=self.beam, num_hypotheses=self.beam,
@@ -450,25 +475,19 @@ class CTranslate2Generator:
             min_decoding_length=short + self.min_len, return_scores=True, return_end_token=True,
             disable_unk=self.disable_unk, max_input_length=0,
         )
+        eos = self.tgt_dict.eos()
         out = []
         for i, r in enumerate(results):
             hyps = []
             for words, score in zip(r.hypotheses, r.scores):
                 ids = [self.tgt_index[w] for w in words[cut[i]:]]
-                ended = bool(ids) and ids[-1] == self.tgt_dict.eos()
-                if ended:
+                if ids and ids[-1] == eos:
                     ids = ids[:-1]
-                hyps.append((ids, float(score), ended))
-            if cut[i] > short and any(len(ids) < self.min_len for ids, _, _ in hyps):
-                out.append(self._search([sources[i]], [targets[i]], [cut[i]], max_len)[0])
-                continue
-            ranked = []
-            for ids, score, ended in hyps:
-                if len(ids) > max_len:  # fairseq ends the translation at the limit
-                    ids, ended = ids[:max_len], False
-                ranked.append((score / (len(ids) + 1) ** self.lenpen, ids, score))
-            _, ids, score = max(ranked, key=lambda x: x[0])
-            out.append((ids + [self.tgt_dict.eos()], score))
+                hyps.append((ids[:max_len], float(score)))
+            if cut[i] > short and any(len(ids) < self.min_len for ids, _ in hyps):
+                out.append(self._finished([sources[i]], [targets[i]], [cut[i]], max_len)[0])
+            else:
+                out.append((hyps, self.min_len > 0 and cut[i] == short))
         return out
 
 

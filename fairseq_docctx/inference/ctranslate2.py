@@ -445,10 +445,23 @@ class CTranslate2Generator:
         keeps EOS out of the first step (``min_len``), it renormalises that step's
         probabilities over the other tokens, which fairseq does not: every hypothesis of the
         row gains ``-log(1 - p(EOS))``, taken off again (``p(EOS)`` scored by CTranslate2;
-        needed only where the hypotheses' lengths differ and the ranking is normalised)."""
+        needed only where the hypotheses' lengths differ and the ranking is normalised). A
+        translation cut at the length limit is scored again, ending in EOS, as fairseq ends
+        and scores it."""
         rows = self._finished(sources, targets, cut, max_len)
+        ranked = self.beam > 1 and self.lenpen != 0
         need = [i for i, (hyps, masked) in enumerate(rows)
-                if masked and self.beam > 1 and self.lenpen != 0 and len({len(h[0]) for h in hyps}) > 1]
+                if masked and ranked and len({len(h[0]) for h in hyps}) > 1]
+        # translations cut at the length limit: fairseq ends them with EOS there, scored so
+        cut_hyps = [(i, j) for i, (hyps, _) in enumerate(rows) for j, h in enumerate(hyps) if h[2]]
+        if ranked and cut_hyps:
+            scored = self.translator.score_batch(
+                [sources[i] for i, _ in cut_hyps],
+                [targets[i] + [self.tgt_words[t] for t in rows[i][0][j][0]] for i, j in cut_hyps],
+                max_input_length=0)
+            for (i, j), r in zip(cut_hyps, scored):
+                ids = rows[i][0][j][0]
+                rows[i][0][j] = (ids, float(sum(r.log_probs[-(len(ids) + 1):])), True)
         offset = [0.0] * len(rows)
         if need:
             scored = self.translator.score_batch([sources[i] for i in need], [targets[i] for i in need],
@@ -457,14 +470,15 @@ class CTranslate2Generator:
                 offset[i] = -math.log1p(-math.exp(min(float(r.log_probs[-1]), -1e-12)))
         out = []
         for (hyps, _), c in zip(rows, offset):
-            key = [(score - c) / (len(ids) + 1) ** self.lenpen for ids, score in hyps]
-            ids, score = hyps[max(range(len(hyps)), key=key.__getitem__)]
-            out.append((ids + [self.tgt_dict.eos()], score - c))
+            fairseq_scores = [score if exact else score - c for _, score, exact in hyps]
+            key = [f / (len(ids) + 1) ** self.lenpen for f, (ids, _, _) in zip(fairseq_scores, hyps)]
+            best = max(range(len(hyps)), key=key.__getitem__)
+            out.append((hyps[best][0] + [self.tgt_dict.eos()], fairseq_scores[best]))
         return out
 
     def _finished(self, sources, targets, cut: List[int], max_len: int):
-        """Every row's finished hypotheses ``[(token ids without EOS, unnormalised score)]``
-        and whether CTranslate2 kept EOS out of its first step. The length limits are those
+        """Every row's finished hypotheses ``[(token ids without EOS, unnormalised score, cut at
+        the limit)]`` and whether CTranslate2 kept EOS out of its first step. The length limits are those
         of the shortest prefix (at least ``min_len`` tokens before EOS) and of the longest
         (at most ``max_len``: longer translations are cut there, as fairseq ends them); a row
         whose hypotheses end too early for its own prefix is searched again on its own."""
@@ -483,8 +497,9 @@ class CTranslate2Generator:
                 ids = [self.tgt_index[w] for w in words[cut[i]:]]
                 if ids and ids[-1] == eos:
                     ids = ids[:-1]
-                hyps.append((ids[:max_len], float(score)))
-            if cut[i] > short and any(len(ids) < self.min_len for ids, _ in hyps):
+                # (ids, score, whether cut at the limit: the score is then not fairseq's)
+                hyps.append((ids[:max_len], float(score), len(ids) > max_len))
+            if cut[i] > short and any(len(h[0]) < self.min_len for h in hyps):
                 out.append(self._finished([sources[i]], [targets[i]], [cut[i]], max_len)[0])
             else:
                 out.append((hyps, self.min_len > 0 and cut[i] == short))

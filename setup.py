@@ -8,6 +8,8 @@ setup(
     python_requires=">=3.10",
     # fairseq (the ve-fairseq fork) is installed with --no-deps by the Makefile.
     install_requires=["sentencepiece", "sacrebleu", "numpy", "torch"],
+    # the CTranslate2 engine (docctx-export ctranslate2, --engine ctranslate2)
+    extras_require={"ctranslate2": ["ctranslate2>=4.5"]},
     entry_points={
         "console_scripts": [
             "docctx-prepare = fairseq_docctx.cli.prepare:cli_main",
@@ -18,6 +20,7 @@ setup(
             "docctx-drafts = fairseq_docctx.cli.drafts:cli_main",
             "docctx-generate = fairseq_docctx.cli.generate:cli_main",
             "docctx-average = fairseq_docctx.cli.average:cli_main",
+            "docctx-export = fairseq_docctx.cli.export:cli_main",
         ]
     },
 )

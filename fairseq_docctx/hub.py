@@ -47,7 +47,7 @@ class DocumentHubInterface(GeneratorHubInterface):
 
     def __init__(self, cfg, task, models, spm_model: Optional[str] = None, drafter=None):
         super().__init__(cfg, task, models)
-        self.spm = None
+        self.spm, self.spm_model = None, spm_model
         if spm_model is not None:
             import sentencepiece
 
@@ -80,6 +80,10 @@ class DocumentHubInterface(GeneratorHubInterface):
         if self.spm is None:
             return super().remove_bpe(sentence)
         return self.spm.decode(sentence.split())
+
+    def build_generator(self, gen_args):
+        """The generator of :meth:`generate_documents` (fairseq's beam search over the models)."""
+        return self.task.build_generator(self.models, gen_args)
 
     # ------------------------------------------------------------------ documents
     def translate_document(self, sentences: Sequence[str], beam: int = 5, **kwargs) -> List[str]:
@@ -153,7 +157,7 @@ class DocumentHubInterface(GeneratorHubInterface):
             gen_args.beam = beam
             for k, v in kwargs.items():
                 setattr(gen_args, k, v)
-        generator = self.task.build_generator(self.models, gen_args)
+        generator = self.build_generator(gen_args)
         batches = self.task.get_batch_iterator(
             dataset=dataset, max_tokens=max_tokens, max_sentences=batch_size,
             max_positions=self.max_positions, disable_iterator_cache=True,
@@ -229,3 +233,72 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
     if not cpu and torch.cuda.is_available():
         hub.cuda()
     return hub
+
+
+# ------------------------------------------------------------------ the CTranslate2 engine
+class ExportedHubInterface(DocumentHubInterface):
+    """:class:`DocumentHubInterface` over a model exported by ``docctx-export ctranslate2``
+    (:mod:`fairseq_docctx.inference.ctranslate2`): the same documents in, in the same
+    document order, decoded by CTranslate2."""
+
+    def __init__(self, cfg, task, models, spm_model, translator, record: dict):
+        super().__init__(cfg, task, models, spm_model)
+        self.translator = translator
+        self.record = record
+
+    def build_generator(self, gen_args):
+        from .inference.ctranslate2 import CTranslate2Generator
+
+        sep = getattr(self.task.cfg, "context_separator", None)
+        return CTranslate2Generator(
+            self.translator, self.src_dict, self.tgt_dict,
+            self.src_dict.index(sep) if sep and sep in self.src_dict.indices else None,
+            beam=gen_args.beam, lenpen=gen_args.lenpen, max_len_a=gen_args.max_len_a,
+            max_len_b=gen_args.max_len_b, min_len=gen_args.min_len, unkpen=gen_args.unkpen,
+            max_source_positions=self.record["max_source_positions"],
+            max_target_positions=self.record["max_target_positions"])
+
+
+def from_exported(path: str, data: Optional[str] = None, spm_model: Optional[str] = None,
+                  cpu: bool = True, threads: Optional[int] = None, **overrides) -> ExportedHubInterface:
+    """A model exported by ``docctx-export ctranslate2`` (the folder ``path``), decoded by
+    CTranslate2 in document order as :func:`from_pretrained`'s models are. ``data``: a data
+    directory whose dictionaries are those exported (default: the folder's own copies);
+    ``threads``: CPU threads (default torch's); ``overrides``: task options
+    (``context_size=2``)."""
+    from fairseq.dataclass.configs import GenerationConfig
+    from omegaconf import OmegaConf
+
+    from .inference import ctranslate2 as ct2
+
+    path = os.fspath(path)
+    record = ct2.read_export(path)
+    task, model, data = ct2.exported_task(path, record, data, **{"target_context": "hypothesis", **overrides})
+    if spm_model is None and record.get("spm_model"):
+        spm_model = os.path.join(path, record["spm_model"])
+    spm_model = spm_model or find_spm_model(data)
+    cfg = OmegaConf.create({"generation": OmegaConf.structured(GenerationConfig()), "tokenizer": None,
+                            "bpe": None})
+    return ExportedHubInterface(cfg, task, [model], spm_model, ct2.load_translator(path, cpu, threads), record)
+
+
+def export_ctranslate2(path: str, outdir: str, data: Optional[str] = None,
+                       quantization: Optional[str] = None, force: bool = False) -> dict:
+    """``docctx-export ctranslate2``: the checkpoint ``path`` (``transformer`` or
+    ``concat_transformer``), loaded as :func:`from_pretrained` loads it (``data``: its data
+    directory), written as a CTranslate2 model folder ``outdir``
+    (:func:`fairseq_docctx.inference.ctranslate2.export`). Returns the record written."""
+    from .inference import ctranslate2 as ct2
+
+    path = os.fspath(path)
+    state = load_checkpoint_state(path)
+    cfg = state.get("cfg")
+    model_cfg = cfg.get("model") if cfg is not None else None
+    model_cfg = model_cfg if model_cfg is not None else state.get("args")
+    arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
+    ct2.check_architecture(arch, path)
+    ct2.check_outdir(os.fspath(outdir), force)
+    del state
+    hub = from_pretrained(path, data=data)
+    return ct2.export(hub.models[0], hub.task, path, os.fspath(outdir), spm_model=hub.spm_model,
+                      quantization=quantization, force=force)

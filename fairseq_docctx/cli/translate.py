@@ -29,7 +29,11 @@ def build_parser():
         description="Translate raw documents in document order with a fairseq_docctx checkpoint.",
     )
     p.add_argument("input", nargs="?", help="input file (default: standard input)")
-    p.add_argument("--path", required=True, help="checkpoint file (.pt)")
+    p.add_argument("--path", required=True, help="checkpoint file (.pt); with --engine ctranslate2 the "
+                   "folder docctx-export ctranslate2 wrote")
+    p.add_argument("--engine", choices=["fairseq", "ctranslate2"], default="fairseq",
+                   help="what decodes: fairseq (default) or CTranslate2 (a model exported by docctx-export "
+                   "ctranslate2; transformer, concat_transformer)")
     p.add_argument("--data", help="data directory with the dictionaries (and the SentencePiece "
                    "model its docctx.json names); default: the checkpoint's directory if it has "
                    "them, else the training data")
@@ -81,12 +85,18 @@ def build_parser():
 def load_model(args):
     """The model that translates, loaded from the parsed options (the checkpoint ``--path``
     with ``--data``, ``--spm-model``, ``--draft-path``...): the one place a command line
-    chooses how a model runs."""
-    from ..hub import from_pretrained
+    chooses how a model runs (``--engine ctranslate2``: a folder ``docctx-export ctranslate2``
+    wrote, decoded by CTranslate2)."""
+    from ..hub import from_exported, from_pretrained
 
     overrides = {"target_context": args.target_context}
     if args.context_size is not None:
         overrides["context_size"] = args.context_size
+    if args.engine == "ctranslate2":
+        if args.fp16 or args.draft_path:
+            raise ValueError(f"--engine ctranslate2: {'--fp16' if args.fp16 else '--draft-path'} does not apply "
+                             "(the precision is the export's --quantization; drafts-reading models do not export)")
+        return from_exported(args.path, data=args.data, spm_model=args.spm_model, cpu=args.cpu, **overrides)
     return from_pretrained(args.path, data=args.data, spm_model=args.spm_model,
                            cpu=args.cpu, fp16=args.fp16, draft_path=args.draft_path,
                            draft_beam=args.draft_beam or args.beam, **overrides)

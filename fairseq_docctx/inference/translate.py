@@ -199,13 +199,16 @@ def files_read(options, fmt: str) -> List[Tuple[str, str]]:
     """The files a run reads, as (what it is, path): the input, the document ids of a docids
     input, the checkpoint, the draft checkpoint, the SentencePiece model, and the
     dictionaries, ``docctx.json`` and SentencePiece models of ``--data`` and of the
-    checkpoint's directory."""
+    checkpoint's directory (and of an exported model's folder, ``--engine ctranslate2``)."""
     files = [("the input", options.input), ("the checkpoint", options.path),
              ("the draft checkpoint", options.draft_path), ("the SentencePiece model", options.spm_model)]
     if fmt == "docids":
         files.append(("the input's document ids",
                       options.docids or (docids_path(options.input, None) if options.input else None)))
-    for d in {options.data, os.path.dirname(os.path.abspath(options.path))}:
+    folders = {options.data, os.path.dirname(os.path.abspath(options.path))}
+    if os.path.isdir(options.path):  # an exported model's folder
+        folders.add(options.path)
+    for d in folders:
         if d:
             files += [("the model's data file", f) for pattern in ("dict.*.txt", "docctx.json", "*.model")
                       for f in glob.glob(os.path.join(glob.escape(d), pattern))]

@@ -1,0 +1,160 @@
+"""The CTranslate2 engine against the fairseq path (``docctx-translate --engine``).
+
+The checkpoints, data and test set of ``bench_inference`` (IWSLT17 TED En-De, SentencePiece
+4000, the sentence-level ``transformer`` and the ``concat_transformer`` with K=3 on both
+sides, trained once under ``bench-work/inference``), each exported with ``docctx-export
+ctranslate2`` in float32 and int8. For one thread and for all threads (``OMP_NUM_THREADS``,
+which sets both engines' threads), the same beam and batch size:
+
+  * ``docctx-translate`` on the raw test documents in document order, fairseq and
+    CTranslate2 (float32, int8): sentences/s (the command's own figure: model loading
+    excluded), the speed ratio over fairseq, BLEU (sacrebleu, detokenized) and its
+    difference, and the share of sentences translated identically;
+  * ``docctx-drafts`` of the test split with the transformer (MHT's drafts): sentences/s,
+    the ratio, and the share of drafts identical to fairseq's.
+
+Targets (issue 29): >= 2x sentences/s in float32 with BLEU within 0.1, >= 3x in int8 with
+BLEU within 0.5; docctx-drafts >= 2x likewise.
+
+Usage: python -m benchmarks.bench_ctranslate2 [--updates 300] [--concat-updates N]
+       [--beam 4] [--batch-size 32] [--test-docs N] [--threads 1,all] [--repeats 1]
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .bench_inference import BIN, MODEL, REPO, WORK, prepare_data, prepared_test_set, sentence_model, sh
+
+ENGINES = (("fairseq", None), ("ctranslate2", "float32"), ("ctranslate2", "int8"))
+
+
+def concat_model(data_bin: Path, updates: int) -> Path:
+    """bench_inference's concat_transformer (K=3, both sides), trained once."""
+    ckpt = WORK / "concat-ckpt" / "checkpoint_last.pt"
+    if not ckpt.exists():
+        print(f"training concat_transformer (K=3, both sides) for {updates} updates ...", flush=True)
+        sh(["fairseq-train", data_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
+            "--context-size", "3", "--context-sides", "both",
+            *[a if a != "transformer" else "concat_transformer" for a in MODEL],
+            "--max-update", str(updates), "--save-dir", ckpt.parent])
+    return ckpt
+
+
+def sh_threads(cmd, threads: int):
+    """``cmd`` with ``threads`` threads (``OMP_NUM_THREADS``: torch's, and the ctranslate2
+    engine's, which takes torch's count)."""
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+               OMP_NUM_THREADS=str(threads))
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    p = subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"failed: {' '.join(map(str, cmd))}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return p
+
+
+def export(ckpt: Path, data_bin: Path, name: str, quantization: str) -> Path:
+    """``docctx-export ctranslate2`` of ``ckpt`` (again where the checkpoint changed)."""
+    import hashlib
+    import json
+
+    out = WORK / "ct2" / f"{name}-{quantization}"
+    record = out / "docctx-export.json"
+    sha1 = hashlib.sha1(ckpt.read_bytes()).hexdigest()
+    if not record.exists() or json.loads(record.read_text())["checkpoint_sha1"] != sha1:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        sh([sys.executable, "-m", "fairseq_docctx.cli.export", "ctranslate2", ckpt, out, "--data", data_bin,
+            "--quantization", quantization, "--force"])
+    return out
+
+
+def _text(path: Path):
+    """The sentences of a ``<d>``-marker file (document markers dropped)."""
+    return [ln.rstrip("\n") for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip() != "<d>"]
+
+
+def translate(path, data_bin, raw, engine, threads, args, out: Path):
+    """``docctx-translate``: (sentences/s, translations)."""
+    best = 0.0
+    for _ in range(args.repeats):
+        p = sh_threads(["docctx-translate", raw, "--path", path, "--data", data_bin, "--engine", engine, "--cpu",
+                        "--beam", args.beam, "--batch-size", args.batch_size, "-o", out], threads)
+        best = max(best, float(re.search(r"\(([\d.]+) sentences/s\)", p.stderr).group(1)))
+    return best, _text(out)
+
+
+def drafts(path, test_bin, engine, threads, args, dest: Path):
+    """``docctx-drafts`` of the test split: (sentences/s, drafts as token id lists)."""
+    from fairseq.data.indexed_dataset import MMapIndexedDataset
+
+    from fairseq_docctx.data.drafts import draft_prefix
+
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(test_bin, dest, ignore=shutil.ignore_patterns("*.draft.*", ".docctx-drafts"))
+    p = sh_threads(["docctx-drafts", dest, "--path", path, "--engine", engine, "--splits", "test", "--cpu",
+                    "--beam", args.beam, "--batch-size", args.batch_size, "--quiet"], threads)
+    rate = float(re.search(r"\(([\d.]+) sentences/s\)", p.stderr).group(1))
+    ds = MMapIndexedDataset(draft_prefix(str(dest), "test", "en", "de"))
+    return rate, [ds[i].tolist() for i in range(len(ds))]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--updates", type=int, default=300, help="training updates of the transformer")
+    ap.add_argument("--concat-updates", type=int, default=None, help="of the concat_transformer (default --updates)")
+    ap.add_argument("--beam", type=int, default=4)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--test-docs", type=int, default=None, help="only the first N test documents")
+    ap.add_argument("--threads", default="1,all", help="thread counts, 'all' = every core")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--no-drafts", action="store_true")
+    args = ap.parse_args()
+    import sacrebleu
+
+    data_bin = prepare_data(WORK)
+    test_bin, raw = prepared_test_set(data_bin, WORK, "iwslt17", args.test_docs)
+    ref = _text(Path(str(raw).replace("_en.txt", "_de.txt")))
+    models = {"transformer (sentence level)": sentence_model(data_bin, WORK, args.updates),
+              "concat_transformer (K=3 both), document order":
+                  concat_model(data_bin, args.concat_updates or args.updates)}
+    threads = [os.cpu_count() if t == "all" else int(t) for t in args.threads.split(",")]
+    out_dir = WORK / "ct2-out"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(f"beam {args.beam}, batch size {args.batch_size}, {len(ref)} test sentences, threads {threads}")
+    print(f"{'run':58s} {'thr':>3s} {'sent/s':>8s} {'ratio':>6s} {'BLEU':>6s} {'dBLEU':>6s} {'same':>6s}")
+    for name, ckpt in models.items():
+        short = "concat" if name.startswith("concat") else "transformer"
+        for t in threads:
+            base = None
+            for engine, q in ENGINES:
+                path = ckpt if engine == "fairseq" else export(ckpt, data_bin, short, q)
+                start = time.time()
+                rate, hyp = translate(path, data_bin, raw, engine, t, args, out_dir / f"{short}-{engine}-{q}-{t}.txt")
+                bleu = sacrebleu.corpus_bleu(hyp, [ref]).score
+                if base is None:
+                    base = (rate, bleu, hyp)
+                same = sum(a == b for a, b in zip(hyp, base[2])) / max(len(hyp), 1)
+                label = f"{name}: {engine}{' ' + q if q else ''}"
+                print(f"{label:58s} {t:3d} {rate:8.1f} {rate / base[0]:6.2f} {bleu:6.2f} {bleu - base[1]:+6.2f} "
+                      f"{same:6.1%}   ({time.time() - start:.0f}s)", flush=True)
+    if args.no_drafts:
+        return
+    ckpt = models["transformer (sentence level)"]
+    for t in threads:
+        base = None
+        for engine, q in ENGINES:
+            path = ckpt if engine == "fairseq" else export(ckpt, data_bin, "transformer", q)
+            rate, made = drafts(path, test_bin, engine, t, args, out_dir / f"drafts-{engine}-{q}")
+            if base is None:
+                base = (rate, made)
+            same = sum(a == b for a, b in zip(made, base[1])) / max(len(made), 1)
+            label = f"docctx-drafts (transformer): {engine}{' ' + q if q else ''}"
+            print(f"{label:58s} {t:3d} {rate:8.1f} {rate / base[0]:6.2f} {'':6s} {'':6s} {same:6.1%}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

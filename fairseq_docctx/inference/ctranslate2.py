@@ -1,0 +1,569 @@
+"""The CTranslate2 engine (Klein et al. 2020, "Efficient and High-Quality Neural Machine
+Translation with OpenNMT"): a trained ``transformer`` or ``concat_transformer`` exported to a
+CTranslate2 model folder, and decoded through the same document-order scheduling as the
+fairseq models (the task's batches, its store of the model's own previous translations).
+
+A concatenation model is a Transformer over the joined tokens: the source context is joined
+to the current sentence as the model's encoder joins it
+(:func:`~fairseq_docctx.modules.context_concat.concat_with_context`: ``x_{j-K} <sep> ...
+x_{j-1} <sep> x_j </s>``, positions counted from the first token, no other embedding), and
+the target context (``y_{j-K} <sep> ... y_{j-1} <sep>``) followed by fairseq's decoder start
+token ``</s>`` is the decoder's forced prefix (``target_prefix``), cut from the output.
+
+The exported folder holds CTranslate2's ``model.bin`` and vocabularies, the data directory's
+dictionaries and SentencePiece model, and :data:`EXPORT_FILE` (what the checkpoint was: its
+architecture, language pair, task settings with the context settings K, sides and separator).
+The ``ctranslate2`` package is an optional dependency (``pip install
+fairseq_docctx[ctranslate2]``), imported only here and only when used.
+"""
+import json
+import math
+import os
+import shutil
+import tempfile
+from typing import List, Optional
+
+import torch
+
+from ..data import context_batch as cb
+from ..models.document_context import DocumentContextModel
+from ..data.drafts import DEFAULT_BEAM
+from ..modules.context_concat import concat_with_context, gather_context_rows, pack_segments
+from .checkpoint import CheckpointError, checkpoint_sha1
+
+#: the description of an exported folder, beside CTranslate2's files
+EXPORT_FILE = "docctx-export.json"
+#: registered fairseq models (``--arch``'s model) that export
+SUPPORTED_MODELS = ("transformer", "concat_transformer")
+#: fairseq's ``--activation-fn`` values CTranslate2 computes alike
+_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_accurate": "GELUTanh", "gelu_fast": "GELUTanh",
+                "swish": "SWISH"}
+#: CTranslate2's name of the padding token (fairseq's ``<pad>`` is renamed in its vocabularies)
+_CT2_PAD = "<blank>"
+
+
+class ExportError(ValueError):
+    """A checkpoint that does not export, or an exported folder that cannot be used; one line."""
+
+
+def _ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError:
+        raise ExportError("the ctranslate2 engine needs the ctranslate2 package: "
+                          "pip install fairseq_docctx[ctranslate2]") from None
+    return ctranslate2
+
+
+def model_name_of(arch: Optional[str]) -> Optional[str]:
+    """The registered model of an architecture name (``None`` if unknown)."""
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    return ARCH_MODEL_NAME_REGISTRY.get(arch) if arch else None
+
+
+def check_architecture(arch: Optional[str], where: str) -> str:
+    """The model name of ``arch``, or :class:`ExportError` naming the supported ones."""
+    name = model_name_of(arch)
+    if name not in SUPPORTED_MODELS:
+        raise ExportError(f"{where}: architecture {arch!r} does not export to CTranslate2; supported: "
+                          + ", ".join(SUPPORTED_MODELS) + " (and their named variants)")
+    return name
+
+
+# ---------------------------------------------------------------------- export
+def _check_exportable(model, where: str) -> None:
+    """Refuse (one line) what CTranslate2's Transformer does not compute as fairseq does."""
+    enc, dec = model.encoder, model.decoder
+    cfg = getattr(enc, "cfg", None)
+    problems = []
+    act = getattr(getattr(cfg, "activation_fn", None), "value", getattr(cfg, "activation_fn", "relu"))
+    if str(act) not in _ACTIVATIONS:
+        problems.append(f"--activation-fn {act}")
+    if enc.embed_positions is None or dec.embed_positions is None:
+        problems.append("--no-token-positional-embeddings")
+    if len(enc.layers) and len(dec.layers):
+        e_pre, d_pre = enc.layers[0].normalize_before, dec.layers[0].normalize_before
+        if e_pre != d_pre:
+            problems.append("different --encoder/--decoder-normalize-before")
+        if d_pre and (enc.layer_norm is None) != (dec.layer_norm is None):
+            problems.append("--no-decoder-final-norm")
+        if enc.layers[0].self_attn.num_heads != dec.layers[0].self_attn.num_heads:
+            problems.append("different encoder and decoder attention heads")
+    if getattr(dec, "adaptive_softmax", None) is not None:
+        problems.append("--adaptive-softmax-cutoff")
+    if dec.project_in_dim is not None or dec.project_out_dim is not None:
+        problems.append("--decoder-input-dim/--decoder-output-dim other than --decoder-embed-dim")
+    if getattr(dec, "cross_self_attention", False):
+        problems.append("--cross-self-attention")
+    if getattr(enc, "quant_noise", None) is not None or getattr(dec, "quant_noise", None) is not None:
+        problems.append("--quant-noise-pq")
+    if problems:
+        raise ExportError(f"{where}: CTranslate2 does not compute this model as fairseq does: "
+                          + ", ".join(problems))
+
+
+def _np(t: torch.Tensor):
+    return t.detach().float().cpu().numpy()
+
+
+def _linear(spec, *modules) -> None:
+    """``spec``'s weight and bias: those of ``modules`` stacked (fused projections)."""
+    spec.weight = _np(torch.cat([m.weight for m in modules], 0))
+    if modules[0].bias is not None:
+        spec.bias = _np(torch.cat([m.bias for m in modules], 0))
+
+
+def _norm(spec, ln) -> None:
+    spec.gamma, spec.beta = _np(ln.weight), _np(ln.bias)
+
+
+def _inputs(spec, module) -> None:
+    """Token embeddings, their scale, and the positions table from fairseq's first position
+    (``padding_idx + 1``) on."""
+    emb = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
+    emb.weight = _np(module.embed_tokens.weight)
+    spec.scale_embeddings = float(module.embed_scale)
+    pos = module.embed_positions
+    table = pos.weight if isinstance(pos, torch.nn.Embedding) else pos.weights
+    spec.position_encodings.encodings = _np(table[pos.padding_idx + 1:])
+    if module.layernorm_embedding is not None:
+        _norm(spec.layernorm_embedding, module.layernorm_embedding)
+    if module.layer_norm is not None:
+        _norm(spec.layer_norm, module.layer_norm)
+
+
+def _attention(spec, attn, ln, self_attention: bool) -> None:
+    if self_attention:
+        _linear(spec.linear[0], attn.q_proj, attn.k_proj, attn.v_proj)
+    else:
+        _linear(spec.linear[0], attn.q_proj)
+        _linear(spec.linear[1], attn.k_proj, attn.v_proj)
+    _linear(spec.linear[-1], attn.out_proj)
+    _norm(spec.layer_norm, ln)
+
+
+def _ffn(spec, layer) -> None:
+    _linear(spec.linear_0, layer.fc1)
+    _linear(spec.linear_1, layer.fc2)
+    _norm(spec.layer_norm, layer.final_layer_norm)
+
+
+def _vocabulary(d) -> List[str]:
+    return [_CT2_PAD if i == d.pad() else s for i, s in enumerate(d.symbols)]
+
+
+def model_spec(model, where: str = "the model"):
+    """The CTranslate2 ``TransformerSpec`` of a fairseq Transformer (``transformer``, or
+    ``concat_transformer``: the same network over joined tokens) with its weights."""
+    _ctranslate2()  # installed, or one line saying how
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    _check_exportable(model, where)
+    enc, dec = model.encoder, model.decoder
+    pre_norm = bool(enc.layers[0].normalize_before) if len(enc.layers) else False
+    act = getattr(common_spec.Activation, _ACTIVATIONS[str(getattr(enc.cfg.activation_fn, "value",
+                                                                   enc.cfg.activation_fn))])
+    heads = enc.layers[0].self_attn.num_heads
+    spec = transformer_spec.TransformerSpec(
+        transformer_spec.TransformerEncoderSpec(
+            len(enc.layers), heads, pre_norm=pre_norm, activation=act,
+            layernorm_embedding=enc.layernorm_embedding is not None),
+        transformer_spec.TransformerDecoderSpec(
+            len(dec.layers), heads, pre_norm=pre_norm, activation=act,
+            layernorm_embedding=dec.layernorm_embedding is not None,
+            no_final_norm=pre_norm and dec.layer_norm is None),
+    )
+    _inputs(spec.encoder, enc)
+    for ls, layer in zip(spec.encoder.layer, enc.layers):
+        _attention(ls.self_attention, layer.self_attn, layer.self_attn_layer_norm, True)
+        _ffn(ls.ffn, layer)
+    _inputs(spec.decoder, dec)
+    _linear(spec.decoder.projection, dec.output_projection)
+    for ls, layer in zip(spec.decoder.layer, dec.layers):
+        _attention(ls.self_attention, layer.self_attn, layer.self_attn_layer_norm, True)
+        _attention(ls.attention, layer.encoder_attn, layer.encoder_attn_layer_norm, False)
+        _ffn(ls.ffn, layer)
+    spec.register_source_vocabulary(_vocabulary(enc.dictionary))
+    spec.register_target_vocabulary(_vocabulary(dec.dictionary))
+    # the decoder starts with the target prefix: fairseq's start token </s>, after the
+    # target context where there is one; the source tokens carry their own </s>
+    spec.config.decoder_start_token = None
+    spec.config.add_source_eos = False
+    spec.config.layer_norm_epsilon = float(getattr(dec.layers[0].final_layer_norm, "eps", 1e-5)
+                                           if len(dec.layers) else 1e-5)
+    return spec
+
+
+def _container(cfg) -> dict:
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_config(cfg):
+        return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    return {k: v for k, v in vars(cfg).items() if isinstance(v, (str, int, float, bool, type(None), list))}
+
+
+def check_outdir(outdir: str, force: bool) -> None:
+    """Refuse an existing ``outdir`` unless ``force``, and one whose parent is missing."""
+    if os.path.lexists(outdir) and not force:
+        raise ExportError(f"{outdir} exists: give another folder, or --force to replace it")
+    parent = os.path.dirname(os.path.abspath(outdir))
+    if not os.path.isdir(parent):
+        raise ExportError(f"{outdir}: no such folder {parent}")
+
+
+def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] = None,
+           quantization: Optional[str] = None, force: bool = False) -> dict:
+    """Write the CTranslate2 model of ``model`` (loaded from ``checkpoint`` with ``task``) to
+    ``outdir`` with the data directory's dictionaries, the SentencePiece model and
+    :data:`EXPORT_FILE`; ``quantization``: CTranslate2's weight type (``int8``,
+    ``int8_float32``, ``float16``...; default the checkpoint's float32). Returns the record
+    written. ``outdir`` must not exist, or be a former export with ``force``."""
+    arch = getattr(model.cfg if hasattr(model, "cfg") else None, "_name", None)
+    name = check_architecture(arch or getattr(getattr(model, "args", None), "arch", None), checkpoint)
+    spec = model_spec(model, checkpoint)
+    check_outdir(outdir, force)
+    if os.path.lexists(outdir):
+        if os.path.isdir(outdir) and not os.path.islink(outdir):
+            shutil.rmtree(outdir)
+        else:
+            os.unlink(outdir)
+    spec.validate()
+    try:
+        spec.optimize(quantization=quantization)
+    except ValueError as e:
+        raise ExportError(f"--quantization {quantization}: {e}") from None
+    outdir = outdir.rstrip("/") or outdir
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(outdir)}.", suffix=".part",
+                           dir=os.path.dirname(os.path.abspath(outdir)))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # the mode os.makedirs gives, not mkdtemp's 0700
+    try:
+        spec.save(tmp)
+        cfg = task.cfg
+        src, tgt = cfg.source_lang, cfg.target_lang
+        dicts = {}
+        for side, lang, d in (("source", src, task.source_dictionary), ("target", tgt, task.target_dictionary)):
+            dicts[side] = f"dict.{lang}.txt"
+            if not os.path.exists(os.path.join(tmp, dicts[side])):
+                d.save(os.path.join(tmp, dicts[side]))
+        spm = None
+        if spm_model:
+            spm = os.path.basename(spm_model)
+            shutil.copyfile(spm_model, os.path.join(tmp, spm))
+        task_cfg = _container(cfg)
+        task_cfg.pop("data", None)
+        record = {
+            "engine": "ctranslate2",
+            "model": name,
+            "arch": arch,
+            "source_lang": src,
+            "target_lang": tgt,
+            "dictionaries": dicts,
+            "spm_model": spm,
+            "context": {"size": getattr(cfg, "context_size", 0), "sides": getattr(cfg, "context_sides", None),
+                        "separator": getattr(cfg, "context_separator", None),
+                        "model_sides": list(getattr(model, "context_sides", ()) if isinstance(
+                            model, DocumentContextModel) else ())},
+            "max_source_positions": int(model.encoder.max_positions()),
+            "max_target_positions": int(model.decoder.max_positions()),
+            "quantization": quantization or "float32",
+            "checkpoint": os.path.abspath(checkpoint),
+            "checkpoint_sha1": checkpoint_sha1(checkpoint),
+            "task": task_cfg,
+        }
+        with open(os.path.join(tmp, EXPORT_FILE), "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1, sort_keys=True)
+        os.replace(tmp, outdir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return record
+
+
+# ---------------------------------------------------------------------- loading
+def read_export(path: str) -> dict:
+    """The record (:data:`EXPORT_FILE`) of an exported folder; :class:`ExportError` if
+    ``path`` is not one."""
+    if not os.path.isdir(path):
+        raise ExportError(f"--path {path}: not a folder exported by docctx-export ctranslate2 "
+                          "(the ctranslate2 engine reads an exported folder, not a checkpoint)")
+    rec_path = os.path.join(path, EXPORT_FILE)
+    try:
+        with open(rec_path, encoding="utf-8") as f:
+            record = json.load(f)
+    except FileNotFoundError:
+        raise ExportError(f"--path {path}: no {EXPORT_FILE}: not a folder exported by "
+                          "docctx-export ctranslate2") from None
+    except (OSError, ValueError) as e:
+        raise ExportError(f"{rec_path}: unreadable ({e})") from None
+    if not isinstance(record, dict) or record.get("engine") != "ctranslate2":
+        raise ExportError(f"{rec_path}: not a record of docctx-export ctranslate2")
+    return record
+
+
+def check_data_dictionaries(path: str, record: dict, data: str) -> None:
+    """Refuse a data directory whose dictionaries differ from those exported."""
+    for side in ("source", "target"):
+        name = record["dictionaries"][side]
+        ours, theirs = os.path.join(data, name), os.path.join(path, name)
+        if not os.path.exists(ours):
+            raise ExportError(f"--data {data}: no {name}, the {side} dictionary of the model {path}")
+        if os.path.exists(theirs) and checkpoint_sha1(ours) != checkpoint_sha1(theirs):
+            raise ExportError(f"--data {data}: {name} differs from the dictionary the model {path} was "
+                              "exported with: give the data directory it was trained on")
+
+
+class ExportedModel(torch.nn.Module):
+    """What the task and the hub ask of a model (its positions, its context contract),
+    for a model that CTranslate2 runs."""
+
+    def __init__(self, record: dict):
+        super().__init__()
+        self.record = record
+        self.max_source_positions = int(record["max_source_positions"])
+        self.max_target_positions = int(record["max_target_positions"])
+
+    def max_positions(self):
+        return self.max_source_positions, self.max_target_positions
+
+    def max_decoder_positions(self):
+        return self.max_target_positions
+
+    def prepare_for_inference_(self, cfg):
+        pass
+
+
+class ExportedContextModel(DocumentContextModel, ExportedModel):
+    """An exported ``concat_transformer``: it reads the source and target sides."""
+
+
+def exported_model(record: dict, task) -> ExportedModel:
+    """The stand-in model of an export record, its context declared as the model's."""
+    if record["model"] != "concat_transformer":
+        return ExportedModel(record)
+    from ..models.document_context import task_context
+
+    sides, _ = task_context(task)
+    return ExportedContextModel(record).declare_context([s for s in sides if s in ("src", "tgt")], None)
+
+
+def load_translator(path: str, cpu: bool = True, threads: Optional[int] = None):
+    """``ctranslate2.Translator`` of an exported folder, on the CPU (``threads``: default
+    torch's thread count, so that ``OMP_NUM_THREADS`` sets both engines) or the GPU."""
+    ct2 = _ctranslate2()
+    device = "cpu" if cpu or ct2.get_cuda_device_count() == 0 else "cuda"
+    threads = threads or torch.get_num_threads()
+    try:
+        return ct2.Translator(path, device=device, compute_type="default", inter_threads=1,
+                              intra_threads=threads if device == "cpu" else 0)
+    except (RuntimeError, ValueError) as e:
+        raise ExportError(f"--path {path}: CTranslate2 cannot load it ({str(e).splitlines()[0]})") from None
+
+
+# ---------------------------------------------------------------------- decoding
+class CTranslate2Generator:
+    """fairseq's generator interface (``generate(models, sample)`` -> one list of hypotheses
+    per row, best first, ``tokens`` ending in EOS) over a ``ctranslate2.Translator``.
+
+    The rows' context (``net_input["context"]``, as the task collates it, with the model's
+    own translations on the target side in document order) is joined as the model's encoder
+    joins it; fairseq's length limits are kept: ``max_len_a * width + max_len_b`` tokens at
+    most before EOS (``width``: the batch's widest current source sentence), at least
+    ``min_len``, EOS forced at the limit."""
+
+    def __init__(self, translator, src_dict, tgt_dict, sep: Optional[int], beam: int = 5,
+                 lenpen: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200, min_len: int = 1,
+                 max_source_positions: int = 1024, max_target_positions: int = 1024,
+                 unkpen: float = 0.0, max_batch_size: int = 0):
+        self.translator = translator
+        self.src_dict, self.tgt_dict, self.sep = src_dict, tgt_dict, sep
+        self.beam, self.lenpen = int(beam), float(lenpen)
+        self.max_len_a, self.max_len_b, self.min_len = float(max_len_a), int(max_len_b), int(min_len)
+        self.max_source_positions = int(max_source_positions)
+        self.max_target_positions = int(max_target_positions)
+        self.disable_unk = unkpen == float("inf")
+        self.src_words = _vocabulary(src_dict)
+        self.tgt_words = _vocabulary(tgt_dict)
+        self.tgt_index = {w: i for i, w in enumerate(self.tgt_words)}
+        self.eos_word = self.tgt_words[tgt_dict.eos()]
+
+    def _rows(self, tokens: torch.Tensor, words: List[str], pad: int) -> List[List[str]]:
+        return [[words[i] for i in row if i != pad] for row in tokens.tolist()]
+
+    @torch.no_grad()
+    def generate(self, models, sample, prefix_tokens=None, constraints=None, **unused):
+        if prefix_tokens is not None or constraints is not None:
+            raise ValueError("the ctranslate2 engine takes no prefix tokens or constraints")
+        ni = sample["net_input"]
+        src = ni["src_tokens"].cpu()
+        width = int(src.size(1))
+        pad, eos = self.src_dict.pad(), self.src_dict.eos()
+        ctx = cb.get_context(ni)
+        if cb.has_side(ctx, "src"):
+            table = cb.table(ctx, "src")
+            src, _ = concat_with_context(src, table.tokens.cpu(), table.index.cpu(), pad, eos, self.sep,
+                                         left_pad=True, max_len=self.max_source_positions)
+        sources = self._rows(src, self.src_words, pad)
+        B = len(sources)
+        max_len = int(min(self.max_len_a * width + self.max_len_b, self.max_target_positions - 1))
+        tpad = self.tgt_dict.pad()
+        prefixes = [[] for _ in range(B)]
+        if cb.has_side(ctx, "tgt"):
+            table = cb.table(ctx, "tgt")
+            segs = [gather_context_rows(table.tokens.cpu(), table.index[:, k].cpu(), tpad,
+                                        self.tgt_dict.eos(), self.sep)
+                    for k in reversed(range(table.index.size(1)))]
+            packed, _ = pack_segments(segs, tpad, left_pad=False)
+            # the earliest context tokens go where the prefix and the sentence outgrow the positions
+            room = max(self.max_target_positions - (max_len + 1) - 1, 0)
+            prefixes = [p[len(p) - room:] if len(p) > room else p
+                        for p in self._rows(packed, self.tgt_words, tpad)]
+        # the target prefix: the context, then fairseq's start token; CTranslate2 takes its
+        # first token as the decoder's start and returns the rest before the translation
+        targets = [p + [self.eos_word] for p in prefixes]
+        best = self._search(sources, targets, [len(p) for p in prefixes], max_len)
+        return [[{"tokens": torch.tensor(ids, dtype=torch.long), "score": score, "attention": None,
+                  "alignment": None, "positional_scores": torch.zeros(len(ids))}]
+                for ids, score in best]
+
+    def _search(self, sources, targets, cut: List[int], max_len: int):
+        """The best translation ``(token ids ending in EOS, score)`` of every row, ranked as
+        fairseq ranks finished hypotheses: the sum of the translation's log-probabilities
+        (EOS included) over its length (EOS included) to the power ``lenpen``.
+
+        CTranslate2's length limits and length normalisation count the returned prefix too,
+        one value per batch: the search runs unnormalised with every finished hypothesis
+        returned (:meth:`_finished`), and the hypotheses are ranked here. Where CTranslate2
+        keeps EOS out of the first step (``min_len``), it renormalises that step's
+        probabilities over the other tokens, which fairseq does not: every hypothesis of the
+        row gains ``-log(1 - p(EOS))``, taken off again (``p(EOS)`` scored by CTranslate2;
+        needed only where the hypotheses' lengths differ and the ranking is normalised). A
+        translation cut at the length limit is scored again, ending in EOS, as fairseq ends
+        and scores it."""
+        rows = self._finished(sources, targets, cut, max_len)
+        ranked = self.beam > 1 and self.lenpen != 0
+        need = [i for i, (hyps, masked) in enumerate(rows)
+                if masked and ranked and len({len(h[0]) for h in hyps}) > 1]
+        # translations cut at the length limit: fairseq ends them with EOS there, scored so
+        cut_hyps = [(i, j) for i, (hyps, _) in enumerate(rows) for j, h in enumerate(hyps) if h[2]]
+        if ranked and cut_hyps:
+            scored = self.translator.score_batch(
+                [sources[i] for i, _ in cut_hyps],
+                [targets[i] + [self.tgt_words[t] for t in rows[i][0][j][0]] for i, j in cut_hyps],
+                max_input_length=0)
+            for (i, j), r in zip(cut_hyps, scored):
+                ids = rows[i][0][j][0]
+                rows[i][0][j] = (ids, float(sum(r.log_probs[-(len(ids) + 1):])), True)
+        offset = [0.0] * len(rows)
+        if need:
+            scored = self.translator.score_batch([sources[i] for i in need], [targets[i] for i in need],
+                                                 max_input_length=0)
+            for i, r in zip(need, scored):  # the last token scored: EOS right after the prefix
+                offset[i] = -math.log1p(-math.exp(min(float(r.log_probs[-1]), -1e-12)))
+        out = []
+        for (hyps, _), c in zip(rows, offset):
+            fairseq_scores = [score if exact else score - c for _, score, exact in hyps]
+            key = [f / (len(ids) + 1) ** self.lenpen for f, (ids, _, _) in zip(fairseq_scores, hyps)]
+            best = max(range(len(hyps)), key=key.__getitem__)
+            out.append((hyps[best][0] + [self.tgt_dict.eos()], fairseq_scores[best]))
+        return out
+
+    def _finished(self, sources, targets, cut: List[int], max_len: int):
+        """Every row's finished hypotheses ``[(token ids without EOS, unnormalised score, cut at
+        the limit)]`` and whether CTranslate2 kept EOS out of its first step. The length limits are those
+        of the shortest prefix (at least ``min_len`` tokens before EOS) and of the longest
+        (at most ``max_len``: longer translations are cut there, as fairseq ends them); a row
+        whose hypotheses end too early for its own prefix is searched again on its own."""
+        short = min(cut)
+        results = self.translator.translate_batch(
+            sources, target_prefix=targets, beam_size=self.beam, num_hypotheses=self.beam,
+            length_penalty=0.0, max_decoding_length=max(cut) + max_len + 1,
+            min_decoding_length=short + self.min_len, return_scores=True, return_end_token=True,
+            disable_unk=self.disable_unk, max_input_length=0,
+        )
+        eos = self.tgt_dict.eos()
+        out = []
+        for i, r in enumerate(results):
+            hyps = []
+            for words, score in zip(r.hypotheses, r.scores):
+                ids = [self.tgt_index[w] for w in words[cut[i]:]]
+                if ids and ids[-1] == eos:
+                    ids = ids[:-1]
+                # (ids, score, whether cut at the limit: the score is then not fairseq's)
+                hyps.append((ids[:max_len], float(score), len(ids) > max_len))
+            if cut[i] > short and any(len(h[0]) < self.min_len for h in hyps):
+                out.append(self._finished([sources[i]], [targets[i]], [cut[i]], max_len)[0])
+            else:
+                out.append((hyps, self.min_len > 0 and cut[i] == short))
+        return out
+
+
+def draft_generator(translator, task, record: dict, beam: int, **generation) -> CTranslate2Generator:
+    """The generator of sentence-level drafts (fairseq-generate's defaults unless
+    ``generation`` says: ``max_len_a`` 0, ``max_len_b`` 200, ``lenpen`` 1)."""
+    return CTranslate2Generator(
+        translator, task.source_dictionary, task.target_dictionary, None, beam=beam,
+        lenpen=generation.get("lenpen", 1.0), max_len_a=generation.get("max_len_a", 0.0),
+        max_len_b=generation.get("max_len_b", 200), min_len=generation.get("min_len", 1),
+        max_source_positions=record["max_source_positions"],
+        max_target_positions=record["max_target_positions"], unkpen=generation.get("unkpen", 0.0))
+
+
+def exported_task(path: str, record: dict, data: Optional[str], **overrides):
+    """The task of an exported folder (its recorded settings, the dictionaries of ``data``,
+    default the folder itself) and the stand-in model it decodes with."""
+    from fairseq import tasks
+    from omegaconf import OmegaConf, open_dict
+
+    from ..models.document_context import check_context, context_spec
+
+    data = os.fspath(data) if data is not None else path
+    if not os.path.isdir(data):
+        raise CheckpointError(f"data={data}: no such directory", f"--data {data}: no such directory")
+    if os.path.realpath(data) != os.path.realpath(path):
+        check_data_dictionaries(path, record, data)
+    task_cfg = OmegaConf.create(record["task"])
+    with open_dict(task_cfg):
+        task_cfg.data = data
+        task_cfg.source_lang, task_cfg.target_lang = record["source_lang"], record["target_lang"]
+        for k, v in overrides.items():
+            setattr(task_cfg, k, v)
+    task = tasks.setup_task(task_cfg, from_checkpoint=True)
+    model = exported_model(record, task)
+    if hasattr(task, "model_spec"):
+        task.model_spec = context_spec(model)
+        check_context(model, task.context_sides, task.cfg.context_size, True)
+    return task, model, data
+
+
+def load_exported_draft_translator(path: str, data_dir: str, beam: int = DEFAULT_BEAM,
+                                   cpu: Optional[bool] = None, fp16: bool = False,
+                                   **generation):
+    """:func:`~fairseq_docctx.inference.drafter.load_draft_translator` for a sentence-level
+    model exported by ``docctx-export ctranslate2``: the same drafts' interface, decoded by
+    CTranslate2."""
+    from ..data import manifest as mf
+    from ..data.drafts import DraftsError
+    from .drafter import DraftTranslator
+
+    path = os.fspath(path)
+    record = read_export(path)
+    if fp16:
+        raise DraftsError("--fp16: the ctranslate2 engine computes in the type the model was "
+                          "exported with (docctx-export --quantization float16)")
+    if record["model"] != "transformer":
+        raise CheckpointError(f"{path}: {record['model']} reads document context; drafts come from a "
+                              "sentence-level model (e.g. transformer)")
+    task, model, _ = exported_task(path, record, os.fspath(data_dir))
+    pair = mf.language_pair(data_dir)
+    langs = (record["source_lang"], record["target_lang"])
+    if pair is not None and tuple(pair) != langs:
+        raise CheckpointError(f"{path} translates {langs[0]}->{langs[1]}, the data directory {data_dir} "
+                              f"is {pair[0]}->{pair[1]}: drafts come from a {pair[0]}->{pair[1]} "
+                              "sentence-level model")
+    translator = load_translator(path, cpu=bool(cpu))
+    generator = draft_generator(translator, task, record, beam, **generation)
+    return DraftTranslator(task, model, generator, os.path.abspath(path),
+                           checkpoint_sha1(os.path.join(path, "model.bin")), int(beam), False,
+                           torch.device("cpu"))

@@ -1,0 +1,112 @@
+"""The CTranslate2 engine: ``docctx-export ctranslate2`` and ``--engine ctranslate2`` of
+docctx-translate and docctx-drafts give the fairseq path's translations (float32, the tests'
+tiny models: identical best hypotheses, with target context too)."""
+import json
+import shutil
+
+import pytest
+import torch
+
+from conftest import REPO, TINY_MODEL, run, run_in_process
+from fairseq_docctx.cli.drafts import cli_main as drafts_main
+from fairseq_docctx.cli.export import cli_main as export_main
+from fairseq_docctx.cli.translate import cli_main as translate_main
+
+pytest.importorskip("ctranslate2")
+
+
+@pytest.fixture(scope="module")
+def sent_ckpt(toy_bin, tmp_path_factory):
+    """A tiny sentence-level transformer trained on the toy documents."""
+    save = tmp_path_factory.mktemp("ct2_sent")
+    run(["fairseq-train", toy_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
+         "--context-size", "0", "--arch", "transformer", *TINY_MODEL, "--max-tokens", "1000",
+         "--max-epoch", "4", "--no-epoch-checkpoints", "--save-dir", save])
+    return save / "checkpoint_last.pt"
+
+
+def _export(ckpt, data, out, *more):
+    try:
+        export_main(["ctranslate2", str(ckpt), str(out), "--data", str(data), *more])
+    except SystemExit as e:
+        assert e.code == 0, e
+    return out
+
+
+@pytest.fixture(scope="module")
+def exported(sent_ckpt, concat_both_ckpt, toy_bin, tmp_path_factory):
+    d = tmp_path_factory.mktemp("ct2_export")
+    return {"transformer": (sent_ckpt, _export(sent_ckpt, toy_bin, d / "sent")),
+            "concat_transformer": (concat_both_ckpt, _export(concat_both_ckpt, toy_bin, d / "concat"))}
+
+
+def test_export_records_dictionaries_and_context_settings(exported, toy_bin):
+    folder = exported["concat_transformer"][1]
+    record = json.loads((folder / "docctx-export.json").read_text())
+    assert record["model"] == "concat_transformer" and record["quantization"] == "float32"
+    assert record["context"]["size"] == 2 and record["context"]["separator"] == "<sep>"
+    assert record["context"]["sides"] in ("both", "src,tgt", ["src", "tgt"])
+    for name in ("dict.src.txt", "dict.tgt.txt"):
+        assert (folder / name).read_text() == (toy_bin / name).read_text()
+    assert (folder / "model.bin").is_file()
+
+
+@pytest.mark.parametrize("model", ["transformer", "concat_transformer"])
+@pytest.mark.parametrize("beam", ["1", "4"])
+def test_ctranslate2_gives_the_fairseq_translations(exported, toy_bin, tmp_path, capsys, model, beam):
+    """Raw documents in document order (concat K=2 both sides: the target context is the
+    model's own previous translations, the decoder prefix) give the same text."""
+    ckpt, folder = exported[model]
+    src = toy_bin.parent / "raw" / "test.src"
+    outs = {}
+    for engine, path in (("fairseq", ckpt), ("ctranslate2", folder)):
+        out = tmp_path / f"{engine}.txt"
+        code, _, err = run_in_process(translate_main, [src, "--path", path, "--data", toy_bin, "--engine", engine,
+                                                       "--beam", beam, "--batch-size", "3", "--quiet",
+                                                       "-o", out], capsys)
+        assert code == 0, err
+        outs[engine] = out.read_text()
+    assert outs["ctranslate2"] == outs["fairseq"]
+    assert len(outs["fairseq"].splitlines()) == len(src.read_text().splitlines())
+
+
+def test_unknown_architecture_is_refused_in_one_line(concat_both_ckpt, tmp_path, capsys):
+    state = torch.load(concat_both_ckpt, map_location="cpu", weights_only=False)
+    state["cfg"]["model"]._name = "han_transformer"
+    state["cfg"]["model"].arch = "han_transformer"
+    bad = tmp_path / "han.pt"
+    torch.save(state, bad)
+    code, _, err = run_in_process(export_main, ["ctranslate2", bad, tmp_path / "out"], capsys)
+    lines = [ln for ln in err.strip().splitlines() if not ln.startswith("WARNING")]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("docctx-export: error: ") and "han_transformer" in lines[0]
+    assert "supported: transformer, concat_transformer" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_drafts_with_ctranslate2_are_the_fairseq_drafts(exported, toy_bin, tmp_path, capsys):
+    from fairseq.data.indexed_dataset import MMapIndexedDataset
+
+    from fairseq_docctx.data.drafts import draft_prefix
+
+    ckpt, folder = exported["transformer"]
+    made = {}
+    for engine, path in (("fairseq", ckpt), ("ctranslate2", folder)):
+        data = tmp_path / engine
+        shutil.copytree(toy_bin, data, ignore=shutil.ignore_patterns("*.draft.*", ".docctx-drafts"))
+        code, _, err = run_in_process(drafts_main, [data, "--path", path, "--engine", engine, "--splits", "valid",
+                                                    "--beam", "4", "--batch-size", "8", "--quiet"], capsys)
+        assert code == 0, err
+        ds = MMapIndexedDataset(draft_prefix(str(data), "valid", "src", "tgt"))
+        made[engine] = [ds[i].tolist() for i in range(len(ds))]
+    assert made["ctranslate2"] == made["fairseq"] and len(made["fairseq"]) > 0
+
+
+def test_a_checkpoint_given_to_the_ctranslate2_engine_is_one_line(concat_both_ckpt, toy_bin, capsys):
+    src = toy_bin.parent / "raw" / "test.src"
+    code, out, err = run_in_process(translate_main, [src, "--path", concat_both_ckpt, "--engine", "ctranslate2",
+                                                     "--quiet"], capsys)
+    lines = [ln for ln in err.strip().splitlines() if not ln.startswith("WARNING")]
+    assert code == 2 and len(lines) == 1 and not out, err
+    assert lines[0] == (f"docctx-translate: error: --path {concat_both_ckpt}: not a folder exported by "
+                        "docctx-export ctranslate2 (the ctranslate2 engine reads an exported folder, not a checkpoint)")

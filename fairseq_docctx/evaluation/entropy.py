@@ -25,10 +25,7 @@ a uniform attention over the same items), in nats (``--base 2``: bits). Sentence
 context (a document's first, except for ``isg_rnnsearch``) have no distribution and are left
 out (counted).
 """
-import json
 import math
-import os
-import sys
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -153,69 +150,3 @@ def plot_entropy(rep: Dict, path: str, sentence: Optional[int] = None, labels: O
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return sentence
-
-
-def add_subcommand(subparsers):
-    from .cxmi import add_documents_args
-    from .scoring import add_json_args, add_model_args
-
-    p = subparsers.add_parser(
-        "entropy", help="entropy of a model's attention over its context, per word, sentence and test set",
-        description="Per position, the entropy of the model's attention over its context (Kuang & Xiong 2018, "
-        "Eq. 12): concat_transformer: cross-attention over the context tokens; han_transformer: sentence-level "
-        "attention; qcn_transformer: routing coefficients. Averaged per sentence and over the test set; JSON "
-        "and PNG.")
-    add_model_args(p)
-    add_documents_args(p)
-    p.add_argument("--base", default="e", choices=("e", "2"), help="logarithm: e (nats, default) or 2 (bits)")
-    p.add_argument("--max-sentences", type=int, help="measure the first N sentences only")
-    p.add_argument("--plot", metavar="PNG", help="write the plot here")
-    p.add_argument("--plot-doc", help="the plotted sentence's document (id or number; default: the first "
-                   "sentence with context)")
-    p.add_argument("--plot-sentence", type=int, default=0, help="its sentence number in the document (0-based)")
-    add_json_args(p)
-    p.set_defaults(func=main)
-    return p
-
-
-def _plot_index(rep, doc, sentence):
-    if doc is None:
-        return None
-    ids = []
-    for s in rep["sentences"]:
-        if s["doc"] not in ids:
-            ids.append(s["doc"])
-    name = doc if doc in ids else (ids[int(doc)] if doc.isdigit() and int(doc) < len(ids) else None)
-    for i, s in enumerate(rep["sentences"]):
-        if s["doc"] == name and s["index"] == sentence:
-            return i
-    raise ValueError(f"--plot-doc {doc} --plot-sentence {sentence}: no such sentence among those measured")
-
-
-def main(args) -> int:
-    from ..data.readers import DocumentFormatError
-    from ..models.document_context import ContextAttentionUnsupported
-    from .cxmi import documents_from_args
-    from .scoring import scorer_from_args, write_model_json
-
-    base = math.e if args.base == "e" else 2.0
-    try:
-        scorer = scorer_from_args(args)
-        src, tgt, ids = documents_from_args(scorer, args)
-        rep = entropy_report(scorer, src, tgt, ids, base, args.max_sentences)
-        rep.update({"input": args.input} if args.input else {"split": args.split})
-        print(format_report(rep))
-        if args.plot:
-            d = os.path.dirname(os.path.abspath(args.plot))
-            os.makedirs(d, exist_ok=True)
-            k = plot_entropy(rep, args.plot, _plot_index(rep, args.plot_doc, args.plot_sentence))
-            print(f"docctx-score entropy: wrote {args.plot} (sentence {rep['sentences'][k]['index']} of "
-                  f"{rep['sentences'][k]['doc']})")
-    except (DocumentFormatError, FileNotFoundError, ContextAttentionUnsupported, ValueError) as e:
-        print(f"docctx-score entropy: error: {getattr(e, 'cli_message', e)}", file=sys.stderr)
-        return 2
-    if args.json:
-        means = [d["mean"] for d in rep["distributions"] if d["mean"] is not None]
-        write_model_json(args, {"attention_entropy": {"score": means[0] if means else None, **rep}},
-                         {"input": args.input} if args.input else {"split": args.split})
-    return 0

@@ -36,9 +36,6 @@ What the models return:
 * ``hrnn_context`` (gated auxiliary context): the context gate ``z_i`` of every target word
   (mean over its channels; ``docctx-analyze hrnn`` writes every channel).
 """
-import json
-import os
-import sys
 from typing import Dict, List
 
 import numpy as np
@@ -184,40 +181,3 @@ def _wrap(text: str, inches: float, fontsize: float) -> str:
 
     chars = max(int(inches * 72 / (0.6 * fontsize)), 20)
     return "\n".join(textwrap.wrap(text, chars, break_long_words=False, break_on_hyphens=False)) or text
-
-
-def add_subcommand(subparsers):
-    p = subparsers.add_parser(
-        "plot", help="PNG of attention / gate values over the context sentences of one sentence",
-        description="Teacher-force one sentence of a document and plot how the model weighs its context "
-        "(the model's context_weights: concat_transformer: cross-attention mass per sentence; "
-        "han_transformer: sentence-level attention and gate; qcn_transformer: coupling coefficients "
-        "of the context words with the output capsules; hrnn_context: the context gate per target word).")
-    p.add_argument("--path", required=True, help="checkpoint file (.pt)")
-    p.add_argument("--data", help="data directory (default: the training data)")
-    p.add_argument("--split", default="test")
-    p.add_argument("--doc", required=True, help="document: its id or its number (0-based)")
-    p.add_argument("--sentence", type=int, required=True, help="sentence of the document (0-based)")
-    p.add_argument("--outdir", required=True)
-    p.set_defaults(func=main)
-    return p
-
-
-def main(args) -> int:
-    from ..hub import from_pretrained
-    from .scoring import quiet_logs
-
-    quiet_logs()
-    try:
-        hub = from_pretrained(args.path, data=args.data)
-        os.makedirs(args.outdir, exist_ok=True)
-        values = context_values(hub, args.split, args.doc, args.sentence)
-        base = os.path.join(args.outdir, f"context_{values['arch']}")
-        with open(base + ".json", "w", encoding="utf-8") as f:
-            json.dump(values, f, indent=1, ensure_ascii=False)
-        plot_context(values, base + ".png")
-    except (ValueError, FileNotFoundError) as e:
-        print(f"docctx-score plot: error: {e}", file=sys.stderr)
-        return 2
-    print(f"docctx-score plot: wrote {base}.png and {base}.json")
-    return 0

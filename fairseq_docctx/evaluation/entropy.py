@@ -6,18 +6,10 @@ the attended items; ``log n`` for a uniform attention over ``n`` items (their NU
 three stop symbols: log₂ 3 ≈ 1.58 bits), ``0`` when it falls on one item. Here every
 distribution a model gives through its ``context_attention(sample)`` method (the contract in
 :mod:`fairseq_docctx.models.document_context`) is measured this way, for every sentence of a
-split, teacher-forced with the reference context (as in training):
-
-* ``concat_transformer``: per target word, the last decoder layer's encoder-decoder attention
-  (mean over heads) over the context tokens, renormalised to sum to 1 over them;
-* ``han_transformer``: per position, each HAN's sentence-level attention over the K previous
-  sentences;
-* ``qcn_transformer``: per context word, its routing (coupling) coefficients over the output
-  capsules, at every routing iteration;
-* ``mht_transformer`` (multi-hop module, via the Python API: its batches need drafts): per
-  layer and hop, the attention over that hop's context sentence;
-* ``isg_rnnsearch``: per target word, the attention over the previous sentence, a document's
-  first sentence included (over the null sentence of three stop symbols, their Figure 3).
+split, teacher-forced with the reference context (as in training). Which models give it is
+asked of the model: its ``analyses`` declaration (``"attention"``); any other model is refused
+with one line naming those that do. What each model's distributions are is said by its
+``context_attention`` and in docs/evaluation.md.
 
 Reported per distribution: the mean entropy per sentence (over its positions), over the test
 set (over all positions, and over the sentences' means), and the mean ``log n`` (the entropy of
@@ -69,10 +61,10 @@ def entropy_report(scorer, src_docs, tgt_docs, doc_ids: Sequence[str], base: flo
     "positions_measured", "mean", "mean_of_sentences", "mean_max"}], "sentences": [{"doc",
     "index", "entropy": {title: [per position]}, "max": {title: [...]}, "mean": {title:
     mean}}], "sentences_without_context"}``."""
-    from ..models.document_context import sample_for_model
-    from .plots import _model_name
+    from ..models.document_context import registered_name, require, sample_for_model
 
     model = scorer.model
+    require(model, "attention")
     model.eval()
     docs, where = _true_context_documents(src_docs, tgt_docs, max(scorer.context_size, 1))
     if max_sentences is not None:
@@ -98,7 +90,7 @@ def entropy_report(scorer, src_docs, tgt_docs, doc_ids: Sequence[str], base: flo
                         "mean_max": float(np.mean([v for x in maxima for v in x])) if flat else None})
     for s in per_sentence:
         s["mean"] = {t: float(np.mean(v)) for t, v in s["entropy"].items()}
-    return {"arch": _model_name(model), "base": "e" if base == math.e else base, "distributions": summary,
+    return {"arch": registered_name(model), "base": "e" if base == math.e else base, "distributions": summary,
             "sentences": per_sentence,
             "sentences_without_context": sum(1 for s in per_sentence if not s["entropy"])}
 

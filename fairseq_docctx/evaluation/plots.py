@@ -21,28 +21,17 @@ implements and which returns a list of *panels*, each a dict of
 * ``context_side``: ``"source"`` or ``"target"``, the side of the sentences of int rows;
 * ``normalized``: whether every real column is a distribution over the rows present.
 
-What the models return:
-
-* ``concat_transformer``: the last decoder layer's encoder-decoder attention (mean over
-  heads) summed over the tokens of each context sentence and of the current sentence — one
-  row per sentence, one column per target token;
-* ``han_transformer`` (all five configurations): for each HAN (encoder: one column per source
-  token; decoder: one per target token) the sentence-level attention over the K previous
-  sentences (mean over heads) and the context gate ``λ`` (mean over channels; ``λ`` weighs
-  the token's own state, ``1-λ`` the context);
-* ``qcn_transformer``: the coupling coefficients of every context word with the output
-  capsules at each routing iteration (``docctx-analyze qcn`` also plots the query
-  correlations);
-* ``hrnn_context`` (gated auxiliary context): the context gate ``z_i`` of every target word
-  (mean over its channels; ``docctx-analyze hrnn`` writes every channel).
+Which models give panels is asked of the model: its ``analyses`` declaration (``"panels"``,
+:data:`fairseq_docctx.models.document_context.ANALYSES`); any other model is refused with one
+line naming those that offer them (:func:`~fairseq_docctx.models.document_context.require`).
+What a model's panels hold is said by its ``context_weights`` and in docs/evaluation.md.
 """
 from typing import Dict, List
 
 import numpy as np
-from fairseq.models import MODEL_REGISTRY
 
 from ..data import context_batch as cb
-from ..models.document_context import sample_for_model
+from ..models.document_context import context_weights, registered_name, require, sample_for_model
 from .analysis import sentence_sample
 
 
@@ -52,11 +41,6 @@ def _tokens(dictionary, row) -> List[str]:
 
 def _text(dictionary, row) -> str:
     return dictionary.string(row[row.ne(dictionary.pad())])
-
-
-def _model_name(model) -> str:
-    """The name the model class is registered under (``han_transformer`` for all its archs)."""
-    return next((name for name, cls in MODEL_REGISTRY.items() if type(model) is cls), type(model).__name__)
 
 
 def _context_row(ctx, side: str, k: int, b: int = 0):
@@ -107,12 +91,10 @@ def context_values(hub, split: str, doc: str, sentence: int) -> Dict:
     farthest first, then the current one where it is plotted) and ``panels`` (``title``,
     ``row_labels``, ``columns``, ``values [rows][columns]``)."""
     model = hub.models[0]
-    if not callable(getattr(model, "context_weights", None)):
-        raise ValueError(f"{type(model).__name__} has no context_weights(sample): nothing over its context "
-                         "to plot (concat_transformer, han_transformer, qcn_transformer, hrnn_context)")
+    require(model, "panels")
     model.eval()
     sample = sample_for_model(sentence_sample(hub, split, doc, sentence), model)
-    panels = model.context_weights(sample)
+    panels = context_weights(model, sample)
     ni = sample["net_input"]
     ctx = cb.get_context(ni)
     rows = []
@@ -131,7 +113,7 @@ def context_values(hub, split: str, doc: str, sentence: int) -> Dict:
                 rows.append(f"-{k}: {_text(dictionary, table[row])}")
         if 0 in dist:
             rows.append(f"current: {_text(hub.src_dict, ni['src_tokens'][0])}")
-    return {"arch": _model_name(model), "sentence": _text(hub.src_dict, ni["src_tokens"][0]),
+    return {"arch": registered_name(model), "sentence": _text(hub.src_dict, ni["src_tokens"][0]),
             "reference": _text(hub.tgt_dict, sample["target"][0]), "split": split, "doc": doc, "index": sentence,
             "rows": rows, "panels": [panel_values(hub, sample, p) for p in panels]}
 

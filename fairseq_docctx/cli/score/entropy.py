@@ -42,9 +42,11 @@ def _plot_index(rep, doc, sentence):
 
 def main(args) -> int:
     from ...evaluation.entropy import entropy_report, format_report, plot_entropy
+    from ...models.document_context import require
 
     base = math.e if args.base == "e" else 2.0
     scorer = scorer_from_args(args)
+    require(scorer.model, "attention")  # before the documents are read
     src, tgt, ids = documents_from_args(scorer, args)
     rep = entropy_report(scorer, src, tgt, ids, base, args.max_sentences)
     rep.update(documents_files(args))

@@ -54,10 +54,11 @@ class Interrupted(BaseException):
 
 def exit_on_errors_and_signals(prog, main, argv, errors=(), message=_message):
     """The error-to-exit handler of every command: ``main(argv)``, returning its value; the
-    errors of :func:`run_command` print their one line and exit with its code; and SIGINT (Ctrl-C) and SIGTERM stop the command through
-    :class:`Interrupted` (temporary files are removed on the way out), with one line and exit
-    code 130 / 143; standard output closed by its reader (``| head``) ends the command
-    quietly with exit code 141, as a Unix tool killed by SIGPIPE."""
+    errors of :func:`run_command` print its one line and exit with its code; SIGINT (Ctrl-C)
+    and SIGTERM stop the command through :class:`Interrupted` (temporary files are removed on
+    the way out), with one line and exit code 130 / 143; standard output closed by its reader
+    (``| head``) ends the command quietly with exit code 141, as a Unix tool killed by
+    SIGPIPE."""
     import os
     import signal
     import sys
@@ -76,6 +77,7 @@ def exit_on_errors_and_signals(prog, main, argv, errors=(), message=_message):
     try:
         code, value = _run(prog, main, argv, errors, message)
         if code is None:
+            sys.stdout.flush()  # a closed standard output shows here, not at the interpreter's exit
             return value
     except Interrupted as e:
         print(f"{prog}: error: interrupted by {signal.Signals(e.signum).name}", file=sys.stderr)

@@ -36,7 +36,7 @@ declaration (default)                   use
 ``document_cache_entries`` (None)       optional method ``(sample, hypos) -> list``: in
                                         document-order inference, per batch row, what later
                                         sentences need of it as context; see below
-``analyses`` (``()``: none)               the analyses of its context it offers, of
+``analyses`` (``()``: none)             the analyses of its context it offers, of
                                         :data:`ANALYSES`: ``"panels"`` (its method
                                         ``context_weights(sample) -> list``, for
                                         ``docctx-score plot``) and ``"attention"``

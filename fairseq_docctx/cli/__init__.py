@@ -11,22 +11,37 @@ def quiet_logging():
     warnings.filterwarnings("ignore", message=".*pin_memory.*")
 
 
-def exit_on_errors(prog, main, argv, errors):
-    """``main(argv)``; a failing shard process (``ShardError``) prints ``prog: error: ...``
-    and exits with code 1 (2 when the shard refused its input with one line), one of
-    ``errors`` (bad input or arguments) with code 2."""
+def _message(e) -> str:
+    return str(getattr(e, "cli_message", e))
+
+
+def run_command(prog, main, argv, errors=(), message=_message) -> int:
+    """``main(argv)`` as a command's exit code: its return value (``None``: 0); a failing
+    shard process (``ShardError``) prints ``prog: error: ...`` on stderr and gives 1 (2 when
+    the shard refused its input with one line, which is then the line), one of
+    ``errors`` (the errors the command declares: bad input or arguments) the same line and 2.
+    ``message(error)``: the text of the line (default: the error's ``cli_message``, else the
+    error itself). Every other exception propagates."""
+    code, value = _run(prog, main, argv, errors, message)
+    return value or 0 if code is None else code
+
+
+def _run(prog, main, argv, errors, message):
+    """``(None, main(argv))``, or ``(exit code, None)`` after the one error line."""
     import sys
 
     from ..inference.shards import ShardError
 
     try:
-        return main(argv)
+        return None, main(argv)
+    except BrokenPipeError:  # an OSError a command may declare: the reader went away
+        raise
     except ShardError as e:
-        code, message = e.exit_code, str(e)
+        code, text = e.exit_code, str(e)
     except tuple(errors) as e:
-        code, message = 2, str(getattr(e, "cli_message", e))
-    print(f"{prog}: error: {message}", file=sys.stderr)
-    sys.exit(code)
+        code, text = 2, message(e)
+    print(f"{prog}: error: {text}", file=sys.stderr)
+    return code, None
 
 
 class Interrupted(BaseException):
@@ -38,11 +53,13 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
-def exit_on_errors_and_signals(prog, main, argv, errors):
-    """:func:`exit_on_errors`, and: SIGINT (Ctrl-C) and SIGTERM stop the command through
-    :class:`Interrupted` (temporary files are removed on the way out), with one line and exit
-    code 130 / 143; standard output closed by its reader (``| head``) ends the command
-    quietly with exit code 141, as a Unix tool killed by SIGPIPE."""
+def exit_on_errors_and_signals(prog, main, argv, errors=(), message=_message):
+    """The error-to-exit handler of every command: ``main(argv)``, returning its value; the
+    errors of :func:`run_command` print its one line and exit with its code; SIGINT (Ctrl-C)
+    and SIGTERM stop the command through :class:`Interrupted` (temporary files are removed on
+    the way out), with one line and exit code 130 / 143; standard output closed by its reader
+    (``| head``) ends the command quietly with exit code 141, as a Unix tool killed by
+    SIGPIPE."""
     import os
     import signal
     import sys
@@ -59,7 +76,10 @@ def exit_on_errors_and_signals(prog, main, argv, errors):
         except ValueError:  # not the main thread: the default handlers stay
             pass
     try:
-        return exit_on_errors(prog, main, argv, errors)
+        code, value = _run(prog, main, argv, errors, message)
+        if code is None:
+            sys.stdout.flush()  # a closed standard output shows here, not at the interpreter's exit
+            return value
     except Interrupted as e:
         print(f"{prog}: error: interrupted by {signal.Signals(e.signum).name}", file=sys.stderr)
         code = 128 + e.signum

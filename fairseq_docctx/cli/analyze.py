@@ -14,6 +14,8 @@ import argparse
 import logging
 import sys
 
+from . import exit_on_errors_and_signals
+
 
 def _one_sentence(p, model):
     """The options that choose a checkpoint of ``model`` and one sentence of a split."""
@@ -82,11 +84,7 @@ def main(argv=None):
 
 
 def cli_main(argv=None):
-    try:
-        main(argv)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"docctx-analyze: error: {e}", file=sys.stderr)
-        sys.exit(2)
+    exit_on_errors_and_signals("docctx-analyze", main, argv, (ValueError, FileNotFoundError), message=str)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ docs/inference.md.
 import argparse
 import sys
 
+from . import exit_on_errors_and_signals
+
 
 def build_parser():
     p = argparse.ArgumentParser(
@@ -37,11 +39,7 @@ def main(argv=None):
 def cli_main(argv=None):
     from ..inference.checkpoint import CheckpointError
 
-    try:
-        main(argv)
-    except CheckpointError as e:
-        print(f"docctx-average: error: {e}", file=sys.stderr)
-        sys.exit(2)
+    exit_on_errors_and_signals("docctx-average", main, argv, (CheckpointError,), message=str)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ see docs/drafts.md.
 import argparse
 import sys
 
-from . import quiet_logging
+from . import exit_on_errors_and_signals, quiet_logging
 
 
 def build_parser():
@@ -121,11 +121,8 @@ def cli_main(argv=None):
     from ..data.manifest import ManifestError
     from ..inference.checkpoint import CheckpointError
 
-    try:
-        main(argv)
-    except (FileNotFoundError, CheckpointError, ManifestError, ValueError) as e:
-        print(f"docctx-drafts: error: {e}", file=sys.stderr)  # DATA is positional: not cli_message
-        sys.exit(2)
+    exit_on_errors_and_signals("docctx-drafts", main, argv, (FileNotFoundError, CheckpointError, ManifestError,
+                                                             ValueError), message=str)  # DATA is positional
 
 
 if __name__ == "__main__":

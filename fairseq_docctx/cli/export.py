@@ -8,7 +8,7 @@ ctranslate2`` decode; see docs/inference.md.
 import argparse
 import sys
 
-from . import exit_on_errors, quiet_logging
+from . import exit_on_errors_and_signals, quiet_logging
 
 #: CTranslate2's weight types (``ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES``)
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
@@ -45,9 +45,10 @@ def main(argv=None):
 
 def cli_main(argv=None):
     from ..data.manifest import ManifestError
-    from ..hub import CheckpointError
+    from ..inference.checkpoint import CheckpointError
 
-    exit_on_errors("docctx-export", main, argv, (FileNotFoundError, CheckpointError, ManifestError, ValueError))
+    exit_on_errors_and_signals("docctx-export", main, argv,
+                               (FileNotFoundError, CheckpointError, ManifestError, ValueError))
 
 
 if __name__ == "__main__":

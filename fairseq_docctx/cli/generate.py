@@ -10,7 +10,7 @@ import argparse
 import logging
 import sys
 
-from . import exit_on_errors, quiet_logging
+from . import exit_on_errors_and_signals, quiet_logging
 
 
 def build_parser():
@@ -60,7 +60,7 @@ def main(argv=None):
 
 
 def cli_main(argv=None):
-    exit_on_errors("docctx-generate", main, argv, (ValueError, FileNotFoundError))
+    exit_on_errors_and_signals("docctx-generate", main, argv, (ValueError, FileNotFoundError))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ from typing import List, Optional
 from fairseq_docctx.data.prepare import SPLITS, PrepareError, prepare
 from fairseq_docctx.data.readers import INPUT_FORMATS, DocumentFormatError
 
+from . import exit_on_errors_and_signals
+
 PROG = "docctx-prepare"
 
 
@@ -81,12 +83,12 @@ def main(argv: Optional[List[str]] = None) -> dict:
 
 def cli_main(argv: Optional[List[str]] = None) -> None:
     """Console script: errors are printed as ``docctx-prepare: error: ...``, exit code 2."""
-    try:
-        main(argv)
-    except (DocumentFormatError, PrepareError, FileNotFoundError) as e:
-        msg = str(e) if not isinstance(e, FileNotFoundError) or not e.filename else f"no such file: {e.filename}"
-        print(f"{PROG}: error: {msg}", file=sys.stderr)
-        sys.exit(2)
+    exit_on_errors_and_signals(PROG, main, argv, (DocumentFormatError, PrepareError, FileNotFoundError),
+                               message=_message)
+
+
+def _message(e) -> str:
+    return str(e) if not isinstance(e, FileNotFoundError) or not e.filename else f"no such file: {e.filename}"
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ from fairseq_docctx.probe import (evaluate_checkpoint, find_example, format_comp
                                   generate_probe, load_annotations, read_hypotheses,
                                   score_probe)
 
+from . import exit_on_errors_and_signals
+
 
 def _fmt(name, s):
     acc = "n/a" if s["accuracy"] is None else f"{100 * s['accuracy']:.1f}%"
@@ -24,6 +26,10 @@ def _fmt(name, s):
 
 
 def cli_main(argv=None):
+    return exit_on_errors_and_signals("docctx-probe", main, argv)
+
+
+def main(argv=None):
     p = argparse.ArgumentParser(prog="docctx-probe", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)

@@ -52,14 +52,13 @@ first category of each side in sentence order where an item has several (APT tak
 of a Python set, so only such items can land in another cell); ``NONE`` stands for "no word
 aligned".
 """
-import os
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from fairseq_docctx.data.readers import read_lines
 from fairseq_docctx.evaluation.discourse import parse_pharaoh
-from fairseq_docctx.evaluation.io import ScoreInputError, run_command, write_json
+from fairseq_docctx.evaluation.io import ScoreInputError
 
 OTHER = "OTHER"
 NONE = "NONE"
@@ -414,98 +413,3 @@ def write_detail(path: str, res: AptResult):
             f.write("\t".join([str(it.sentence), pos(it.source_pos), it.source_word, pos(it.ref_pos),
                                " ".join(it.ref_words) if it.ref_words else "-", pos(it.hyp_pos),
                                " ".join(it.hyp_words) if it.hyp_words else "-", str(it.case)]) + "\n")
-
-
-# ------------------------------------------------------------------------------------------
-# command
-
-
-def _numbers(text: str, kind, what: str):
-    try:
-        return [kind(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ScoreInputError(f"--{what}: expected comma-separated numbers, got {text!r}") from None
-
-
-def config_from_args(args) -> AptConfig:
-    tgt = args.target_pronouns
-    if tgt is None:
-        if args.target_lang not in TARGET_PRONOUNS:
-            raise ScoreInputError(f"no built-in pronoun list for target language {args.target_lang!r} (have: "
-                                  f"{', '.join(sorted(TARGET_PRONOUNS))}); give --target-pronouns FILE")
-        target_pronouns = TARGET_PRONOUNS[args.target_lang]
-    elif tgt == "none":
-        target_pronouns = None
-    elif tgt == "apt":
-        target_pronouns = EN_PRONOUNS_APT
-    else:
-        target_pronouns = read_word_list(tgt)
-    return AptConfig(
-        items=args.items, target_pronouns=target_pronouns,
-        source_pronouns=read_word_list(args.source_pronouns) if args.source_pronouns else None,
-        cases=_numbers(args.cases, int, "cases"), weights=_numbers(args.weights, float, "weights"),
-        count_other_as_equal=args.count_other_as_equal,
-        equal=read_groups(args.equal) if args.equal else (),
-        similar=read_groups(args.similar) if args.similar else (),
-        improve_tgt_words=read_word_list(args.improve_tgt_words) if args.improve_tgt_words else None,
-        improve_src_words=read_word_list(args.improve_src_words) if args.improve_src_words else None,
-        src_word_sep=args.src_word_sep or None, tgt_word_sep=args.tgt_word_sep or None)
-
-
-def add_subcommand(sub):
-    p = sub.add_parser("apt", help="APT: accuracy of pronoun translation (Miculicich Werlen & Popescu-Belis 2017)",
-                       description="APT, the accuracy of pronoun translation, on plain sentence-aligned files "
-                       "with source-reference and source-hypothesis alignments (see docs/evaluation.md).")
-    g = p.add_argument_group("input (one sentence a line, whitespace-tokenized, as aligned)")
-    g.add_argument("-s", "--source-lang", required=True, help="source language (recorded)")
-    g.add_argument("-t", "--target-lang", required=True, help="target language (picks the built-in pronoun list)")
-    g.add_argument("--src", required=True, help="source sentences")
-    g.add_argument("--ref", required=True, help="reference translations")
-    g.add_argument("--hyp", required=True, help="candidate translations")
-    g.add_argument("--align-ref", required=True, help="Pharaoh/Moses i-j links source-reference, a line per sentence")
-    g.add_argument("--align-hyp", required=True, help="Pharaoh/Moses i-j links source-hypothesis, a line per sentence")
-    g = p.add_argument_group("APT configuration")
-    g.add_argument("--items", choices=("reference", "source"), default="reference",
-                   help="reference: every reference pronoun is an item (the HAN paper's released scores; "
-                   "default); source: every source pronoun of --source-pronouns (APT's own)")
-    g.add_argument("--target-pronouns", metavar="FILE|apt|none",
-                   help="target pronouns, one a line (default: the built-in list of -t; en: the 19 of the HAN "
-                   "paper's scores); 'apt': APT's 15-word English list; 'none': every word its own category")
-    g.add_argument("--source-pronouns", metavar="FILE", help="source pronouns, one a line (--items source)")
-    g.add_argument("--cases", default="1,2,3,4,5,6", help="cases to count (default 1,2,3,4,5,6)")
-    g.add_argument("--weights", default="1,0.5,0,0,0,0", help="a weight per case (default 1,0.5,0,0,0,0)")
-    g.add_argument("--count-other-as-equal", action="store_true",
-                   help="a non-pronoun on both sides counts as equal (APT's count_OTHER_as_equal)")
-    g.add_argument("--equal", metavar="FILE", help="groups of equal pronouns, comma-separated, one group a line")
-    g.add_argument("--similar", metavar="FILE", help="groups of similar pronouns (case 2), one group a line")
-    g.add_argument("--improve-tgt-words", metavar="FILE",
-                   help="run APT's alignment improvement with these target words, one a line")
-    g.add_argument("--improve-src-words", metavar="FILE",
-                   help="source words whose aligned target words the improvement leaves alone")
-    g.add_argument("--src-word-sep", help="separator of a source word's parts (e.g. '-')")
-    g.add_argument("--tgt-word-sep", help="separator of a target word's parts (e.g. '-' for French est-il)")
-    o = p.add_argument_group("output")
-    o.add_argument("--confusion", action="store_true", help="also print the reference x candidate table")
-    o.add_argument("--detail", metavar="FILE", help="write every item with its case (APT's .detail) to FILE")
-    o.add_argument("--json", metavar="FILE", help="write the result to this JSON file (merged into it when it "
-                   "holds the same run; read by 'docctx-score table')")
-    o.add_argument("--name", help="run name in the JSON (default: the hypothesis file)")
-    p.set_defaults(func=lambda a: run_command("docctx-score apt", _apt_main, a))
-
-
-def _apt_main(args):
-    config = config_from_args(args)
-    res = apt_files(args.src, args.ref, args.hyp, args.align_ref, args.align_hyp, config)
-    text = format_report(res)
-    if args.confusion:
-        text += "\n" + format_confusion(res)
-    print(text)
-    if args.detail:
-        write_detail(args.detail, res)
-    if args.json:
-        metric = res.as_dict()
-        metric["source_lang"], metric["target_lang"] = args.source_lang, args.target_lang
-        files = {"hyp": args.hyp, "ref": args.ref, "src": args.src, "align_ref": args.align_ref,
-                 "align_hyp": args.align_hyp}
-        write_json(args.json, args.name or os.path.basename(args.hyp), files, {"apt": metric})
-    return 0

@@ -35,7 +35,7 @@ from typing import Dict, List, Optional, Sequence
 
 from sacrebleu.metrics import BLEU
 
-from fairseq_docctx.evaluation.io import Corpus, ScoreInputError, add_input_args, corpus_from_args, emit, run_command
+from fairseq_docctx.evaluation.io import Corpus, ScoreInputError
 
 SMOOTH = ("exp", "floor", "add-k", "none")
 #: signature field marking a score over joined documents
@@ -226,62 +226,3 @@ def format_bleu(res: Dict) -> str:
     label = ("d-BLEU" if res.get("document") else "BLEU") + (
         " (tokenized, multi-bleu.perl)" if res["tokenized"] else "")
     return f"{label} = {res['text'].split('=', 1)[1].strip()}\n  signature: BLEU|{res['signature']}"
-
-
-def add_level_args(g):
-    g.add_argument("--document", action="store_true",
-                   help="document level: each document's sentences joined into one segment, the "
-                   "score over documents (signature: level:doc)")
-    g.add_argument("--both", action="store_true", help="sentence level and document level")
-
-
-def levels(args) -> List[bool]:
-    """The levels asked for, as ``document`` flags."""
-    return [False, True] if args.both else [bool(args.document)]
-
-
-def add_subcommand(sub):
-    p = sub.add_parser("bleu", help="sacreBLEU, corpus level and per document; d-BLEU over documents",
-                       description=__doc__.split("\n\n")[0])
-    add_input_args(p)
-    g = p.add_argument_group("BLEU")
-    g.add_argument("--tokenized", action="store_true",
-                   help="BLEU of the text's whitespace tokens exactly as multi-bleu.perl computes it "
-                   "(no tokenization, no smoothing, case-sensitive)")
-    g.add_argument("--pretokenize", metavar="NAME",
-                   help="tokenize both sides first, then score as --tokenized (implies it): moses "
-                   "(Moses' tokenizer.perl by sacremoses, as the papers tokenized), moses-aggressive "
-                   "(its -a), none, or a sacreBLEU tokenizer (13a, intl, zh, ...)")
-    g.add_argument("--lang", "-l", default="en", help="language of the references, for --pretokenize moses "
-                   "(default en)")
-    g.add_argument("--tokenize", default="13a", help="sacrebleu tokenizer of detokenized BLEU (default 13a)")
-    g.add_argument("--lowercase", "-lc", action="store_true",
-                   help="case-insensitive (with --tokenized: multi-bleu.perl -lc, ASCII letters)")
-    g.add_argument("--smooth-method", choices=SMOOTH, default=None,
-                   help="default: none with --tokenized (multi-bleu.perl's), else exp (sacreBLEU's)")
-    add_level_args(g)
-    g.add_argument("--metric-name", metavar="NAME",
-                   help="the score's name in --json (default: bleu, bleu_tok, d-bleu, d-bleu_tok), "
-                   "e.g. a test set's, to keep the scores of one run on several test sets apart")
-    p.set_defaults(func=lambda a: run_command("docctx-score bleu", _main, a))
-
-
-def _main(args):
-    if args.metric_name and args.both:
-        raise ScoreInputError("--metric-name names one score: not with --both")
-    tokenized = args.tokenized or args.pretokenize is not None
-    if tokenized and args.pretokenize is not None:
-        pretokenizer(args.pretokenize, args.lang)  # an unknown name fails before reading the files
-    corpus = corpus_from_args(args, documents="d-BLEU" if args.document or args.both else False)
-    texts, metrics = [], {}
-    for document in levels(args):
-        res = bleu_scores(corpus, tokenized=tokenized, pretokenize=args.pretokenize,
-                          tokenize=args.tokenize, lowercase=args.lowercase,
-                          smooth_method=args.smooth_method, document=document, lang=args.lang)
-        text = format_bleu(res)
-        if args.per_document:
-            text += "\n" + "\n".join(f"  {d}\t{v:.2f}" for d, v in res["per_document"].items())
-        texts.append(text)
-        metrics[args.metric_name or metric_key("bleu", tokenized, document)] = res
-    emit(args, metrics, corpus, "\n".join(texts))
-    return 0

@@ -12,8 +12,8 @@ from typing import Dict
 
 from sacrebleu.metrics import CHRF
 
-from fairseq_docctx.evaluation.bleu import add_level_args, corpus_and_documents, levels, metric_key, scored_sides
-from fairseq_docctx.evaluation.io import Corpus, add_input_args, corpus_from_args, emit, run_command
+from fairseq_docctx.evaluation.bleu import corpus_and_documents, metric_key, scored_sides
+from fairseq_docctx.evaluation.io import Corpus
 
 
 def chrf_metric(*, char_order: int = CHRF.CHAR_ORDER, word_order: int = 0, beta: int = CHRF.BETA,
@@ -43,37 +43,3 @@ def chrf_key(word_order: int, document: bool) -> str:
 def format_chrf(res: Dict) -> str:
     label = ("d-" if res["document"] else "") + res["name"]
     return f"{label} = {res['score']:.2f}\n  signature: {res['name']}|{res['signature']}"
-
-
-def add_subcommand(sub):
-    p = sub.add_parser("chrf", help="sacreBLEU's chrF / chrF++, corpus level and per document; over documents",
-                       description=__doc__.split("\n\n")[0])
-    add_input_args(p)
-    g = p.add_argument_group("chrF")
-    g.add_argument("--word-order", type=int, default=0,
-                   help="word n-gram order: 0 = chrF (default), 2 = chrF++")
-    g.add_argument("--char-order", type=int, default=CHRF.CHAR_ORDER, help="character n-gram order (default 6)")
-    g.add_argument("--beta", type=int, default=CHRF.BETA, help="recall weight β (default 2)")
-    g.add_argument("--lowercase", "-lc", action="store_true")
-    g.add_argument("--whitespace", action="store_true", help="keep whitespace in the character n-grams")
-    add_level_args(g)
-    p.set_defaults(func=lambda a: run_command("docctx-score chrf", _main, a))
-
-
-def chrf_options(args) -> Dict:
-    return dict(char_order=args.char_order, word_order=args.word_order, beta=args.beta,
-                lowercase=args.lowercase, whitespace=args.whitespace)
-
-
-def _main(args):
-    corpus = corpus_from_args(args, documents="d-chrF" if args.document or args.both else False)
-    texts, metrics = [], {}
-    for document in levels(args):
-        res = chrf_scores(corpus, document=document, **chrf_options(args))
-        text = format_chrf(res)
-        if args.per_document:
-            text += "\n" + "\n".join(f"  {d}\t{v:.2f}" for d, v in res["per_document"].items())
-        texts.append(text)
-        metrics[chrf_key(args.word_order, document)] = res
-    emit(args, metrics, corpus, "\n".join(texts))
-    return 0

@@ -27,7 +27,6 @@ import glob
 import json
 import os
 import re
-import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
@@ -528,91 +527,3 @@ def format_report(rep: dict) -> str:
             for k, v in rep[key].items():
                 lines.append(f"  {k:<20} {v['accuracy']:.4f}  ({v['correct']}/{v['total']})")
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------- CLI
-def add_subcommand(subparsers):
-    from .scoring import add_json_args, add_model_args
-
-    p = subparsers.add_parser(
-        "contrastive", help="contrastive test suites: accuracy of the model's scores",
-        description="Score every candidate translation of a contrastive test set with a model (given "
-        "its context) and report how often the correct one scores highest: overall, per phenomenon, "
-        "per antecedent distance.")
-    p.add_argument("testset", nargs="?", help="ContraPro or Voita JSON; Voita scoring_data .src file; Bawden "
-                   "PREFIX (PREFIX.prev.*, PREFIX.current.*); Lopes PREFIX (PREFIX.current.src)")
-    p.add_argument("--format", default="auto", choices=FORMATS)
-    p.add_argument("-s", "--source-lang", help="source language code of the file names (default: the model's)")
-    p.add_argument("-t", "--target-lang", help="target language code of the file names (default: the model's)")
-    p.add_argument("--context-prefix", help="ContraPro: prefix of the extracted .text/.context files "
-                   "(default: the JSON path without .json)")
-    p.add_argument("--context-lines", type=int, help="ContraPro/Lopes: context lines per candidate "
-                   "(Lopes: picks PREFIX.cK.context.*; default: the largest there)")
-    p.add_argument("--groups", help="Voita scoring_data: the test set's JSON (default: NAME.json next "
-                   "to scoring_data/)")
-    add_model_args(p, path_required=False)
-    add_json_args(p)
-    p.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
-                   help="instead of scoring: McNemar's test between the verdicts of two systems' --json "
-                   "reports on the same test set (every contrastive and ctxpro metric they share)")
-    p.add_argument("--scores-out", help="write one log-probability per candidate line (file order)")
-    p.set_defaults(func=main)
-    return p
-
-
-def main(args) -> int:
-    from .scoring import scorer_from_args, write_model_json
-
-    if args.compare:
-        return _compare_main(args)
-    if not args.testset or not args.path:
-        print("docctx-score contrastive: error: give a test set and --path (or --compare A.json B.json)",
-              file=sys.stderr)
-        return 2
-    try:
-        if args.format in ("bawden", "contrapro", "auto") and not (args.source_lang and args.target_lang):
-            scorer = scorer_from_args(args)
-            src = args.source_lang or scorer.task.cfg.source_lang
-            tgt = args.target_lang or scorer.task.cfg.target_lang
-        else:
-            scorer, src, tgt = None, args.source_lang, args.target_lang
-        examples = load_examples(args.testset, args.format, src, tgt, args.context_prefix,
-                                 args.context_lines, args.groups)
-        if scorer is None:
-            scorer = scorer_from_args(args)
-    except (ContrastiveFormatError, FileNotFoundError, ValueError) as e:
-        print(f"docctx-score contrastive: error: {getattr(e, 'cli_message', e)}", file=sys.stderr)
-        return 2
-    rep = evaluate(scorer, examples)
-    if args.scores_out:
-        with open(args.scores_out, "w", encoding="utf-8") as f:
-            for sc in rep["scores"]:
-                f.writelines(f"{s:.6f}\n" for s in sc)
-    print(format_report(rep))
-    if args.json:
-        name = os.path.splitext(os.path.basename(os.path.normpath(args.testset)))[0]
-        metric = {"score": rep["accuracy"], **{k: v for k, v in rep.items() if k != "scores"}}
-        write_model_json(args, {f"contrastive:{name}": metric}, {"testset": args.testset})
-    return 0
-
-
-def _compare_main(args) -> int:
-    from .summary import load_run
-
-    try:
-        runs = [load_run(p) for p in args.compare]
-        shared = [m for m in runs[0]["metrics"] if m.startswith(("contrastive:", "ctxpro:")) and m in runs[1]["metrics"]]
-        if not shared:
-            raise ValueError(f"{args.compare[0]} and {args.compare[1]} share no contrastive or ctxpro test set")
-        results = {m: compare_reports(runs[0]["metrics"][m], runs[1]["metrics"][m], runs[0]["run"], runs[1]["run"])
-                   for m in shared}
-    except ValueError as e:  # ScoreInputError included
-        print(f"docctx-score contrastive: error: {e}", file=sys.stderr)
-        return 2
-    for m, res in results.items():
-        print(f"{m}\n{format_mcnemar(res)}")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"mcnemar": results, "files": list(args.compare)}, f, indent=1, ensure_ascii=False)
-            f.write("\n")
-    return 0

@@ -25,7 +25,6 @@ import io
 import json
 import os
 import re
-import sys
 import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -195,85 +194,3 @@ def format_report(rep: Dict) -> str:
     for rule, r in rep["rules"].items():
         lines.append(f"  {rule} ({r['expected']})".ljust(40) + f" {r['accuracy']:.4f}  ({r['correct']}/{r['total']})")
     return "\n".join(lines)
-
-
-def add_subcommand(subparsers):
-    from .scoring import add_json_args
-
-    p = subparsers.add_parser(
-        "ctxpro", help="ctxpro evaluation sets (Wicks & Post 2023): translate in document order, score with ctxpro",
-        description="Translate every example of ctxpro evaluation sets as a document (its context sentences, then "
-        "the sentence) in document order with the model's own translations as context, and score the "
-        "translations of the sentences with the ctxpro package's scorer, per rule and phenomenon.")
-    p.add_argument("evalsets", nargs="+", metavar="EVALSET.json", help="ctxpro evaluation sets (JSON)")
-    p.add_argument("--inputs", nargs="+", metavar="FILE", help="their contexts, one file per evaluation set, "
-                   "in order: a line per example, the context sentences and the sentence joined by --joining-string "
-                   "(default: DIR/../inputs/NAME or DIR/NAME beside DIR/NAME.json)")
-    p.add_argument("--joining-string", default=EOS, help=f"what joins the sentences of an inputs line (default {EOS})")
-    p.add_argument("--max-context", type=int, help="translate at most N context sentences before each example "
-                   "(default: all the inputs give)")
-    p.add_argument("--lang", help="target language code for ctxpro's sentence splitter (default: the model's "
-                   "target language)")
-    p.add_argument("--path", required=True, help="checkpoint file (.pt)")
-    p.add_argument("--data", help="data directory with the dictionaries (default: as docctx-translate)")
-    p.add_argument("--spm-model", help="SentencePiece model (default: the data directory's)")
-    p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--batch-size", type=int, default=16, help="documents decoded side by side")
-    p.add_argument("--gpu", action="store_true", help="translate on the GPU if there is one")
-    p.add_argument("--translations-out", metavar="DIR", help="write the translations of the sentences here, "
-                   "one file per evaluation set (NAME.txt), for ctxpro score")
-    add_json_args(p)
-    p.set_defaults(func=main)
-    return p
-
-
-def main(args) -> int:
-    from ..data.readers import DocumentFormatError
-    from ..hub import from_pretrained
-    from .scoring import quiet_logs, write_model_json
-
-    inputs = args.inputs
-    try:
-        if inputs is not None and len(inputs) != len(args.evalsets):
-            raise ScoreInputError(f"--inputs gives {len(inputs)} files for {len(args.evalsets)} evaluation sets")
-        if inputs is None:
-            inputs = []
-            for e in args.evalsets:
-                found = [c for c in default_inputs(e) if os.path.isfile(c)]
-                if not found:
-                    raise ScoreInputError(f"no inputs (contexts) for {e}: looked for {' and '.join(default_inputs(e))}; "
-                                          "give --inputs")
-                inputs.append(found[0])
-        for e, i in zip(args.evalsets, inputs):  # every file checked before the model works
-            read_inputs(i, read_evalset(e), args.joining_string)
-        quiet_logs()
-        hub = from_pretrained(args.path, data=args.data, spm_model=args.spm_model, cpu=not args.gpu)
-        lang = args.lang or hub.task.cfg.target_lang
-        reports = [evaluate(hub, e, i, lang, args.joining_string, args.max_context, args.beam, args.batch_size)
-                   for e, i in zip(args.evalsets, inputs)]
-    except (ScoreInputError, DocumentFormatError, FileNotFoundError, ValueError) as e:
-        print(f"docctx-score ctxpro: error: {getattr(e, 'cli_message', e)}", file=sys.stderr)
-        return 2
-    except Exception as e:  # the sentence splitter's unknown language
-        if type(e).__name__ == "SentenceSplitterException":
-            print(f"docctx-score ctxpro: error: {e} (give --lang, the target language's ISO 639-1 code)",
-                  file=sys.stderr)
-            return 2
-        raise
-    for r in reports:
-        print(format_report(r))
-    if args.translations_out:
-        os.makedirs(args.translations_out, exist_ok=True)
-        for r in reports:
-            name = os.path.basename(r["evalset"])
-            with open(os.path.join(args.translations_out, (name[:-5] if name.endswith(".json") else name) + ".txt"),
-                      "w", encoding="utf-8") as f:
-                f.writelines(t + "\n" for t in r["translations"])
-    if args.json:
-        metrics = {}
-        for r in reports:
-            name = os.path.basename(r["evalset"])
-            name = name[:-5] if name.endswith(".json") else name
-            metrics[f"ctxpro:{name}"] = {"score": r["accuracy"], **{k: v for k, v in r.items() if k != "translations"}}
-        write_model_json(args, metrics, {"evalsets": ",".join(args.evalsets)})
-    return 0

@@ -15,7 +15,6 @@ model, teacher-forced (:class:`~.scoring.ModelScorer`):
 A model that ignores its context gets exactly 0; the values are also reported over the
 sentences that have context (``with_context``: document-initial sentences excluded).
 """
-import sys
 from typing import List, Optional, Sequence
 
 import numpy as np
@@ -41,30 +40,21 @@ def _docs_from_split(scorer, split: str):
     return src, tgt
 
 
-def add_documents_args(p):
-    """``--split`` / ``--input`` / ``--input-format``: the documents a model subcommand reads."""
-    from ..data.readers import INPUT_FORMATS
-
-    p.add_argument("--split", default="test", help="split of the binarized data directory (default: test)")
-    p.add_argument("--input", help="instead of a binarized split: raw parallel documents, a prefix in "
-                   "any docctx-prepare format (PREFIX.SRC, PREFIX.TGT [+ PREFIX.docids]) or one WMT 2021+ "
-                   "XML / JSON Lines file")
-    p.add_argument("--input-format", default="auto", choices=INPUT_FORMATS)
-
-
-def documents_from_args(scorer, args):
-    """``(source documents, target documents, document ids)`` as token tensors, of
-    ``--input`` or of ``--split`` of the data directory the model was loaded with."""
-    if args.input:
+def scorer_documents(scorer, split: str = "test", input: Optional[str] = None, input_format: str = "auto"):
+    """``(source documents, target documents, document ids)`` as token tensors: of the raw
+    parallel documents ``input`` (a prefix in any ``docctx-prepare`` format, or one WMT
+    2021+ XML / JSON Lines file) if given, else of ``split`` of the data directory the
+    model was loaded with."""
+    if input:
         from ..data.readers import read_parallel
 
         cfg = scorer.task.cfg
-        par = read_parallel(args.input, cfg.source_lang, cfg.target_lang, args.input_format)
+        par = read_parallel(input, cfg.source_lang, cfg.target_lang, input_format)
         src = [[scorer.encode_source(s) for s in d.sentences] for d in par.src]
         tgt = [[scorer.encode_target(s) for s in d.sentences] for d in par.tgt]
         return src, tgt, [d.doc_id for d in par.src]
-    src, tgt = _docs_from_split(scorer, args.split)
-    return src, tgt, list(scorer.task.dataset(args.split).docs.doc_ids)
+    src, tgt = _docs_from_split(scorer, split)
+    return src, tgt, list(scorer.task.dataset(split).docs.doc_ids)
 
 
 def cxmi_documents(src_docs: Sequence[Doc], tgt_docs: Sequence[Doc], context_size: int, seed: int = 1):
@@ -156,38 +146,3 @@ def format_report(rep: dict) -> str:
     lines += block(rep)
     lines += ["sentences with context only:"] + block(rep["with_context"], "  ")
     return "\n".join(lines)
-
-
-def add_subcommand(subparsers):
-    from .scoring import add_json_args, add_model_args
-
-    p = subparsers.add_parser(
-        "cxmi", help="context usage: CXMI with true and random context",
-        description="Mean per-token log-likelihood gain of the reference with the true context over "
-        "no context (CXMI, Fernandes et al. 2021), and the same with a random context from another "
-        "document.")
-    add_model_args(p)
-    add_documents_args(p)
-    p.add_argument("--seed", type=int, default=1, help="seed of the random context")
-    add_json_args(p)
-    p.set_defaults(func=main)
-    return p
-
-
-def main(args) -> int:
-    from ..data.readers import DocumentFormatError
-    from .scoring import scorer_from_args, write_model_json
-
-    try:
-        scorer = scorer_from_args(args)
-        src, tgt, _ = documents_from_args(scorer, args)
-        rep = compute_cxmi(scorer, src, tgt, seed=args.seed)
-        rep.update({"input": args.input} if args.input else {"split": args.split})
-    except (DocumentFormatError, FileNotFoundError, ValueError) as e:
-        print(f"docctx-score cxmi: error: {getattr(e, 'cli_message', e)}", file=sys.stderr)
-        return 2
-    print(format_report(rep))
-    if args.json:
-        write_model_json(args, {"cxmi": {"score": rep["cxmi"], **rep}},
-                         {"input": args.input} if args.input else {"split": args.split})
-    return 0

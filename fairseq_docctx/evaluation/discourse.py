@@ -42,8 +42,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from fairseq_docctx.evaluation.io import (Corpus, ScoreInputError, add_input_args, corpus_from_args,
-                                          emit, run_command)
+from fairseq_docctx.evaluation.io import Corpus, ScoreInputError
 
 WORD_RE = re.compile(r"\w+|[^\w\s]")
 
@@ -485,103 +484,3 @@ def coherence(docs: Sequence[Sequence[str]], doc_ids: Sequence[str], vectors: Wo
 
 # ------------------------------------------------------------------------------------------
 # command line
-
-
-def _fmt(v, digits=2):
-    return "n/a" if v is None else f"{v:.{digits}f}"
-
-
-def _per_doc_text(res, digits=2):
-    return "\n".join(f"  {d}\t{_fmt(v, digits)}" for d, v in res["per_document"].items())
-
-
-def add_subcommand(sub):
-    p = sub.add_parser("accuracy", help="pronoun and noun translation accuracy against the reference (APT-style)",
-                       description="Pronoun / noun translation accuracy (see docs/evaluation.md).")
-    add_input_args(p, ref=True, src=True, src_required=True)
-    g = p.add_argument_group("accuracy")
-    g.add_argument("-t", "--target-lang", required=True, help="language of hypotheses and references")
-    g.add_argument("--kind", choices=("pronoun", "noun", "both"), default="both")
-    g.add_argument("--align-ref", help="Pharaoh i-j links source->reference, one line per sentence")
-    g.add_argument("--align-hyp", help="Pharaoh i-j links source->hypothesis, one line per sentence")
-    g.add_argument("--symmetrize", choices=("grow-diag-final-and", "intersect", "union", "forward"),
-                   default="grow-diag-final-and", help="how eflomal's two directions are combined")
-    g.add_argument("--noun-list", help="file of nouns (one a line) instead of the built-in noun identification")
-    g.add_argument("--tokenize", choices=("words", "none"), default="words",
-                   help="words: \\w+ runs and punctuation; none: split at whitespace (as alignment files were made)")
-    p.set_defaults(func=lambda a: run_command("docctx-score accuracy", _accuracy_main, a))
-
-    p = sub.add_parser("cohesion", help="lexical cohesion (Wong & Kit 2012) per document",
-                       description="Lexical cohesion (see docs/evaluation.md).")
-    add_input_args(p, ref=True, ref_required=False)
-    p.add_argument("-t", "--target-lang", required=True)
-    p.add_argument("--tokenize", choices=("words", "none"), default="words")
-    p.set_defaults(func=lambda a: run_command("docctx-score cohesion", _cohesion_main, a))
-
-    p = sub.add_parser("coherence", help="coherence: cosine of adjacent sentences' mean word vectors",
-                       description="Coherence (see docs/evaluation.md).")
-    add_input_args(p, ref=True, ref_required=False)
-    g = p.add_argument_group("vectors (one of)")
-    g.add_argument("--vectors", help="word2vec text file")
-    g.add_argument("--checkpoint", help="fairseq checkpoint whose decoder embeddings are used")
-    g.add_argument("--dict", help="the checkpoint's target dictionary (dict.TGT.txt)")
-    g.add_argument("--spm-model", help="SentencePiece model splitting text into the checkpoint's tokens")
-    p.set_defaults(func=lambda a: run_command("docctx-score coherence", _coherence_main, a))
-
-
-def _accuracy_main(args):
-    corpus = corpus_from_args(args)
-    kinds = ("pronoun", "noun") if args.kind == "both" else (args.kind,)
-    res = translation_accuracy(corpus, args.target_lang, kinds=kinds, tokenize_mode=args.tokenize,
-                               align_ref=args.align_ref, align_hyp=args.align_hyp,
-                               noun_list=args.noun_list, symmetrize=args.symmetrize)
-    lines = []
-    for key, r in res.items():
-        c = r["counts"]
-        lines.append(f"{key.replace('_', ' ')} = {_fmt(r['score'])}  (correct {c['correct']}, different "
-                     f"{c['different']}, missing {c['missing']}; not evaluated (reference word unaligned) "
-                     f"{c['unaligned']})  [{r['method']}]")
-        if args.per_document:
-            lines.append(_per_doc_text(r))
-    emit(args, res, corpus, "\n".join(lines))
-    return 0
-
-
-def _cohesion_main(args):
-    corpus = corpus_from_args(args, documents="lexical cohesion")
-    res = {"lexical_cohesion": lexical_cohesion(corpus.hyp, corpus.doc_ids, args.target_lang, args.tokenize)}
-    if corpus.ref is not None:
-        res["lexical_cohesion_ref"] = lexical_cohesion(corpus.ref, corpus.doc_ids, args.target_lang, args.tokenize)
-    lines = []
-    for key, r in res.items():
-        c = r["counts"]
-        lines.append(f"{key} = {_fmt(r['score'])}  (micro {_fmt(r['micro'])}; repetitions {c['repetition']}, "
-                     f"synonyms {c['synonym']}, hypernym/hyponym {c['hypernym/hyponym']} of "
-                     f"{c['content_words']} content words)  [{r['method']}]")
-        if args.per_document:
-            lines.append(_per_doc_text(r))
-    emit(args, res, corpus, "\n".join(lines))
-    return 0
-
-
-def _coherence_main(args):
-    if bool(args.vectors) == bool(args.checkpoint):
-        raise ScoreInputError("give --vectors FILE or --checkpoint CKPT --dict DICT")
-    if args.checkpoint:
-        if not args.dict:
-            raise ScoreInputError("--checkpoint needs --dict (the model's target dictionary)")
-        vec = WordVectors.from_checkpoint(args.checkpoint, args.dict, args.spm_model)
-    else:
-        vec = WordVectors.from_word2vec(args.vectors)
-    corpus = corpus_from_args(args, documents="coherence")
-    res = {"coherence": coherence(corpus.hyp, corpus.doc_ids, vec)}
-    if corpus.ref is not None:
-        res["coherence_ref"] = coherence(corpus.ref, corpus.doc_ids, vec)
-    lines = []
-    for key, r in res.items():
-        lines.append(f"{key} = {_fmt(r['score'], 4)}  ({r['documents_left_out']} documents left out, "
-                     f"{r['sentences_without_vector']} sentences without a vector)  [{r['method']}]")
-        if args.per_document:
-            lines.append(_per_doc_text(r, 4))
-    emit(args, res, corpus, "\n".join(lines))
-    return 0

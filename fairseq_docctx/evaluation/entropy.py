@@ -6,18 +6,10 @@ the attended items; ``log n`` for a uniform attention over ``n`` items (their NU
 three stop symbols: log₂ 3 ≈ 1.58 bits), ``0`` when it falls on one item. Here every
 distribution a model gives through its ``context_attention(sample)`` method (the contract in
 :mod:`fairseq_docctx.models.document_context`) is measured this way, for every sentence of a
-split, teacher-forced with the reference context (as in training):
-
-* ``concat_transformer``: per target word, the last decoder layer's encoder-decoder attention
-  (mean over heads) over the context tokens, renormalised to sum to 1 over them;
-* ``han_transformer``: per position, each HAN's sentence-level attention over the K previous
-  sentences;
-* ``qcn_transformer``: per context word, its routing (coupling) coefficients over the output
-  capsules, at every routing iteration;
-* ``mht_transformer`` (multi-hop module, via the Python API: its batches need drafts): per
-  layer and hop, the attention over that hop's context sentence;
-* ``isg_rnnsearch``: per target word, the attention over the previous sentence, a document's
-  first sentence included (over the null sentence of three stop symbols, their Figure 3).
+split, teacher-forced with the reference context (as in training). Which models give it is
+asked of the model: its ``analyses`` declaration (``"attention"``); any other model is refused
+with one line naming those that do. What each model's distributions are is said by its
+``context_attention`` and in docs/evaluation.md.
 
 Reported per distribution: the mean entropy per sentence (over its positions), over the test
 set (over all positions, and over the sentences' means), and the mean ``log n`` (the entropy of
@@ -25,10 +17,7 @@ a uniform attention over the same items), in nats (``--base 2``: bits). Sentence
 context (a document's first, except for ``isg_rnnsearch``) have no distribution and are left
 out (counted).
 """
-import json
 import math
-import os
-import sys
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -72,10 +61,10 @@ def entropy_report(scorer, src_docs, tgt_docs, doc_ids: Sequence[str], base: flo
     "positions_measured", "mean", "mean_of_sentences", "mean_max"}], "sentences": [{"doc",
     "index", "entropy": {title: [per position]}, "max": {title: [...]}, "mean": {title:
     mean}}], "sentences_without_context"}``."""
-    from ..models.document_context import sample_for_model
-    from .plots import _model_name
+    from ..models.document_context import registered_name, require, sample_for_model
 
     model = scorer.model
+    require(model, "attention")
     model.eval()
     docs, where = _true_context_documents(src_docs, tgt_docs, max(scorer.context_size, 1))
     if max_sentences is not None:
@@ -101,7 +90,7 @@ def entropy_report(scorer, src_docs, tgt_docs, doc_ids: Sequence[str], base: flo
                         "mean_max": float(np.mean([v for x in maxima for v in x])) if flat else None})
     for s in per_sentence:
         s["mean"] = {t: float(np.mean(v)) for t, v in s["entropy"].items()}
-    return {"arch": _model_name(model), "base": "e" if base == math.e else base, "distributions": summary,
+    return {"arch": registered_name(model), "base": "e" if base == math.e else base, "distributions": summary,
             "sentences": per_sentence,
             "sentences_without_context": sum(1 for s in per_sentence if not s["entropy"])}
 
@@ -153,69 +142,3 @@ def plot_entropy(rep: Dict, path: str, sentence: Optional[int] = None, labels: O
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return sentence
-
-
-def add_subcommand(subparsers):
-    from .cxmi import add_documents_args
-    from .scoring import add_json_args, add_model_args
-
-    p = subparsers.add_parser(
-        "entropy", help="entropy of a model's attention over its context, per word, sentence and test set",
-        description="Per position, the entropy of the model's attention over its context (Kuang & Xiong 2018, "
-        "Eq. 12): concat_transformer: cross-attention over the context tokens; han_transformer: sentence-level "
-        "attention; qcn_transformer: routing coefficients. Averaged per sentence and over the test set; JSON "
-        "and PNG.")
-    add_model_args(p)
-    add_documents_args(p)
-    p.add_argument("--base", default="e", choices=("e", "2"), help="logarithm: e (nats, default) or 2 (bits)")
-    p.add_argument("--max-sentences", type=int, help="measure the first N sentences only")
-    p.add_argument("--plot", metavar="PNG", help="write the plot here")
-    p.add_argument("--plot-doc", help="the plotted sentence's document (id or number; default: the first "
-                   "sentence with context)")
-    p.add_argument("--plot-sentence", type=int, default=0, help="its sentence number in the document (0-based)")
-    add_json_args(p)
-    p.set_defaults(func=main)
-    return p
-
-
-def _plot_index(rep, doc, sentence):
-    if doc is None:
-        return None
-    ids = []
-    for s in rep["sentences"]:
-        if s["doc"] not in ids:
-            ids.append(s["doc"])
-    name = doc if doc in ids else (ids[int(doc)] if doc.isdigit() and int(doc) < len(ids) else None)
-    for i, s in enumerate(rep["sentences"]):
-        if s["doc"] == name and s["index"] == sentence:
-            return i
-    raise ValueError(f"--plot-doc {doc} --plot-sentence {sentence}: no such sentence among those measured")
-
-
-def main(args) -> int:
-    from ..data.readers import DocumentFormatError
-    from ..models.document_context import ContextAttentionUnsupported
-    from .cxmi import documents_from_args
-    from .scoring import scorer_from_args, write_model_json
-
-    base = math.e if args.base == "e" else 2.0
-    try:
-        scorer = scorer_from_args(args)
-        src, tgt, ids = documents_from_args(scorer, args)
-        rep = entropy_report(scorer, src, tgt, ids, base, args.max_sentences)
-        rep.update({"input": args.input} if args.input else {"split": args.split})
-        print(format_report(rep))
-        if args.plot:
-            d = os.path.dirname(os.path.abspath(args.plot))
-            os.makedirs(d, exist_ok=True)
-            k = plot_entropy(rep, args.plot, _plot_index(rep, args.plot_doc, args.plot_sentence))
-            print(f"docctx-score entropy: wrote {args.plot} (sentence {rep['sentences'][k]['index']} of "
-                  f"{rep['sentences'][k]['doc']})")
-    except (DocumentFormatError, FileNotFoundError, ContextAttentionUnsupported, ValueError) as e:
-        print(f"docctx-score entropy: error: {getattr(e, 'cli_message', e)}", file=sys.stderr)
-        return 2
-    if args.json:
-        means = [d["mean"] for d in rep["distributions"] if d["mean"] is not None]
-        write_model_json(args, {"attention_entropy": {"score": means[0] if means else None, **rep}},
-                         {"input": args.input} if args.input else {"split": args.split})
-    return 0

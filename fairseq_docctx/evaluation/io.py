@@ -32,7 +32,6 @@ import glob
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Union
 
@@ -449,67 +448,6 @@ def _translators(ref: str, ref_format: str, docids: Optional[str], chosen: Optio
     return names
 
 
-# ------------------------------------------------------------------------------------------
-# command-line plumbing shared by the subcommands
-
-
-def add_input_args(p, ref=True, src=False, ref_required=True, src_required=False):
-    g = p.add_argument_group("input")
-    g.add_argument("--hyp", "-H", required=True, help="hypotheses: text (formats below) or fairseq-generate output")
-    if ref:
-        g.add_argument("--ref", "-r", required=ref_required, action="append",
-                       help="references; several references: --ref once per file (BLEU and chrF "
-                       "use them all, the other metrics the first), or one WMT 2021+ XML file")
-    if src:
-        g.add_argument("--src", "-s", required=src_required, help="sources")
-    g.add_argument("--hyp-format", choices=HYP_FORMATS, default="auto")
-    g.add_argument("--ref-format", choices=TEXT_FORMATS, default="auto")
-    g.add_argument("--src-format", choices=TEXT_FORMATS, default="auto")
-    g.add_argument("--docids", help="document-id file for plain-text sides (default: each file's path with its "
-                   "extension replaced by .docids, e.g. ref.de -> ref.docids, as docctx-prepare finds it)")
-    g.add_argument("--ref-translator", metavar="NAMES", help="WMT 2021+ XML references: the translators whose "
-                   "references to use, comma-separated (default: every <ref> of the file, several references)")
-    g.add_argument("--hyp-system", metavar="NAME", help="WMT 2021+ XML hypotheses: the system whose <hyp> to "
-                   "score (default: the file's only system)")
-    g.add_argument("--data", help="fairseq data directory whose SPLIT.*.docs index gives the documents of generate output")
-    g.add_argument("--split", default="test", help="split of --data (default: test)")
-    g.add_argument("--post-process", choices=POST_PROCESS, default="auto",
-                   help="undo SentencePiece/BPE on generate output (auto: when pieces are present)")
-    o = p.add_argument_group("output")
-    o.add_argument("--json", help="write the scores (with per-document scores) to this JSON file")
-    o.add_argument("--name", help="run name in the JSON/table (default: the hypothesis file)")
-    o.add_argument("--per-document", action="store_true", help="also print per-document scores")
-
-
-#: the note a corpus-level metric prints (on stderr) for files without documents
-NO_DOCUMENTS_NOTE = ("note: no document structure in {files}: corpus-level scores only; per-document "
-                     "scores need documents (a .docids file, blank lines, <d> markers, XML, or --data DIR)")
-
-
-#: the note (on stderr) for hypotheses that are empty (an empty line, ``<seg id="N"/>``)
-EMPTY_HYPOTHESES_NOTE = "note: {hyp}: {n} of {total} hypotheses are empty (scored as empty translations)"
-
-
-def corpus_from_args(args, documents: Union[bool, str] = False) -> Corpus:
-    """The corpus of a subcommand's input options. ``documents``: as for :func:`load_corpus`
-    (False for corpus-level metrics, which then also score plain sentence-aligned files: the
-    note :data:`NO_DOCUMENTS_NOTE` goes to stderr, and ``--per-document`` is ignored)."""
-    corpus = load_corpus(args.hyp, getattr(args, "ref", None), getattr(args, "src", None),
-                         hyp_format=args.hyp_format, ref_format=args.ref_format,
-                         src_format=args.src_format, docids=args.docids, data=args.data,
-                         split=args.split, post_process=args.post_process,
-                         ref_translator=args.ref_translator, hyp_system=args.hyp_system,
-                         documents=documents)
-    if not corpus.has_documents:
-        names = ", ".join(v for k, v in corpus.files.items())
-        print(NO_DOCUMENTS_NOTE.format(files=names), file=sys.stderr)
-        args.per_document = False
-    empty = sum(1 for s in corpus.flat("hyp") if not s)
-    if empty:
-        print(EMPTY_HYPOTHESES_NOTE.format(hyp=args.hyp, n=empty, total=corpus.num_sentences), file=sys.stderr)
-    return corpus
-
-
 def load_json_object(path: str, key: str, what: str) -> Dict:
     """A JSON file holding an object with the object ``key`` (a result file of ``what``)."""
     try:
@@ -540,28 +478,3 @@ def write_json(path: str, name: str, files: Dict[str, str], metrics: Dict[str, d
     with open(path, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=1, ensure_ascii=False)
         f.write("\n")
-
-
-def run_command(prog: str, fn, args) -> int:
-    """Run ``fn(args)``; input errors print ``prog: error: ...`` and return 2."""
-    from fairseq_docctx.evaluation.wordnet import WordNetMissing
-
-    try:
-        return fn(args) or 0
-    except (ScoreInputError, DocumentFormatError, FileNotFoundError, WordNetMissing) as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
-
-
-def emit(args, metrics: Dict[str, dict], corpus: Corpus, text: str):
-    """Print ``text``; with ``--json``, write ``metrics``, each score with the size of the
-    test set it was computed on (``sentences``, ``documents``: what ``docctx-score table``
-    checks a comparison's test set against)."""
-    if not corpus.has_documents:  # the one pseudo-document's score is the corpus score
-        metrics = {k: {f: v for f, v in m.items() if f != "per_document"} if isinstance(m, dict) else m
-                   for k, m in metrics.items()}
-    metrics = {k: {**m, "sentences": corpus.num_sentences, "documents": len(corpus.doc_ids)}
-               if isinstance(m, dict) else m for k, m in metrics.items()}
-    print(text)
-    if getattr(args, "json", None):
-        write_json(args.json, args.name or os.path.basename(args.hyp), corpus.files, metrics)

@@ -21,31 +21,17 @@ implements and which returns a list of *panels*, each a dict of
 * ``context_side``: ``"source"`` or ``"target"``, the side of the sentences of int rows;
 * ``normalized``: whether every real column is a distribution over the rows present.
 
-What the models return:
-
-* ``concat_transformer``: the last decoder layer's encoder-decoder attention (mean over
-  heads) summed over the tokens of each context sentence and of the current sentence — one
-  row per sentence, one column per target token;
-* ``han_transformer`` (all five configurations): for each HAN (encoder: one column per source
-  token; decoder: one per target token) the sentence-level attention over the K previous
-  sentences (mean over heads) and the context gate ``λ`` (mean over channels; ``λ`` weighs
-  the token's own state, ``1-λ`` the context);
-* ``qcn_transformer``: the coupling coefficients of every context word with the output
-  capsules at each routing iteration (``docctx-analyze qcn`` also plots the query
-  correlations);
-* ``hrnn_context`` (gated auxiliary context): the context gate ``z_i`` of every target word
-  (mean over its channels; ``docctx-analyze hrnn`` writes every channel).
+Which models give panels is asked of the model: its ``analyses`` declaration (``"panels"``,
+:data:`fairseq_docctx.models.document_context.ANALYSES`); any other model is refused with one
+line naming those that offer them (:func:`~fairseq_docctx.models.document_context.require`).
+What a model's panels hold is said by its ``context_weights`` and in docs/evaluation.md.
 """
-import json
-import os
-import sys
 from typing import Dict, List
 
 import numpy as np
-from fairseq.models import MODEL_REGISTRY
 
 from ..data import context_batch as cb
-from ..models.document_context import sample_for_model
+from ..models.document_context import context_weights, registered_name, require, sample_for_model
 from .analysis import sentence_sample
 
 
@@ -55,11 +41,6 @@ def _tokens(dictionary, row) -> List[str]:
 
 def _text(dictionary, row) -> str:
     return dictionary.string(row[row.ne(dictionary.pad())])
-
-
-def _model_name(model) -> str:
-    """The name the model class is registered under (``han_transformer`` for all its archs)."""
-    return next((name for name, cls in MODEL_REGISTRY.items() if type(model) is cls), type(model).__name__)
 
 
 def _context_row(ctx, side: str, k: int, b: int = 0):
@@ -110,12 +91,10 @@ def context_values(hub, split: str, doc: str, sentence: int) -> Dict:
     farthest first, then the current one where it is plotted) and ``panels`` (``title``,
     ``row_labels``, ``columns``, ``values [rows][columns]``)."""
     model = hub.models[0]
-    if not callable(getattr(model, "context_weights", None)):
-        raise ValueError(f"{type(model).__name__} has no context_weights(sample): nothing over its context "
-                         "to plot (concat_transformer, han_transformer, qcn_transformer, hrnn_context)")
+    require(model, "panels")
     model.eval()
     sample = sample_for_model(sentence_sample(hub, split, doc, sentence), model)
-    panels = model.context_weights(sample)
+    panels = context_weights(model, sample)
     ni = sample["net_input"]
     ctx = cb.get_context(ni)
     rows = []
@@ -134,7 +113,7 @@ def context_values(hub, split: str, doc: str, sentence: int) -> Dict:
                 rows.append(f"-{k}: {_text(dictionary, table[row])}")
         if 0 in dist:
             rows.append(f"current: {_text(hub.src_dict, ni['src_tokens'][0])}")
-    return {"arch": _model_name(model), "sentence": _text(hub.src_dict, ni["src_tokens"][0]),
+    return {"arch": registered_name(model), "sentence": _text(hub.src_dict, ni["src_tokens"][0]),
             "reference": _text(hub.tgt_dict, sample["target"][0]), "split": split, "doc": doc, "index": sentence,
             "rows": rows, "panels": [panel_values(hub, sample, p) for p in panels]}
 
@@ -184,40 +163,3 @@ def _wrap(text: str, inches: float, fontsize: float) -> str:
 
     chars = max(int(inches * 72 / (0.6 * fontsize)), 20)
     return "\n".join(textwrap.wrap(text, chars, break_long_words=False, break_on_hyphens=False)) or text
-
-
-def add_subcommand(subparsers):
-    p = subparsers.add_parser(
-        "plot", help="PNG of attention / gate values over the context sentences of one sentence",
-        description="Teacher-force one sentence of a document and plot how the model weighs its context "
-        "(the model's context_weights: concat_transformer: cross-attention mass per sentence; "
-        "han_transformer: sentence-level attention and gate; qcn_transformer: coupling coefficients "
-        "of the context words with the output capsules; hrnn_context: the context gate per target word).")
-    p.add_argument("--path", required=True, help="checkpoint file (.pt)")
-    p.add_argument("--data", help="data directory (default: the training data)")
-    p.add_argument("--split", default="test")
-    p.add_argument("--doc", required=True, help="document: its id or its number (0-based)")
-    p.add_argument("--sentence", type=int, required=True, help="sentence of the document (0-based)")
-    p.add_argument("--outdir", required=True)
-    p.set_defaults(func=main)
-    return p
-
-
-def main(args) -> int:
-    from ..hub import from_pretrained
-    from .scoring import quiet_logs
-
-    quiet_logs()
-    try:
-        hub = from_pretrained(args.path, data=args.data)
-        os.makedirs(args.outdir, exist_ok=True)
-        values = context_values(hub, args.split, args.doc, args.sentence)
-        base = os.path.join(args.outdir, f"context_{values['arch']}")
-        with open(base + ".json", "w", encoding="utf-8") as f:
-            json.dump(values, f, indent=1, ensure_ascii=False)
-        plot_context(values, base + ".png")
-    except (ValueError, FileNotFoundError) as e:
-        print(f"docctx-score plot: error: {e}", file=sys.stderr)
-        return 2
-    print(f"docctx-score plot: wrote {base}.png and {base}.json")
-    return 0

@@ -13,11 +13,10 @@ is the run's score (to 0.005) and its test set has the run's number of sentences
 documents (where the run file records them); one of its metrics at least is a column of the
 table. Per-document scores stay in the run files.
 """
-import json
 import os
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_docctx.evaluation.io import ScoreInputError, load_json_object, run_command
+from fairseq_docctx.evaluation.io import ScoreInputError, load_json_object
 
 # column order when present; other metrics follow alphabetically
 PREFERRED = ["bleu", "bleu_tok", "d-bleu", "d-bleu_tok", "chrf", "chrf++", "d-chrf", "d-chrf++", "meteor", "meteor-1.5",
@@ -205,44 +204,3 @@ def to_markdown(table: Dict, digits: int = 2) -> str:
             flag = " (differs between runs!)" if len(sigs) > 1 else ""
             out.extend(f"- {m}{flag}: {s}" for s in sigs)
     return "\n".join(out)
-
-
-def add_subcommand(sub):
-    p = sub.add_parser("table", help="markdown/JSON table comparing runs' --json results",
-                       description=__doc__.split("\n\n")[0])
-    p.add_argument("runs", nargs="+", metavar="RUN.json")
-    p.add_argument("--metrics", help="comma-separated metrics (columns) in this order")
-    p.add_argument("--baseline", help="run name; adds a difference column per metric")
-    p.add_argument("--digits", type=int, default=2)
-    p.add_argument("--significance", action="append", default=[], metavar="COMPARE.json",
-                   help="a 'docctx-score compare --json' result: mark significant differences with * "
-                   "(repeatable)")
-    p.add_argument("--alpha", type=float, help="significance level (default: the comparison's)")
-    p.add_argument("--test", choices=("bs", "ar"), help="mark by this test's p only (default: the larger "
-                   "p of the tests the comparison ran)")
-    p.add_argument("--paper-scores", metavar="FILE", help="published scores to show beside the runs: "
-                   "RUN<TAB>METRIC<TAB>SCORE<TAB>SOURCE lines (a column 'METRIC, paper' after each such metric)")
-    p.add_argument("--json", help="also write the table as JSON here")
-    p.add_argument("--output", "-o", help="write the markdown here instead of stdout")
-    p.set_defaults(func=lambda a: run_command("docctx-score table", _main, a))
-
-
-def _main(args):
-    runs = [load_run(p) for p in args.runs]
-    from .significance import load_comparison
-
-    comparisons = [{**load_comparison(p), "_file": p} for p in args.significance]
-    paper = read_paper_scores(args.paper_scores) if args.paper_scores else ()
-    table = summary_table(runs, args.metrics.split(",") if args.metrics else None, args.baseline,
-                          comparisons, args.alpha, args.test, paper)
-    md = to_markdown(table, args.digits)
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(md + "\n")
-    else:
-        print(md)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(table, f, indent=1, ensure_ascii=False)
-            f.write("\n")
-    return 0

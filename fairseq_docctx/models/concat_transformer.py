@@ -310,6 +310,9 @@ class ConcatTransformerModel(DocumentContextModel, TransformerModel):
         dist = tokens.eq(enc.sep_idx).flip(1).cumsum(1).flip(1)
         return attn.float(), dist, tokens.ne(pad), K
 
+    #: the analyses of the context this model offers (models/document_context.py: ANALYSES)
+    analyses = ("panels", "attention")
+
     def context_weights(self, sample):
         """How much of its encoder-decoder attention every target position spends on each
         sentence of the concatenated source (last decoder layer, mean over heads), for a

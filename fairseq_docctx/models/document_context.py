@@ -39,9 +39,13 @@ declaration (default)                   use
 ``document_cache_entries`` (None)       optional method ``(sample, hypos) -> list``: in
                                         document-order inference, per batch row, what later
                                         sentences need of it as context; see below
-``context_attention`` (not supported)   optional method ``(sample) -> list``: the
-                                        distributions the model spreads over its context
-                                        (``docctx-score entropy``); see below
+``analyses`` (``()``: none)             the analyses of its context it offers, of
+                                        :data:`ANALYSES`: ``"panels"`` (its method
+                                        ``context_weights(sample) -> list``, for
+                                        ``docctx-score plot``) and ``"attention"``
+                                        (``context_attention(sample) -> list``, the
+                                        distributions it spreads over its context, for
+                                        ``docctx-score entropy``); see below
 ``checkpoint_defaults`` (``{}``)          ``{option: value}``: the value a checkpoint written
                                         before ``option`` existed was trained with; given to
                                         a checkpoint's model arguments that lack the option
@@ -80,19 +84,16 @@ teacher-forced batch returns a list of *distributions*, each a dict of
 * ``position_mask``: ``[B, P]`` bool, the positions that have a distribution (real tokens of
   rows that have context).
 
-The mixin's default raises :class:`ContextAttentionUnsupported`; :func:`panel_distributions`
+A model declares what it gives in ``analyses``; the commands ask the model through
+:func:`context_weights` and :func:`context_attention`, which refuse a model that does not
+declare the analysis (:class:`ContextAnalysisUnsupported`, one line naming the registered
+models that offer it, :func:`models_offering`). :func:`panel_distributions`
 turns ``context_weights`` panels that are distributions (their columns over their rows) into
-this form. What the models give: ``concat_transformer`` the last decoder layer's
-encoder-decoder attention (mean over heads) over the context tokens; ``han_transformer`` the
-sentence-level attention of each HAN; ``qcn_transformer`` the coupling coefficients of every
-context word over the output capsules, per routing iteration; ``mht_transformer`` (multi-hop
-module) each hop's attention over its context sentence's tokens, per layer. A recurrent
-model attending over its previous sentence (Kuang & Xiong 2018, §5.4, Eq. 12) returns that
-attention, one distribution per target position.
+this form. What a model gives is said by its own ``context_attention``.
 """
 import logging
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
@@ -106,7 +107,18 @@ ENCODER_OUT = "encoder_out"
 DEFAULT_CONTEXT_SIZE = 3
 
 
-class ContextAttentionUnsupported(ValueError):
+#: the analyses a model may declare in ``analyses``: the method that gives each, and its command
+ANALYSES = {
+    "panels": ("context_weights", "docctx-score plot"),
+    "attention": ("context_attention", "docctx-score entropy"),
+}
+
+
+class ContextAnalysisUnsupported(ValueError):
+    """The model does not offer an analysis of its context (see :data:`ANALYSES`)."""
+
+
+class ContextAttentionUnsupported(ContextAnalysisUnsupported):
     """The model does not give its attention over the context (``context_attention``)."""
 
 
@@ -123,6 +135,7 @@ class DocumentContextModel:
     packs_training_output: bool = False
     document_cache_entries = None
     checkpoint_defaults: dict = {}
+    analyses: Tuple[str, ...] = ()
 
     def get_targets(self, sample, net_output):
         """fairseq's targets, or with a packed training output (``packed_positions`` in the
@@ -150,12 +163,17 @@ class DocumentContextModel:
         full[real] = logits[0]
         return full
 
+    def context_weights(self, sample):
+        """The panels of this model's weights over its context for a teacher-forced batch
+        (``analyses`` ``"panels"``, :mod:`fairseq_docctx.evaluation.plots`); a model that has
+        none keeps this default."""
+        raise _unsupported(self, "panels")
+
     def context_attention(self, sample):
         """The distributions this model spreads over its context for a teacher-forced batch
-        (see the module doc); a model that has none keeps this default."""
-        raise ContextAttentionUnsupported(
-            f"{type(self).__name__} does not give its attention over the context (it has no "
-            "context_attention(sample) method); see docs/adding-a-model.md")
+        (``analyses`` ``"attention"``, see the module doc); a model that has none keeps this
+        default."""
+        raise _unsupported(self, "attention")
 
     def declare_context(self, sides: Sequence[str], size: Optional[int] = None):
         """Record the sides (names or ``--context-sides`` spellings) and K this model reads
@@ -303,12 +321,67 @@ def sample_for_model(sample, model_or_models):
     return cb.without_context(sample)
 
 
-def context_attention(model, sample):
-    """``model.context_attention(sample)`` (the module doc), for any model: a sentence-level
-    model has no context to attend to and raises :class:`ContextAttentionUnsupported`."""
+def registered_name(model) -> str:
+    """The name ``model``'s class is registered under (``han_transformer`` for all its
+    architectures), else the class name."""
+    from fairseq.models import MODEL_REGISTRY
+
+    return next((name for name, cls in MODEL_REGISTRY.items() if type(model) is cls), type(model).__name__)
+
+
+def offers(model, analysis: str) -> bool:
+    """Whether ``model`` declares ``analysis`` (of :data:`ANALYSES`) in its ``analyses``."""
+    if analysis not in ANALYSES:
+        raise ValueError(f"unknown analysis {analysis!r} (of {', '.join(ANALYSES)})")
+    return reads_context(model) and analysis in tuple(model.analyses)
+
+
+def models_offering(analysis: str) -> List[str]:
+    """The registered models (fairseq's model registry) that declare ``analysis``."""
+    from fairseq.models import MODEL_REGISTRY
+
+    return sorted(name for name, cls in MODEL_REGISTRY.items()
+                  if isinstance(cls, type) and issubclass(cls, DocumentContextModel) and analysis in cls.analyses)
+
+
+_WHAT = {"panels": ("give its weights over the context", "nothing over its context to plot"),
+         "attention": ("give its attention over the context", "it has no context to attend to")}
+
+
+def _unsupported(model, analysis: str) -> ContextAnalysisUnsupported:
+    """The one-line refusal of ``analysis`` for ``model``, naming the models that offer it."""
+    method, command = ANALYSES[analysis]
+    cls = ContextAttentionUnsupported if analysis == "attention" else ContextAnalysisUnsupported
+    name = type(model).__name__
+    offering = ", ".join(models_offering(analysis)) or "none"
     if not reads_context(model):
-        raise ContextAttentionUnsupported(f"{type(model).__name__} is a sentence-level model: it has no context "
-                                          "to attend to")
+        why = f"{name} is a sentence-level model: {_WHAT[analysis][1]}"
+    else:
+        why = (f"{name} does not {_WHAT[analysis][0]} (it does not declare {analysis!r} in its analyses, "
+               f"the {method}(sample) of docs/adding-a-model.md)")
+    return cls(f"{why}; {command} needs one of: {offering}")
+
+
+def require(model, analysis: str):
+    """Raise the one-line :class:`ContextAnalysisUnsupported` (naming the models that offer
+    it) unless ``model`` declares ``analysis``."""
+    if not offers(model, analysis):
+        raise _unsupported(model, analysis)
+
+
+def context_weights(model, sample):
+    """``model.context_weights(sample)``, the panels of :mod:`fairseq_docctx.evaluation.plots`,
+    for any model: one that does not declare ``"panels"`` raises
+    :class:`ContextAnalysisUnsupported`."""
+    require(model, "panels")
+    return model.context_weights(sample)
+
+
+def context_attention(model, sample):
+    """``model.context_attention(sample)`` (the module doc), for any model: one that does not
+    declare ``"attention"`` (a sentence-level model has no context to attend to) raises
+    :class:`ContextAttentionUnsupported`."""
+    require(model, "attention")
     return model.context_attention(sample)
 
 
@@ -336,5 +409,6 @@ __all__ = [
     "DocumentContextModel", "ContextSpec", "SENTENCE_LEVEL", "context_spec", "reads_context",
     "task_context", "resolve_context_size", "check_context", "ContextMismatchError",
     "sample_for_model", "batch_encoder_out", "ENCODER_OUT", "DEFAULT_CONTEXT_SIZE",
-    "ContextAttentionUnsupported", "context_attention", "panel_distributions",
+    "ContextAttentionUnsupported", "context_attention", "panel_distributions", "ANALYSES",
+    "ContextAnalysisUnsupported", "context_weights", "offers", "require", "models_offering", "registered_name",
 ]

@@ -398,6 +398,9 @@ class HANTransformerModel(DocumentContextModel, TransformerModel):
         return logits, extra
 
     # ------------------------------------------------------------------- analysis
+    #: the analyses of the context this model offers (models/document_context.py: ANALYSES)
+    analyses = ("panels", "attention")
+
     @torch.no_grad()
     def context_weights(self, sample):
         """How this model's HANs weigh the previous sentences, for a teacher-forced batch with

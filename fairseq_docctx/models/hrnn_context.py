@@ -242,6 +242,9 @@ class HRNNContextModel(RNNSearchContextModel):
         z = steps["gate"] * prev.ne(self.decoder.padding_idx).unsqueeze(-1)
         return z, has
 
+    #: the analyses of the context this model offers (models/document_context.py: ANALYSES)
+    analyses = ("panels",)
+
     def context_weights(self, sample):
         """For ``docctx-score plot``: one panel, the context gate ``z_i`` (Eq. 5; mean over
         its channels) at every target word, ``weights [B, 1, T]``; rows without context are

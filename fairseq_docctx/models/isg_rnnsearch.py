@@ -297,6 +297,9 @@ class ISGRNNSearchModel(RNNSearchContextModel):
         return [dict(title="attention over the previous sentence", positions="target",
                      items="previous sentence's tokens", weights=alpha, support=support, position_mask=real)]
 
+    #: the analyses of the context this model offers (models/document_context.py: ANALYSES)
+    analyses = ("panels", "attention")
+
     def context_weights(self, sample):
         """For ``docctx-score plot``: panels over the target words (``weights [B, 1, T]``,
         nothing masked: a document's first sentence reads the null sentence): the gate

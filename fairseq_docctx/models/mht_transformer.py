@@ -709,6 +709,9 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
             self.train(was)
         return eo, enc_w, dec_w
 
+    #: the analyses of the context this model offers (models/document_context.py: ANALYSES)
+    analyses = ("panels", "attention")
+
     def context_weights(self, sample):
         """What the model weighs its context with, for every row of a batch (the panel format
         of :mod:`fairseq_docctx.evaluation.plots`): per layer with context, the context gate

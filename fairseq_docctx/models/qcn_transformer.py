@@ -225,6 +225,9 @@ class QCNTransformerModel(DocumentContextModel, TransformerModel):
             extra["pcc"] = self.regularizer_pcc(src_tokens, prev_output_tokens, src_embeddings)
         return x, extra
 
+    #: the analyses of the context this model offers (models/document_context.py: ANALYSES)
+    analyses = ("panels", "attention")
+
     @torch.no_grad()
     def context_weights(self, sample):
         """The coupling coefficients of the query-guided routing (Yang et al. 2019, §3.2,

@@ -1,0 +1,29 @@
+"""``docctx-score cxmi``: :mod:`fairseq_docctx.evaluation.cxmi`."""
+from ...evaluation import cxmi
+from .options import (add_documents_args, add_json_args, add_model_args, add_subcommand, documents_files,
+                      documents_from_args, scorer_from_args, write_model_json)
+
+
+def add_parser(sub):
+    p = add_subcommand(
+        sub, "cxmi", main, errors=(ValueError,),
+        help="context usage: CXMI with true and random context",
+        description="Mean per-token log-likelihood gain of the reference with the true context over "
+        "no context (CXMI, Fernandes et al. 2021), and the same with a random context from another "
+        "document.")
+    add_model_args(p)
+    add_documents_args(p)
+    p.add_argument("--seed", type=int, default=1, help="seed of the random context")
+    add_json_args(p)
+    return p
+
+
+def main(args) -> int:
+    scorer = scorer_from_args(args)
+    src, tgt, _ = documents_from_args(scorer, args)
+    rep = cxmi.compute_cxmi(scorer, src, tgt, seed=args.seed)
+    rep.update(documents_files(args))
+    print(cxmi.format_report(rep))
+    if args.json:
+        write_model_json(args, {"cxmi": {"score": rep["cxmi"], **rep}}, documents_files(args))
+    return 0

@@ -1,0 +1,191 @@
+"""What the ``docctx-score`` subcommands share: their input, model and output options, the
+registration of a subcommand with its errors, and the notes and results they print."""
+import functools
+import os
+import sys
+from typing import Dict, List, Union
+
+from .. import run_command
+from ...evaluation.io import HYP_FORMATS, POST_PROCESS, TEXT_FORMATS, Corpus, load_corpus, write_json
+
+#: the note a corpus-level metric prints (on stderr) for files without documents
+NO_DOCUMENTS_NOTE = ("note: no document structure in {files}: corpus-level scores only; per-document "
+                     "scores need documents (a .docids file, blank lines, <d> markers, XML, or --data DIR)")
+
+#: the note (on stderr) for hypotheses that are empty (an empty line, ``<seg id="N"/>``)
+EMPTY_HYPOTHESES_NOTE = "note: {hyp}: {n} of {total} hypotheses are empty (scored as empty translations)"
+
+
+def input_errors():
+    """The errors every subcommand turns into one line and exit code 2: bad input files, a
+    checkpoint or data directory that cannot be used, WordNet missing."""
+    from ...data.manifest import ManifestError
+    from ...data.readers import DocumentFormatError
+    from ...evaluation.io import ScoreInputError
+    from ...evaluation.wordnet import WordNetMissing
+    from ...hub import CheckpointError
+
+    return (ScoreInputError, DocumentFormatError, FileNotFoundError, WordNetMissing, CheckpointError, ManifestError)
+
+
+def add_subcommand(sub, name, main, errors=(), message=None, **kwargs):
+    """The parser of subcommand ``name``; its ``func(args)`` runs ``main(args)`` and returns
+    the exit code (:func:`fairseq_docctx.cli.run_command`): 2 with one line
+    ``docctx-score NAME: error: ...`` for :func:`input_errors` and ``errors``."""
+    p = sub.add_parser(name, **kwargs)
+    extra = {} if message is None else {"message": message}
+    p.set_defaults(func=functools.partial(run_command, f"docctx-score {name}", main,
+                                          errors=input_errors() + tuple(errors), **extra))
+    return p
+
+
+# ------------------------------------------------------------------------------------------
+# text metrics
+
+
+def add_input_args(p, ref=True, src=False, ref_required=True, src_required=False):
+    g = p.add_argument_group("input")
+    g.add_argument("--hyp", "-H", required=True, help="hypotheses: text (formats below) or fairseq-generate output")
+    if ref:
+        g.add_argument("--ref", "-r", required=ref_required, action="append",
+                       help="references; several references: --ref once per file (BLEU and chrF "
+                       "use them all, the other metrics the first), or one WMT 2021+ XML file")
+    if src:
+        g.add_argument("--src", "-s", required=src_required, help="sources")
+    g.add_argument("--hyp-format", choices=HYP_FORMATS, default="auto")
+    g.add_argument("--ref-format", choices=TEXT_FORMATS, default="auto")
+    g.add_argument("--src-format", choices=TEXT_FORMATS, default="auto")
+    g.add_argument("--docids", help="document-id file for plain-text sides (default: each file's path with its "
+                   "extension replaced by .docids, e.g. ref.de -> ref.docids, as docctx-prepare finds it)")
+    g.add_argument("--ref-translator", metavar="NAMES", help="WMT 2021+ XML references: the translators whose "
+                   "references to use, comma-separated (default: every <ref> of the file, several references)")
+    g.add_argument("--hyp-system", metavar="NAME", help="WMT 2021+ XML hypotheses: the system whose <hyp> to "
+                   "score (default: the file's only system)")
+    g.add_argument("--data", help="fairseq data directory whose SPLIT.*.docs index gives the documents of generate output")
+    g.add_argument("--split", default="test", help="split of --data (default: test)")
+    g.add_argument("--post-process", choices=POST_PROCESS, default="auto",
+                   help="undo SentencePiece/BPE on generate output (auto: when pieces are present)")
+    o = p.add_argument_group("output")
+    o.add_argument("--json", help="write the scores (with per-document scores) to this JSON file")
+    o.add_argument("--name", help="run name in the JSON/table (default: the hypothesis file)")
+    o.add_argument("--per-document", action="store_true", help="also print per-document scores")
+
+
+def add_level_args(g):
+    g.add_argument("--document", action="store_true",
+                   help="document level: each document's sentences joined into one segment, the "
+                   "score over documents (signature: level:doc)")
+    g.add_argument("--both", action="store_true", help="sentence level and document level")
+
+
+def levels(args) -> List[bool]:
+    """The levels asked for, as ``document`` flags."""
+    return [False, True] if args.both else [bool(args.document)]
+
+
+def empty_hypotheses_note(path: str, corpus: Corpus):
+    """:data:`EMPTY_HYPOTHESES_NOTE` on stderr if ``corpus`` has empty hypotheses."""
+    empty = sum(1 for s in corpus.flat("hyp") if not s)
+    if empty:
+        print(EMPTY_HYPOTHESES_NOTE.format(hyp=path, n=empty, total=corpus.num_sentences), file=sys.stderr)
+
+
+def corpus_from_args(args, documents: Union[bool, str] = False) -> Corpus:
+    """The corpus of a subcommand's input options. ``documents``: as for
+    :func:`~fairseq_docctx.evaluation.io.load_corpus` (False for corpus-level metrics, which
+    then also score plain sentence-aligned files: the note :data:`NO_DOCUMENTS_NOTE` goes to
+    stderr, and ``--per-document`` is ignored)."""
+    corpus = load_corpus(args.hyp, getattr(args, "ref", None), getattr(args, "src", None),
+                         hyp_format=args.hyp_format, ref_format=args.ref_format,
+                         src_format=args.src_format, docids=args.docids, data=args.data,
+                         split=args.split, post_process=args.post_process,
+                         ref_translator=args.ref_translator, hyp_system=args.hyp_system,
+                         documents=documents)
+    if not corpus.has_documents:
+        names = ", ".join(v for k, v in corpus.files.items())
+        print(NO_DOCUMENTS_NOTE.format(files=names), file=sys.stderr)
+        args.per_document = False
+    empty_hypotheses_note(args.hyp, corpus)
+    return corpus
+
+
+def emit(args, metrics: Dict[str, dict], corpus: Corpus, text: str):
+    """Print ``text``; with ``--json``, write ``metrics``, each score with the size of the
+    test set it was computed on (``sentences``, ``documents``: what ``docctx-score table``
+    checks a comparison's test set against)."""
+    if not corpus.has_documents:  # the one pseudo-document's score is the corpus score
+        metrics = {k: {f: v for f, v in m.items() if f != "per_document"} if isinstance(m, dict) else m
+                   for k, m in metrics.items()}
+    metrics = {k: {**m, "sentences": corpus.num_sentences, "documents": len(corpus.doc_ids)}
+               if isinstance(m, dict) else m for k, m in metrics.items()}
+    print(text)
+    if getattr(args, "json", None):
+        write_json(args.json, args.name or os.path.basename(args.hyp), corpus.files, metrics)
+
+
+def per_document_text(res, digits=2):
+    return "\n".join(f"  {d}\t{'n/a' if v is None else f'{v:.{digits}f}'}" for d, v in res["per_document"].items())
+
+
+# ------------------------------------------------------------------------------------------
+# subcommands that score with a model
+
+
+def add_model_args(p, path_required: bool = True):
+    """Options shared by the subcommands that load a model."""
+    p.add_argument("--path", required=path_required, help="checkpoint file (.pt)")
+    p.add_argument("--data", help="data directory with the dictionaries (and spm.model / "
+                   "docctx.json); default: the checkpoint's directory if it has them, else the "
+                   "training data")
+    p.add_argument("--spm-model", help="SentencePiece model (default: the one docctx.json of "
+                   "--data names, or DATA/spm.model); without one, text must be tokenized")
+    p.add_argument("--context-size", type=int, default=None,
+                   help="override the model's number of context sentences")
+    p.add_argument("--max-tokens", type=int, default=4000,
+                   help="padded tokens per batch, context tables included")
+    p.add_argument("--batch-size", type=int, default=64, help="scored sentences per batch")
+    p.add_argument("--gpu", action="store_true", help="score on the GPU if there is one")
+
+
+def scorer_from_args(args):
+    from ...evaluation.scoring import load_scorer, quiet_logs
+
+    quiet_logs()
+    return load_scorer(args.path, data=args.data, spm_model=args.spm_model,
+                       context_size=args.context_size, cpu=not args.gpu,
+                       max_tokens=args.max_tokens, batch_size=args.batch_size)
+
+
+def add_documents_args(p):
+    """``--split`` / ``--input`` / ``--input-format``: the documents a model subcommand reads."""
+    from ...data.readers import INPUT_FORMATS
+
+    p.add_argument("--split", default="test", help="split of the binarized data directory (default: test)")
+    p.add_argument("--input", help="instead of a binarized split: raw parallel documents, a prefix in "
+                   "any docctx-prepare format (PREFIX.SRC, PREFIX.TGT [+ PREFIX.docids]) or one WMT 2021+ "
+                   "XML / JSON Lines file")
+    p.add_argument("--input-format", default="auto", choices=INPUT_FORMATS)
+
+
+def documents_from_args(scorer, args):
+    """``(source documents, target documents, document ids)`` of ``--input`` or ``--split``."""
+    from ...evaluation.cxmi import scorer_documents
+
+    return scorer_documents(scorer, split=args.split, input=args.input, input_format=args.input_format)
+
+
+def documents_files(args) -> Dict[str, str]:
+    return {"input": args.input} if args.input else {"split": args.split}
+
+
+def add_json_args(p):
+    """``--json FILE`` and ``--name NAME``, as every ``docctx-score`` subcommand has them."""
+    p.add_argument("--json", metavar="FILE", help="write the results to this JSON file (merged "
+                   "into it when it holds the same run; read by 'docctx-score table')")
+    p.add_argument("--name", help="run name in the JSON (default: the checkpoint path)")
+
+
+def write_model_json(args, metrics: dict, files: dict) -> None:
+    """Write the ``--json FILE`` of a subcommand that scores with a model."""
+    files = {"checkpoint": args.path, **({"data": args.data} if args.data else {}), **files}
+    write_json(args.json, args.name or args.path, files, metrics)

@@ -43,6 +43,7 @@ def test_the_last_epoch_checkpoints_are_kept_and_averaged_to_the_mean(epoch_run,
         last_epoch_checkpoints(str(epoch_run), 3)
 
 
+@pytest.mark.slow  # ~8 s: make test-all
 def test_docctx_average_command_and_the_averaged_checkpoint_translates(epoch_run, toy_bin, tmp_path, capsys):
     from fairseq_docctx.cli.average import cli_main
 

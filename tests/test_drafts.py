@@ -265,6 +265,7 @@ def test_interrupted_split_leaves_no_final_file_and_other_settings_start_over(da
     assert _drafts(d, "valid") == _drafts(data, "valid")
 
 
+@pytest.mark.slow  # ~16 s: make test-all
 def test_killed_run_resumes_and_gives_the_same_drafts(data, sent_ckpt, made, tmp_path):
     d = _copy(data, tmp_path / "bin")
     argv = [sys.executable, "-m", "fairseq_docctx.cli.drafts", d, "--path", sent_ckpt, "--splits",

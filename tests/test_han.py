@@ -491,6 +491,7 @@ def frozen_resume(toy_bin, sentence_ckpt, joint_ckpt, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # ~21 s: make test-all
 @pytest.mark.parametrize("how", ["default", "lr0"])
 def test_resume_with_frozen_sentence_weights(how, frozen_resume, joint_ckpt, sentence_ckpt):
     """Resuming a ``--freeze-sentence-weights`` run keeps every sentence-level weight exactly
@@ -528,7 +529,10 @@ def _test_documents(toy_bin):
 
 
 @pytest.mark.parametrize("which,sides", [
-    ("joint", "both"), ("decoder", "both"),
+    ("joint", "both"),
+    # the decoder's (~20 s: make test-all; make test decodes the HAN decoder on the probe,
+    # tests/test_context_probe.py)
+    pytest.param("decoder", "both", marks=pytest.mark.slow),
     # the decoder's alignment variant (~18 s: make test-all; make test keeps its packed training
     # output and context gradients, and the decoder's generation above)
     pytest.param("decoder_alignment", "both", marks=pytest.mark.slow),

@@ -291,6 +291,7 @@ def assert_initialised_from(ckpt, log, sentence_ckpt, name):
     return state, new
 
 
+@pytest.mark.slow  # ~40 s with its training: make test-all
 def test_initialised_from_rnnsearch(hrnn_from_rnnsearch, rnnsearch_reverse):
     """Every rnnsearch weight is copied (tensor equality, kept through training by
     --freeze-sentence-weights); the new weights are exactly the context ones; the report
@@ -301,8 +302,9 @@ def test_initialised_from_rnnsearch(hrnn_from_rnnsearch, rnnsearch_reverse):
     assert hrnn["cfg"]["model"].hrnn_initialized_from == str(rnnsearch_reverse["checkpoint"])
 
 
-@pytest.mark.parametrize("task", ["document_translation",
-                                  pytest.param("translation", marks=pytest.mark.slow)])  # ~10 s: make test-all
+@pytest.mark.slow  # with the rnnsearch-initialised model's training (~20 s): make test-all; make test
+# decodes hrnn_context on the context probe (tests/test_context_probe.py)
+@pytest.mark.parametrize("task", ["document_translation", "translation"])
 def test_generate_returns_every_sentence_once(hrnn_from_rnnsearch, reverse_bin, task):
     """Beam 5 through fairseq-generate: every test sentence exactly once, with the previous
     sentences as context (document_translation) or none (translation: D = 0)."""
@@ -313,6 +315,7 @@ def test_generate_returns_every_sentence_once(hrnn_from_rnnsearch, reverse_bin, 
     assert ids == list(range(n))
 
 
+@pytest.mark.slow  # ~20 s: make test-all
 def test_analyze_and_plot_the_gate(hrnn_from_rnnsearch, reverse_bin, tmp_path):
     """``docctx-analyze hrnn`` writes the gate values of every target word (JSON, TSV, PNG),
     teacher-forced on the reference or on the model's translation; ``docctx-score plot``

@@ -302,7 +302,8 @@ def _generate(ckpt, data, *extra, beam=10, capsys=None):
     return out
 
 
-@pytest.mark.parametrize("task", ["document_translation", "translation"])
+@pytest.mark.parametrize("task", ["document_translation",
+                                  pytest.param("translation", marks=pytest.mark.slow)])  # ~7 s: make test-all
 def test_generate_returns_every_sentence_once(isg_from_rnnsearch, reverse_bin, task):
     """Beam 10 (the paper's) through fairseq-generate: every test sentence exactly once, with
     the previous sentence as context (document_translation) or the null sentence for all

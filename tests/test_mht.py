@@ -615,6 +615,7 @@ def test_trained_model_generates_every_sentence_once(mht_bin, tmp_path):
     assert "document order" not in g.stderr
 
 
+@pytest.mark.slow  # ~23 s: make test-all
 def test_docctx_translate_makes_drafts_on_the_fly(mht_init, mht_bin, sentence_ckpts, tmp_path):
     """Raw documents in, translations out in one command: docctx-translate (and the hub)
     translate every sentence with the draft model the checkpoint records, then decode; the

@@ -54,6 +54,7 @@ def test_pipeline_end_to_end_and_restart(toy_bin, tmp_path):
     assert os.path.getsize(work / "test.out") > 0
 
 
+@pytest.mark.slow  # ~13 s: make test-all
 def test_pipeline_learning_rate_is_the_recipes_and_bleu_is_of_post_processed_text(tmp_path, stub_tools):
     """One learning rate for MHT: the pipeline's default is the recipes' LR (Vaswani et al.'s
     schedule; examples/lib/models.sh); on data with a SentencePiece model the test BLEU is

@@ -204,6 +204,7 @@ def test_analyze_writes_routing_heatmaps(qcn_ckpt, toy_bin, tmp_path):
     assert (np.abs(p) <= 1).all()
 
 
+@pytest.mark.slow  # ~10 s: make test-all
 def test_plot_shows_the_coupling_coefficients(qcn_ckpt, toy_bin, tmp_path):
     """``docctx-score plot`` draws the model's context_weights: the coupling coefficients of
     every context word at each routing iteration, the values docctx-analyze writes."""

@@ -274,6 +274,7 @@ def _check_smoke(work, out, models, metrics):
             assert re.search(rf"- {m}: nrefs:1\|.*\|version:", results), results
 
 
+@pytest.mark.slow  # ~60 s: make test-all
 @needs_data
 def test_nc_ende_smoke_end_to_end_and_rerun(tmp_path):
     """examples/nc-ende/run.sh with SMOKE=1 (transformer, concat, qcn on a slice of the bundled

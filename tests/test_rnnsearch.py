@@ -208,6 +208,7 @@ def test_named_architectures_have_the_papers_sizes():
             n.decoder_output_activation, n.attention_dim, n.decoder_init) == (600, 600, 1000, 600, "tanh", 2000, "mean")
 
 
+@pytest.mark.slow  # ~11 s; make test keeps the transformer's, tests/test_task.py: make test-all
 # ------------------------------------------------------------------ with fairseq-train
 def test_context_size_zero_trains_exactly_like_translation(reverse_bin, tmp_path):
     """The same per-update losses through ``translation`` and ``document_translation
@@ -230,6 +231,7 @@ def _generate(data, ckpt, task_args, beam=5):
     return hyps
 
 
+@pytest.mark.slow  # ~11 s: make test-all
 def test_rnnsearch_learns_the_reverse_task(reverse_bin, rnnsearch_reverse):
     """400 updates of a tiny rnnsearch reverse unseen sentences almost perfectly; beam 5
     through ``fairseq-generate`` returns every test sentence once, through ``translation``

@@ -203,6 +203,7 @@ def bawden_model(bawden_dir, tmp_path_factory):
     return {"checkpoint": str(root / "ck" / "checkpoint_last.pt"), "data": str(root / "bin")}
 
 
+@pytest.mark.slow  # ~16 s: make test-all
 def test_contrastive_scoring_on_bawden(bawden_model, bawden_dir):
     from fairseq_docctx.evaluation.scoring import load_scorer
 

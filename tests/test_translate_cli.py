@@ -210,6 +210,7 @@ def test_progress_counts_sentences_of_the_total(concat_both_ckpt, toy_bin, tmp_p
     assert "0/7" in frames[0] and "7/7" in frames[-1] and "sent" in frames[-1]
 
 
+@pytest.mark.slow  # ~16 s: make test-all
 def test_sentence_level_model_in_length_sorted_batches_writes_every_document(toy_bin, tmp_path):
     """A model that does not read its own translations is decoded in fairseq's length-sorted
     batches, where documents complete in any order: every document is written, in input

@@ -13,7 +13,7 @@ which sets both engines' threads), the same beam and batch size:
   * ``docctx-drafts`` of the test split with the transformer (MHT's drafts): sentences/s,
     the ratio, and the share of drafts identical to fairseq's.
 
-Targets (issue 29): >= 2x sentences/s in float32 with BLEU within 0.1, >= 3x in int8 with
+Targets: >= 2x sentences/s in float32 with BLEU within 0.1, >= 3x in int8 with
 BLEU within 0.5; docctx-drafts >= 2x likewise.
 
 Usage: python -m benchmarks.bench_ctranslate2 [--updates 300] [--concat-updates N]

@@ -139,7 +139,6 @@ def concat_trained_ckpt(toy_bin, tmp_path_factory):
     return save / "checkpoint_last.pt"
 
 
-@pytest.mark.slow  # ~25 s with its 30-epoch training; make test keeps the cache's step-by-step equality under beam reordering above: make test-all
 def test_beam_search_outputs_equal_full_recomputation(concat_trained_ckpt, toy_bin, monkeypatch):
     """Document-order beam search (own translations as target context, documents side by side,
     beam 4, all hypotheses): tokens and scores equal those of the decoder that re-runs the

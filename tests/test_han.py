@@ -427,7 +427,6 @@ def _load(path):
     return checkpoint_utils.load_checkpoint_to_cpu(str(path))["model"]
 
 
-@pytest.mark.slow  # ~20 s with its joint training; make test keeps the in-memory initialisation below: make test-all
 def test_sentence_checkpoint_initialisation_copies_and_freezes(joint_ckpt, sentence_ckpt):
     path, log = joint_ckpt
     m = re.search(r"initialised from .*: (\d+) loaded, (\d+) new, (\d+) ignored", log)

@@ -596,7 +596,6 @@ def test_sentence_encoder_initialisation_keeps_a_shared_table(mht_bin, sentence_
         assert model.encoder.embed_tokens.weight.requires_grad  # the model's table trains
 
 
-@pytest.mark.slow  # ~18 s; make test decodes MHT with its drafts on the context probe: make test-all
 def test_trained_model_generates_every_sentence_once(mht_bin, tmp_path):
     """fairseq-generate with beam 4 and ordinary batches (no document order) returns
     every test sentence exactly once; the loss falls."""

@@ -13,13 +13,12 @@ languages, then ``{"doc": <number in the input>, "hyp": [...]}`` per document);
 (:func:`~fairseq_docctx.inference.shards.run_shards`) and returns the translations of all
 documents in input order.
 
-``options`` is the parsed command line of ``docctx-translate``
-(:func:`fairseq_docctx.cli.translate.build_parser`: ``input``, ``input_format``, ``docids``,
-``output``, ``path``, ``data``, ``spm_model``, ``draft_path``, ``beam``, ``lenpen``,
-``max_len_a``, ``max_len_b``, ``batch_size``, ``max_tokens``, ``system_name``, ``quiet``,
-and a shard process's ``num_shards``, ``shard_id``, ``shard_output``); ``load(options)``
-returns the model (a :class:`~fairseq_docctx.hub.DocumentHubInterface` or an object with its
-``translate_documents``, ``encode``, ``max_positions`` and ``task.cfg``).
+``options`` is a namespace with the options of ``docctx-translate`` (``input``,
+``input_format``, ``docids``, ``output``, ``path``, ``data``, ``spm_model``, ``draft_path``,
+``beam``, ``lenpen``, ``max_len_a``, ``max_len_b``, ``batch_size``, ``max_tokens``,
+``system_name``, ``quiet``, and a shard process's ``num_shards``, ``shard_id``,
+``shard_output``); ``load(options)`` returns the model (the hub's ``DocumentHubInterface``, or
+an object with its ``translate_documents``, ``encode``, ``max_positions`` and ``task.cfg``).
 """
 import glob
 import json

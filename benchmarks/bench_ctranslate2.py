@@ -72,6 +72,37 @@ def export(ckpt: Path, data_bin: Path, name: str, quantization: str) -> Path:
     return out
 
 
+def _documents(path: Path):
+    """The documents of a ``<d>``-marker file: lists of sentences."""
+    docs = []
+    for ln in path.read_text(encoding="utf-8").splitlines():
+        if ln.strip() == "<d>":
+            docs.append([])
+        else:
+            docs[-1].append(ln)
+    return docs
+
+
+def decoder_steps(out: Path, spm_model: Path, k: int, beam: int):
+    """What the decoder runs per sentence when the target context (the previous ``k``
+    translations of the document, SentencePiece tokens joined by a separator) is the decoder's
+    prefix: (prefix tokens, generated tokens with EOS). CTranslate2 forces a prefix one token per
+    step on every beam (full decoder step, vocabulary projection included); fairseq's inference
+    cache runs it once as one parallel pass."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(spm_model))
+    prefix = generated = n = 0
+    for doc in _documents(out):
+        lengths = [len(sp.encode(s)) for s in doc]
+        for i, m in enumerate(lengths):
+            ctx = lengths[max(0, i - k):i]
+            prefix += sum(ctx) + len(ctx)  # each context sentence and its separator / start token
+            generated += m + 1
+            n += 1
+    return prefix / max(n, 1), generated / max(n, 1)
+
+
 def _text(path: Path):
     """The sentences of a ``<d>``-marker file (document markers dropped)."""
     return [ln.rstrip("\n") for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip() != "<d>"]
@@ -141,6 +172,11 @@ def main():
                 label = f"{name}: {engine}{' ' + q if q else ''}"
                 print(f"{label:58s} {t:3d} {rate:8.1f} {rate / base[0]:6.2f} {bleu:6.2f} {bleu - base[1]:+6.2f} "
                       f"{same:6.1%}   ({time.time() - start:.0f}s)", flush=True)
+        if short == "concat":
+            p, g = decoder_steps(out_dir / f"concat-fairseq-None-{threads[0]}.txt", data_bin / "spm.model", 3, args.beam)
+            print(f"  concat decoder steps per sentence: target prefix {p:.1f} tokens + {g:.1f} generated; "
+                  f"CTranslate2 runs {p + g:.1f} steps on {args.beam} beams ({(p + g) / g:.1f}x the generated), "
+                  f"fairseq {g:.1f} steps after one parallel pass over the prefix", flush=True)
     if args.no_drafts:
         return
     ckpt = models["transformer (sentence level)"]

@@ -213,6 +213,15 @@ def reads_context(model) -> bool:
     return context_spec(model).reads_context
 
 
+def reads_segments(model_or_class) -> bool:
+    """Whether a model (or model class) translates *segments*, several consecutive sentences
+    of a document joined by the separator (``doc2doc_transformer``, ``g_transformer``: class
+    attribute ``reads_segments = True``), rather than one sentence per row. Such a model reads
+    no context tables: for :func:`context_spec` it is sentence-level; its document context is
+    inside its rows."""
+    return bool(getattr(model_or_class, "reads_segments", False))
+
+
 def apply_checkpoint_defaults(args) -> list:
     """Give a checkpoint's model arguments ``args`` (a legacy model's ``Namespace``, or a
     config) the ``checkpoint_defaults`` of its model class (the model registered for
@@ -408,7 +417,7 @@ def batch_encoder_out(sample) -> Optional[dict]:
 __all__ = [
     "DocumentContextModel", "ContextSpec", "SENTENCE_LEVEL", "context_spec", "reads_context",
     "task_context", "resolve_context_size", "check_context", "ContextMismatchError",
-    "sample_for_model", "batch_encoder_out", "ENCODER_OUT", "DEFAULT_CONTEXT_SIZE",
+    "sample_for_model", "batch_encoder_out", "reads_segments", "ENCODER_OUT", "DEFAULT_CONTEXT_SIZE",
     "ContextAttentionUnsupported", "context_attention", "panel_distributions", "ANALYSES",
     "ContextAnalysisUnsupported", "context_weights", "offers", "require", "models_offering", "registered_name",
 ]

@@ -1,0 +1,405 @@
+"""Document-to-document Transformers over segments: ``doc2doc_transformer`` and ``g_transformer``.
+
+A *segment* is n >= 1 consecutive sentences of one document, on both sides joined by the
+task's separator (``--context-separator``, default ``<sep>``)::
+
+    source:             s_1 <sep> s_2 <sep> ... <sep> s_n </s>
+    prev_output_tokens: </s> t_1 <sep> t_2 ... <sep> t_n
+
+* ``doc2doc_transformer``: a plain Transformer over the segments, the document-to-document
+  baseline of Sun, Wang, Zhou, Zhao, Huang, Chen & Li (2022, "Rethinking Document-level Neural
+  Machine Translation", Findings of ACL).
+* ``g_transformer``: the G-Transformer of Bao, Zhang, Teng, Chen & Luo (2021, "G-Transformer
+  for Document-level Machine Translation", ACL, §4): group attention (every token attends to
+  its own sentence only: encoder self-attention, causal decoder self-attention, and target
+  sentence i to source sentence i) in every layer, combined with global attention through a
+  gate in the top ``--encoder-ctxlayers`` / ``--decoder-ctxlayers`` / ``--cross-ctxlayers``
+  layers (:mod:`fairseq_docctx.modules.group_attention`), and source/decoder-input tokens
+  masked at random in the first epochs of training (``--doc-noise-mask``,
+  ``--doc-noise-epochs``).
+
+Both keep every sentence at inference: the encoder output carries each row's number of source
+sentences n (``src_sentences``, reordered with the beams), and in incremental decoding
+(fairseq's ``SequenceGenerator``) the decoder forbids the end of the segment while the
+hypothesis has fewer than n - 1 separators and a separator once it has n - 1, so a finished
+hypothesis has exactly n sentences unless fairseq forces the end at its maximum length
+(``set_sentence_count_constraint(False)`` turns this off; training and teacher-forced scoring
+are unaffected).
+
+Neither reads the task's context tables: for the document-context contract
+(:mod:`fairseq_docctx.models.document_context`) they are sentence-level models (their
+whole input is the segment); ``reads_segments = True`` says that their rows are segments.
+Both take ``--init-from-sentence-checkpoint`` (every weight of a sentence-level
+``transformer`` of the same name and shape; :mod:`fairseq_docctx.models.sentence_init`).
+"""
+from typing import Dict, List, Optional
+
+import torch
+from torch import Tensor
+
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import (
+    TransformerConfig,
+    TransformerDecoderBase,
+    TransformerEncoderBase,
+    TransformerModel,
+    base_architecture,
+    transformer_iwslt_de_en,
+)
+
+from ..modules.group_attention import (
+    GroupAttention,
+    build_group_layer,
+    group_blocked,
+    group_masks,
+    sentence_counts,
+    source_groups,
+    target_groups,
+)
+from . import sentence_init
+from .arch_defaults import set_defaults
+
+
+#: the logit of the end of segment while sentences are missing: finite, so that fairseq's
+#: SequenceGenerator can still force the end at its maximum length (an end at -inf there
+#: leaves no finite candidate and the search fails)
+EOS_FORBIDDEN = -1e4
+
+
+def separator_indices(task, name: str):
+    """``(source, target)`` dictionary indices of the task's separator
+    (``task.cfg.context_separator``, default ``<sep>``); a dictionary without it is an error."""
+    sep = getattr(getattr(task, "cfg", None), "context_separator", None) or "<sep>"
+    for side, d in (("source", task.source_dictionary), ("target", task.target_dictionary)):
+        if sep not in d.indices:
+            raise ValueError(f"{name}: the {side} dictionary has no separator {sep!r} (the task's "
+                             "--context-separator), which joins the sentences of a segment: prepare "
+                             "the data with docctx-prepare or use --task document_translation")
+    return task.source_dictionary.index(sep), task.target_dictionary.index(sep)
+
+
+class SegmentEncoder(TransformerEncoderBase):
+    """fairseq's Transformer encoder whose output also carries ``src_sentences`` ``[B]``,
+    each row's number of source sentences (reordered with the beams)."""
+
+    #: output keys of per-row tensors (batch first) added to fairseq's, reordered with it
+    ROW_KEYS = ("src_sentences",)
+
+    def __init__(self, cfg, dictionary, embed_tokens, sep_idx: Optional[int] = None):
+        super().__init__(cfg, dictionary, embed_tokens)
+        self.sep_idx = sep_idx
+
+    def forward(self, src_tokens, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
+                token_embeddings: Optional[Tensor] = None):
+        out = self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+        out["src_sentences"] = [sentence_counts(src_tokens, self.sep_idx)]
+        return out
+
+    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
+        new = super().reorder_encoder_out(encoder_out, new_order)
+        for key in self.ROW_KEYS:
+            if key in encoder_out:
+                new[key] = [t.index_select(0, new_order) for t in encoder_out[key]]
+        return new
+
+
+class SegmentDecoder(TransformerDecoderBase):
+    """fairseq's Transformer decoder that, in incremental decoding, keeps the number of
+    sentences of each hypothesis to the source's n (the module doc)."""
+
+    def __init__(self, cfg, dictionary, embed_tokens, sep_idx: Optional[int] = None, no_encoder_attn: bool = False):
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
+        self.sep_idx = sep_idx
+        #: the sentence-count constraint of incremental decoding (a setting, not a cache)
+        self.keep_sentence_count = True
+
+    def forward(self, prev_output_tokens, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+                features_only: bool = False, full_context_alignment: bool = False,
+                alignment_layer: Optional[int] = None, alignment_heads: Optional[int] = None,
+                src_lengths=None, return_all_hiddens: bool = False):
+        x, extra = super().forward(prev_output_tokens, encoder_out=encoder_out,
+                                   incremental_state=incremental_state, features_only=features_only,
+                                   full_context_alignment=full_context_alignment,
+                                   alignment_layer=alignment_layer, alignment_heads=alignment_heads,
+                                   src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
+        if incremental_state is not None and not features_only and self.keep_sentence_count:
+            x = self.constrain_sentence_count(x, prev_output_tokens, encoder_out)
+        return x, extra
+
+    def constrain_sentence_count(self, logits: Tensor, prev_output_tokens: Tensor, encoder_out) -> Tensor:
+        """The last position's logits ``[B, 1, V]`` given the history ``prev_output_tokens``
+        ``[B, L]``: the end of segment (``</s>``) at :data:`EOS_FORBIDDEN` while the history
+        has fewer than n - 1 separators, the separator at -inf once it has n - 1."""
+        if encoder_out is None or "src_sentences" not in encoder_out:
+            raise ValueError(f"{type(self).__name__}: the encoder output has no src_sentences "
+                             "(the sentence-count constraint needs the segment encoder's output)")
+        n = encoder_out["src_sentences"][0]
+        seps = prev_output_tokens[:, 1:].eq(self.sep_idx).sum(1)
+        last = logits[:, -1:]
+        vocab = torch.arange(last.size(-1), device=last.device)
+        no_eos = (seps < n - 1).view(-1, 1, 1) & vocab.eq(self.dictionary.eos())
+        no_sep = (seps >= n - 1).view(-1, 1, 1) & vocab.eq(self.sep_idx)
+        last = last.masked_fill(no_eos, EOS_FORBIDDEN).masked_fill(no_sep, float("-inf"))
+        return torch.cat([logits[:, :-1], last], dim=1) if logits.size(1) > 1 else last
+
+
+class SegmentModelMixin:
+    """What both segment models share: the separator, the sentence-count switch, and the
+    marker of the models whose rows are segments."""
+
+    #: the task's rows for this model are segments (``--doc-mode segments``), not sentences
+    reads_segments = True
+
+    def set_sentence_count_constraint(self, on: bool = True):
+        """Whether incremental decoding keeps every hypothesis to the source's number of
+        sentences (on by default)."""
+        self.decoder.keep_sentence_count = bool(on)
+        return self
+
+    @property
+    def keeps_sentence_count(self) -> bool:
+        return bool(self.decoder.keep_sentence_count)
+
+    @classmethod
+    def _build(cls, args, task, name: str, is_new_weight):
+        src_sep, tgt_sep = separator_indices(task, name)
+        model = super().build_model(args, task)
+        model.encoder.sep_idx, model.decoder.sep_idx = src_sep, tgt_sep
+        return sentence_init.apply(model, args, name, is_context=is_new_weight)
+
+
+@register_model("doc2doc_transformer")
+class Doc2DocTransformerModel(SegmentModelMixin, TransformerModel):
+    """A plain Transformer over segments (Sun et al. 2022: document-to-document
+    translation), keeping every sentence at inference (the module doc)."""
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        sentence_init.add_args(parser)
+
+    @classmethod
+    def build_model(cls, args, task):
+        doc2doc_base(args)
+        if args.freeze_sentence_weights:
+            raise ValueError("doc2doc_transformer: --freeze-sentence-weights would freeze every weight "
+                             "(all of them are a sentence-level transformer's)")
+        return cls._build(args, task, "doc2doc_transformer", is_new_weight=lambda name: False)
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return SegmentEncoder(TransformerConfig.from_namespace(args), src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(args)
+        return SegmentDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
+
+
+class GroupEncoder(SegmentEncoder):
+    """The G-Transformer encoder (Bao et al. 2021, §4): group self-attention in every layer,
+    combined with global attention in the top ``--encoder-ctxlayers``; its output also
+    carries the source group tags ``src_groups`` ``[B, S]``."""
+
+    ROW_KEYS = ("src_sentences", "src_groups")
+
+    def __init__(self, cfg, dictionary, embed_tokens, sep_idx: Optional[int] = None):
+        self._layers_built = 0  # the index of the next layer build_encoder_layer builds
+        super().__init__(cfg, dictionary, embed_tokens, sep_idx)
+        del self._layers_built
+
+    def build_encoder_layer(self, cfg):
+        i, self._layers_built = self._layers_built, self._layers_built + 1
+        return build_group_layer(cfg, decoder=False, index=i, num_layers=cfg.encoder.layers)
+
+    def forward(self, src_tokens, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
+                token_embeddings: Optional[Tensor] = None):
+        groups = source_groups(src_tokens, self.sep_idx, self.padding_idx)
+        with group_masks(self, {"self": group_blocked(groups, groups)}):
+            out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+        out["src_groups"] = [groups]
+        return out
+
+
+class GroupDecoder(SegmentDecoder):
+    """The G-Transformer decoder (Bao et al. 2021, §4): group self-attention (causal) and
+    group encoder-decoder attention (target sentence i to source sentence i) in every layer,
+    each combined with global attention in the top ``--decoder-ctxlayers`` /
+    ``--cross-ctxlayers``. In incremental decoding the new position's group is 1 + the
+    separators of the history (positions 1..L-1)."""
+
+    def __init__(self, cfg, dictionary, embed_tokens, sep_idx: Optional[int] = None, no_encoder_attn: bool = False):
+        if no_encoder_attn:
+            raise ValueError("g_transformer: --no-cross-attention is not supported")
+        self._layers_built = 0
+        super().__init__(cfg, dictionary, embed_tokens, sep_idx, no_encoder_attn=False)
+        del self._layers_built
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        i, self._layers_built = self._layers_built, self._layers_built + 1
+        return build_group_layer(cfg, decoder=True, index=i, num_layers=cfg.decoder.layers,
+                                 no_encoder_attn=no_encoder_attn)
+
+    def extract_features(self, prev_output_tokens, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
+                         incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+                         full_context_alignment: bool = False, alignment_layer: Optional[int] = None,
+                         alignment_heads: Optional[int] = None):
+        if encoder_out is None or "src_groups" not in encoder_out:
+            raise ValueError("g_transformer: the decoder needs the G-Transformer encoder's output (src_groups)")
+        groups = target_groups(prev_output_tokens, self.sep_idx, self.padding_idx)
+        query = groups[:, -1:] if incremental_state is not None else groups
+        # a target sentence beyond the source's n (only when the sentence-count constraint is
+        # off) attends to the last source sentence, so its attention row is never empty
+        n = encoder_out["src_sentences"][0].unsqueeze(1)
+        cross_query = torch.minimum(query, n)
+        masks = {"self": group_blocked(query, groups),
+                 "cross": group_blocked(cross_query, encoder_out["src_groups"][0])}
+        with group_masks(self, masks):
+            return super().extract_features(prev_output_tokens, encoder_out=encoder_out,
+                                            incremental_state=incremental_state,
+                                            full_context_alignment=full_context_alignment,
+                                            alignment_layer=alignment_layer, alignment_heads=alignment_heads)
+
+
+def _is_g_weight(name: str) -> bool:
+    """The weights a sentence-level transformer lacks: the global attentions and gates."""
+    return ".global_attn." in name or ".gate." in name
+
+
+@register_model("g_transformer")
+class GTransformerModel(SegmentModelMixin, TransformerModel):
+    """G-Transformer (Bao et al. 2021): the module doc."""
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        parser.add_argument("--encoder-ctxlayers", type=int, metavar="N",
+                            help="the top N encoder layers combine group and global self-attention "
+                            "(the rest: group attention only; 0: group attention everywhere)")
+        parser.add_argument("--decoder-ctxlayers", type=int, metavar="N",
+                            help="the top N decoder layers combine group and global self-attention")
+        parser.add_argument("--cross-ctxlayers", type=int, metavar="N",
+                            help="the top N decoder layers combine group and global encoder-decoder attention")
+        parser.add_argument("--doc-noise-mask", type=float, metavar="P",
+                            help="training: replace each word of the source and of the decoder input by "
+                            "<mask> (<unk> where the dictionary has no <mask>) with probability P")
+        parser.add_argument("--doc-noise-epochs", type=int, metavar="N",
+                            help="apply --doc-noise-mask in the epochs before epoch N")
+        parser.add_argument("--global-attn-init", choices=["group", "random"],
+                            help="with --init-from-sentence-checkpoint: the global attentions start as "
+                            "copies of the group attentions the checkpoint gives (group) or at random")
+        sentence_init.add_args(parser)
+
+    @classmethod
+    def build_model(cls, args, task):
+        g_transformer_base(args)
+        for side in ("encoder", "decoder", "cross"):
+            n = getattr(args, f"{side}_ctxlayers")
+            layers = args.encoder_layers if side == "encoder" else args.decoder_layers
+            if not 0 <= n <= layers:
+                raise ValueError(f"g_transformer: --{side}-ctxlayers {n} must be between 0 and the "
+                                 f"{'encoder' if side == 'encoder' else 'decoder'}'s {layers} layers")
+        if not 0 <= args.doc_noise_mask < 1:
+            raise ValueError(f"g_transformer: --doc-noise-mask {args.doc_noise_mask} must be in [0, 1)")
+        path = getattr(args, "init_from_sentence_checkpoint", None)
+        fresh = bool(path) and not sentence_init.restore_path(args)
+        model = cls._build(args, task, "g_transformer", is_new_weight=_is_g_weight)
+        if fresh and args.global_attn_init == "group":
+            model.copy_group_to_global()
+        return model
+
+    def __init__(self, args, encoder, decoder):
+        super().__init__(args, encoder, decoder)
+        self.doc_noise_mask = float(getattr(args, "doc_noise_mask", 0.0) or 0.0)
+        self.doc_noise_epochs = int(getattr(args, "doc_noise_epochs", 0) or 0)
+        self.epoch = 1  # fairseq counts epochs from 1; the task sets it (set_epoch)
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return GroupEncoder(TransformerConfig.from_namespace(args), src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(args)
+        return GroupDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
+
+    def copy_group_to_global(self):
+        """Every global attention starts as a copy of its layer's group attention."""
+        for m in self.modules():
+            if isinstance(m, GroupAttention) and m.combined:
+                own = {k: v for k, v in m.state_dict().items() if not k.startswith(("global_attn.", "gate."))}
+                m.global_attn.load_state_dict(own)
+
+    def set_epoch(self, epoch: int):
+        """The training epoch (fairseq's, from 1), which decides ``--doc-noise-epochs``; the
+        task calls it at the start of every epoch (fairseq's trainer does not)."""
+        super().set_epoch(epoch)
+        self.epoch = int(epoch)
+
+    @property
+    def doc_noise_active(self) -> bool:
+        """Training with word masking this epoch: epochs before ``--doc-noise-epochs``
+        (the authors' condition ``epoch < doc_noise_epochs``)."""
+        return self.training and self.doc_noise_mask > 0 and self.epoch < self.doc_noise_epochs
+
+    def add_doc_noise(self, tokens: Tensor, dictionary, sep_idx: int) -> Tensor:
+        """``tokens`` with each word (not a special symbol, not the separator, so the group
+        tags are unchanged) replaced by ``<mask>`` (``<unk>`` without one) with probability
+        ``--doc-noise-mask``."""
+        mask_idx = dictionary.indices.get("<mask>", dictionary.unk())
+        word = tokens.ge(dictionary.nspecial) & tokens.ne(sep_idx) & tokens.ne(mask_idx)
+        drop = torch.rand(tokens.shape, device=tokens.device) < self.doc_noise_mask
+        return tokens.masked_fill(word & drop, mask_idx)
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
+                features_only: bool = False, alignment_layer: Optional[int] = None,
+                alignment_heads: Optional[int] = None):
+        """fairseq's forward; in training during the noise epochs the source and the decoder
+        input have words masked (the targets are not)."""
+        if self.doc_noise_active:
+            src_tokens = self.add_doc_noise(src_tokens, self.encoder.dictionary, self.encoder.sep_idx)
+            prev_output_tokens = self.add_doc_noise(prev_output_tokens, self.decoder.dictionary,
+                                                    self.decoder.sep_idx)
+        return super().forward(src_tokens, src_lengths, prev_output_tokens, return_all_hiddens=return_all_hiddens,
+                               features_only=features_only, alignment_layer=alignment_layer,
+                               alignment_heads=alignment_heads)
+
+
+# architectures
+
+@register_model_architecture("doc2doc_transformer", "doc2doc_transformer")
+def doc2doc_base(args):
+    """Transformer base over segments (Sun et al. 2022's document-to-document baseline)."""
+    sentence_init.set_defaults(args)
+    base_architecture(args)
+
+
+@register_model_architecture("doc2doc_transformer", "doc2doc_transformer_iwslt_de_en")
+def doc2doc_iwslt_de_en(args):
+    """fairseq's ``transformer_iwslt_de_en`` sizes over segments."""
+    sentence_init.set_defaults(args)
+    transformer_iwslt_de_en(args)
+
+
+def _g_defaults(args):
+    """The authors' G-Transformer settings (Bao et al. 2021; their run scripts): combined
+    attention in the top 2 layers of each kind, words masked with p = 0.3 in the first 30
+    epochs, dropout 0.3."""
+    set_defaults(args, encoder_ctxlayers=2, decoder_ctxlayers=2, cross_ctxlayers=2,
+                 doc_noise_mask=0.3, doc_noise_epochs=30, global_attn_init="group", dropout=0.3)
+    sentence_init.set_defaults(args)
+
+
+@register_model_architecture("g_transformer", "g_transformer")
+def g_transformer_base(args):
+    """Transformer base (512/2048, 8 heads, 6+6 layers) with the authors' settings."""
+    _g_defaults(args)
+    base_architecture(args)
+
+
+@register_model_architecture("g_transformer", "g_transformer_iwslt_de_en")
+def g_transformer_iwslt_de_en(args):
+    """fairseq's ``transformer_iwslt_de_en`` sizes (512/1024, 4 heads) with the authors' settings."""
+    _g_defaults(args)
+    transformer_iwslt_de_en(args)

@@ -1,0 +1,369 @@
+"""``g_transformer`` (Bao et al. 2021) and ``doc2doc_transformer`` (Sun et al. 2022) on hand-built
+segment batches (``s_1 <sep> ... <sep> s_n </s>``) with a tiny dictionary: group tags, group
+attention against a hand-masked attention, locality of the group layers (gradients), the
+combined layers' gate, incremental decoding against the full forward, the sentence-count
+constraint under fairseq's SequenceGenerator, word masking, and the initialisation from a
+sentence-level ``transformer``."""
+import argparse
+
+import pytest
+import torch
+from fairseq.data import data_utils
+from fairseq.models import ARCH_CONFIG_REGISTRY
+from fairseq.models.transformer import TransformerDecoderBase, TransformerModel
+from fairseq.modules import MultiheadAttention
+from fairseq.sequence_generator import SequenceGenerator
+
+from conftest import assert_incremental_equals_full, toy_dictionary
+
+import fairseq_docctx.models  # noqa: F401  (registers the architectures)
+from fairseq_docctx.models import document_context as dc
+from fairseq_docctx.models.g_transformer import Doc2DocTransformerModel, GTransformerModel
+from fairseq_docctx.modules.group_attention import (
+    GroupAttention,
+    group_blocked,
+    group_masks,
+    sentence_counts,
+    source_groups,
+    target_groups,
+)
+
+TINY = dict(encoder_embed_dim=16, encoder_ffn_embed_dim=32, encoder_attention_heads=2, encoder_layers=2,
+            decoder_embed_dim=16, decoder_ffn_embed_dim=32, decoder_attention_heads=2, decoder_layers=2,
+            dropout=0.0)
+
+
+class Task:
+    def __init__(self, d, sep="<sep>"):
+        self.source_dictionary = self.target_dictionary = d
+        self.cfg = argparse.Namespace(context_separator=sep)
+
+
+def build(cls, arch, d, seed=0, **over):
+    args = argparse.Namespace(arch=arch, **{**TINY, **over})
+    ARCH_CONFIG_REGISTRY[arch](args)
+    torch.manual_seed(seed)
+    return cls.build_model(args, Task(d)).eval()
+
+
+def g_model(d, ctx, **over):
+    return build(GTransformerModel, "g_transformer", d, encoder_ctxlayers=ctx, decoder_ctxlayers=ctx,
+                 cross_ctxlayers=ctx, **over)
+
+
+def words(d, ids):
+    return [d.index(f"w{i}") for i in ids]
+
+
+def segment(d, sentences):
+    """``s_1 <sep> ... <sep> s_n </s>`` of lists of word numbers."""
+    sep, out = d.index("<sep>"), []
+    for i, s in enumerate(sentences):
+        out += words(d, s) + ([sep] if i < len(sentences) - 1 else [d.eos()])
+    return torch.LongTensor(out)
+
+
+def collate(d, sources, targets):
+    """fairseq's layout: left-padded source, right-padded targets, prev = </s> + target[:-1]."""
+    src = data_utils.collate_tokens(sources, d.pad(), d.eos(), left_pad=True)
+    tgt = data_utils.collate_tokens(targets, d.pad(), d.eos(), left_pad=False)
+    prev = data_utils.collate_tokens(targets, d.pad(), d.eos(), left_pad=False, move_eos_to_beginning=True)
+    lengths = torch.LongTensor([len(s) for s in sources])
+    return src, lengths, prev, tgt
+
+
+def toy_batch(d):
+    """Two rows: 3 and 2 sentences."""
+    sources = [segment(d, [[1, 2], [3, 4, 5], [6]]), segment(d, [[7], [8, 9]])]
+    targets = [segment(d, [[10, 11, 12], [13], [14, 15]]), segment(d, [[16, 17], [18]])]
+    return collate(d, sources, targets)
+
+
+def test_group_tags_follow_the_segment_format():
+    d = toy_dictionary()
+    src, lengths, prev, _ = toy_batch(d)
+    # row 1, left-padded: 4 pads | w7 <sep> | w8 w9 </s>
+    assert source_groups(src, d.index("<sep>"), d.pad())[1].tolist() == [0, 0, 0, 0, 1, 1, 2, 2, 2]
+    assert source_groups(src, d.index("<sep>"), d.pad())[0].tolist() == [1, 1, 1, 2, 2, 2, 2, 3, 3]
+    # prev row 0: </s> w10 w11 w12 <sep> w13 <sep> w14 w15: a separator starts the next group
+    assert target_groups(prev, d.index("<sep>"), d.pad())[0].tolist() == [1, 1, 1, 1, 2, 2, 3, 3, 3]
+    assert target_groups(prev, d.index("<sep>"), d.pad())[1].tolist() == [1, 1, 1, 2, 2, 0, 0, 0, 0]
+    assert sentence_counts(src, d.index("<sep>")).tolist() == [3, 2]
+
+
+def _hand_mask(q_groups, k_groups, heads):
+    """The additive mask of group attention written out entry by entry: ``[B * heads, T, S]``."""
+    B, T = q_groups.shape
+    S = k_groups.size(1)
+    m = torch.zeros(B, T, S)
+    for b in range(B):
+        for t in range(T):
+            for s in range(S):
+                if q_groups[b, t] != 0 and q_groups[b, t] != k_groups[b, s]:
+                    m[b, t, s] = float("-inf")
+    return m.repeat_interleave(heads, 0)
+
+
+@pytest.mark.parametrize("kind", ["self", "cross"])
+def test_group_attention_equals_a_hand_masked_attention(kind):
+    """Self-attention (PyTorch's path) and encoder-decoder attention (fairseq's own path,
+    static keys) under the group mask equal fairseq's plain attention given the mask written
+    out by hand; the combined attention is the gate's mix of it and a global attention."""
+    torch.manual_seed(0)
+    E, H, B, T, S = 8, 2, 2, 5, 6
+    opts = dict(self_attention=True) if kind == "self" else dict(encoder_decoder_attention=True)
+    group = GroupAttention(E, H, kind=kind, combined=True, **opts).eval()
+    plain = MultiheadAttention(E, H, encoder_decoder_attention=True).eval()  # the reference: 3-D masks
+    x = torch.randn(T, B, E)
+    mem = x if kind == "self" else torch.randn(S, B, E)
+    qg = torch.tensor([[1, 1, 2, 2, 3], [1, 2, 2, 0, 0]])
+    kg = qg if kind == "self" else torch.tensor([[1, 2, 2, 3, 3, 3], [0, 1, 1, 2, 2, 2]])
+    kpm = kg.eq(0)
+    with torch.no_grad():
+        with group_masks(group, {kind: group_blocked(qg, kg)}):
+            out, _ = group(x, mem, mem, key_padding_mask=kpm, static_kv=kind == "cross", need_weights=False)
+        plain.load_state_dict({k: v for k, v in group.state_dict().items() if not k.startswith(("global_attn", "gate"))})
+        local, _ = plain(x, mem, mem, key_padding_mask=kpm, attn_mask=_hand_mask(qg, kg, H), need_weights=False)
+        unmasked, _ = plain(x, mem, mem, key_padding_mask=kpm, need_weights=False)
+        plain.load_state_dict(group.global_attn.state_dict())
+        glob, _ = plain(x, mem, mem, key_padding_mask=kpm, need_weights=False)
+        g = torch.sigmoid(group.gate(torch.cat([local, glob], -1)))
+    assert torch.allclose(out, g * local + (1 - g) * glob, atol=1e-5)
+    assert not torch.allclose(local, unmasked, atol=1e-3)  # the mask matters on this input
+    with pytest.raises(RuntimeError, match="group mask"):
+        group(x, mem, mem)
+
+
+def _embedding_grads(model, src, lengths, prev, row, position):
+    """Gradients of the output logits at ``(row, position)`` w.r.t. the encoder's and the
+    decoder's token embeddings ``[B, S, C]``, ``[B, T, C]``."""
+    grabbed = {}
+
+    def hook(name):
+        def keep(module, inputs, output):
+            output.retain_grad()
+            grabbed[name] = output
+        return keep
+
+    handles = [model.encoder.embed_tokens.register_forward_hook(hook("enc")),
+               model.decoder.embed_tokens.register_forward_hook(hook("dec"))]
+    try:
+        logits = model(src, lengths, prev)[0]
+        logits[row, position].sum().backward()
+    finally:
+        for h in handles:
+            h.remove()
+    return grabbed["enc"].grad.abs().sum(-1), grabbed["dec"].grad.abs().sum(-1)
+
+
+def test_group_layers_never_see_another_sentence_and_combined_layers_do():
+    """0 combined layers: the output at a token of target sentence 2 has zero gradient w.r.t.
+    the embeddings of source sentences 1 and 3 and of target sentence 1; with combined
+    layers (encoder, decoder self and cross) it has not."""
+    d = toy_dictionary()
+    src, lengths, prev, _ = toy_batch(d)
+    sep = d.index("<sep>")
+    sg, tg = source_groups(src, sep, d.pad())[0], target_groups(prev, sep, d.pad())[0]
+    pos = int((tg == 2).nonzero()[-1])  # the last decoder position of sentence 2
+    for ctx, local in ((0, True), (2, False)):
+        model = g_model(d, ctx)
+        enc, dec = _embedding_grads(model, src, lengths, prev, 0, pos)
+        assert enc[0][sg == 2].gt(0).all() and dec[0][tg == 2][:1].gt(0).all()
+        other_src = enc[0][(sg != 2) & (sg != 0)]
+        other_tgt = dec[0][tg == 1]
+        if local:
+            assert other_src.eq(0).all() and other_tgt.eq(0).all(), (other_src, other_tgt)
+        else:
+            assert other_src.gt(0).all() and other_tgt.gt(0).all()
+        assert enc[1].eq(0).all() and dec[1].eq(0).all()  # other rows: never
+
+
+class _NoContext:
+    """The model with the ``context=`` keyword of conftest's incremental check dropped."""
+
+    def __init__(self, model):
+        self.model, self.decoder, self.encoder = model, model.decoder, _Encoder(model.encoder)
+
+    def __call__(self, src, lengths, prev, context=None):
+        return self.model(src, lengths, prev)
+
+
+class _Encoder:
+    def __init__(self, encoder):
+        self.encoder = encoder
+        self.reorder_encoder_out = encoder.reorder_encoder_out
+
+    def __call__(self, src, src_lengths=None, context=None):
+        return self.encoder(src, src_lengths=src_lengths)
+
+
+@pytest.mark.parametrize("arch", ["g_transformer-1", "g_transformer-0", "doc2doc_transformer"])
+def test_incremental_decoding_equals_the_full_forward(arch):
+    """Beam 2 with fairseq's reorderings (conftest): every step's logits equal the
+    teacher-forced run's (the constraint off: it changes the logits on purpose)."""
+    d = toy_dictionary()
+    if arch.startswith("g_transformer"):
+        model = g_model(d, int(arch[-1]))
+    else:
+        model = build(Doc2DocTransformerModel, "doc2doc_transformer", d)
+    model.set_sentence_count_constraint(False)
+    # targets of one length (fairseq's incremental positions ignore right padding), 3 and 2 sentences
+    sources = [segment(d, [[1, 2], [3, 4, 5], [6]]), segment(d, [[7], [8, 9]])]
+    targets = [segment(d, [[10, 11, 12], [13], [14, 15]]), segment(d, [[16, 17, 18, 19], [20, 21, 22]])]
+    src, lengths, prev, _ = collate(d, sources + sources, targets + targets)  # 4 rows: one leaves at step 3
+    assert prev.ne(d.pad()).all()
+    assert_incremental_equals_full(_NoContext(model), src, lengths, prev, label=arch)
+
+
+def _decode(model, d, sources, beam):
+    src = data_utils.collate_tokens(sources, d.pad(), d.eos(), left_pad=True)
+    sample = {"id": torch.arange(len(sources)),
+              "net_input": {"src_tokens": src, "src_lengths": torch.LongTensor([len(s) for s in sources])}}
+    gen = SequenceGenerator([model], d, beam_size=beam, max_len_a=0, max_len_b=400)
+    with torch.no_grad():
+        return [h[0]["tokens"] for h in gen.generate([model], sample)]
+
+
+def _tilted(model, d):
+    """The random model made to prefer ending the segment, then the separator: left alone it
+    closes every segment after its first sentence."""
+    bias = torch.zeros(len(d))
+    bias[d.eos()], bias[d.index("<sep>")] = 4.0, 2.0
+    decoder = model.decoder
+    decoder.output_layer = lambda features: TransformerDecoderBase.output_layer(decoder, features) + bias
+    return model
+
+
+@pytest.mark.parametrize("name", ["g_transformer", "doc2doc_transformer"])
+def test_decoding_returns_every_sentence(name):
+    """fairseq's SequenceGenerator, beam 1 and 4, segments of 1..20 sentences in one batch:
+    every hypothesis has exactly the source's number of sentences; without the constraint
+    the same model ends segments early."""
+    d = toy_dictionary()
+    g = torch.Generator().manual_seed(1)
+    sources = [segment(d, [torch.randint(0, 30, (int(torch.randint(1, 4, (1,), generator=g)),),
+                                         generator=g).tolist() for _ in range(n)]) for n in range(1, 21)]
+    model = (g_model(d, 1) if name == "g_transformer"
+             else build(Doc2DocTransformerModel, "doc2doc_transformer", d))
+    _tilted(model, d)
+    sep = d.index("<sep>")
+    for beam in (1, 4):
+        hyps = _decode(model, d, sources, beam)
+        assert [int(h.eq(sep).sum()) + 1 for h in hyps] == list(range(1, 21)), beam
+        assert all(h[-1] == d.eos() and h[:-1].ne(d.eos()).all() for h in hyps)
+    model.set_sentence_count_constraint(False)
+    assert not model.keeps_sentence_count
+    assert [int(h.eq(sep).sum()) + 1 for h in _decode(model, d, sources, 1)] != list(range(1, 21))
+
+
+def test_the_constraint_acts_only_in_incremental_decoding():
+    """Teacher-forced logits are the plain ones; in incremental decoding </s> is forbidden
+    before the last sentence and <sep> in it."""
+    d = toy_dictionary()
+    model = g_model(d, 1)
+    src, lengths, prev, _ = toy_batch(d)
+    sep, eos = d.index("<sep>"), d.eos()
+    state, steps = {}, []
+    with torch.no_grad():
+        full = model(src, lengths, prev)[0]
+        enc = model.encoder(src, src_lengths=lengths)
+        for t in range(prev.size(1)):
+            steps.append(model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0][:, -1])
+    assert torch.isfinite(full).all()
+    seps = prev.eq(sep).cumsum(1)  # separators of the history at each step
+    n = torch.tensor([3, 2])
+    for t, out in enumerate(steps):
+        for b in range(2):
+            if prev[b, t] == d.pad():
+                continue
+            last = bool(seps[b, t] == n[b] - 1)
+            assert (out[b, eos] < -1e3) != last and torch.isneginf(out[b, sep]) == last, (b, t)
+            others = torch.ones(len(d), dtype=torch.bool)
+            others[[eos, sep]] = False
+            assert torch.allclose(out[b, others], full[b, t, others], atol=1e-5)
+
+
+def test_word_masking_in_the_noise_epochs_only():
+    """--doc-noise-mask replaces words (never separators or </s>) of the source and of the
+    decoder input in training while epoch < --doc-noise-epochs; the targets and evaluation
+    are untouched."""
+    d = toy_dictionary()
+    model = g_model(d, 1, doc_noise_mask=0.5, doc_noise_epochs=3)
+    src, lengths, prev, _ = toy_batch(d)
+    seen, seen_prev = [], []
+    model.encoder.register_forward_pre_hook(lambda m, args: seen.append(args[0].clone()))
+    model.decoder.register_forward_pre_hook(lambda m, args: seen_prev.append(args[0].clone()))
+    model.train()
+    for epoch in (1, 2, 3):
+        model.set_epoch(epoch)
+        torch.manual_seed(epoch)
+        model(src, lengths, prev)
+    model.eval()
+    model.set_epoch(1)
+    model(src, lengths, prev)
+    masked = [s.ne(src) for s in seen]
+    sep = d.index("<sep>")
+    special = (src < d.nspecial) | src.eq(sep)
+    assert masked[0].any() and masked[1].any() and not masked[2].any() and not masked[3].any()
+    assert not (masked[0] & special).any() and seen[0][masked[0]].eq(d.unk()).all()  # no <mask>: <unk>
+    assert source_groups(seen[0], sep, d.pad()).equal(source_groups(src, sep, d.pad()))
+    masked_prev = [p.ne(prev) for p in seen_prev]
+    assert masked_prev[0].any() and not masked_prev[2].any() and not masked_prev[3].any()
+    assert not (masked_prev[0] & ((prev < d.nspecial) | prev.eq(sep))).any()
+
+
+def test_a_dictionary_without_the_separator_is_refused():
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    d.add_symbol("w0")
+    for cls, arch in ((GTransformerModel, "g_transformer"), (Doc2DocTransformerModel, "doc2doc_transformer")):
+        with pytest.raises(ValueError, match="no separator '<sep>'"):
+            build(cls, arch, d)
+
+
+def test_segment_models_are_sentence_level_for_the_context_contract():
+    d = toy_dictionary()
+    for model in (g_model(d, 1), build(Doc2DocTransformerModel, "doc2doc_transformer", d)):
+        assert dc.context_spec(model) == dc.SENTENCE_LEVEL and dc.reads_segments(model)
+    assert not dc.reads_segments(TransformerModel)
+
+
+def _sentence_checkpoint(d, path):
+    args = argparse.Namespace(arch="transformer", **TINY)
+    ARCH_CONFIG_REGISTRY["transformer"](args)
+    torch.manual_seed(7)
+    sent = TransformerModel.build_model(args, Task(d))
+    torch.save({"model": sent.state_dict(), "args": None, "cfg": None, "extra_state": {"train_iterator": None},
+                "optimizer_history": [{"criterion_name": "x", "optimizer_name": "x", "lr_scheduler_state": {},
+                                       "num_updates": 0}]}, path)
+    return sent.state_dict()
+
+
+@pytest.mark.parametrize("name", ["g_transformer", "doc2doc_transformer"])
+def test_initialised_from_a_sentence_level_transformer(name, tmp_path):
+    """Every weight of the sentence-level transformer is copied; the only new weights are the
+    global attentions and gates; the global attentions start as copies of the group ones."""
+    d = toy_dictionary()
+    sent = _sentence_checkpoint(d, tmp_path / "sent.pt")
+    if name == "g_transformer":
+        model = g_model(d, 1, seed=3, init_from_sentence_checkpoint=str(tmp_path / "sent.pt"))
+    else:
+        model = build(Doc2DocTransformerModel, "doc2doc_transformer", d, seed=3,
+                      init_from_sentence_checkpoint=str(tmp_path / "sent.pt"))
+    own = model.state_dict()
+    for k, v in sent.items():
+        assert torch.equal(own[k], v), k
+    new = sorted(set(own) - set(sent))
+    if name == "doc2doc_transformer":
+        assert new == []
+        with pytest.raises(ValueError, match="would freeze every weight"):
+            build(Doc2DocTransformerModel, "doc2doc_transformer", d, freeze_sentence_weights=True,
+                  init_from_sentence_checkpoint=str(tmp_path / "sent.pt"))
+        return
+    assert new and all(".global_attn." in k or ".gate." in k for k in new)
+    assert {k.split(".layers.")[0] + "." + k.split(".")[3] for k in new if ".gate." in k} == {
+        "encoder.self_attn", "decoder.self_attn", "decoder.encoder_attn"}
+    for k in new:
+        if ".global_attn." in k:
+            assert torch.equal(own[k], own[k.replace("global_attn.", "")]), k

@@ -111,9 +111,9 @@ def plan_segments(
     if len(src_sizes) != docs.num_sentences:
         raise ValueError(f"the document index covers {docs.num_sentences} sentences, the "
                          f"binarized data has {len(src_sizes)}")
-    sizes = src_sizes if tgt_sizes is None else np.maximum(src_sizes, np.asarray(tgt_sizes, dtype=np.int64))
-    tgt = src_sizes if tgt_sizes is None else np.asarray(tgt_sizes, dtype=np.int64)
-    skip = docs.context_only
+    tgt_arr = src_sizes if tgt_sizes is None else np.asarray(tgt_sizes, dtype=np.int64)
+    # plain lists: the packing loop reads one sentence at a time
+    src, tgt, skip = src_sizes.tolist(), tgt_arr.tolist(), docs.context_only.tolist()
     starts, counts, levels = [], [], []
     long = set()
 
@@ -126,14 +126,14 @@ def plan_segments(
                     starts.append(seg), counts.append(i - seg), levels.append(level)
                 seg = None
                 continue
-            if seg is not None and (s_tot + src_sizes[i] > max_tokens or t_tot + tgt[i] > max_tokens):
+            if seg is not None and (s_tot + src[i] > max_tokens or t_tot + tgt[i] > max_tokens):
                 starts.append(seg), counts.append(i - seg), levels.append(level)
                 seg = None
             if seg is None:
                 seg, s_tot, t_tot = i, 0, 0
-            s_tot += int(src_sizes[i])
-            t_tot += int(tgt[i])
-            if sizes[i] > max_tokens:
+            s_tot += src[i]
+            t_tot += tgt[i]
+            if src[i] > max_tokens or tgt[i] > max_tokens:
                 long.add(i)
         if seg is not None:
             starts.append(seg), counts.append(end - seg), levels.append(level)
@@ -151,10 +151,11 @@ def plan_segments(
             for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
                 pack(first + a, first + b, level)
             level += 1
+    marked = docs.context_only
     if documents is None:
-        context_only = int(skip.sum())
+        context_only = int(marked.sum())
     else:
-        context_only = int(sum(skip[docs.offsets[d]:docs.offsets[d] + docs.lengths[d]].sum() for d in doc_numbers))
+        context_only = int(sum(marked[docs.offsets[d]:docs.offsets[d] + docs.lengths[d]].sum() for d in doc_numbers))
     return SegmentPlan(
         np.asarray(starts, dtype=np.int64), np.asarray(counts, dtype=np.int64),
         np.asarray(levels, dtype=np.int64), np.asarray(sorted(long), dtype=np.int64),

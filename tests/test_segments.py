@@ -322,24 +322,28 @@ def test_train_on_segments(toy_bin, segments_ckpt):
     docs = DocIndex.read(toy_bin / "train.src-tgt.docs")
     from fairseq.data import data_utils
 
-    sizes = [np.asarray(data_utils.load_indexed_dataset(str(toy_bin / f"train.src-tgt.{s}"), None).sizes)
-             for s in ("src", "tgt")]
+    sides = [data_utils.load_indexed_dataset(str(toy_bin / f"train.src-tgt.{s}"), None) for s in ("src", "tgt")]
+    sizes = [np.array(d.sizes) for d in sides]  # copies of memory-mapped arrays, read while they are open
     plan = seg.plan_segments(docs, *sizes, max_tokens=48, multi_resolution=True)
     assert plan.num_levels > 1
     assert f"train: {len(plan):,} segments at {plan.num_levels} resolutions of at most 48 tokens" in log
     assert len(re.findall(r"\| train_inner \|.*? loss=([\d.]+),", log)) == 6
     state = torch.load(ckpt, map_location="cpu", weights_only=False)
-    task_cfg = state["cfg"]["task"]
-    assert task_cfg["doc_mode"] == "segments" and task_cfg["max_segment_tokens"] == 48
-    assert task_cfg["context_size"] == 0
+    args = state["cfg"]["model"]  # the settings inference adopts, recorded with the model's args
+    assert (args.doc_mode, args.max_segment_tokens, args.context_size) == ("segments", 48, 0)
+    assert type(args.doc_mode) is str  # not fairseq's choice enum: the checkpoint pickles plainly
 
 
-def test_generate_prints_one_hypothesis_per_sentence(toy_bin, segments_ckpt):
+@pytest.mark.parametrize("limit", [None, 12])
+def test_generate_prints_one_hypothesis_per_sentence(toy_bin, segments_ckpt, limit):
     """fairseq-generate without --doc-mode: the checkpoint's segments are adopted; one
-    S-/T-/H- group per source sentence under its id, fallbacks counted."""
+    S-/T-/H- group per source sentence under its id, fallbacks counted. With the
+    checkpoint's 48 tokens every segment has several sentences and the barely trained model
+    miscounts them all; with 12 most segments are one sentence, complete as decoded."""
     ckpt, _ = segments_ckpt
     p = run(["fairseq-generate", toy_bin, *USER_DIR, "--task", "document_translation", "--path", ckpt,
-             "--beam", "2", "--max-tokens", "200", "--gen-subset", "test", "--max-len-b", "60"])
+             "--beam", "2", "--max-tokens", "200", "--gen-subset", "test", "--max-len-b", "60",
+             *([] if limit is None else ["--max-segment-tokens", limit])])
     out = p.stdout
     raw = toy_bin.parent / "raw"
     src_lines = (raw / "test.src").read_text().splitlines()
@@ -355,3 +359,6 @@ def test_generate_prints_one_hypothesis_per_sentence(toy_bin, segments_ckpt):
     assert counts, "no segment fell back: the barely trained model was expected to miscount"
     fell, total = map(int, counts[-1])
     assert 0 < fell <= total < len(src_lines)
+    if limit is not None:
+        assert "--max-segment-tokens 12 differs from the checkpoint's (48): decoding with 12" in out + p.stderr
+        assert fell < total, "no segment was complete as decoded: the split path was not run"

@@ -513,8 +513,9 @@ class DocumentTranslationTask(TranslationTask):
             )
         if not from_checkpoint and isinstance(cfg, argparse.Namespace):
             # recorded with the model's args, read back at inference (:meth:`build_model`)
-            for name in ADOPTED_SETTINGS:
-                setattr(cfg, name, getattr(self.cfg, name))
+            for name in ADOPTED_SETTINGS:  # plain values (a choice is an enum of fairseq's)
+                value = getattr(self.cfg, name)
+                setattr(cfg, name, str(value) if name == "doc_mode" else value)
             cfg.dictionary_digests = self.dictionary_digests()
             cfg.dictionary_sizes = self.dictionary_sizes()
             # the language pair, for a checkpoint deployed beside its dictionaries alone

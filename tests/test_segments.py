@@ -222,6 +222,23 @@ def test_task_options_and_checkpoint_adoption():
     assert task.segments and task.cfg.context_size == 0
 
 
+def test_generation_shards_pack_their_own_documents():
+    """--num-shards N --shard-id I on segments: shard I's documents only, sentence ids the
+    split's; the shards together hold every sentence once; training ignores shards."""
+    d = toy_dictionary()
+    pair, docs = toy_pair(d, [5, 1, 7, 3, 4, 6, 2])
+    seen = []
+    for shard in range(3):
+        ds = make_task(num_shards=3, shard_id=shard).segment_dataset("test", pair, docs)
+        mine = np.concatenate([ds.plan.sentences(i) for i in range(len(ds))])
+        whole = np.flatnonzero(np.isin(docs.sent_doc, docs.sent_doc[mine]))
+        assert sorted(mine.tolist()) == whole.tolist()  # whole documents
+        seen.extend(mine.tolist())
+    assert sorted(seen) == list(range(len(pair)))
+    train = make_task(num_shards=3, shard_id=1).segment_dataset("train", pair, docs)
+    assert sum(int(c) for c in train.plan.counts) == len(pair)
+
+
 class CopyGenerator:
     """A stand-in for fairseq's generator whose translation of a row is its source: two
     hypotheses per row. Segments whose id is in ``merge`` get a best hypothesis with one

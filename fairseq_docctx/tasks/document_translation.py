@@ -6,8 +6,14 @@ previous sentences of each sentence (see :mod:`fairseq_docctx.data.document_data
 layout: :mod:`fairseq_docctx.data.context_batch`). What a model reads of it, and how it wants
 its batches, is its contract (:mod:`fairseq_docctx.models.document_context`).
 
-Context settings at inference: ``--context-size`` and ``--context-sides`` default to those the
-checkpoint was trained with; a command-line value that differs is used, with a warning.
+With ``--doc-mode segments`` the samples are instead segments of consecutive sentences of a
+document (:mod:`fairseq_docctx.data.segments`), translated whole (document-to-document
+translation) and given back one hypothesis per source sentence (:meth:`DocumentTranslationTask.
+inference_step`).
+
+Context settings at inference: ``--context-size``, ``--context-sides``, ``--doc-mode`` and
+``--max-segment-tokens`` default to those the checkpoint was trained with; a command-line value
+that differs is used, with a warning.
 """
 import argparse
 import logging
@@ -27,7 +33,8 @@ from omegaconf import II, open_dict
 
 from ..data import context_batch as cb
 from ..data import length_groups
-from ..data.doc_index import DocIndex, check_shard, doc_index_path
+from ..data import segments as seg
+from ..data.doc_index import DocIndex, balanced_shards, check_shard, doc_index_path
 from ..data.document_dataset import DocumentPairDataset
 from ..models import document_context as dc
 
@@ -35,6 +42,11 @@ logger = logging.getLogger(__name__)
 
 TARGET_CONTEXT_CHOICES = ("reference", "hypothesis")
 DOC_BATCHING_CHOICES = ("auto", "runs", "grouped-runs", "sentences")
+DOC_MODE_CHOICES = ("sentences", "segments")
+#: the settings a checkpoint records and inference adopts unless given (:meth:`adopt_context_settings`)
+ADOPTED_SETTINGS = ("context_size", "context_sides", "doc_mode", "max_segment_tokens")
+#: the batch key of the corpus indices of every row's sentences (--doc-mode segments)
+SEGMENT_SENTENCES = "segment_sentences"
 #: training default of --context-sides (at inference: the checkpoint's); that of
 #: --context-size is :data:`~fairseq_docctx.models.document_context.DEFAULT_CONTEXT_SIZE`
 DEFAULT_CONTEXT_SIDES = "source"
@@ -81,6 +93,27 @@ class DocumentTranslationConfig(TranslationConfig):
                   "length), or 'auto': what the model's contract asks for "
                   "(its ``doc_batching``; runs for sentence-level models)"},
     )
+    doc_mode: Optional[ChoiceEnum(DOC_MODE_CHOICES)] = field(
+        default=None,
+        metadata={"help": "samples: single 'sentences' with their context (default in "
+                  "training), or 'segments' of consecutive sentences of a document translated "
+                  "whole, sentences joined by --context-separator (document-to-document "
+                  "translation; --context-size must then be 0). Default at inference: the "
+                  "checkpoint's"},
+    )
+    max_segment_tokens: Optional[int] = field(
+        default=None,
+        metadata={"help": "--doc-mode segments: the most tokens of a segment on either side, "
+                  "separators and </s> included (default 512 in training, the checkpoint's at "
+                  "inference); a longer single sentence is a segment of its own"},
+    )
+    multi_resolution: bool = field(
+        default=False,
+        metadata={"help": "--doc-mode segments, training split: every document is also cut "
+                  "into 2, 4, 8, ... equal parts (while a part has at least 2 sentences), each "
+                  "packed into segments, all levels together the training samples "
+                  "(multi-resolutional doc2doc, Sun et al. 2022)"},
+    )
     # fairseq's --num-shards / --shard-id (dataset options, which fairseq-generate itself
     # ignores): generation of shard I of N decodes the documents of that shard only
     num_shards: int = II("dataset.num_shards")
@@ -120,16 +153,25 @@ class DocumentTranslationTask(TranslationTask):
         super().__init__(cfg, src_dict, tgt_dict)
         #: the context settings given on the command line (not defaulted): a checkpoint's
         #: settings are taken for the others (:meth:`adopt_context_settings`)
-        self.given_context = {k for k in ("context_size", "context_sides")
-                              if getattr(cfg, k, None) is not None}
+        self.given_context = {k for k in ADOPTED_SETTINGS if getattr(cfg, k, None) is not None}
         self._warned = set()
-        if cfg.context_size is None:
-            _set_cfg(cfg, "context_size", dc.DEFAULT_CONTEXT_SIZE)
+        if getattr(cfg, "doc_mode", None) is None:
+            _set_cfg(cfg, "doc_mode", "sentences")
+        if getattr(cfg, "max_segment_tokens", None) is None:
+            _set_cfg(cfg, "max_segment_tokens", seg.DEFAULT_MAX_SEGMENT_TOKENS)
+        if cfg.context_size is None:  # segments hold their own context: K is 0
+            _set_cfg(cfg, "context_size", 0 if cfg.doc_mode == "segments" else dc.DEFAULT_CONTEXT_SIZE)
         if cfg.context_sides is None:
             _set_cfg(cfg, "context_sides", DEFAULT_CONTEXT_SIDES)
         if cfg.context_size < 0:
             raise ValueError("--context-size must be >= 0")
         cb.parse_sides(cfg.context_sides)  # a clear error for an unknown side
+        self.check_doc_mode()
+        #: --doc-mode segments: segments decoded, and those whose best hypothesis had another
+        #: sentence count than their source and were decoded again sentence by sentence
+        #: (:meth:`inference_step`), over this task's lifetime
+        self.segments_decoded = 0
+        self.segment_fallbacks = 0
         #: document-order inference memory, by corpus index of a decoded sentence: its best
         #: translation (target token ids ending in EOS), the target context of the next
         #: sentences, and whatever the model caches (see :meth:`inference_step`). A sentence
@@ -159,10 +201,35 @@ class DocumentTranslationTask(TranslationTask):
     def uses_context(self) -> bool:
         return bool(self.context_sides)
 
+    @property
+    def segments(self) -> bool:
+        """``--doc-mode segments``: the samples are segments of consecutive sentences."""
+        return self.cfg.doc_mode == "segments"
+
+    def check_doc_mode(self):
+        """Refuse settings that segments cannot honour, naming the option to change."""
+        if self.cfg.doc_mode not in DOC_MODE_CHOICES:
+            raise ValueError(f"--doc-mode {self.cfg.doc_mode}: one of {', '.join(DOC_MODE_CHOICES)}")
+        if not self.segments:
+            return
+        if int(self.cfg.context_size) > 0 and "context_size" not in self.given_context:
+            # the default K, or a sentence-level checkpoint's: segments have no context tables
+            logger.info(f"--doc-mode segments: --context-size 0 (not {self.cfg.context_size}): a "
+                        "segment holds its own context")
+            _set_cfg(self.cfg, "context_size", 0)
+        if int(self.cfg.context_size) > 0:
+            raise ValueError(
+                f"--doc-mode segments with --context-size {self.cfg.context_size}: a segment "
+                "holds its own context (the sentences before each sentence in it), there are no "
+                "context tables; leave out --context-size (or give 0)"
+            )
+        if int(self.cfg.max_segment_tokens) < 1:
+            raise ValueError(f"--max-segment-tokens {self.cfg.max_segment_tokens}: must be at least 1")
+
     @classmethod
     def setup_task(cls, cfg, **kwargs):
         task = super().setup_task(cfg, **kwargs)
-        if task.uses_context:
+        if task.uses_context or task.segments:
             task.add_separator()
         return task
 
@@ -178,14 +245,20 @@ class DocumentTranslationTask(TranslationTask):
 
     def adopt_context_settings(self, saved, where="the checkpoint"):
         """Take the context settings of a checkpoint (``saved``: its task config or model
-        args) for those not given on the command line; warn about given ones that differ."""
-        for name in ("context_size", "context_sides"):
+        args) for those not given on the command line; warn about given ones that differ.
+        The settings: ``--context-size``, ``--context-sides``, ``--doc-mode`` and
+        ``--max-segment-tokens`` (a checkpoint without the last two was trained on sentences)."""
+        for name in ADOPTED_SETTINGS:
             value = getattr(saved, name, None)
             if value is None:
                 continue
             mine = getattr(self.cfg, name)
-            same = (cb.parse_sides(value) == cb.parse_sides(mine) if name == "context_sides"
-                    else int(value) == int(mine))
+            if name == "context_sides":
+                same = cb.parse_sides(value) == cb.parse_sides(mine)
+            elif name == "doc_mode":
+                same = str(value) == str(mine)
+            else:
+                same = int(value) == int(mine)
             if same:
                 continue
             flag = "--" + name.replace("_", "-")
@@ -196,8 +269,9 @@ class DocumentTranslationTask(TranslationTask):
                     logger.warning(msg)
             else:
                 logger.info(f"{flag} {value} (from {where})")
-                _set_cfg(self.cfg, name, value)
-        if self.uses_context:
+                _set_cfg(self.cfg, name, str(value) if name == "doc_mode" else value)
+        self.check_doc_mode()
+        if self.uses_context or self.segments:
             self.add_separator()
 
     # ------------------------------------------------------------------ data
@@ -211,6 +285,9 @@ class DocumentTranslationTask(TranslationTask):
             paths = paths[:1]
         data_path = paths[(epoch - 1) % len(paths)]
         docs = self.load_doc_index(data_path, split, len(pair), combine)
+        if self.segments:
+            self.datasets[split] = self.segment_dataset(split, pair, docs)
+            return
         if docs.num_context_only:
             logger.info(f"{split}: {docs.num_context_only} of {docs.num_sentences} sentences are "
                         "context only (pairs docctx-prepare's filters removed from the training "
@@ -226,6 +303,42 @@ class DocumentTranslationTask(TranslationTask):
             position_major=(split != self.cfg.train_subset and self.hypothesis_context),
             side_data=self.load_side_data(split, data_path, pair),
         )
+
+    def segment_dataset(self, split, pair, docs: DocIndex) -> seg.SegmentPairDataset:
+        """``--doc-mode segments``: the split's sentences packed into segments of at most
+        ``--max-segment-tokens`` per side (:func:`~fairseq_docctx.data.segments.plan_segments`;
+        ``--multi-resolution`` on the training split). With ``--num-shards N --shard-id I``
+        (generation) only the documents of shard I are packed; the sentence ids stay the
+        split's."""
+        training = split == self.cfg.train_subset
+        documents = None
+        if not training:
+            try:
+                num_shards, shard_id = int(self.cfg.num_shards or 1), int(self.cfg.shard_id or 0)
+            except Exception:
+                num_shards, shard_id = 1, 0
+            if num_shards > 1:
+                documents = balanced_shards(docs.lengths, num_shards)[check_shard(num_shards, shard_id)]
+        plan = seg.plan_segments(
+            docs, pair.src_sizes, pair.tgt_sizes, int(self.cfg.max_segment_tokens),
+            multi_resolution=training and bool(self.cfg.multi_resolution), documents=documents,
+        )
+        logger.info(f"{split}: {plan.describe()} ({docs.num_sentences:,} sentences in "
+                    f"{len(docs) if documents is None else len(documents):,} documents)")
+        if len(plan.long_sentences):
+            shown = ", ".join(map(str, plan.long_sentences[:10].tolist()))
+            logger.warning(
+                f"{split}: {len(plan.long_sentences)} sentences are longer than "
+                f"--max-segment-tokens {plan.max_tokens} on a side: each is a segment of its "
+                f"own (sentences {shown}{', ...' if len(plan.long_sentences) > 10 else ''})"
+            )
+        if plan.context_only:
+            logger.info(f"{split}: {plan.context_only} of {docs.num_sentences} sentences are "
+                        "context only (pairs docctx-prepare's filters removed from the training "
+                        "targets): never in a segment, segments end before them")
+        sep = self.cfg.context_separator
+        return seg.SegmentPairDataset(pair, plan, self.src_dict.index(sep), shuffle=(split != "test"),
+                                      target_separator=self.tgt_dict.index(sep))
 
     def load_side_data(self, split, data_path, pair) -> dict:
         """The sentences of the context sides that are not in the pair dataset: each such
@@ -270,12 +383,12 @@ class DocumentTranslationTask(TranslationTask):
             if not combine:
                 break
         if not parts:
-            if self.uses_context:
+            if self.uses_context or self.segments:
                 raise FileNotFoundError(
                     f"no document index {doc_index_path(data_path, split, src, tgt)}: "
                     "prepare the data with docctx-prepare (or write one line "
                     "'<doc id>\\t<number of sentences>' per document), or train with "
-                    "--context-size 0"
+                    + ("--doc-mode sentences" if self.segments else "--context-size 0")
                 )
             return DocIndex.single_sentence_documents(num_sentences)
         docs = DocIndex.concat(parts)
@@ -400,8 +513,9 @@ class DocumentTranslationTask(TranslationTask):
             )
         if not from_checkpoint and isinstance(cfg, argparse.Namespace):
             # recorded with the model's args, read back at inference (:meth:`build_model`)
-            for name in ("context_size", "context_sides"):
-                setattr(cfg, name, getattr(self.cfg, name))
+            for name in ADOPTED_SETTINGS:  # plain values (a choice is an enum of fairseq's)
+                value = getattr(self.cfg, name)
+                setattr(cfg, name, str(value) if name == "doc_mode" else value)
             cfg.dictionary_digests = self.dictionary_digests()
             cfg.dictionary_sizes = self.dictionary_sizes()
             # the language pair, for a checkpoint deployed beside its dictionaries alone
@@ -476,6 +590,8 @@ class DocumentTranslationTask(TranslationTask):
         sentences come back to it in the context's ``cache``, aligned with the ``tgt``
         table (see :mod:`fairseq_docctx.models.document_context`).
         """
+        if self.segments and sample.get(SEGMENT_SENTENCES) is not None:
+            return self.segment_inference_step(generator, models, sample, prefix_tokens, constraints)
         sample = dc.sample_for_model(sample, models)
         from_hypotheses = self.hypothesis_context and cb.get_context(sample) is not None
         cacher = None
@@ -520,6 +636,93 @@ class DocumentTranslationTask(TranslationTask):
             self.hypotheses.pop(old, None)
             self.model_cache.pop(old, None)
         return hypos
+
+    def segment_inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        """``--doc-mode segments``: decode a batch of segments and give back one hypothesis
+        list per source **sentence**.
+
+        Every row's hypotheses are split at the separator
+        (:func:`~fairseq_docctx.data.segments.split_hypothesis`); a row whose best hypothesis
+        has exactly as many sentences as its source gives each sentence its piece of every
+        hypothesis that has that many (best first). A row whose best hypothesis has another
+        count is decoded again sentence by sentence, each sentence a one-sentence segment
+        (the per-segment fallback; a separator such a decoding emits is removed), and counted
+        in :attr:`segment_fallbacks` (logged).
+
+        The batch is then rewritten in place into the sentences, in the segments' order, so
+        that fairseq-generate prints one S-/T-/H-/D- group per source sentence under its own
+        corpus id: ``sample["id"]`` holds the sentence ids, ``net_input`` their source
+        sentences (``src_tokens``, ``src_lengths``; ``prev_output_tokens`` when there are
+        targets), ``target`` their target sentences, each ending in </s>, and
+        ``segment_sentences`` one sentence per row."""
+        from fairseq.sequence_generator import SequenceGeneratorWithAlignment
+
+        if prefix_tokens is not None or constraints is not None:
+            raise ValueError("--doc-mode segments: --prefix-size and --constraints apply to a "
+                             "sentence, not to a segment; decode with --doc-mode sentences")
+        if isinstance(generator, SequenceGeneratorWithAlignment):
+            raise ValueError("--doc-mode segments: --print-alignment is not supported (the "
+                             "alignment of a segment is not split into its sentences)")
+        sample = dc.sample_for_model(sample, models)
+        sep, eos, pad = self.tgt_dict.index(self.cfg.context_separator), self.tgt_dict.eos(), self.tgt_dict.pad()
+        src_sep = self.src_dict.index(self.cfg.context_separator)
+        lenpen = float(getattr(generator, "len_penalty", 1.0))
+        hypos = TranslationTask.inference_step(self, generator, models, sample)
+        ni, target = sample["net_input"], sample.get("target")
+        groups = [g.tolist() for g in sample[SEGMENT_SENTENCES]]
+        per_sentence, sources, targets, fallbacks = [], [], [], 0
+        for i, ids in enumerate(groups):
+            src = seg.split_tokens(utils.strip_pad(ni["src_tokens"][i], pad), src_sep, eos)
+            if len(src) != len(ids):
+                raise RuntimeError(f"a segment of sentences {ids} has {len(src)} source sentences "
+                                   "in its tokens: the batch is not in the segment format")
+            sources.extend(src)
+            if target is not None:
+                targets.extend(seg.split_tokens(utils.strip_pad(target[i], pad), sep, eos))
+            split = [seg.split_hypothesis(h, sep, eos, len(ids), lenpen) for h in hypos[i]]
+            if not split or split[0] is None:  # decoded again below, sentence by sentence
+                fallbacks += 1
+                per_sentence.extend([None] * len(ids))
+            else:
+                complete = [s for s in split if s is not None]
+                per_sentence.extend([[s[k] for s in complete] for k in range(len(ids))])
+        self.segments_decoded += len(groups)
+        if fallbacks:
+            todo = [k for k, h in enumerate(per_sentence) if h is None]
+            sub_src = [sources[k] for k in todo]
+            sub = {
+                "id": torch.tensor(todo, device=sample["id"].device), "nsentences": len(todo),
+                "net_input": {
+                    "src_tokens": data_utils.collate_tokens(sub_src, pad, eos, left_pad=self.cfg.left_pad_source),
+                    "src_lengths": torch.tensor([t.numel() for t in sub_src], device=sample["id"].device),
+                },
+            }
+            sub_hypos = TranslationTask.inference_step(self, generator, models, sub)
+            for k, h in zip(todo, sub_hypos):
+                per_sentence[k] = [seg.without_separators(x, sep) for x in h]
+            self.segment_fallbacks += fallbacks
+            logger.info(f"{fallbacks} of {len(groups)} segments decoded sentence by sentence "
+                        "(the best hypothesis had another number of sentences than the source); "
+                        f"{self.segment_fallbacks} of {self.segments_decoded} segments so far")
+        self._rewrite_as_sentences(sample, [i for g in groups for i in g], sources, targets)
+        return per_sentence
+
+    def _rewrite_as_sentences(self, sample, ids, sources, targets):
+        """Turn a decoded batch of segments into the batch of its sentences (in place)."""
+        pad, eos = self.tgt_dict.pad(), self.tgt_dict.eos()
+        device = sample["id"].device
+        ni = sample["net_input"]
+        sample["id"] = torch.tensor(ids, dtype=torch.long, device=device)
+        sample["nsentences"] = len(ids)
+        ni["src_tokens"] = data_utils.collate_tokens(sources, pad, eos, left_pad=self.cfg.left_pad_source)
+        ni["src_lengths"] = torch.tensor([t.numel() for t in sources], dtype=torch.long, device=device)
+        ni.pop("prev_output_tokens", None)
+        if sample.get("target") is not None:
+            sample["target"] = data_utils.collate_tokens(targets, pad, eos, left_pad=self.cfg.left_pad_target)
+            ni["prev_output_tokens"] = data_utils.collate_tokens(
+                targets, pad, eos, left_pad=self.cfg.left_pad_target, move_eos_to_beginning=True)
+            sample["ntokens"] = sum(t.numel() for t in targets)
+        sample[SEGMENT_SENTENCES] = [torch.tensor([i], dtype=torch.long) for i in ids]
 
     def forget(self, sentence_ids):
         """Drop the document-order inference memory of these sentences (those of a

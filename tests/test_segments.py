@@ -1,0 +1,381 @@
+"""Document segments (``--doc-mode segments``): planning, the batch format, decoding that gives
+one hypothesis per source sentence, and fairseq-train / fairseq-generate on segments."""
+import argparse
+import re
+
+import numpy as np
+import pytest
+import torch
+from fairseq.data import LanguagePairDataset
+
+from conftest import REPO, TINY_MODEL, run, toy_dictionary
+from fairseq_docctx.data import segments as seg
+from fairseq_docctx.data.doc_index import DocIndex
+
+USER_DIR = ["--user-dir", REPO / "fairseq_docctx"]
+
+
+def random_docs(seed=0, n_docs=40, max_len=30, long_every=0):
+    """A document index of random lengths and random sentence sizes (source, target)."""
+    rng = np.random.RandomState(seed)
+    lengths = rng.randint(1, max_len, n_docs)
+    n = int(lengths.sum())
+    src = rng.randint(2, 30, n)
+    tgt = rng.randint(2, 30, n)
+    if long_every:
+        src[::long_every] = 90  # longer than the limits used below
+    return DocIndex([f"d{i}" for i in range(n_docs)], lengths), src, tgt
+
+
+def check_level(docs, src, tgt, plan, level, limit, excluded=None):
+    """Every sentence (but the excluded) in exactly one segment of ``level``; segments inside
+    one document, within the limit unless a lone long sentence, and greedy (the next sentence
+    of the same part would not have fitted)."""
+    excluded = np.zeros(docs.num_sentences, bool) if excluded is None else excluded
+    # the documents this level cuts: every part of 2**level has at least 2 sentences
+    cut = docs.lengths // (2 ** level) >= 2 if level else np.ones(len(docs), bool)
+    excluded = excluded | ~cut[docs.sent_doc]
+    mine = np.flatnonzero(plan.levels == level)
+    seen = np.zeros(docs.num_sentences, np.int64)
+    for i in mine:
+        ids = plan.sentences(i)
+        seen[ids] += 1
+        assert len(set(docs.sent_doc[ids].tolist())) == 1, "a segment crosses documents"
+        assert not excluded[ids].any()
+        s, t = int(src[ids].sum()), int(tgt[ids].sum())
+        if len(ids) == 1 and max(s, t) > limit:
+            assert ids[0] in plan.long_sentences
+        else:
+            assert s <= limit and t <= limit
+    assert (seen[~excluded] == 1).all() and (seen[excluded] == 0).all()
+    return mine
+
+
+def test_plan_covers_every_sentence_once_within_the_limit():
+    docs, src, tgt = random_docs(long_every=37)
+    plan = seg.plan_segments(docs, src, tgt, max_tokens=80)
+    mine = check_level(docs, src, tgt, plan, 0, 80)
+    assert len(mine) == len(plan) and plan.num_levels == 1
+    # greedy: a segment stops only where the next sentence of its document would not fit
+    for i in mine:
+        nxt = plan.starts[i] + plan.counts[i]
+        if nxt < docs.num_sentences and docs.sent_doc[nxt] == docs.sent_doc[plan.starts[i]]:
+            ids = plan.sentences(i)
+            assert src[ids].sum() + src[nxt] > 80 or tgt[ids].sum() + tgt[nxt] > 80
+    # the long sentences are exactly those over the limit, each alone
+    assert plan.long_sentences.tolist() == np.flatnonzero(np.maximum(src, tgt) > 80).tolist()
+    assert len(plan.long_sentences) > 3
+    assert plan.counts.max() > 2  # real packing, not one sentence a segment
+
+
+def test_plan_target_sizes_bound_segments_too():
+    docs = DocIndex(["a"], np.array([4]))
+    src, tgt = np.array([3, 3, 3, 3]), np.array([3, 30, 3, 3])
+    plan = seg.plan_segments(docs, src, tgt, max_tokens=32)
+    assert [plan.sentences(i).tolist() for i in range(len(plan))] == [[0], [1], [2, 3]]
+    # without targets only the source counts
+    plan = seg.plan_segments(docs, src, None, max_tokens=32)
+    assert [plan.sentences(i).tolist() for i in range(len(plan))] == [[0, 1, 2, 3]]
+
+
+def test_context_only_sentences_are_in_no_segment():
+    docs, src, tgt = random_docs(seed=1)
+    marked = np.random.RandomState(3).rand(docs.num_sentences) < 0.15
+    docs = DocIndex(docs.doc_ids, docs.lengths, marked)
+    plan = seg.plan_segments(docs, src, tgt, max_tokens=100, multi_resolution=True)
+    assert plan.context_only == int(marked.sum()) > 0
+    for level in range(plan.num_levels):
+        check_level(docs, src, tgt, plan, level, 100, excluded=marked)
+
+
+def test_multi_resolution_levels_split_documents_in_equal_parts():
+    docs = DocIndex(["a", "b", "c"], np.array([9, 3, 1]))
+    size = np.full(13, 2)
+    plan = seg.plan_segments(docs, size, size, max_tokens=1000, multi_resolution=True)
+    got = {(int(lv), tuple(plan.sentences(i).tolist())) for i, lv in enumerate(plan.levels)}
+    a = lambda *r: tuple(range(*r))  # noqa: E731
+    assert got == {
+        (0, a(0, 9)), (0, a(9, 12)), (0, a(12, 13)),            # whole documents
+        (1, a(0, 4)), (1, a(4, 9)),                             # a in 2 parts; b (3) stops at 1 part
+        (2, a(0, 2)), (2, a(2, 4)), (2, a(4, 6)), (2, a(6, 9)),  # a in 4 parts (8 parts: < 2 each)
+    }
+    assert len(plan) == len(got)
+    # a long random corpus: each level covers every sentence of the documents it splits once
+    docs, src, tgt = random_docs(seed=2, max_len=40)
+    plan = seg.plan_segments(docs, src, tgt, max_tokens=120, multi_resolution=True)
+    assert plan.num_levels >= 4
+    for level in range(plan.num_levels):
+        mine = check_level(docs, src, tgt, plan, level, 120)
+        assert len(mine) > 0
+        # no segment of a level crosses a part of that level
+        for i in mine:
+            d = docs.sent_doc[plan.starts[i]]
+            n, parts = int(docs.lengths[d]), 2 ** level
+            part = lambda j: int(np.searchsorted((np.arange(parts + 1) * n) // parts, j, side="right"))  # noqa: E731
+            pos = plan.sentences(i) - docs.offsets[d]
+            assert part(pos[0]) == part(pos[-1])
+
+
+def toy_pair(d, doc_lengths, seed=0, with_target=True):
+    rng = np.random.RandomState(seed)
+    n = sum(doc_lengths)
+    mk = lambda: [torch.LongTensor(list(rng.randint(5, 35, rng.randint(1, 8))) + [d.eos()]) for _ in range(n)]  # noqa: E731
+    src, tgt = mk(), mk()
+    if not with_target:
+        return LanguagePairDataset(src, [len(s) for s in src], d, None, None, d), DocIndex(
+            [f"d{i}" for i in range(len(doc_lengths))], np.array(doc_lengths))
+    pair = LanguagePairDataset(src, [len(s) for s in src], d, tgt, [len(t) for t in tgt], d)
+    return pair, DocIndex([f"d{i}" for i in range(len(doc_lengths))], np.array(doc_lengths))
+
+
+def joined(d, items):
+    """The segment layout written out by hand: s_1 <sep> ... <sep> s_n </s>."""
+    out = []
+    for t in items:
+        out += t[:-1].tolist() + [d.index("<sep>")]
+    out[-1] = d.eos()
+    return out
+
+
+def test_collated_batch_is_the_segment_format():
+    d = toy_dictionary()
+    sep, pad, eos = d.index("<sep>"), d.pad(), d.eos()
+    pair, docs = toy_pair(d, [5, 1, 7, 3, 4])
+    plan = seg.plan_segments(docs, pair.src_sizes, pair.tgt_sizes, max_tokens=14)
+    ds = seg.SegmentPairDataset(pair, plan, sep, shuffle=False)
+    assert len(ds) == len(plan) > 5
+    order = list(range(len(ds)))
+    batch = ds.collater([ds[i] for i in order])
+    assert batch["id"].tolist() != order, "the collater did not re-sort: the test checks nothing"
+    ni = batch["net_input"]
+    for row, (sid, sents) in enumerate(zip(batch["id"].tolist(), batch["segment_sentences"])):
+        assert sents.tolist() == plan.sentences(sid).tolist()
+        src = ni["src_tokens"][row][ni["src_tokens"][row] != pad]
+        tgt = batch["target"][row][batch["target"][row] != pad]
+        assert src.tolist() == joined(d, [pair.src[i] for i in sents.tolist()])
+        assert tgt.tolist() == joined(d, [pair.tgt[i] for i in sents.tolist()])
+        assert int(ni["src_lengths"][row]) == src.numel() == ds.src_sizes[sid]
+        assert tgt.numel() == ds.tgt_sizes[sid] <= 14 or len(sents) == 1
+        # groups: 1 + the separators before a token; the row's sentences: 1 + its separators
+        assert seg.count_sentences(src, sep) == len(sents) == seg.count_sentences(tgt, sep)
+        prev = ni["prev_output_tokens"][row][: tgt.numel()]
+        assert prev.tolist() == [eos] + tgt[:-1].tolist()
+        assert [t.tolist() for t in seg.split_tokens(src, sep, eos)] == [pair.src[i].tolist() for i in sents]
+    assert ni["src_tokens"][:, -1].ne(pad).all()  # left-padded, as fairseq's translation
+
+
+def test_segments_without_targets_and_bad_sentences():
+    d = toy_dictionary()
+    pair, docs = toy_pair(d, [3, 4], with_target=False)
+    ds = seg.SegmentPairDataset(pair, seg.plan_segments(docs, pair.src_sizes, None, 30), d.index("<sep>"))
+    item = ds[0]
+    assert item["target"] is None and ds.sizes.ndim == 1
+    batch = ds.collater([ds[i] for i in range(len(ds))])
+    assert batch["target"] is None and "prev_output_tokens" not in batch["net_input"]
+    assert sum(len(s) for s in batch["segment_sentences"]) == 7
+    # a sentence holding the separator would be split: refused, naming the sentence
+    pair.src[2] = torch.LongTensor([7, d.index("<sep>"), 8, d.eos()])
+    with pytest.raises(ValueError, match="source sentence 2 contains the sentence separator"):
+        ds[0]
+
+
+def test_batching_keeps_every_segment():
+    d = toy_dictionary()
+    pair, docs = toy_pair(d, [5, 1, 7, 3, 4, 6, 2, 9, 1, 1, 3])
+    ds = seg.SegmentPairDataset(pair, seg.plan_segments(docs, pair.src_sizes, pair.tgt_sizes, 12), d.index("<sep>"))
+    idx = ds.ordered_indices()
+    batches = ds.batch_by_size(idx, max_tokens=40, required_batch_size_multiple=8)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(ds)))
+
+
+# ------------------------------------------------------------------ the task
+def make_task(**over):
+    from fairseq_docctx.tasks.document_translation import DocumentTranslationTask
+
+    d = toy_dictionary()
+    cfg = argparse.Namespace(
+        data="", source_lang="src", target_lang="tgt", context_size=None, context_sides=None,
+        doc_mode="segments", max_segment_tokens=None, multi_resolution=False,
+        context_separator="<sep>", target_context="hypothesis", doc_run_length=16,
+        doc_batching="auto", num_shards=1, shard_id=0, left_pad_source=True, left_pad_target=False,
+        train_subset="train",
+    )
+    for k, v in over.items():
+        setattr(cfg, k, v)
+    return DocumentTranslationTask(cfg, d, d)
+
+
+def test_task_options_and_checkpoint_adoption():
+    task = make_task()
+    assert task.segments and task.cfg.context_size == 0 and task.cfg.max_segment_tokens == 512
+    with pytest.raises(ValueError, match="--doc-mode segments with --context-size 3"):
+        make_task(context_size=3)
+    # inference: a checkpoint's settings are taken unless given
+    task = make_task(doc_mode=None)
+    assert not task.segments and task.cfg.context_size == 3
+    task.adopt_context_settings(argparse.Namespace(context_size=0, context_sides="source",
+                                                   doc_mode="segments", max_segment_tokens=64))
+    assert task.segments and task.cfg.max_segment_tokens == 64 and task.cfg.context_size == 0
+    # a sentence-level checkpoint decoded as segments: its K is not a context of segments
+    task = make_task()
+    task.adopt_context_settings(argparse.Namespace(context_size=3, context_sides="source"))
+    assert task.segments and task.cfg.context_size == 0
+
+
+def test_generation_shards_pack_their_own_documents():
+    """--num-shards N --shard-id I on segments: shard I's documents only, sentence ids the
+    split's; the shards together hold every sentence once; training ignores shards."""
+    d = toy_dictionary()
+    pair, docs = toy_pair(d, [5, 1, 7, 3, 4, 6, 2])
+    seen = []
+    for shard in range(3):
+        ds = make_task(num_shards=3, shard_id=shard).segment_dataset("test", pair, docs)
+        mine = np.concatenate([ds.plan.sentences(i) for i in range(len(ds))])
+        whole = np.flatnonzero(np.isin(docs.sent_doc, docs.sent_doc[mine]))
+        assert sorted(mine.tolist()) == whole.tolist()  # whole documents
+        seen.extend(mine.tolist())
+    assert sorted(seen) == list(range(len(pair)))
+    train = make_task(num_shards=3, shard_id=1).segment_dataset("train", pair, docs)
+    assert sum(int(c) for c in train.plan.counts) == len(pair)
+
+
+class CopyGenerator:
+    """A stand-in for fairseq's generator whose translation of a row is its source: two
+    hypotheses per row. Segments whose id is in ``merge`` get a best hypothesis with one
+    separator fewer (a merged sentence); the sentence-by-sentence fallback gets a stray
+    separator in front (which the task removes)."""
+
+    len_penalty = 1.0
+
+    def __init__(self, d, merge):
+        self.d, self.merge, self.calls = d, set(merge), []
+
+    def hypo(self, tokens, score):
+        n = tokens.numel()
+        return {"tokens": tokens, "score": torch.tensor(score), "attention": None,
+                "alignment": torch.empty(0), "positional_scores": -torch.arange(1, n + 1).float() / 10}
+
+    def generate(self, models, sample, **kwargs):
+        sep, pad = self.d.index("<sep>"), self.d.pad()
+        segments = "segment_sentences" in sample
+        self.calls.append(segments)
+        out = []
+        for row, sid in enumerate(sample["id"].tolist()):
+            src = sample["net_input"]["src_tokens"][row]
+            src = src[src != pad]
+            if not segments:
+                out.append([self.hypo(torch.cat([src.new_tensor([sep]), src]), -1.0)])
+                continue
+            best = src.clone()
+            if sid in self.merge:
+                best[(best == sep).nonzero()[0]] = 9
+            worse = torch.cat([src.new_tensor([sep]), src])  # one sentence too many
+            out.append([self.hypo(best, -1.0), self.hypo(worse, -2.0), self.hypo(src.clone(), -3.0)])
+        return out
+
+
+def test_inference_step_gives_one_hypothesis_per_sentence_with_fallback():
+    task = make_task()
+    d = task.tgt_dict
+    pair, docs = toy_pair(d, [5, 1, 7, 3, 4, 6])
+    ds = seg.SegmentPairDataset(pair, seg.plan_segments(docs, pair.src_sizes, pair.tgt_sizes, 16), d.index("<sep>"))
+    batch = ds.collater([ds[i] for i in range(len(ds))])
+    multi = [sid for sid, s in zip(batch["id"].tolist(), batch["segment_sentences"]) if len(s) > 1]
+    merge = multi[:2]
+    expected_ids = torch.cat(batch["segment_sentences"]).tolist()
+    gen = CopyGenerator(d, merge)
+    hypos = task.inference_step(gen, [None], batch)
+    assert gen.calls == [True, False]  # the segments, then the fallback sentences
+    assert task.segment_fallbacks == 2 and task.segments_decoded == len(ds)
+    assert batch["id"].tolist() == expected_ids and sorted(expected_ids) == list(range(len(pair)))
+    assert len(hypos) == len(expected_ids) == batch["net_input"]["src_tokens"].size(0)
+    fell_back = {i for sid in merge for i in ds.plan.sentences(sid).tolist()}
+    pad = d.pad()
+    for row, sent in enumerate(expected_ids):
+        src = batch["net_input"]["src_tokens"][row]
+        tgt = batch["target"][row]
+        assert src[src != pad].tolist() == pair.src[sent].tolist()
+        assert tgt[tgt != pad].tolist() == pair.tgt[sent].tolist()
+        assert batch["segment_sentences"][row].tolist() == [sent]
+        h = hypos[row]
+        assert all(x["tokens"].tolist() == pair.src[sent].tolist() for x in h)
+        assert all(x["positional_scores"].numel() == x["tokens"].numel() for x in h)
+        # split segments: the pieces of the best and of the third hypothesis (the second has
+        # one sentence too many); fallback sentences: their own single hypothesis
+        assert len(h) == (1 if sent in fell_back else 2)
+    assert batch["net_input"]["prev_output_tokens"][:, 0].eq(d.eos()).all()
+    # a split sentence's score: its positional scores normalized by its length (lenpen 1)
+    row = next(r for r, s in enumerate(expected_ids) if s not in fell_back)
+    assert float(hypos[row][0]["score"]) == pytest.approx(float(hypos[row][0]["positional_scores"].mean()))
+
+
+def test_split_hypothesis_keeps_the_scores():
+    sep, eos = 4, 2
+    h = {"tokens": torch.tensor([7, 8, sep, sep, 9, eos]), "score": torch.tensor(-1.0), "alignment": None,
+         "attention": torch.rand(3, 6), "positional_scores": torch.tensor([-1., -2, -3, -4, -5, -6])}
+    pieces = seg.split_hypothesis(h, sep, eos, 3, len_penalty=1.0)
+    assert [p["tokens"].tolist() for p in pieces] == [[7, 8, eos], [eos], [9, eos]]
+    assert [p["positional_scores"].tolist() for p in pieces] == [[-1, -2, -3], [-4], [-5, -6]]
+    assert [round(float(p["score"]), 4) for p in pieces] == [-2.0, -4.0, -5.5]
+    assert [p["attention"].shape[1] for p in pieces] == [3, 1, 2]
+    assert seg.split_hypothesis(h, sep, eos, 2) is None and seg.split_hypothesis(h, sep, eos, 4) is None
+
+
+# ------------------------------------------------- fairseq-train / fairseq-generate
+@pytest.fixture(scope="module")
+def segments_ckpt(toy_bin, tmp_path_factory):
+    """fairseq's transformer trained a few updates on segments of the toy documents (with
+    multi-resolution): the checkpoint and the training log."""
+    save = tmp_path_factory.mktemp("segments")
+    p = run(["fairseq-train", toy_bin, *USER_DIR, "--task", "document_translation", "--doc-mode", "segments",
+             "--max-segment-tokens", "48", "--multi-resolution", "--arch", "transformer", *TINY_MODEL,
+             "--max-tokens", "400", "--max-update", "6", "--log-interval", "1", "--no-epoch-checkpoints",
+             "--save-dir", save])
+    return save / "checkpoint_last.pt", p.stdout + p.stderr
+
+
+def test_train_on_segments(toy_bin, segments_ckpt):
+    ckpt, log = segments_ckpt
+    docs = DocIndex.read(toy_bin / "train.src-tgt.docs")
+    from fairseq.data import data_utils
+
+    sides = [data_utils.load_indexed_dataset(str(toy_bin / f"train.src-tgt.{s}"), None) for s in ("src", "tgt")]
+    sizes = [np.array(d.sizes) for d in sides]  # copies of memory-mapped arrays, read while they are open
+    plan = seg.plan_segments(docs, *sizes, max_tokens=48, multi_resolution=True)
+    assert plan.num_levels > 1
+    assert f"train: {len(plan):,} segments at {plan.num_levels} resolutions of at most 48 tokens" in log
+    assert len(re.findall(r"\| train_inner \|.*? loss=([\d.]+),", log)) == 6
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    args = state["cfg"]["model"]  # the settings inference adopts, recorded with the model's args
+    assert (args.doc_mode, args.max_segment_tokens, args.context_size) == ("segments", 48, 0)
+    assert type(args.doc_mode) is str  # not fairseq's choice enum: the checkpoint pickles plainly
+
+
+@pytest.mark.parametrize("limit", [None, 12])
+def test_generate_prints_one_hypothesis_per_sentence(toy_bin, segments_ckpt, limit):
+    """fairseq-generate without --doc-mode: the checkpoint's segments are adopted; one
+    S-/T-/H- group per source sentence under its id, fallbacks counted. With the
+    checkpoint's 48 tokens every segment has several sentences and the barely trained model
+    miscounts them all; with 12 most segments are one sentence, complete as decoded."""
+    ckpt, _ = segments_ckpt
+    p = run(["fairseq-generate", toy_bin, *USER_DIR, "--task", "document_translation", "--path", ckpt,
+             "--beam", "2", "--max-tokens", "200", "--gen-subset", "test", "--max-len-b", "60",
+             *([] if limit is None else ["--max-segment-tokens", limit])])
+    out = p.stdout
+    raw = toy_bin.parent / "raw"
+    src_lines = (raw / "test.src").read_text().splitlines()
+    tgt_lines = (raw / "test.tgt").read_text().splitlines()
+    h_ids = [int(m) for m in re.findall(r"^H-(\d+)\t", out, re.M)]
+    assert sorted(h_ids) == list(range(len(src_lines)))
+    sources = dict((int(i), s) for i, s in re.findall(r"^S-(\d+)\t(.*)$", out, re.M))
+    targets = dict((int(i), s) for i, s in re.findall(r"^T-(\d+)\t(.*)$", out, re.M))
+    assert sources == dict(enumerate(src_lines)) and targets == dict(enumerate(tgt_lines))
+    assert "<sep>" not in "".join(re.findall(r"^H-\d+\t\S+\t(.*)$", out, re.M))
+    assert "--doc-mode segments (from the checkpoint)" in out + p.stderr
+    counts = re.findall(r"(\d+) of (\d+) segments so far", out + p.stderr)
+    assert counts, "no segment fell back: the barely trained model was expected to miscount"
+    fell, total = map(int, counts[-1])
+    assert 0 < fell <= total < len(src_lines)
+    if limit is not None:
+        assert "--max-segment-tokens 12 differs from the checkpoint's (48): decoding with 12" in out + p.stderr
+        assert fell < total, "no segment was complete as decoded: the split path was not run"

@@ -198,6 +198,7 @@ def make_task(**over):
         doc_mode="segments", max_segment_tokens=None, multi_resolution=False,
         context_separator="<sep>", target_context="hypothesis", doc_run_length=16,
         doc_batching="auto", num_shards=1, shard_id=0, left_pad_source=True, left_pad_target=False,
+        no_sentence_count_constraint=False, eval_bleu=False,
         train_subset="train",
     )
     for k, v in over.items():
@@ -379,3 +380,38 @@ def test_generate_prints_one_hypothesis_per_sentence(toy_bin, segments_ckpt, lim
     if limit is not None:
         assert "--max-segment-tokens 12 differs from the checkpoint's (48): decoding with 12" in out + p.stderr
         assert fell < total, "no segment was complete as decoded: the split path was not run"
+
+
+# ------------------------------------------------- the task and the segment models
+def tiny_segment_args(arch):
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    args = argparse.Namespace(arch=arch, encoder_embed_dim=16, encoder_ffn_embed_dim=32, encoder_attention_heads=2,
+                              encoder_layers=1, decoder_embed_dim=16, decoder_ffn_embed_dim=32,
+                              decoder_attention_heads=2, decoder_layers=1, encoder_ctxlayers=1,
+                              decoder_ctxlayers=1, cross_ctxlayers=1, max_source_positions=256,
+                              max_target_positions=256)
+    ARCH_CONFIG_REGISTRY[arch](args)
+    return args
+
+
+@pytest.mark.parametrize("arch", ["g_transformer", "doc2doc_transformer"])
+def test_segment_models_need_segments_and_hear_of_epochs_and_the_flag(arch):
+    """A segment model is refused outside --doc-mode segments; the task tells the model the
+    epoch (fairseq's trainer calls only the task's begin_epoch) and applies
+    --no-sentence-count-constraint when it builds the generator."""
+    import fairseq_docctx.models  # noqa: F401  (registers the architectures)
+
+    with pytest.raises(ValueError, match="add --doc-mode segments"):
+        make_task(doc_mode="sentences", context_size=0).build_model(tiny_segment_args(arch))
+    task = make_task()
+    model = task.build_model(tiny_segment_args(arch))
+    task.begin_epoch(31, model)
+    if arch == "g_transformer":  # --doc-noise-epochs: the word masking ends after them
+        assert model.epoch == 31
+    gen_args = argparse.Namespace(beam=2)
+    task.build_generator([model], gen_args)
+    assert model.keeps_sentence_count
+    task = make_task(no_sentence_count_constraint=True)
+    task.build_generator([model], gen_args)
+    assert not model.keeps_sentence_count

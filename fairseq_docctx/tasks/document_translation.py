@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from fairseq import utils
 from fairseq.data import data_utils, iterators
 from fairseq.dataclass import ChoiceEnum
+from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II, open_dict
@@ -113,6 +114,13 @@ class DocumentTranslationConfig(TranslationConfig):
                   "into 2, 4, 8, ... equal parts (while a part has at least 2 sentences), each "
                   "packed into segments, all levels together the training samples "
                   "(multi-resolutional doc2doc, Sun et al. 2022)"},
+    )
+    no_sentence_count_constraint: bool = field(
+        default=False,
+        metadata={"help": "--doc-mode segments, generation: let a segment model's beam search "
+                  "end a hypothesis with any number of sentences (by default a hypothesis ends "
+                  "only after as many sentences as the source segment has); a segment whose "
+                  "best hypothesis has another number is decoded again sentence by sentence"},
     )
     # fairseq's --num-shards / --shard-id (dataset options, which fairseq-generate itself
     # ignores): generation of shard I of N decodes the documents of that shard only
@@ -501,6 +509,10 @@ class DocumentTranslationTask(TranslationTask):
             self.adopt_context_settings(cfg)
             # and the model options of their time: those added since get the values they had
             dc.apply_checkpoint_defaults(cfg)
+        arch = getattr(cfg, "arch", None) or getattr(cfg, "_name", None)
+        if dc.reads_segments(ARCH_MODEL_REGISTRY.get(arch)) and not self.segments:
+            raise ValueError(f"--arch {arch} translates segments of consecutive sentences: add "
+                             "--doc-mode segments")
         model = super().build_model(cfg, from_checkpoint)
         k = dc.check_context(model, self.context_sides, self.cfg.context_size, from_checkpoint)
         if dc.reads_context(model):  # the K it reads, where the hub and generation read it
@@ -525,6 +537,23 @@ class DocumentTranslationTask(TranslationTask):
             if mismatch:
                 raise ValueError(self._dictionary_message(mismatch, getattr(cfg, "dictionary_sizes", None)))
         return model
+
+    def begin_epoch(self, epoch, model):
+        """fairseq's trainer calls this at the start of every epoch but not the model's
+        ``set_epoch``: models whose training changes with the epoch (``g_transformer``'s
+        ``--doc-noise-epochs``) are told here."""
+        super().begin_epoch(epoch, model)
+        inner = getattr(model, "module", model)  # a DistributedDataParallel wrapper
+        if hasattr(inner, "set_epoch"):
+            inner.set_epoch(epoch)
+
+    def build_generator(self, models, args, **kwargs):
+        """fairseq's generator; with ``--no-sentence-count-constraint`` segment models search
+        without the sentence count (:meth:`inference_step` still accounts for every sentence)."""
+        for m in models:
+            if hasattr(m, "set_sentence_count_constraint"):
+                m.set_sentence_count_constraint(not self.cfg.no_sentence_count_constraint)
+        return super().build_generator(models, args, **kwargs)
 
     def dictionary_sizes(self) -> str:
         """``"<source types>,<target types>"`` (recorded in a model's args beside

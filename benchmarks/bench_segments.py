@@ -27,9 +27,9 @@ transformer as sentences; a segment holds exactly the tokens of its sentences (e
   per generated token of the beam search (``bench_inference.count_flops``, every N-th batch)
   give the bound (sentence level's FLOPs per token over the model's) and the efficiency.
   Target: efficiency >= 0.9. The sentence-count guarantee: each segment model is also decoded
-  with its constraint off (``set_sentence_count_constraint(False)``, set in this script's
-  fairseq-generate worker, which also prints the task's counts of segments decoded sentence by
-  sentence, the fallbacks); its cost is 1 - tokens/s with the constraint / tokens/s without.
+  with its constraint off (``--no-sentence-count-constraint``), and each run's fallbacks (the
+  task's count of segments decoded again sentence by sentence, from its log) are printed; the
+  constraint's cost is 1 - tokens/s with the constraint / tokens/s without.
   Target: <= 10 %.
 
 Usage (from the repository root): python -m benchmarks.bench_segments [--size small|tiny]
@@ -56,7 +56,8 @@ REPO = Path(__file__).resolve().parents[1]
 MODULE = "benchmarks.bench_segments"  # its child processes run it with python -m
 WORK = REPO / "bench-work" / "segments"
 USER_DIR = ["--user-dir", str(REPO / "fairseq_docctx")]
-GENERATE_WORKER = "--generate-segments"  # internal: fairseq-generate with the constraint set
+#: the task's log line of the segments decoded again sentence by sentence (running totals)
+FALLBACKS = r"(\d+) of (\d+) segments so far"
 
 SIZES = {
     "small": MODEL_SIZES["small"],  # 3+3 x 256/1024, as bench_models and bench_inference
@@ -133,29 +134,6 @@ def training_speed(data_bin, args):
         print(line)
 
 
-def generate_segments(constraint, argv):
-    """fairseq-generate ``argv`` with every segment model's sentence-count constraint
-    ``constraint`` (``on``/``off``: ``set_sentence_count_constraint``), set when the task builds
-    the generator; then prints ``SEGMENTS <fallbacks> <segments decoded>`` (the task's counts of
-    segments decoded sentence by sentence and of all segments)."""
-    from fairseq_cli.generate import cli_main
-
-    from fairseq_docctx.tasks.document_translation import DocumentTranslationTask
-
-    build, tasks = DocumentTranslationTask.build_generator, []
-
-    def with_constraint(self, models, *a, **kw):
-        for model in models:
-            model.set_sentence_count_constraint(constraint == "on")
-        tasks.append(self)
-        return build(self, models, *a, **kw)
-
-    DocumentTranslationTask.build_generator = with_constraint
-    sys.argv = ["fairseq-generate", *argv]
-    cli_main()
-    print(f"SEGMENTS {tasks[-1].segment_fallbacks} {tasks[-1].segments_decoded}", flush=True)
-
-
 def generation_speed(data_bin, args):
     """Target tokens/s of each segment model, with the constraint on and off, against
     sentence-level generation of the transformer (alternating runs, best of ``--repeats``),
@@ -172,14 +150,14 @@ def generation_speed(data_bin, args):
         seg = [*gen, "--task", "document_translation", "--doc-mode", "segments",
                "--max-segment-tokens", str(args.max_segment_tokens), "--path", ckpt]
         counted[m] = ["fairseq-generate", *seg]
-        for constraint in ("on", "off"):
-            runs[f"{m}, constraint {constraint}"] = [sys.executable, "-m", MODULE, GENERATE_WORKER, constraint, *seg]
+        runs[f"{m}, constraint on"] = ["fairseq-generate", *seg]
+        runs[f"{m}, constraint off"] = ["fairseq-generate", *seg, "--no-sentence-count-constraint"]
     rates = {}
     for r in range(args.repeats):
         for name, cmd in runs.items():
             out = sh(cmd, cwd=REPO)
             n, rate, tok_rate, mean_len = fairseq_rate(out)
-            fallbacks = re.findall(r"^SEGMENTS (\d+) (\d+)$", out, re.M)
+            fallbacks = re.findall(FALLBACKS, out)
             old = rates.get(name, (0.0, 0.0))
             rates[name] = (max(old[0], rate), max(old[1], tok_rate), mean_len, n, fallbacks[-1] if fallbacks else None)
             print(f"[{r + 1}] {name}: {n} sentences, {rate:.2f} sentences/s, {tok_rate:.1f} tokens/s, "
@@ -208,7 +186,8 @@ def print_generation(rates, work, args):
     print(f"{'run':36s} {'sent/s':>8s} {'tok/s':>8s} {'ratio':>6s} {'mean len':>8s} {'fallbacks':>10s}"
           + (f" {'MFLOP/tok':>9s} {'bound':>6s} {'efficiency':>10s}" if work else ""))
     for name, (sent, tok, mean_len, _, fallbacks) in rates.items():
-        fb = f"{fallbacks[0]}/{fallbacks[1]}" if fallbacks else ""
+        # segment runs without a log line had no fallback
+        fb = f"{fallbacks[0]}/{fallbacks[1]}" if fallbacks else ("0" if name != SENTENCE_LEVEL else "")
         line = f"{name:36s} {sent:8.2f} {tok:8.1f} {tok / base_tok:6.2f} {mean_len:8.1f} {fb:>10s}"
         model = name.split(",")[0] if name != SENTENCE_LEVEL else SENTENCE_LEVEL
         if work and not name.endswith("constraint off"):
@@ -266,7 +245,4 @@ def main():
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == GENERATE_WORKER:
-        generate_segments(sys.argv[2], sys.argv[3:])
-    else:
-        sys.exit(main())
+    sys.exit(main())

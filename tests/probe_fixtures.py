@@ -173,6 +173,30 @@ def mht_model(bg, probe, factory):
         "--context-sides", "src,draft", "--src-sentence-encoder-from", sentence_model["checkpoint"]])
 
 
+#: the segment models on the probe: segments of up to 64 tokens (about 8 of the probe's
+#: sentences, so the antecedent one or two sentences back is mostly in the same segment);
+#: g_transformer resolves the pronouns after 250 updates (doc2doc_transformer is still below
+#: chance there, and right after 400)
+SEGMENTS = ["--doc-mode", "segments", "--max-segment-tokens", "64"]
+
+
+@_training
+def g_model(bg, probe, factory):
+    """g_transformer with one combined (group + global) layer on each side (the probe's two
+    layers: the top one combined), no word masking (``--doc-noise-mask 0``: a 250-update run
+    has no epochs to spare for it)."""
+    return _train(probe, factory, "g", "g_transformer", SEGMENTS + [
+        "--encoder-ctxlayers", "1", "--decoder-ctxlayers", "1", "--cross-ctxlayers", "1",
+        "--doc-noise-mask", "0", "--dropout", "0.1"], max_update=250)
+
+
+@_training
+def doc2doc_model(bg, probe, factory):
+    """doc2doc_transformer (a plain Transformer over the segments) at the same size."""
+    return _train(probe, factory, "doc2doc", "doc2doc_transformer", SEGMENTS + ["--dropout", "0.1"],
+                  max_update=400)
+
+
 @_training
 def rnnsearch_model(bg, probe, factory):
     """rnnsearch (Nematus' variant, the base of hrnn_context) at the probe's tiny size."""

@@ -102,3 +102,24 @@ def test_isg_uses_previous_sentence(probe, isg_model, rnnsearch_model, rnnsearch
     print(f"pronouns one sentence back: isg_rnnsearch {one_back(isg):.3f} vs rnnsearch {base:.3f}")
     assert 0.3 < base < 0.7
     assert one_back(isg) >= base + 0.3
+
+
+
+def _segment_model_uses_context(probe, name, model, sentence_acc):
+    """A segment model translates runs of consecutive sentences: the antecedent is in the
+    segment, and fairseq-generate gives back one hypothesis per source sentence
+    (``probe_accuracy`` fails on a sentence without one)."""
+    res = accuracy(probe, model)
+    ana, base = res["by_phenomenon"]["anaphora"]["accuracy"], sentence_acc["by_phenomenon"]["anaphora"]["accuracy"]
+    print(f"pronouns: {name} {ana:.3f} vs transformer {base:.3f} (trained in {model['seconds']:.0f} s)")
+    assert ana >= base + 0.3
+
+
+def test_g_transformer_uses_the_sentences_before(probe, g_model, sentence_acc):
+    """G-Transformer (Bao et al. 2021): its combined layers read the other sentences."""
+    _segment_model_uses_context(probe, "g_transformer", g_model, sentence_acc)
+
+
+def test_doc2doc_transformer_uses_the_sentences_before(probe, doc2doc_model, sentence_acc):
+    """doc2doc (Sun et al. 2022): a Transformer over the whole segment."""
+    _segment_model_uses_context(probe, "doc2doc_transformer", doc2doc_model, sentence_acc)

@@ -134,7 +134,8 @@ def test_forced_fallback_still_gives_every_sentence(hubs):
 
 def test_docctx_translate_writes_every_sentence_and_the_fallbacks(seg_ckpts, hubs, toy_bin, tmp_path, capsys):
     """docctx-translate on the toy test documents (docids format): one line per input line,
-    each the hub's translation of that sentence; the fallback count on one line."""
+    each the hub's translation of that sentence; the fallback count on one line, summed over
+    the shard processes of --processes 2."""
     from fairseq_docctx.cli.translate import cli_main
 
     raw = toy_bin.parent / "raw"
@@ -155,6 +156,13 @@ def test_docctx_translate_writes_every_sentence_and_the_fallbacks(seg_ckpts, hub
     assert out == [t for d in expected for t in d]
     lines = [ln for ln in err.splitlines() if "segments decoded sentence by sentence" in ln]
     assert len(lines) == 1 and lines[0].startswith("docctx-translate: 0 of "), err
+    # two shard processes: the same output, their fallback counts summed
+    code, _, err2 = run_in_process(cli_main, [raw / "test.src", "--path", seg_ckpts["g_transformer"], "--data",
+                                              toy_bin, "--beam", "2", "-o", tmp_path / "two.tgt", "--quiet",
+                                              "--processes", "2"], capsys)
+    assert code == 0, err2
+    assert (tmp_path / "two.tgt").read_text().splitlines() == out
+    assert [ln for ln in err2.splitlines() if "segments decoded sentence by sentence" in ln] == lines
 
 
 def test_ctranslate2_refuses_segment_models(seg_ckpts, toy_bin, tmp_path):

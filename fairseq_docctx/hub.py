@@ -9,7 +9,9 @@ Built on fairseq's :class:`~fairseq.hub_utils.GeneratorHubInterface`: raw text i
 SentencePiece model stored with the data is applied), detokenized text out. Documents are
 decoded in document order, side by side (``batch_size`` documents at a time): sentence ``t``
 of every document is translated after sentence ``t-1``, so models with target context read
-their own previous translations.
+their own previous translations. A segment model (a checkpoint trained with ``--doc-mode
+segments``: ``g_transformer``, ``doc2doc_transformer``) translates each document as segments
+of consecutive sentences instead, and still gives back one translation per sentence, in order.
 """
 import copy
 import logging
@@ -26,6 +28,7 @@ from omegaconf import open_dict
 from .data.doc_index import DocIndex
 from .data.document_dataset import DocumentPairDataset
 from .data.packed_tokens import PackedTokens
+from .data.segments import SegmentPairDataset, plan_segments
 # the loading of checkpoints, importable from here as well
 from .inference.checkpoint import (CheckpointError, check_dictionaries, checkpoint_path,  # noqa: F401
                                    find_spm_model, load_checkpoint_state, load_models,
@@ -53,6 +56,45 @@ class DocumentHubInterface(GeneratorHubInterface):
 
             self.spm = sentencepiece.SentencePieceProcessor(model_file=spm_model)
         self.drafter = drafter
+
+    @property
+    def reads_segments(self) -> bool:
+        """Whether the task translates segments (``--doc-mode segments``, adopted from the
+        checkpoint): several consecutive sentences of a document decoded as one sequence."""
+        return bool(getattr(self.task, "segments", False))
+
+    @property
+    def segment_fallbacks(self) -> Optional[tuple]:
+        """A segment model's ``(segments decoded again sentence by sentence, segments
+        decoded)`` so far (the task's counts, see
+        :meth:`~fairseq_docctx.tasks.document_translation.DocumentTranslationTask.segment_inference_step`);
+        ``None`` for other models."""
+        if not self.reads_segments:
+            return None
+        return int(self.task.segment_fallbacks), int(self.task.segments_decoded)
+
+    def segment_limit(self, max_tokens: Optional[int] = None) -> int:
+        """The most tokens of a segment on either side: the checkpoint's (or overridden)
+        ``--max-segment-tokens``, at most ``max_tokens`` (a batch must hold a segment) and the
+        model's positions (a longer single sentence is refused before decoding, see
+        :func:`~fairseq_docctx.inference.translate.check_lengths`)."""
+        limits = [int(self.task.cfg.max_segment_tokens)]
+        if max_tokens is not None:
+            limits.append(int(max_tokens))
+        positions = self.max_positions
+        for p in (positions if isinstance(positions, (tuple, list)) else (positions,)):
+            if p is not None:
+                limits.append(int(p))
+        return min(limits)
+
+    def segment_dataset(self, pair, doc_index: DocIndex, max_tokens: Optional[int] = None) -> SegmentPairDataset:
+        """The documents' sentences (``pair``, no targets) packed into segments of at most
+        :meth:`segment_limit` tokens, document by document
+        (:func:`~fairseq_docctx.data.segments.plan_segments`, as the task packs a test split)."""
+        plan = plan_segments(doc_index, pair.src_sizes, None, self.segment_limit(max_tokens))
+        sep = self.task.cfg.context_separator
+        return SegmentPairDataset(pair, plan, self.src_dict.index(sep), shuffle=False,
+                                  target_separator=self.tgt_dict.index(sep))
 
     @property
     def reads_drafts(self) -> bool:
@@ -125,6 +167,12 @@ class DocumentHubInterface(GeneratorHubInterface):
         called after every batch (``sentences_done``: the batch's sentences);
         ``document_done(i, hypotheses)`` as soon as document ``i`` is translated.
 
+        A segment model (:attr:`reads_segments`) gets the documents packed into segments
+        (:meth:`segment_dataset`); the task's ``inference_step`` gives back one hypothesis
+        list per source sentence and rewrites the batch's ``id`` to those sentences' ids, so
+        the results are gathered by sentence as for the other models; the segments decoded
+        again sentence by sentence are counted in :attr:`segment_fallbacks`.
+
         ``sentence_done(hypotheses)``, if given, replaces each sentence's hypothesis list
         as soon as its batch is decoded (e.g. by the best translation's text), so that the
         beam's hypotheses (with their attention) are not held until the document is done.
@@ -148,10 +196,13 @@ class DocumentHubInterface(GeneratorHubInterface):
             from .data.drafts import DraftSentences
 
             side_data["draft"] = DraftSentences(self.make_drafts(flat, batch_size=batch_size, max_tokens=max_tokens))
-        # document order only where the model reads its own previous translations
-        dataset = DocumentPairDataset(pair, doc_index, cfg.context_size, cfg.context_sides, shuffle=False,
-                                      position_major=bool(getattr(self.task, "hypothesis_context", True)),
-                                      side_data=side_data)
+        if self.reads_segments:
+            dataset = self.segment_dataset(pair, doc_index, max_tokens)
+        else:
+            # document order only where the model reads its own previous translations
+            dataset = DocumentPairDataset(pair, doc_index, cfg.context_size, cfg.context_sides, shuffle=False,
+                                          position_major=bool(getattr(self.task, "hypothesis_context", True)),
+                                          side_data=side_data)
         gen_args = copy.deepcopy(self.cfg.generation)
         with open_dict(gen_args):
             gen_args.beam = beam
@@ -174,6 +225,7 @@ class DocumentHubInterface(GeneratorHubInterface):
         for batch in batches:
             batch = utils.apply_to_sample(lambda t: t.to(self.device), batch)
             hypos = self.task.inference_step(generator, self.models, batch)
+            # read after the step: a segment batch comes back rewritten into its sentences
             ids = batch["id"].tolist()
             for i, h in zip(ids, hypos):
                 open_results[i] = h if sentence_done is None else sentence_done(h)

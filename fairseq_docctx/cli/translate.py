@@ -127,9 +127,12 @@ def _shard_command(args, input_path, fmt, devices):
     return argv
 
 
-def _report(args, docs, empty, elapsed, processes=1):
+def _report(args, docs, empty, elapsed, fallbacks=None, processes=1):
     if empty:
         print(f"docctx-translate: warning: {empty} empty translations", file=sys.stderr)
+    if fallbacks is not None:  # a segment model: its segments decoded again sentence by sentence
+        print(f"docctx-translate: {fallbacks[0]} of {fallbacks[1]} segments decoded sentence by sentence "
+              "(the best hypothesis had another number of sentences than the source)", file=sys.stderr)
     if not args.quiet:
         total = sum(len(d) for d in docs)
         by = f" with {processes} processes" if processes > 1 else ""
@@ -151,12 +154,12 @@ def main(argv=None):
     devices = parse_devices(args.devices)
     n = num_processes(args.processes, devices)
     if n > 1 or devices:
-        docs, translations, elapsed = translate_in_processes(
+        docs, translations, elapsed, fallbacks = translate_in_processes(
             args, lambda path, fmt: _shard_command(args, path, fmt, devices), n, devices)
-        _report(args, docs, sum(1 for t in translations for s in t if not s.strip()), elapsed, n)
+        _report(args, docs, sum(1 for t in translations for s in t if not s.strip()), elapsed, fallbacks, n)
         return translations
-    docs, empty, elapsed = translate_file(args, load_model)
-    _report(args, docs, empty, elapsed)
+    docs, empty, elapsed, fallbacks = translate_file(args, load_model)
+    _report(args, docs, empty, elapsed, fallbacks)
 
 
 def cli_main(argv=None):

@@ -14,8 +14,16 @@ model, teacher-forced (:class:`~.scoring.ModelScorer`):
 ``cxmi_random`` is the same with the random context and ``true_vs_random`` their difference.
 A model that ignores its context gets exactly 0; the values are also reported over the
 sentences that have context (``with_context``: document-initial sentences excluded).
+
+A segment model (``--doc-mode segments``: ``g_transformer``, ``doc2doc_transformer``) scores
+the sentence with its context inside one segment against the sentence as a one-sentence
+segment (:class:`~.scoring.ModelScorer`); its true context is, by default, every previous
+sentence of the document that fits with the sentence in a segment of the model's
+``--max-segment-tokens`` (:meth:`~.scoring.ModelScorer.segment_context`), at most
+``context_size`` sentences when that is given; the random context has as many sentences
+(cut to what fits, nearest first, the same way).
 """
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -23,12 +31,24 @@ import torch
 Doc = List[torch.Tensor]
 
 
+def _split_index(task, split: str):
+    """The document index of a loaded split: the dataset's; a segment dataset (``--doc-mode
+    segments``) keeps its plan only, so the index is read again from the data directory."""
+    ds = task.dataset(split)
+    index = getattr(ds, "docs", None)
+    if index is None and hasattr(ds, "plan") and hasattr(task, "load_doc_index"):
+        from fairseq import utils
+
+        index = task.load_doc_index(utils.split_paths(task.cfg.data)[0], split, len(ds.pair), False)
+    return index
+
+
 def _docs_from_split(scorer, split: str):
     """(source documents, target documents) of a binarized split, as token tensors."""
     task = scorer.task
     task.load_dataset(split)
     ds = task.dataset(split)
-    pair, index = getattr(ds, "pair", ds), getattr(ds, "docs", None)
+    pair, index = getattr(ds, "pair", ds), _split_index(task, split)
     if pair.tgt is None:
         raise ValueError(f"split {split} has no target side: CXMI scores references")
     if index is None:
@@ -54,18 +74,24 @@ def scorer_documents(scorer, split: str = "test", input: Optional[str] = None, i
         tgt = [[scorer.encode_target(s) for s in d.sentences] for d in par.tgt]
         return src, tgt, [d.doc_id for d in par.src]
     src, tgt = _docs_from_split(scorer, split)
-    return src, tgt, list(scorer.task.dataset(split).docs.doc_ids)
+    return src, tgt, list(_split_index(scorer.task, split).doc_ids)
 
 
-def cxmi_documents(src_docs: Sequence[Doc], tgt_docs: Sequence[Doc], context_size: int, seed: int = 1):
+def cxmi_documents(src_docs: Sequence[Doc], tgt_docs: Sequence[Doc], context_size: int, seed: int = 1,
+                   fit: Optional[Callable[[Doc, Doc], int]] = None):
     """Three lists of scoring documents (true, none, random context), one per sentence, and
-    the number of true context sentences of each sentence."""
+    the number of true context sentences of each sentence. ``fit(src, tgt)``: how many of
+    the context sentences of a scoring document (all but its last pair) the model reads (a
+    segment model's :meth:`~.scoring.ModelScorer.segment_context`); the true context is cut
+    to them."""
     rng = np.random.RandomState(seed)
     lengths = np.array([len(d) for d in src_docs])
     true, none, rand, n_ctx = [], [], [], []
     for d, (s, t) in enumerate(zip(src_docs, tgt_docs)):
         for j in range(len(s)):
             n = min(j, context_size)
+            if fit is not None and n:
+                n = fit(s[j - n: j + 1], t[j - n: j + 1])
             true.append((s[j - n: j + 1], t[j - n: j + 1]))
             none.append(([s[j]], [t[j]]))
             n_ctx.append(n)
@@ -104,9 +130,17 @@ def compute_cxmi(scorer, src_docs: Sequence[Doc], tgt_docs: Sequence[Doc], seed:
                  context_size: Optional[int] = None) -> dict:
     """CXMI of ``scorer``'s model on the given token documents (see the module doc).
     ``context_size`` defaults to the model's (at least 1, so that the scoring documents
-    carry context even for a model without any: it then scores them alike, CXMI 0)."""
-    K = context_size if context_size is not None else max(scorer.context_size, 1)
-    true, none, rand, n_ctx = cxmi_documents(src_docs, tgt_docs, K, seed)
+    carry context even for a model without any: it then scores them alike, CXMI 0); a
+    segment model's: every previous sentence that fits in its segment."""
+    segments = bool(getattr(scorer, "reads_segments", False))
+    fit = scorer.segment_context if segments else None
+    if context_size is not None:
+        K = context_size
+    elif segments:
+        K = max([len(d) for d in src_docs] + [1])
+    else:
+        K = max(scorer.context_size, 1)
+    true, none, rand, n_ctx = cxmi_documents(src_docs, tgt_docs, K, seed, fit=fit)
     for name, docs in (("true", true), ("random", rand)):
         for (s, t), (s0, t0) in zip(docs, none):
             assert torch.equal(t[-1], t0[0]), name  # the scored sentence is the same
@@ -116,7 +150,9 @@ def compute_cxmi(scorer, src_docs: Sequence[Doc], tgt_docs: Sequence[Doc], seed:
     rep = _summary(t_lp, n_lp, r_lp, np.ones(len(t_lp), dtype=bool))
     rep["with_context"] = _summary(t_lp, n_lp, r_lp, n_ctx > 0)
     rep.update(context_size=K, model_context_size=scorer.context_size,
-               model_reads_context=scorer.reads_context, seed=seed)
+               model_reads_context=scorer.reads_context or segments, seed=seed)
+    if segments:
+        rep.update(segment_tokens=scorer.segment_limit, mean_context_sentences=float(n_ctx.mean()) if len(n_ctx) else 0.0)
     return rep
 
 
@@ -141,8 +177,13 @@ def format_report(rep: dict) -> str:
             f"{indent}true - random            {r['true_vs_random']:+.4f}",
         ]
 
-    lines = [f"context size {rep['context_size']} (model: {rep['model_context_size']}, reads context: "
-             f"{rep['model_reads_context']}), random-context seed {rep['seed']}"]
+    if "segment_tokens" in rep:  # a segment model: its context is inside the segment
+        lines = [f"segment model: context in segments of at most {rep['segment_tokens']} tokens, "
+                 f"{rep['mean_context_sentences']:.2f} context sentences per sentence on average "
+                 f"(at most {rep['context_size']}), random-context seed {rep['seed']}"]
+    else:
+        lines = [f"context size {rep['context_size']} (model: {rep['model_context_size']}, reads context: "
+                 f"{rep['model_reads_context']}), random-context seed {rep['seed']}"]
     lines += block(rep)
     lines += ["sentences with context only:"] + block(rep["with_context"], "  ")
     return "\n".join(lines)

@@ -13,6 +13,16 @@ reads drafts, MHT, gets its sentence model's drafts of the source sentences, mad
 time). Only the last sentence of each document is scored, many documents per batch. Models
 that do not read context get it removed (:func:`~fairseq_docctx.models.document_context.sample_for_model`),
 i.e. they are scored at sentence level.
+
+A segment model (a checkpoint trained with ``--doc-mode segments``: ``g_transformer``,
+``doc2doc_transformer``) reads its context inside its rows: each scoring document is then ONE
+segment, its context sentences and the sentence to score joined by the separator on both
+sides (``s_1 <sep> ... <sep> s_n </s>``, :mod:`fairseq_docctx.data.segments`), scored
+teacher-forced in one forward pass, and only the tokens of the last group (those after the
+last separator of the target, its final </s> included) count. The context kept is the
+nearest sentences that fit, with the scored sentence, in a segment of the model's
+``--max-segment-tokens`` on both sides (:meth:`ModelScorer.segment_context`): the segments
+the model was trained on.
 """
 import logging
 from dataclasses import dataclass
@@ -25,6 +35,7 @@ from fairseq.data import LanguagePairDataset
 
 from ..data.doc_index import DocIndex
 from ..data.document_dataset import DocumentPairDataset
+from ..data.segments import SegmentPairDataset, SegmentPlan
 
 # (source sentences, target sentences) of one document; the last pair is scored
 TokenDocument = Tuple[Sequence[torch.Tensor], Sequence[torch.Tensor]]
@@ -76,6 +87,34 @@ class ModelScorer:
         return str(self.task.cfg.context_sides)
 
     @property
+    def reads_segments(self) -> bool:
+        """Whether the model translates segments (``--doc-mode segments``): its context is
+        scored inside one segment with the sentence (see the module doc)."""
+        return bool(getattr(self.task, "segments", False))
+
+    @property
+    def segment_limit(self) -> int:
+        """The most tokens of a scoring segment on either side (the hub's
+        :meth:`~fairseq_docctx.hub.DocumentHubInterface.segment_limit` under ``max_tokens``)."""
+        return self.hub.segment_limit(self.max_tokens)
+
+    def segment_context(self, src: Sequence[torch.Tensor], tgt: Sequence[torch.Tensor]) -> int:
+        """How many of a scoring document's context sentences (all but the last pair) a
+        segment model reads: the nearest ones that fit, with the scored sentence, in
+        :attr:`segment_limit` tokens on both sides (each sentence's </s> becomes a
+        separator, so a segment has its sentences' tokens). The scored sentence alone is
+        always a segment, however long."""
+        limit = self.segment_limit
+        s_tot, t_tot = int(src[-1].numel()), int(tgt[-1].numel())
+        kept = 0
+        for s, t in zip(reversed(src[:-1]), reversed(tgt[:-1])):
+            s_tot, t_tot = s_tot + int(s.numel()), t_tot + int(t.numel())
+            if s_tot > limit or t_tot > limit:
+                break
+            kept += 1
+        return kept
+
+    @property
     def reads_context(self) -> bool:
         from ..models.document_context import reads_context
 
@@ -98,6 +137,9 @@ class ModelScorer:
             if len(s) != len(t) or len(s) == 0:
                 raise ValueError(f"document {d}: {len(s)} source and {len(t)} target sentences "
                                  "(need the same number, at least one)")
+            if self.reads_segments:  # the context that fits in the segment
+                n = len(s) - 1 - self.segment_context(s, t)
+                s, t = s[n:], t[n:]
             src.extend(s)
             tgt.extend(t)
             lengths.append(len(s))
@@ -109,6 +151,14 @@ class ModelScorer:
             shuffle=False,
         )
         index = DocIndex([str(i) for i in range(len(lengths))], lengths)
+        if self.reads_segments:  # one segment a document; its id is the document's position
+            plan = SegmentPlan(index.offsets.astype(np.int64), index.lengths.astype(np.int64),
+                               np.zeros(len(lengths), dtype=np.int64), np.zeros(0, dtype=np.int64), 0,
+                               self.segment_limit)
+            sep = cfg.context_separator
+            ds = SegmentPairDataset(pair, plan, self.src_dict.index(sep), shuffle=False,
+                                    target_separator=self.tgt_dict.index(sep))
+            return ds, None
         side_data = {}
         if self.hub.reads_drafts:  # MHT: drafts of every source sentence by its sentence model, as at test time
             from ..data.drafts import DraftSentences
@@ -126,6 +176,12 @@ class ModelScorer:
         context). Documents are grouped by length; a batch holds at most ``batch_size``
         scored sentences and ``max_tokens`` padded tokens (context tables included)."""
         ds, last = self._dataset(documents)
+        if last is None:  # segments: one row a document
+            for b in ds.batch_by_size(ds.ordered_indices(), max_tokens=self.max_tokens,
+                                      max_sentences=self.batch_size):
+                sample = ds.collater([ds[int(i)] for i in b])
+                yield sample["id"].tolist(), sample
+            return
         order = np.lexsort((ds.src_sizes[last], ds.tgt_sizes[last]))
         pos_of = {int(i): p for p, i in enumerate(last)}
         for b in ds.batch_by_size(last[order], max_tokens=self.max_tokens,
@@ -135,7 +191,8 @@ class ModelScorer:
 
     @torch.no_grad()
     def score_sample(self, sample) -> List[np.ndarray]:
-        """Per-token target log-probabilities of every row of a collated batch."""
+        """Per-token target log-probabilities of every row of a collated batch (of a segment
+        model: of the tokens of every row's last group only)."""
         model = self.model
         from ..models.document_context import sample_for_model
 
@@ -147,11 +204,20 @@ class ModelScorer:
         target = sample["target"]
         tok = lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1).float()
         mask = target.ne(self.tgt_dict.pad())
-        return [tok[i][mask[i]].cpu().numpy() for i in range(tok.size(0))]
+        rows = [tok[i][mask[i]].cpu().numpy() for i in range(tok.size(0))]
+        if not self.reads_segments:
+            return rows
+        sep = self.tgt_dict.index(self.task.cfg.context_separator)
+        out = []
+        for i, lp in enumerate(rows):
+            seps = (target[i][mask[i]] == sep).nonzero(as_tuple=False).view(-1)
+            out.append(lp[int(seps[-1]) + 1:] if seps.numel() else lp)
+        return out
 
     def score_documents(self, documents: Sequence[TokenDocument]) -> List[SentenceScore]:
         """Score the last target sentence of every document given the document's earlier
-        sentences as context (as many as the model's ``--context-size``)."""
+        sentences as context (as many as the model's ``--context-size``; a segment model:
+        as many as fit in its segment, :meth:`segment_context`)."""
         out: List[Optional[SentenceScore]] = [None] * len(documents)
         for positions, sample in self.batches(documents):
             for p, lp in zip(positions, self.score_sample(sample)):

@@ -71,6 +71,15 @@ def check_architecture(arch: Optional[str], where: str) -> str:
     return name
 
 
+def check_not_segments(task, where: str) -> None:
+    """Refuse a task that translates segments (``--doc-mode segments``, e.g. a ``transformer``
+    trained on them): the engine decodes one sentence per row, without the splitting of a
+    decoded segment into its sentences."""
+    if getattr(task, "segments", False):
+        raise ExportError(f"{where}: the model translates segments (--doc-mode segments), which the "
+                          "ctranslate2 engine does not decode: translate with --engine fairseq")
+
+
 # ---------------------------------------------------------------------- export
 def _check_exportable(model, where: str) -> None:
     """Refuse (one line) what CTranslate2's Transformer does not compute as fairseq does."""
@@ -221,6 +230,7 @@ def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] =
     written. ``outdir`` must not exist, or be a former export with ``force``."""
     arch = getattr(model.cfg if hasattr(model, "cfg") else None, "_name", None)
     name = check_architecture(arch or getattr(getattr(model, "args", None), "arch", None), checkpoint)
+    check_not_segments(task, checkpoint)
     spec = model_spec(model, checkpoint)
     check_outdir(outdir, force)
     if os.path.lexists(outdir):
@@ -530,6 +540,7 @@ def exported_task(path: str, record: dict, data: Optional[str], **overrides):
         for k, v in overrides.items():
             setattr(task_cfg, k, v)
     task = tasks.setup_task(task_cfg, from_checkpoint=True)
+    check_not_segments(task, path)
     model = exported_model(record, task)
     if hasattr(task, "model_spec"):
         task.model_spec = context_spec(model)

@@ -57,17 +57,29 @@ class ShardWriter:
     def write(self, doc: int, translation: Sequence[str]):
         self._line({"doc": int(doc), "hyp": list(translation)})
 
+    def write_fallbacks(self, fallbacks: Optional[Tuple[int, int]]):
+        """A segment model's ``(segments decoded sentence by sentence, segments decoded)``
+        (nothing for other models)."""
+        if fallbacks is not None:
+            self._line({"segment_fallbacks": [int(fallbacks[0]), int(fallbacks[1])]})
+
     def close(self):
         self.f.close()
 
 
 def read_shard(path: str) -> Tuple[dict, Dict[int, List[str]]]:
-    """A shard file: (its languages, translations by document number)."""
+    """A shard file: (its languages, translations by document number); a segment model's
+    shard also reports its ``segment_fallbacks`` (:meth:`ShardWriter.write_fallbacks`), kept
+    in the first item."""
     with open(path, encoding="utf-8") as f:
         lines = [json.loads(line) for line in f if line.strip()]
     if not lines:
         raise ShardError(f"{path}: empty shard output")
-    return lines[0], {int(o["doc"]): o["hyp"] for o in lines[1:]}
+    header = dict(lines[0])
+    for o in lines[1:]:
+        if "segment_fallbacks" in o:
+            header["segment_fallbacks"] = o["segment_fallbacks"]
+    return header, {int(o["doc"]): o["hyp"] for o in lines[1:] if "doc" in o}
 
 
 def translate_sharded(command: Sequence[str], lengths: Sequence[int], processes: int,
@@ -75,8 +87,9 @@ def translate_sharded(command: Sequence[str], lengths: Sequence[int], processes:
                       ) -> Tuple[dict, List[List[str]]]:
     """Run ``command + [--num-shards N --shard-id I --shard-output FILE]`` for each shard I
     (N = ``processes``, at most one per document), on ``devices`` in turn or on the CPU; return
-    (the languages the shards report, the translations of the documents in input order,
-    checked: every document once, one translation per sentence)."""
+    (the languages the shards report, with a segment model's ``segment_fallbacks`` summed
+    over the shards, the translations of the documents in input order, checked: every
+    document once, one translation per sentence)."""
     n = max(1, min(processes, len(lengths)))
     tmp = work_dir is None
     work_dir = tempfile.mkdtemp(prefix="docctx-translate-") if tmp else work_dir
@@ -87,9 +100,12 @@ def translate_sharded(command: Sequence[str], lengths: Sequence[int], processes:
                     for i in range(n)]
         run_shards(commands, [shard_environment(i, n, devices) for i in range(n)], work_dir,
                    name="docctx-translate shard")
-        langs, found = {}, {}
+        langs, found, fallbacks = {}, {}, None
         for i, path in enumerate(files):
             header, docs = read_shard(path)
+            if "segment_fallbacks" in header:
+                f, n_seg = header.pop("segment_fallbacks")
+                fallbacks = (f, n_seg) if fallbacks is None else (fallbacks[0] + f, fallbacks[1] + n_seg)
             langs = langs or header
             for d, hyp in docs.items():
                 if d in found:
@@ -104,6 +120,8 @@ def translate_sharded(command: Sequence[str], lengths: Sequence[int], processes:
             raise ShardError(f"document {d}: {len(found.get(d, []))} translations from the shards, "
                              f"{n_sents} sentences in the input")
         out.append(found[d])
+    if fallbacks is not None:
+        langs = {**langs, "segment_fallbacks": fallbacks}
     return langs, out
 
 
@@ -347,7 +365,8 @@ def translate_file(options, load: Callable):
     """One process: the input read, the output opened (refused before the model is loaded
     when it cannot be written), the model loaded (``load(options)``), and the documents
     translated and written in input order. Returns (the documents, the number of empty
-    translations, the seconds translating took)."""
+    translations, the seconds translating took, and a segment model's ``(segments decoded
+    again sentence by sentence, segments decoded)``, else ``None``)."""
     docs, fmt, set_attributes = read_input(options)
     output = open_output(options, fmt)
     try:
@@ -363,7 +382,7 @@ def translate_file(options, load: Callable):
         output.commit()
     finally:
         output.discard()
-    return docs, empty, elapsed
+    return docs, empty, elapsed, model.segment_fallbacks
 
 
 def translate_shard(options, load: Callable) -> None:
@@ -376,6 +395,7 @@ def translate_shard(options, load: Callable) -> None:
     try:
         translate(model, [docs[i] for i in mine], options,
                   document_done=lambda k, translation: writer.write(mine[k], translation), keep=False)
+        writer.write_fallbacks(model.segment_fallbacks)
     finally:
         writer.close()
 
@@ -386,7 +406,8 @@ def translate_in_processes(options, command: Callable[[str, str], Sequence[str]]
     once all are done. ``command(input_path, input_format)``: the command line of a shard
     process (without the shard options :func:`translate_sharded` adds); standard input is
     kept in a temporary file the processes read. Returns (the documents, their
-    translations, the seconds the processes took)."""
+    translations, the seconds the processes took, a segment model's ``(segments decoded
+    again sentence by sentence, segments decoded)`` over all processes, else ``None``)."""
     work = tempfile.mkdtemp(prefix="docctx-translate-")
     try:
         docs, fmt, set_attributes = read_input(options, keep_dir=work)
@@ -414,4 +435,4 @@ def translate_in_processes(options, command: Callable[[str, str], Sequence[str]]
             output.discard()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return docs, translations, elapsed
+    return docs, translations, elapsed, langs.get("segment_fallbacks")

@@ -116,9 +116,8 @@ def test_forced_fallback_still_gives_every_sentence(hubs):
     are decoded again sentence by sentence, counted, and every sentence still comes back
     once, each the translation of its own sentence decoded alone where it fell back."""
     hub = hubs["doc2doc_transformer"]
-    model = hub.models[0]
     _, docs = toy_documents(hub, n_docs=8, seed=5)
-    model.set_sentence_count_constraint(False)
+    hub.task.cfg.no_sentence_count_constraint = True  # --no-sentence-count-constraint
     try:
         before = hub.segment_fallbacks
         out = hub.generate_documents(docs, beam=2, batch_size=16, sentence_done=lambda h: h[0]["tokens"],
@@ -128,8 +127,9 @@ def test_forced_fallback_still_gives_every_sentence(hubs):
         assert [len(o) for o in out] == [len(d) for d in docs]
         sep = hub.tgt_dict.index("<sep>")
         assert all(t[-1] == hub.tgt_dict.eos() and not (t == sep).any() for o in out for t in o)
+        assert not hub.models[0].keeps_sentence_count
     finally:
-        model.set_sentence_count_constraint(True)
+        hub.task.cfg.no_sentence_count_constraint = False
 
 
 def test_docctx_translate_writes_every_sentence_and_the_fallbacks(seg_ckpts, hubs, toy_bin, tmp_path, capsys):

@@ -145,11 +145,23 @@ class SegmentDecoder(TransformerDecoderBase):
 
 
 class SegmentModelMixin:
-    """What both segment models share: the separator, the sentence-count switch, and the
-    marker of the models whose rows are segments."""
+    """What both segment models share: the separator, the sentence-count switch, the
+    marker of the models whose rows are segments, and the building of their encoder and
+    decoder (the classes ``encoder_class`` and ``decoder_class`` name)."""
 
     #: the task's rows for this model are segments (``--doc-mode segments``), not sentences
     reads_segments = True
+    encoder_class = None  # a SegmentEncoder
+    decoder_class = None  # a SegmentDecoder
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return cls.encoder_class(TransformerConfig.from_namespace(args), src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(args)
+        return cls.decoder_class(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
 
     def set_sentence_count_constraint(self, on: bool = True):
         """Whether incremental decoding keeps every hypothesis to the source's number of
@@ -174,6 +186,8 @@ class Doc2DocTransformerModel(SegmentModelMixin, TransformerModel):
     """A plain Transformer over segments (Sun et al. 2022: document-to-document
     translation), keeping every sentence at inference (the module doc)."""
 
+    encoder_class, decoder_class = SegmentEncoder, SegmentDecoder
+
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
@@ -187,14 +201,6 @@ class Doc2DocTransformerModel(SegmentModelMixin, TransformerModel):
                              "(all of them are a sentence-level transformer's)")
         return cls._build(args, task, "doc2doc_transformer", is_new_weight=lambda name: False)
 
-    @classmethod
-    def build_encoder(cls, args, src_dict, embed_tokens):
-        return SegmentEncoder(TransformerConfig.from_namespace(args), src_dict, embed_tokens)
-
-    @classmethod
-    def build_decoder(cls, args, tgt_dict, embed_tokens):
-        cfg = TransformerConfig.from_namespace(args)
-        return SegmentDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
 
 
 class GroupEncoder(SegmentEncoder):
@@ -271,6 +277,8 @@ def _is_g_weight(name: str) -> bool:
 class GTransformerModel(SegmentModelMixin, TransformerModel):
     """G-Transformer (Bao et al. 2021): the module doc."""
 
+    encoder_class, decoder_class = GroupEncoder, GroupDecoder
+
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
@@ -315,14 +323,6 @@ class GTransformerModel(SegmentModelMixin, TransformerModel):
         self.doc_noise_epochs = int(getattr(args, "doc_noise_epochs", 0) or 0)
         self.epoch = 1  # fairseq counts epochs from 1; the task sets it (set_epoch)
 
-    @classmethod
-    def build_encoder(cls, args, src_dict, embed_tokens):
-        return GroupEncoder(TransformerConfig.from_namespace(args), src_dict, embed_tokens)
-
-    @classmethod
-    def build_decoder(cls, args, tgt_dict, embed_tokens):
-        cfg = TransformerConfig.from_namespace(args)
-        return GroupDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
 
     def copy_group_to_global(self):
         """Every global attention starts as a copy of its layer's group attention."""

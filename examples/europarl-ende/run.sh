@@ -30,4 +30,4 @@ set -euo pipefail
 source "$(dirname "$0")/../lib/recipe.sh"
 source "$RECIPE_LIB/models.sh"
 source "$RECIPE_LIB/maruf-ende.sh"
-maruf_ende_recipe europarl-ende Europarl7 "Europarl7 En-De (Maruf et al. 2019 split)" transformer,qcn,mht 40 4 6 900
+maruf_ende_recipe europarl-ende Europarl7 "Europarl7 En-De (Maruf et al. 2019 split)" transformer,qcn,mht,doc2doc,g-transformer,g-transformer-fnd 40 4 6 900

@@ -30,4 +30,4 @@ set -euo pipefail
 source "$(dirname "$0")/../lib/recipe.sh"
 source "$RECIPE_LIB/models.sh"
 source "$RECIPE_LIB/maruf-ende.sh"
-maruf_ende_recipe nc-ende NC-2016 "News Commentary v11 En-De (Maruf et al. 2019 split)" transformer,concat,qcn 12 2 3 900
+maruf_ende_recipe nc-ende NC-2016 "News Commentary v11 En-De (Maruf et al. 2019 split)" transformer,concat,qcn,doc2doc,g-transformer,g-transformer-fnd 12 2 3 900

@@ -32,4 +32,4 @@ set -euo pipefail
 source "$(dirname "$0")/../lib/recipe.sh"
 source "$RECIPE_LIB/models.sh"
 source "$RECIPE_LIB/maruf-ende.sh"
-maruf_ende_recipe ted-ende IWSLT2017 "TED En-De (IWSLT17, Maruf et al. 2019 split)" transformer,concat,qcn,han,mht 6 1 2 1500
+maruf_ende_recipe ted-ende IWSLT2017 "TED En-De (IWSLT17, Maruf et al. 2019 split)" transformer,concat,qcn,han,mht,doc2doc,g-transformer,g-transformer-fnd 6 1 2 1500

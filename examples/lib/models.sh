@@ -390,10 +390,20 @@ SEGMENT_MODELS=" doc2doc g-transformer g-transformer-fnd "
 segment_note() {  # MODEL...: the line results.md gives the segment models: how their test
   # segments were decoded (the task logs the segments whose best hypothesis had another number
   # of sentences than the source, decoded again sentence by sentence)
-  local name line parts=()
+  # (fairseq-generate's log; docctx-generate's shard logs are not kept, so with several
+  # processes the count is not given)
+  local name line parts=() log
   for name in "$@"; do
     [[ $SEGMENT_MODELS == *" $name "* ]] || continue
-    line=$(grep -o '[0-9]* of [0-9]* segments so far' "$LOGS/translate-$name.log" 2>/dev/null | tail -1 || true)
+    log=$LOGS/translate-$name.log
+    if [[ ${GENERATE[0]} != fairseq-generate ]]; then
+      parts+=("$name not counted (translated by several processes: GEN_PROCESSES)")
+      continue
+    elif [[ ! -f $log ]]; then
+      parts+=("$name not counted (no $log)")
+      continue
+    fi
+    line=$(grep -o '[0-9]* of [0-9]* segments so far' "$log" | tail -1 || true)
     if [[ -n $line ]]; then
       parts+=("$name ${line% so far} decoded sentence by sentence")
     else

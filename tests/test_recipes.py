@@ -368,7 +368,7 @@ def test_nc_ende_smoke_end_to_end_and_rerun(tmp_path):
         ids = [int(ln.split("\t")[0][2:]) for ln in (work / "generate" / name / "generate-test.txt").read_text().splitlines()
                if ln.startswith("H-")]
         assert sorted(ids) == list(range(n_ref))
-    rc, out = _recipe("nc-ende", tmp_path, SMOKE="1", METRICS="bleu_tok")
+    rc, out = _recipe("nc-ende", tmp_path, SMOKE="1", METRICS="bleu_tok,d-bleu_tok")
     assert rc == 0, out[-4000:]
     for step in ["prepare"] + [f"{s}-{m}" for m in models for s in ("train", "translate", "score")]:
         assert f"{step}: done with these settings" in out, out

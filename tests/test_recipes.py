@@ -344,7 +344,7 @@ def _check_smoke(work, out, models, metrics):
             assert re.search(rf"- {m}: nrefs:1\|.*\|version:", results), results
 
 
-@pytest.mark.slow  # about 3 minutes: make test-all
+@pytest.mark.slow  # about 2 minutes: make test-all
 @needs_data
 def test_nc_ende_smoke_end_to_end_and_rerun(tmp_path):
     """examples/nc-ende/run.sh with SMOKE=1 (transformer, concat, qcn, and on segments doc2doc,

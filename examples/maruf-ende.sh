@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Maruf et al. (2019)'s three En-De corpora now have one recipe each (docs/recipes.md):
 #
-#   DATASET=IWSLT2017 -> examples/ted-ende/run.sh       (transformer, concat, qcn, han, mht)
-#   DATASET=NC-2016   -> examples/nc-ende/run.sh        (transformer, concat, qcn)
-#   DATASET=Europarl7 -> examples/europarl-ende/run.sh  (transformer, qcn, mht)
+#   DATASET=IWSLT2017 -> examples/ted-ende/run.sh       (transformer, concat, qcn, han, mht, doc2doc, g-transformer, g-transformer-fnd)
+#   DATASET=NC-2016   -> examples/nc-ende/run.sh        (transformer, concat, qcn, doc2doc, g-transformer, g-transformer-fnd)
+#   DATASET=Europarl7 -> examples/europarl-ende/run.sh  (transformer, qcn, mht, doc2doc, g-transformer, g-transformer-fnd)
 #
 # This script runs the one DATASET names [IWSLT2017] with every other setting passed on (see
 # the recipe's header; MODELS=transformer,concat trains only the two baselines).

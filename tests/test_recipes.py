@@ -185,6 +185,76 @@ def test_qcn_table2_rows_are_recipe_models(tmp_path):
         assert set(QCN_TABLE2) <= runs, recipe
 
 
+SEGMENT_MODELS = {  # recipe model: (arch, flags it must have, flags it must not have)
+    "doc2doc": ("doc2doc_transformer", ["--multi-resolution", "--dropout 0.1 ", "--lr 7e-4 "],
+                ["--init-from-sentence-checkpoint", "--doc-noise-mask", "--encoder-ctxlayers"]),
+    "g-transformer": ("g_transformer", ["--doc-noise-mask 0.3 ", "--doc-noise-epochs 30 ", "--dropout 0.3 ",
+                                        "--lr 5e-4 ", "--warmup-updates 4000 ", "--max-tokens 4096 "],
+                      ["--init-from-sentence-checkpoint", "--multi-resolution"]),
+    "g-transformer-fnd": ("g_transformer", ["--doc-noise-mask 0.1 ", "--doc-noise-epochs 40 ", "--dropout 0.3 ",
+                                            "--lr 5e-4 ", "transformer/checkpoint_best.pt "],
+                          ["--multi-resolution"]),
+}
+
+
+def test_document_to_document_models_train_on_segments_with_the_authors_settings(tmp_path):
+    """doc2doc (Sun et al. 2022: multi-resolution), g-transformer (Bao et al. 2021, random
+    init) and g-transformer-fnd (fine-tuned from the recipe's sentence transformer) train on
+    segments of 512 tokens with the G-Transformer authors' run settings; fnd needs the
+    transformer trained first."""
+    script = (f"source {REPO}/examples/lib/models.sh; model_settings; SRC=en TGT=de; "
+              'train() { local n=$1 hp=$2; shift 2; "_$hp"; echo "TRAIN $n: $hp $* ${HP[*]} "; }; '
+              'step_done() { return 0; }; ' + "; ".join(f"train_model {m}" for m in SEGMENT_MODELS))
+    rc, out = bash(script, tmp_path)
+    assert rc == 0, out
+    got = dict(t.split(": ", 1) for t in _commands(out, "TRAIN "))
+    assert set(got) == set(SEGMENT_MODELS), out
+    for name, (arch, has, lacks) in SEGMENT_MODELS.items():
+        line = got[name]
+        assert f"--arch {arch} " in line and "--doc-mode segments --max-segment-tokens 512 " in line, line
+        assert all(flag in line for flag in has) and not any(flag in line for flag in lacks), (name, line)
+        if arch == "g_transformer":
+            for side in ("encoder", "decoder", "cross"):
+                assert f"--{side}-ctxlayers 2 " in line, line
+    assert got["g-transformer-fnd"].startswith("gtrans -d train-transformer -- "), got["g-transformer-fnd"]
+    assert got["g-transformer"].startswith("gtrans -- ") and got["doc2doc"].startswith("vaswani -- ")
+    # the smoke models have one layer: combined attention in it
+    rc, out = bash(script, tmp_path, SMOKE="1")
+    assert rc == 0 and "--encoder-ctxlayers 1 " in dict(t.split(": ", 1) for t in _commands(out, "TRAIN "))[
+        "g-transformer"], out
+    rc, out = bash(f"source {REPO}/examples/lib/models.sh; model_settings; SRC=en TGT=de; "
+                   "train_model g-transformer-fnd", tmp_path)
+    assert rc == 2 and "g-transformer-fnd starts from the transformer model: put transformer before" in out, out
+
+
+def test_d_bleu_is_scored_over_documents_and_segment_decoding_is_reported(tmp_path):
+    """METRICS d-bleu / d-bleu_tok: docctx-score bleu over whole documents (--document; one
+    --both call where the sentence-level BLEU is asked for too); results.md says how many test
+    segments of each segment model were decoded sentence by sentence."""
+    script = (f"source {REPO}/examples/lib/models.sh; model_settings; SRC=en TGT=de BIN=bin REF_TEST=ref; "
+              'docctx-score() { echo "SCORE $*"; }; '
+              'echo RUN1; score_run m bleu,d-bleu,bleu_tok; echo RUN2; score_run m d-bleu_tok,meteor; '
+              'mkdir -p "$LOGS"; echo "x | 2 of 5 segments decoded sentence by sentence (...); 3 of 9 segments so far" '
+              '> "$LOGS/translate-g-transformer.log"; : > "$LOGS/translate-doc2doc.log"; '
+              'echo NOTE $(segment_note transformer doc2doc g-transformer); '
+              'GENERATE=(docctx-generate --processes 2 --); echo NOTE $(segment_note g-transformer)')
+    rc, out = bash(script, tmp_path)
+    assert rc == 0, out
+    runs = out.split("RUN2")
+    first, second = _commands(runs[0], "SCORE "), _commands(runs[1], "SCORE ")
+    assert len(first) == 2 and first[0].startswith("bleu --both --hyp ") and "--pretokenize" not in first[0], first
+    assert first[1].startswith("bleu --pretokenize moses --lang de --hyp "), first
+    assert second[0].startswith("bleu --document --pretokenize moses --lang de --hyp "), second
+    assert second[1].startswith("meteor "), second
+    note = _commands(out, "NOTE ")[0]
+    assert "doc2doc no segment decoded sentence by sentence" in note, note
+    assert "g-transformer 3 of 9 segments decoded sentence by sentence" in note and "transformer no" not in note
+    # docctx-generate keeps no shard logs: not counted, and said so
+    assert "g-transformer not counted (translated by several processes" in _commands(out, "NOTE ")[1]
+    rc, out = bash(f"source {REPO}/examples/lib/models.sh; model_settings; echo L $(metric_label d-bleu)", tmp_path)
+    assert rc == 0 and "over whole test documents" in out, out
+
+
 def test_hrnn_starts_from_random_weights_unless_hrnn_init_nematus(tmp_path):
     """Wang et al. (2017) train hrnn_context from random weights: the recipes' default; with
     HRNN_INIT=nematus every hrnn model starts from the trained Nematus baseline (a two-stage
@@ -274,26 +344,31 @@ def _check_smoke(work, out, models, metrics):
             assert re.search(rf"- {m}: nrefs:1\|.*\|version:", results), results
 
 
-@pytest.mark.slow  # ~60 s: make test-all
+@pytest.mark.slow  # about 2 minutes: make test-all
 @needs_data
 def test_nc_ende_smoke_end_to_end_and_rerun(tmp_path):
-    """examples/nc-ende/run.sh with SMOKE=1 (transformer, concat, qcn on a slice of the bundled
-    News Commentary dev/test documents): every model trained, the test documents translated
-    (each sentence once) and scored, results.md with the paper's numbers beside the scores; a
-    second run redoes nothing."""
+    """examples/nc-ende/run.sh with SMOKE=1 (transformer, concat, qcn, and on segments doc2doc,
+    g-transformer and g-transformer-fnd, on a slice of the bundled News Commentary dev/test
+    documents): every model trained, the test documents translated (each sentence once, the
+    segment models' too) and scored with BLEU and d-BLEU, results.md with the paper's numbers
+    beside the scores; a second run redoes nothing."""
     work = tmp_path / "work"
-    rc, out = _recipe("nc-ende", tmp_path, SMOKE="1", METRICS="bleu_tok")
+    rc, out = _recipe("nc-ende", tmp_path, SMOKE="1", METRICS="bleu_tok,d-bleu_tok")
     assert rc == 0, out[-4000:]
-    models = ["transformer", "concat", "qcn"]
-    _check_smoke(work, out, models, ["bleu_tok"])
+    models = ["transformer", "concat", "qcn", "doc2doc", "g-transformer", "g-transformer-fnd"]
+    _check_smoke(work, out, models, ["bleu_tok", "d-bleu_tok"])
     results = (work / "results.md").read_text()
     assert "21.67 (Yang et al. 2019, Table 2 (4+4 layers))" in results and "22.37 (Yang et al. 2019, Table 2)" in results
+    assert "Segment models (trained and decoded on segments of at most 512 tokens" in results, results
+    assert "initialised from" in (work / "logs" / "train-g-transformer-fnd.log").read_text()
+    assert "initialised from" not in (work / "logs" / "train-g-transformer.log").read_text()
+    assert "segments at 4 resolutions" in (work / "logs" / "train-doc2doc.log").read_text()
     n_ref = sum(1 for ln in (work / "smoke-data" / "test.de").read_text().splitlines() if ln.strip() != "<d>")
     for name in models:
         ids = [int(ln.split("\t")[0][2:]) for ln in (work / "generate" / name / "generate-test.txt").read_text().splitlines()
                if ln.startswith("H-")]
         assert sorted(ids) == list(range(n_ref))
-    rc, out = _recipe("nc-ende", tmp_path, SMOKE="1", METRICS="bleu_tok")
+    rc, out = _recipe("nc-ende", tmp_path, SMOKE="1", METRICS="bleu_tok,d-bleu_tok")
     assert rc == 0, out[-4000:]
     for step in ["prepare"] + [f"{s}-{m}" for m in models for s in ("train", "translate", "score")]:
         assert f"{step}: done with these settings" in out, out
@@ -325,22 +400,24 @@ def test_nc_ende_gen_processes_translates_again_over_two_processes(tmp_path):
 
 
 @needs_data
-@pytest.mark.slow  # about 3 minutes: make test-all
+@pytest.mark.slow  # about 5 minutes: make test-all
 def test_ted_ende_smoke(tmp_path):
     rc, out = _recipe("ted-ende", tmp_path, SMOKE="1", timeout=1800)
     assert rc == 0, out[-4000:]
-    _check_smoke(tmp_path / "work", out, ["transformer", "concat", "qcn", "han", "mht"], ["bleu", "bleu_tok", "meteor"])
+    _check_smoke(tmp_path / "work", out, ["transformer", "concat", "qcn", "han", "mht", "doc2doc", "g-transformer",
+                                          "g-transformer-fnd"], ["bleu", "d-bleu", "bleu_tok", "meteor"])
     log = (tmp_path / "work" / "logs" / "train-mht.log").read_text()
     assert "source-side sentence encoder: initialised from the encoder of" in log
     assert "initialised from" in (tmp_path / "work" / "logs" / "train-han.log").read_text()
 
 
 @needs_data
-@pytest.mark.slow  # about 2 minutes: make test-all
+@pytest.mark.slow  # about 4 minutes: make test-all
 def test_europarl_ende_smoke(tmp_path):
     rc, out = _recipe("europarl-ende", tmp_path, SMOKE="1", timeout=1800)
     assert rc == 0, out[-4000:]
-    _check_smoke(tmp_path / "work", out, ["transformer", "qcn", "mht"], ["bleu", "bleu_tok", "meteor"])
+    _check_smoke(tmp_path / "work", out, ["transformer", "qcn", "mht", "doc2doc", "g-transformer", "g-transformer-fnd"],
+                 ["bleu", "d-bleu", "bleu_tok", "meteor"])
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "iwslt15-zhen").is_dir(), reason=f"needs the bundled corpora at {SHARED_DATA}")

@@ -96,8 +96,10 @@ maruf_ende_recipe() {  # RECIPE CORPUS TITLE MODELS SMOKE_TRAIN_DOCS SMOKE_VALID
   recipe_init "$1"
   setting MODELS "$4"
   # meteor: nltk's; meteor-1.5-exact-stem: METEOR 1.5 without German paraphrases (Java, pycocoevalcap:
-  # meteor15_setup), in full runs; neither is comparable with the paper's Meteor (paper-scores.tsv)
-  setting METRICS bleu,bleu_tok,meteor,meteor-1.5-exact-stem bleu,bleu_tok,meteor
+  # meteor15_setup), in full runs; neither is comparable with the paper's Meteor (paper-scores.tsv);
+  # bleu and d-bleu: Bao et al. (2021)'s s-BLEU and d-BLEU (sacreBLEU on detokenized text; d-BLEU
+  # over whole documents)
+  setting METRICS bleu,d-bleu,bleu_tok,meteor,meteor-1.5-exact-stem bleu,d-bleu,bleu_tok,meteor
   setting BLEU_PRETOKENIZE moses   # Maruf et al.'s files are detokenized: Moses-tokenize, as the papers
   setting SMOKE_TRAIN_DOCS "$5"
   setting SMOKE_VALID_DOCS "$6"

@@ -42,6 +42,16 @@
 #   AVERAGE [0: no paper of these models averages checkpoints / N: translate with the mean of
 #     the last N epoch checkpoints (fairseq-train --keep-last-epochs N, docctx-average),
 #     Vaswani et al. 2017, §6.1]
+#   document-to-document models over segments (docs/g-transformer.md): SEG_TOKENS [512: Bao et
+#     al. 2021's segments of at most 512 tokens, --max-segment-tokens]; doc2doc (Sun et al. 2022's
+#     doc2doc_transformer with --multi-resolution) trains with the Transformer-base settings
+#     above; G-Transformer as the authors ran it (github.com/baoguangsheng/g-transformer,
+#     exp_gtrans/run-randinit.sh and run-finetune.sh): GT_DROPOUT [0.3: their gtransformer_base]
+#     GT_LR [5e-4 / 3e-3] GT_WARMUP [4000 / 5] GT_MAX_TOKENS [4096 / 1000] (Adam (0.9, 0.98),
+#     inverse square root, label smoothing 0.1), GT_CTXLAYERS [2 / 1: --encoder-ctxlayers,
+#     --decoder-ctxlayers, --cross-ctxlayers]; word masking GT_NOISE_MASK [0.3] GT_NOISE_EPOCHS [30] from random
+#     initialisation (g-transformer), GT_FND_NOISE_MASK [0.1] GT_FND_NOISE_EPOCHS [40] when
+#     fine-tuned from the trained sentence transformer (g-transformer-fnd)
 #   all: MAX_UPDATE [100000] PATIENCE [10: stop after 10 validations without a better dev
 #     loss; checkpoint_best.pt, the best dev loss, is translated] CONTEXT_SIZE [3: HAN, QCN,
 #     MHT] CONCAT_CONTEXT_SIZE [1: the previous source sentence, Tiedemann & Scherrer 2017]
@@ -89,11 +99,22 @@ model_settings() {
   setting UPDATE_FREQ auto
   [[ $UPDATE_FREQ == auto || $UPDATE_FREQ =~ ^[1-9][0-9]*$ ]] || die "UPDATE_FREQ=$UPDATE_FREQ: auto or a number >= 1"
   setting AVERAGE 0
+  setting SEG_TOKENS 512
+  setting GT_DROPOUT 0.3
+  setting GT_CTXLAYERS 2 1
+  setting GT_LR 5e-4 3e-3
+  setting GT_WARMUP 4000 5
+  setting GT_MAX_TOKENS 4096 1000
+  setting GT_NOISE_MASK 0.3
+  setting GT_NOISE_EPOCHS 30
+  setting GT_FND_NOISE_MASK 0.1
+  setting GT_FND_NOISE_EPOCHS 40
+  [[ $SEG_TOKENS =~ ^[1-9][0-9]*$ ]] || die "SEG_TOKENS=$SEG_TOKENS: a number of tokens >= 1"
   setting BLEU_TOK_LOWERCASE 0
   [[ $BLEU_TOK_LOWERCASE == 0 || $BLEU_TOK_LOWERCASE == 1 ]] || die "BLEU_TOK_LOWERCASE=$BLEU_TOK_LOWERCASE: 0 or 1"
   [[ $AVERAGE =~ ^[0-9]+$ ]] || die "AVERAGE=$AVERAGE: a number of checkpoints (0: no averaging)"
   local what batch
-  for what in "MAX_TOKENS tokens" "QCN_MAX_TOKENS tokens" "RNN_BATCH sentences"; do
+  for what in "MAX_TOKENS tokens" "QCN_MAX_TOKENS tokens" "GT_MAX_TOKENS tokens" "RNN_BATCH sentences"; do
     batch=${what%% *}
     _per_gpu "${!batch}" "$batch"
     RECIPE_NOTES+=("one update ($batch): $(_train_gpus) process(es) x update-freq $UF x $PER_GPU ${what#* } = $(( $(_train_gpus) * UF * PER_GPU )) ${what#* } (the papers' batch: $batch ${!batch} x BATCHES_PER_UPDATE $BATCHES_PER_UPDATE = $(( ${!batch} * BATCHES_PER_UPDATE )))")
@@ -144,6 +165,23 @@ _qcn() {  # Yang et al. (2019), §4.1: 4+4 layers, dropout 0.2, Adam at a consta
   HP+=(--max-tokens "$PER_GPU" --update-freq "$UF")
 }
 
+_gtrans() {  # G-Transformer as Bao et al. (2021) ran it (the authors' exp_gtrans/run-randinit.sh
+  # and run-finetune.sh): Transformer-base sizes, dropout 0.3, Adam (0.9, 0.98) at 5e-4 with
+  # inverse square root after 4000 warm-up updates, label smoothing 0.1, 4096 tokens a batch;
+  # combined attention in the top GT_CTXLAYERS (2) layers of each kind
+  HP=(--encoder-layers "$LAYERS" --decoder-layers "$LAYERS"
+    --encoder-embed-dim "$DIM" --decoder-embed-dim "$DIM"
+    --encoder-ffn-embed-dim "$FFN" --decoder-ffn-embed-dim "$FFN"
+    --encoder-attention-heads "$HEADS" --decoder-attention-heads "$HEADS"
+    --dropout "$GT_DROPOUT" --share-all-embeddings
+    --encoder-ctxlayers "$GT_CTXLAYERS" --decoder-ctxlayers "$GT_CTXLAYERS" --cross-ctxlayers "$GT_CTXLAYERS"
+    --optimizer adam --adam-betas '(0.9, 0.98)' --lr "$GT_LR"
+    --lr-scheduler inverse_sqrt --warmup-updates "$GT_WARMUP" --warmup-init-lr 1e-07
+    --criterion label_smoothed_cross_entropy --label-smoothing 0.1)
+  _per_gpu "$GT_MAX_TOKENS" GT_MAX_TOKENS
+  HP+=(--max-tokens "$PER_GPU" --update-freq "$UF")
+}
+
 _rnn_sizes() {  # every size RNN_DIM when it is set, else the named architecture's
   RNN_SIZES=()
   [[ -z $RNN_DIM ]] || RNN_SIZES=(--encoder-embed-dim "$RNN_DIM" --encoder-hidden-size "$RNN_DIM"
@@ -172,7 +210,7 @@ _wang() {  # Wang et al. (2017), §3.1, on Nematus: 80 sentences a batch;
   HP+=(--batch-size "$PER_GPU" --update-freq "$UF")
 }
 
-train() {  # NAME HP(vaswani|qcn|kuang|wang) [-d DEP]... -- fairseq-train arguments (task, arch, context)
+train() {  # NAME HP(vaswani|qcn|gtrans|kuang|wang) [-d DEP]... -- fairseq-train arguments (task, arch, context)
   # (on TRAIN_BIN, prepared by step TRAIN_PREPARE, when they are set; else BIN, step prepare)
   local name=$1 hp=$2; shift 2
   local deps=()
@@ -267,6 +305,26 @@ train_model() {  # NAME: one of the models below (the sentence baseline first: o
         --context-size "$CONTEXT_SIZE" --context-sides src,draft --arch mht_transformer \
         --src-sentence-encoder-from "$CKPT/transformer/checkpoint_best.pt" \
         --tgt-sentence-encoder-from "$CKPT/mht-backward/checkpoint_best.pt" ;;
+    doc2doc)
+      # Sun et al. (2022)'s document-to-document Transformer: segments of consecutive sentences
+      # of at most SEG_TOKENS tokens, every document also cut into 2, 4, ... parts
+      # (multi-resolutional doc2doc), from random weights
+      train doc2doc vaswani -- -s "$SRC" -t "$TGT" --doc-mode segments --max-segment-tokens "$SEG_TOKENS" \
+        --multi-resolution --arch doc2doc_transformer ;;
+    g-transformer)
+      # Bao et al. (2021), randomly initialised: segments of at most SEG_TOKENS tokens, source
+      # and decoder-input words masked at GT_NOISE_MASK while the epoch is below GT_NOISE_EPOCHS
+      train g-transformer gtrans -- -s "$SRC" -t "$TGT" --doc-mode segments --max-segment-tokens "$SEG_TOKENS" \
+        --arch g_transformer --doc-noise-mask "$GT_NOISE_MASK" --doc-noise-epochs "$GT_NOISE_EPOCHS" ;;
+    g-transformer-fnd)
+      # Bao et al. (2021)'s "fnd.": fine-tuned from the trained sentence-level transformer (its
+      # attentions become the group attentions, copied into the global ones), masking less
+      # for longer (the authors' fine-tuning run)
+      _need_model transformer g-transformer-fnd
+      train g-transformer-fnd gtrans -d train-transformer -- -s "$SRC" -t "$TGT" --doc-mode segments \
+        --max-segment-tokens "$SEG_TOKENS" --arch g_transformer \
+        --init-from-sentence-checkpoint "$CKPT/transformer/checkpoint_best.pt" \
+        --doc-noise-mask "$GT_FND_NOISE_MASK" --doc-noise-epochs "$GT_FND_NOISE_EPOCHS" ;;
     rnnsearch)
       # Kuang & Xiong (2018)'s baseline, on their data (BIN_KUANG, step PREPARE_KUANG)
       TRAIN_BIN=${BIN_KUANG:-$BIN} TRAIN_PREPARE=${PREPARE_KUANG:-prepare} \
@@ -305,7 +363,7 @@ train_model() {  # NAME: one of the models below (the sentence baseline first: o
       TRAIN_BIN=${BIN_WANG:-$BIN} TRAIN_PREPARE=${PREPARE_WANG:-prepare} \
         train "$name" wang "${init[@]}" -s "$SRC" -t "$TGT" --context-size "$CONTEXT_SIZE" \
           --context-sides source --arch hrnn_context "${switches[@]}" ;;
-    *) die "no model '$name' (transformer, concat, qcn, qcn-transformer, qcn-regularizer-only, qcn-no-regularizer, han, han-encoder, han-decoder, han-decoder-source, han-decoder-alignment, mht, rnnsearch, isg, nematus, hrnn, hrnn-init-enc, hrnn-init-dec, hrnn-init-enc-dec, hrnn-auxi, hrnn-gating-auxi)" ;;
+    *) die "no model '$name' (transformer, concat, qcn, doc2doc, g-transformer, g-transformer-fnd, qcn-transformer, qcn-regularizer-only, qcn-no-regularizer, han, han-encoder, han-decoder, han-decoder-source, han-decoder-alignment, mht, rnnsearch, isg, nematus, hrnn, hrnn-init-enc, hrnn-init-dec, hrnn-init-enc-dec, hrnn-auxi, hrnn-gating-auxi)" ;;
   esac
 }
 
@@ -325,6 +383,37 @@ han_note() {  # the line results.md gives the HAN rows: how their stages were tr
   else
     echo "HAN rows: stage 2 from the sentence transformer, han too (HAN_JOINT_FROM=sentence; the authors' released commands start han from han-encoder), stage 2 for $epochs."
   fi
+}
+
+SEGMENT_MODELS=" doc2doc g-transformer g-transformer-fnd "
+
+segment_note() {  # MODEL...: the line results.md gives the segment models: how their test
+  # segments were decoded (the task logs the segments whose best hypothesis had another number
+  # of sentences than the source, decoded again sentence by sentence)
+  # (fairseq-generate's log; docctx-generate's shard logs are not kept, so with several
+  # processes the count is not given)
+  local name line parts=() log
+  for name in "$@"; do
+    [[ $SEGMENT_MODELS == *" $name "* ]] || continue
+    log=$LOGS/translate-$name.log
+    if [[ ${GENERATE[0]} != fairseq-generate ]]; then
+      parts+=("$name not counted (translated by several processes: GEN_PROCESSES)")
+      continue
+    elif [[ ! -f $log ]]; then
+      parts+=("$name not counted (no $log)")
+      continue
+    fi
+    line=$(grep -o '[0-9]* of [0-9]* segments so far' "$log" | tail -1 || true)
+    if [[ -n $line ]]; then
+      parts+=("$name ${line% so far} decoded sentence by sentence")
+    else
+      parts+=("$name no segment decoded sentence by sentence")
+    fi
+  done
+  (( ${#parts[@]} )) || return 0
+  local joined
+  joined=$(printf '%s; ' "${parts[@]}")
+  echo "Segment models (trained and decoded on segments of at most $SEG_TOKENS tokens, one output sentence per source sentence; a segment whose best hypothesis has another number of sentences is decoded again sentence by sentence): ${joined%; }."
 }
 
 average_note() {  # the line results.md gives the translated checkpoints
@@ -367,19 +456,28 @@ generate_step() {  # STEP DATA CHECKPOINT OUTDIR [-d DEP]... [-- fairseq-generat
 
 score_run() {  # NAME METRICS [HYP]: docctx-score of the test translations (HYP, default
   # GEN/NAME/generate-test.txt) against REF_TEST into SCORES/NAME.json
-  local name=$1 metrics=$2 hyp=${3:-$GEN/$1/generate-test.txt} json=$SCORES/$1.json m lc=()
+  # (a BLEU and its d-BLEU both asked for: one docctx-score bleu --both gives the two)
+  local name=$1 metrics=$2 hyp=${3:-$GEN/$1/generate-test.txt} json=$SCORES/$1.json m lc=() level
   rm -f "$json"
   (( BLEU_TOK_LOWERCASE )) && lc=(--lowercase)
+  local tok=(--pretokenize "${BLEU_PRETOKENIZE:-moses}" --lang "$TGT" "${lc[@]}")
   for m in ${metrics//,/ }; do
     case $m in
-      bleu) docctx-score bleu --hyp "$hyp" --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name" ;;
-      bleu_tok) docctx-score bleu --pretokenize "${BLEU_PRETOKENIZE:-moses}" --lang "$TGT" "${lc[@]}" --hyp "$hyp" \
-        --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name" ;;
+      bleu|d-bleu|bleu_tok|d-bleu_tok)
+        local s=${m#d-} pair=
+        [[ ,$metrics, == *,$s,* && ,$metrics, == *,d-$s,* ]] && pair=1
+        [[ -n $pair && $m == d-* ]] && continue  # scored with its sentence-level BLEU
+        if [[ -n $pair ]]; then level=(--both); elif [[ $m == d-* ]]; then level=(--document); else level=(); fi
+        if [[ $s == bleu_tok ]]; then
+          docctx-score bleu "${level[@]}" "${tok[@]}" --hyp "$hyp" --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name"
+        else
+          docctx-score bleu "${level[@]}" --hyp "$hyp" --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name"
+        fi ;;
       meteor) docctx-score meteor --hyp "$hyp" --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name" ;;
       meteor-1.5*) local mods=${m#meteor-1.5}; mods=${mods#-}  # meteor-1.5-exact-stem: modules exact stem
         docctx-score meteor --meteor 1.5 --lang "$TGT" ${mods:+--meteor-modules "${mods//-/ }"} --hyp "$hyp" \
           --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name" ;;
-      *) echo "unknown metric $m (bleu, bleu_tok, meteor, meteor-1.5[-MODULE...])" >&2; return 2 ;;
+      *) echo "unknown metric $m (bleu, bleu_tok, d-bleu, d-bleu_tok, meteor, meteor-1.5[-MODULE...])" >&2; return 2 ;;
     esac
   done
 }
@@ -391,6 +489,8 @@ metric_label() {  # METRIC: how score_run scores it (results.md's legend of its 
       local how="docctx-score bleu --pretokenize ${BLEU_PRETOKENIZE:-moses} -l ${TGT:-TGT}"
       if (( BLEU_TOK_LOWERCASE )); then echo "BLEU (tokenized, lowercased: multi-bleu.perl -lc; $how --lowercase)"
       else echo "BLEU (tokenized, cased: multi-bleu.perl; $how)"; fi ;;
+    d-bleu) echo "d-BLEU: sacreBLEU 13a, cased, detokenized, over whole test documents, each document's sentences joined (docctx-score bleu --document)" ;;
+    d-bleu_tok) echo "d-BLEU of the tokenized text: multi-bleu.perl over whole test documents, each document's sentences joined (docctx-score bleu --document --pretokenize ${BLEU_PRETOKENIZE:-moses} -l ${TGT:-TGT})" ;;
     meteor) echo "nltk's METEOR (docctx-score meteor, WordNet): not METEOR 1.5, not comparable with a paper's Meteor" ;;
     meteor-1.5) echo "METEOR 1.5 (docctx-score meteor --meteor 1.5 -l ${TGT:-TGT})" ;;
     meteor-1.5-*) echo "METEOR 1.5 with the modules ${1#meteor-1.5-} only (docctx-score meteor --meteor 1.5 -l ${TGT:-TGT} --meteor-modules; without paraphrases: pycocoevalcap ships English's table only)" ;;
@@ -431,6 +531,7 @@ write_results() {  # TITLE MODEL...: WORK/results.md, each score beside the pape
     local note
     for note in "${RECIPE_NOTES[@]}"; do echo "${note^}."; done
     if [[ " $* " =~ \ han[a-z-]*\  ]]; then han_note; fi
+    segment_note "$@"
     if [[ -n ${RESULTS_NOTE:-} ]]; then
       echo "$RESULTS_NOTE"
     else

@@ -9,8 +9,11 @@
 #   SMOKE=1 bash examples/nc-ende/run.sh       # the whole chain on a slice of the bundled files
 #
 # Settings (environment variables, defaults in brackets; [full / SMOKE] where they differ):
-#   MODELS [transformer,concat,qcn; also qcn-transformer, qcn-regularizer-only,
-#     qcn-no-regularizer: Yang et al. 2019, Table 2]  METRICS [bleu,bleu_tok,meteor]
+#   MODELS [transformer,concat,qcn,
+#     doc2doc,g-transformer,g-transformer-fnd (Sun et al. 2022; Bao et al. 2021: on segments);
+#     also qcn-transformer, qcn-regularizer-only,
+#     qcn-no-regularizer: Yang et al. 2019, Table 2]  METRICS [bleu,d-bleu,bleu_tok,meteor
+#     (+ meteor-1.5-exact-stem in full runs)]
 #   data (examples/lib/maruf-ende.sh): DATA [../shared/data/maruf-ende] SPM_VOCAB [30000 / 300]
 #     MAX_LEN [250] MAX_LEN_RATIO [3] SMOKE_TRAIN_DOCS [12] SMOKE_VALID_DOCS [2] SMOKE_TEST_DOCS [3]
 #   models (examples/lib/models.sh): LAYERS [6 / 1] DIM [512 / 32] FFN [2048 / 64] HEADS [8 / 2]
@@ -20,6 +23,9 @@
 #     BEAM [4 / 2] LENPEN [1.0] GEN_MAX_TOKENS [8000] GEN_MAX_LEN_A [1.2 / 0] GEN_MAX_LEN_B [10 / 20]
 #     BATCHES_PER_UPDATE [1] UPDATE_FREQ [auto: per-GPU batch and --update-freq that keep an
 #     update at the papers' batch x BATCHES_PER_UPDATE on NGPUS GPUs; printed with the settings]
+#     SEG_TOKENS [512] GT_DROPOUT [0.3] GT_CTXLAYERS [2 / 1] GT_LR [5e-4 / 3e-3] GT_WARMUP [4000 / 5]
+#     GT_MAX_TOKENS [4096 / 1000] GT_NOISE_MASK [0.3] GT_NOISE_EPOCHS [30] GT_FND_NOISE_MASK [0.1]
+#     GT_FND_NOISE_EPOCHS [40] (doc2doc and G-Transformer: the G-Transformer authors' run settings)
 #     AVERAGE [0: none of the papers averages / N: the mean of the last N epoch checkpoints]
 #   common (examples/lib/recipe.sh): SMOKE [0] FRESH [0] WORK [demo-work/recipes/nc-ende,
 #     -smoke with SMOKE=1] DOWNLOADS [WORK/downloads] DEVICE [auto] NGPUS [1] PRECISION [fp16 on
@@ -30,4 +36,4 @@ set -euo pipefail
 source "$(dirname "$0")/../lib/recipe.sh"
 source "$RECIPE_LIB/models.sh"
 source "$RECIPE_LIB/maruf-ende.sh"
-maruf_ende_recipe nc-ende NC-2016 "News Commentary v11 En-De (Maruf et al. 2019 split)" transformer,concat,qcn 12 2 3 900
+maruf_ende_recipe nc-ende NC-2016 "News Commentary v11 En-De (Maruf et al. 2019 split)" transformer,concat,qcn,doc2doc,g-transformer,g-transformer-fnd 12 2 3 900

@@ -211,8 +211,9 @@ class DocumentTranslationTask(TranslationTask):
 
     @property
     def segments(self) -> bool:
-        """``--doc-mode segments``: the samples are segments of consecutive sentences."""
-        return self.cfg.doc_mode == "segments"
+        """``--doc-mode segments``: the samples are segments of consecutive sentences (a
+        config without the option, e.g. a task made by hand, is of sentences)."""
+        return getattr(self.cfg, "doc_mode", "sentences") == "segments"
 
     def check_doc_mode(self):
         """Refuse settings that segments cannot honour, naming the option to change."""
@@ -552,7 +553,7 @@ class DocumentTranslationTask(TranslationTask):
         without the sentence count (:meth:`inference_step` still accounts for every sentence)."""
         for m in models:
             if hasattr(m, "set_sentence_count_constraint"):
-                m.set_sentence_count_constraint(not self.cfg.no_sentence_count_constraint)
+                m.set_sentence_count_constraint(not getattr(self.cfg, "no_sentence_count_constraint", False))
         return super().build_generator(models, args, **kwargs)
 
     def dictionary_sizes(self) -> str:

@@ -744,6 +744,7 @@ def _stub_recipe(name, tmp_path, stub_tools, **env):
     return p.returncode, p.stdout + p.stderr, (log.read_text().splitlines() if log.exists() else [])
 
 
+@pytest.mark.slow  # ~18 s: make test-all
 @pytest.mark.skipif(not (SHARED_DATA / "iwslt15-zhen").is_dir(), reason=f"needs the bundled corpora at {SHARED_DATA}")
 def test_ldc_zhen_keeps_the_score_of_every_nist_set(tmp_path, stub_tools):
     """Each NIST set's score step has its own output (the step runner removes a step's outputs

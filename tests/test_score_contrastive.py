@@ -233,6 +233,7 @@ def test_contrastive_scoring_on_bawden(bawden_model, bawden_dir):
     print(f"bawden anaphora accuracy (tiny model, 5 epochs on the set itself): {rep['accuracy']:.3f}")
 
 
+@pytest.mark.slow  # the Bawden model (~80 s): make test-all; --json is checked by every other subcommand's tests
 def test_contrastive_cli_json(bawden_model, bawden_dir, tmp_path):
     """``--json FILE`` writes the report into FILE, as every docctx-score subcommand does."""
     out = tmp_path / "scores.txt"
@@ -249,6 +250,7 @@ def test_contrastive_cli_json(bawden_model, bawden_dir, tmp_path):
     assert p.stdout.startswith(f"accuracy {rep['accuracy']:.4f} ({rep['correct']}/200)")
 
 
+@pytest.mark.slow  # the Bawden model (~80 s): make test-all
 def test_spm_model_found_through_the_manifest(bawden_model, tmp_path):
     """The SentencePiece model is the file docctx.json names, whatever its name: scoring
     and the hub find it through the manifest (no spm.model fallback to lean on)."""

@@ -262,7 +262,6 @@ def isg_from_rnnsearch(reverse_bin, rnnsearch_reverse, tmp_path_factory):
     return save / "checkpoint_last.pt", p.stdout
 
 
-@pytest.mark.slow  # ~60 s (the reverse task's rnnsearch, then isg from it): make test-all
 def test_initialised_from_rnnsearch(isg_from_rnnsearch, rnnsearch_reverse):
     """Every rnnsearch weight is copied (tensor equality, kept through training by
     --freeze-sentence-weights); the new weights are exactly the gate's and the attention

@@ -367,3 +367,32 @@ def test_initialised_from_a_sentence_level_transformer(name, tmp_path):
     for k in new:
         if ".global_attn." in k:
             assert torch.equal(own[k], own[k.replace("global_attn.", "")]), k
+
+
+def test_layers_share_the_per_head_mask_of_a_forward_call():
+    """The [B * heads, T, S] mask PyTorch's attention takes is built once per forward call
+    for all layers (the same tensor in every layer), and equals the group mask with the
+    causal mask added."""
+    d = toy_dictionary()
+    model = g_model(d, 1, encoder_layers=3, decoder_layers=3)
+    src, lengths, prev, _ = toy_batch(d)
+    seen = {}
+    for name, m in model.named_modules():
+        if isinstance(m, GroupAttention) and m.kind == "self":
+            build = m._head_mask
+
+            def spy(attn_mask, dtype, build=build, name=name):
+                mask = build(attn_mask, dtype)
+                seen[name] = (mask, attn_mask)
+                return mask
+            m._head_mask = spy
+    model(src, lengths, prev)
+    enc = [v for k, v in seen.items() if k.startswith("encoder.")]
+    dec = [v for k, v in seen.items() if k.startswith("decoder.")]
+    assert len(enc) == len(dec) == 3
+    assert all(m is enc[0][0] for m, _ in enc) and all(m is dec[0][0] for m, _ in dec)
+    mask, causal = dec[0]
+    blocked = group_blocked(target_groups(prev, d.index("<sep>"), d.pad()),
+                            target_groups(prev, d.index("<sep>"), d.pad()))
+    expected = causal.expand(*blocked.shape).masked_fill(blocked, float("-inf"))
+    assert torch.equal(mask, expected.repeat_interleave(2, dim=0))

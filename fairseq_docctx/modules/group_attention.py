@@ -80,6 +80,15 @@ def group_blocked(query_groups: Tensor, key_groups: Tensor) -> Tensor:
     return q.ne(key_groups.unsqueeze(1)) & q.ne(0)
 
 
+def _same_tensor(a: Optional[Tensor], b: Optional[Tensor]) -> bool:
+    """Whether ``a`` and ``b`` are the same tensor or views of the same memory with the same
+    layout (fairseq's decoder slices its causal mask from one buffer for every layer)."""
+    if a is None or b is None:
+        return a is b
+    return a is b or (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
+                      and a.dtype == b.dtype and a.device == b.device)
+
+
 class GroupAttention(MultiheadAttention):
     """Multi-head attention restricted to the query's group (Bao et al. 2021, §4.1), and with
     ``combined=True`` mixed with a global multi-head attention through a gate (§4.2).
@@ -96,6 +105,7 @@ class GroupAttention(MultiheadAttention):
             raise ValueError(f"GroupAttention: kind must be 'self' or 'cross', not {kind!r}")
         self.kind = kind
         self._blocked: Optional[Tensor] = None
+        self._mask_cache: dict = {}
         self.global_attn: Optional[MultiheadAttention] = None
         self.gate: Optional[nn.Linear] = None
         if combined:
@@ -124,6 +134,24 @@ class GroupAttention(MultiheadAttention):
         w = attn_weights.view(bsz, self.num_heads, tgt_len, src_len)
         return w.masked_fill(blocked.unsqueeze(1), float("-inf")).view(bsz * self.num_heads, tgt_len, src_len)
 
+    def _head_mask(self, attn_mask: Optional[Tensor], dtype) -> Tensor:
+        """The ``[B * heads, T, S]`` mask PyTorch's attention takes: the group mask, with
+        ``attn_mask`` (the decoder's causal mask) added. Built once per forward call for all
+        the layers that share the group mask, ``attn_mask`` and head count (the cache
+        :func:`group_masks` hands out)."""
+        key = (self.kind, self.num_heads, dtype)
+        blocked = self._blocked
+        hit = self._mask_cache.get(key)
+        if hit is not None and hit[0] is blocked and _same_tensor(hit[1], attn_mask):
+            return hit[2]
+        if attn_mask is None:
+            mask = blocked
+        else:
+            mask = attn_mask.to(dtype).expand(*blocked.shape).masked_fill(blocked, float("-inf"))
+        mask = mask.repeat_interleave(self.num_heads, dim=0)  # [B * heads, T, S], batch-major
+        self._mask_cache[key] = (blocked, attn_mask, mask)
+        return mask
+
     def forward(self, query, key: Optional[Tensor], value: Optional[Tensor], key_padding_mask=None,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
                 need_weights: bool = True, static_kv: bool = False, attn_mask: Optional[Tensor] = None,
@@ -137,16 +165,9 @@ class GroupAttention(MultiheadAttention):
                                "call it inside group_masks(...)")
         if before_softmax:
             raise ValueError("GroupAttention does not return scores before the softmax")
-        blocked = self._blocked
         if self._takes_pytorch_path(query, incremental_state, static_kv):
-            bsz, tgt_len, src_len = blocked.shape
-            if attn_mask is None:
-                mask = blocked
-            else:
-                mask = attn_mask.to(query.dtype).expand(bsz, tgt_len, src_len).masked_fill(blocked, float("-inf"))
-            mask = mask.repeat_interleave(self.num_heads, dim=0)  # [B * heads, T, S], batch-major
             local, weights = super().forward(query, key, value, key_padding_mask=key_padding_mask,
-                                             need_weights=need_weights, attn_mask=mask,
+                                             need_weights=need_weights, attn_mask=self._head_mask(attn_mask, query.dtype),
                                              need_head_weights=need_head_weights)
         else:
             local, weights = super().forward(query, key, value, key_padding_mask=key_padding_mask,
@@ -165,19 +186,21 @@ class GroupAttention(MultiheadAttention):
 @contextlib.contextmanager
 def group_masks(root: nn.Module, masks: Dict[str, Tensor]) -> Iterator[None]:
     """Give every :class:`GroupAttention` under ``root`` the mask of its ``kind`` (``masks``:
-    ``{"self": [B, T, S] bool, "cross": ...}``) for the duration of the block; they are
+    ``{"self": [B, T, S] bool, "cross": ...}``) for the duration of the block, with one cache
+    of the per-head masks built from them, so that the layers build each once; they are
     removed when it ends, also on an error."""
     mods = [m for m in root.modules() if isinstance(m, GroupAttention)]
     missing = sorted({m.kind for m in mods} - set(masks))
     if missing:
         raise ValueError(f"group_masks: no mask for the {', '.join(missing)} group attention")
+    cache = {}  # the per-head masks built from these masks, shared by every layer
     try:
         for m in mods:
-            m._blocked = masks[m.kind]
+            m._blocked, m._mask_cache = masks[m.kind], cache
         yield
     finally:
         for m in mods:
-            m._blocked = None
+            m._blocked, m._mask_cache = None, {}
 
 
 def _wrap(layer, cfg):

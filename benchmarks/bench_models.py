@@ -23,8 +23,8 @@ holds real drafts (made by ``docctx-drafts``), the script writes the references 
 as its drafts stream (:func:`ensure_drafts`): the speed depends on the drafts' lengths only,
 and a trained sentence model's drafts are about as long as the references.
 
-Next to the speed, each model's matrix-product work is counted (torch's FlopCounterMode:
-matmuls and linear layers, forward + backward, one training step per batch) over its first
+Next to the speed, each model's matrix-product work is counted (torch's FlopCounterMode with
+the fused CPU attention kernel, benchmarks/flops.py: matmuls, linear layers and attention, forward + backward, one training step per batch) over its first
 --flop-batches batches (by default the --updates batches whose speed is measured: the work
 per word differs from batch to batch), per target word, with the source words per target word of those
 batches. On a machine where training is bound by matrix products (a CPU), the transformer's
@@ -176,7 +176,7 @@ def count_train_flops(argv, batches):
     from fairseq import options, tasks, utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.trainer import Trainer
-    from torch.utils.flop_counter import FlopCounterMode
+    from benchmarks.flops import flop_counter
 
     cfg = convert_namespace_to_omegaconf(
         options.parse_args_and_arch(options.get_training_parser(), [str(a) for a in argv]))
@@ -185,7 +185,7 @@ def count_train_flops(argv, batches):
     task = tasks.setup_task(cfg.task)
     trainer = Trainer(cfg, task, task.build_model(cfg.model), task.build_criterion(cfg.criterion))
     itr = trainer.get_train_iterator(epoch=1).next_epoch_itr(shuffle=True)
-    counter, tgt, src = FlopCounterMode(display=False), 0, 0
+    counter, tgt, src = flop_counter(), 0, 0
     with counter:
         for _, sample in zip(range(batches), itr):
             trainer.train_step([sample])

@@ -190,11 +190,38 @@ def write_reverse_task(out_dir):
                                reverse=True)
 
 
+def _prepare_reverse_bin(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reverse")
+    return prepare_documents(write_reverse_task(root / "raw"), root / "bin")
+
+
+#: the reverse task's data and rnnsearch, made in a background thread from the start of the
+#: session when a collected test needs the rnnsearch (the longest training the tests in the
+#: foreground wait for; it then runs beside them, as the probe's trainings do)
+_REVERSE = {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _start_rnnsearch_reverse(request, tmp_path_factory):
+    if not any("rnnsearch_reverse" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        yield
+        return
+    import concurrent.futures
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="reverse")
+    _REVERSE["data"] = pool.submit(_prepare_reverse_bin, tmp_path_factory)
+    _REVERSE["rnnsearch"] = pool.submit(lambda: _train_rnnsearch_reverse(_REVERSE["data"].result(), tmp_path_factory))
+    yield
+    pool.shutdown(wait=False, cancel_futures=True)
+    _REVERSE.clear()
+
+
 @pytest.fixture(scope="session")
 def reverse_bin(tmp_path_factory):
     """The reverse task (:func:`write_reverse_task`) prepared with docctx-prepare."""
-    root = tmp_path_factory.mktemp("reverse")
-    return prepare_documents(write_reverse_task(root / "raw"), root / "bin")
+    if "data" in _REVERSE:
+        return _REVERSE["data"].result()
+    return _prepare_reverse_bin(tmp_path_factory)
 
 
 #: a tiny rnnsearch (and the optimisation of the RNN tests)
@@ -210,6 +237,12 @@ RNN_TINY = [
 def rnnsearch_reverse(reverse_bin, tmp_path_factory):
     """rnnsearch trained on the reverse task through ``document_translation --context-size 0``:
     ``checkpoint`` and the training ``log``."""
+    if "rnnsearch" in _REVERSE:
+        return _REVERSE["rnnsearch"].result()
+    return _train_rnnsearch_reverse(reverse_bin, tmp_path_factory)
+
+
+def _train_rnnsearch_reverse(reverse_bin, tmp_path_factory):
     save = tmp_path_factory.mktemp("rnnsearch_reverse")
     p = run(["fairseq-train", reverse_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
              "--context-size", "0", "--arch", "rnnsearch", *RNN_TINY, "--dropout", "0", "--max-tokens", "1000",

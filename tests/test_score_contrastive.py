@@ -194,9 +194,9 @@ def bawden_model(bawden_dir, tmp_path_factory):
             ids += [f"{name}-{i}"] * 2
     for ext, lines in (("en", en), ("fr", fr), ("docids", ids)):
         _write(root / "raw" / f"train.{ext}", lines)
-    run(["nice", "-n", "19", "docctx-prepare", "-s", "en", "-t", "fr", "--trainpref", root / "raw" / "train",
+    run(["docctx-prepare", "-s", "en", "-t", "fr", "--trainpref", root / "raw" / "train",
          "--destdir", root / "bin", "--spm-vocab-size", "400", "--joined-dictionary", "--workers", "1"])
-    run(["nice", "-n", "19", "fairseq-train", root / "bin", "--user-dir", REPO / "fairseq_docctx",
+    run(["fairseq-train", root / "bin", "--user-dir", REPO / "fairseq_docctx",
          "--task", "document_translation", "--context-size", "1", "--context-sides", "both",
          "--arch", "concat_transformer", *TINY_MODEL, "--max-tokens", "2000", "--max-epoch", "5",
          "--disable-validation", "--no-epoch-checkpoints", "--save-dir", root / "ck"])
@@ -331,7 +331,7 @@ def test_plot_concat_attention(probe, concat_model, tmp_path):
 @pytest.fixture(scope="module")
 def han_ckpt(toy_bin, tmp_path_factory):
     save = tmp_path_factory.mktemp("han_plot")
-    run(["nice", "-n", "19", "fairseq-train", toy_bin, "--user-dir", REPO / "fairseq_docctx",
+    run(["fairseq-train", toy_bin, "--user-dir", REPO / "fairseq_docctx",
          "--task", "document_translation", "--context-size", "2", "--context-sides", "both",
          "--arch", "han_transformer", "--han-context-size", "2", *TINY_MODEL, "--max-tokens", "600",
          "--max-update", "15", "--no-epoch-checkpoints", "--disable-validation", "--save-dir", save])

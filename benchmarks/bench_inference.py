@@ -31,8 +31,8 @@ Measured in one run on IWSLT17 TED En-De (train: the dev talks, test: the 23 tes
     the speed depends on the drafts' lengths only; the header says which). Next to the speed,
     the matrix-product FLOPs per generated token and per sentence of the sentence-level run
     and of MHT's length-sorted run are counted inside fairseq-generate (torch's
-    ``FlopCounterMode``, benchmarks/flops.py, around the task's ``inference_step``: beam search with the encoders,
-    every ``--flop-every``-th batch, the same sentences in both runs, checked), and their
+    ``FlopCounterMode``, benchmarks/flops.py, around the task's ``inference_step``: beam
+    search with the encoders, every ``--flop-every``-th batch, the same sentences in both runs, checked), and their
     ratio, the speed ratio MHT could reach at the transformer's FLOP rate, is printed with the
     measured ratio over it (the FLOP-rate efficiency). ``--mht-only`` runs the sentence-level
     and MHT runs only.
@@ -121,8 +121,8 @@ def generate_full_rerun(argv):
 
 def generate_count_flops(every, argv):
     """fairseq-generate with the matrix-product FLOPs (``benchmarks.flops.flop_counter``:
-    matmuls, linear layers and attention) of every ``every``-th batch's ``inference_step`` counted (the whole beam
-    search, encoders included); prints ``FLOPS <flops> <generated tokens> <sentences> <digest
+    matmuls, linear layers and attention) of every ``every``-th batch's ``inference_step``
+    counted (the whole beam search, encoders included); prints ``FLOPS <flops> <generated tokens> <sentences> <digest
     of their ids>`` for those batches (tokens as fairseq counts them: the best hypothesis of
     each sentence, EOS included). Only for this benchmark."""
     from fairseq.tasks.fairseq_task import FairseqTask

@@ -24,7 +24,8 @@ as its drafts stream (:func:`ensure_drafts`): the speed depends on the drafts' l
 and a trained sentence model's drafts are about as long as the references.
 
 Next to the speed, each model's matrix-product work is counted (torch's FlopCounterMode with
-the fused CPU attention kernel, benchmarks/flops.py: matmuls, linear layers and attention, forward + backward, one training step per batch) over its first
+the fused CPU attention kernel, benchmarks/flops.py: matmuls, linear layers and attention,
+forward + backward, one training step per batch) over its first
 --flop-batches batches (by default the --updates batches whose speed is measured: the work
 per word differs from batch to batch), per target word, with the source words per target word of those
 batches. On a machine where training is bound by matrix products (a CPU), the transformer's

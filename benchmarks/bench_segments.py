@@ -15,10 +15,10 @@ transformer as sentences; a segment holds exactly the tokens of its sentences (e
   and of the ``transformer``, same size, optimizer, ``--max-tokens`` and number of updates, runs
   alternating (transformer, doc2doc, G-Transformer, transformer, ...), best of ``--repeats``.
   Next to it the matrix-product FLOPs per target word (torch's FlopCounterMode with the fused CPU
-  attention kernel, benchmarks/flops.py; forward + backward, over the first ``--flop-batches`` batches of the same fairseq training run:
-  ``bench_models.count_train_flops``): the transformer's FLOPs per word over the model's is the
-  speed ratio the longer sequences allow on a machine bound by matrix products (a CPU), the
-  *ceiling*; *efficiency* is the measured ratio over it. Target: efficiency >= 0.9.
+  attention kernel, benchmarks/flops.py; forward + backward, over the first ``--flop-batches``
+  batches of the same fairseq training run: ``bench_models.count_train_flops``): the
+  transformer's FLOPs per word over the model's is the speed ratio the longer sequences allow
+  on a machine bound by matrix products (a CPU), the *ceiling*; *efficiency* is the measured ratio over it. Target: efficiency >= 0.9.
 * Generation target tokens/second (fairseq-generate's own figure, beam ``--beam``, batches of
   ``--gen-max-tokens`` source tokens for every run) of each segment model against
   sentence-level generation (``--task translation``) of the transformer they are initialised

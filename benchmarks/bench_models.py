@@ -148,15 +148,37 @@ def drafts_note(kinds):
             "translations (the speed depends on the drafts' lengths only)")
 
 
-def wps(data_bin, name, updates, size):
-    return train_wps(train_args(data_bin, name, size), updates)
-
-
 def train_wps(argv, updates):
     """fairseq's training words/second (``wps`` of the last ``train`` line) of
     ``fairseq-train argv`` over ``updates`` updates."""
     log = sh(["fairseq-train", *argv, "--max-update", str(updates)])
     return float(re.findall(r"\| train \|.*?\| wps ([\d.]+)", log)[-1])
+
+
+def best_train_wps(runs, updates, repeats):
+    """The best training words/s of each run (``runs``: name -> ``fairseq-train`` argv) over
+    ``repeats`` rounds, the runs alternating in the order given within each round."""
+    best = {}
+    for r in range(repeats):
+        for name, argv in runs.items():
+            w = train_wps(argv, updates)
+            best[name] = max(best.get(name, 0.0), w)
+            print(f"[{r + 1}] {name}: {w:.0f} words/s", flush=True)
+    return best
+
+
+#: the FLOP columns of a training-speed table (:func:`flop_cells`)
+FLOP_HEADER = f" {'MFLOP/word':>10s} {'src/tgt':>7s} {'ceiling':>7s} {'efficiency':>10s}"
+
+
+def flop_cells(work, name, baseline, ratio):
+    """The FLOP columns of model ``name``'s row (``work``: name -> (FLOPs per target word,
+    source words per target word)): its MFLOP per word, source per target word, the ceiling
+    (``baseline``'s FLOPs per word over the model's: the speed ratio the FLOPs allow) and the
+    efficiency (the measured ``ratio`` over the ceiling)."""
+    flops_per_word, src_per_tgt = work[name]
+    ceiling = work[baseline][0] / flops_per_word
+    return f" {flops_per_word / 1e6:10.2f} {src_per_tgt:7.2f} {ceiling:7.2f} {ratio / ceiling:10.2f}"
 
 
 def train_args(data_bin, name, size):
@@ -235,12 +257,8 @@ def main():
     WORK.mkdir(parents=True, exist_ok=True)
     data_bin = prepare()
     drafts = ensure_drafts(data_bin, ["train"]) if set(args.models) & set(READS_DRAFTS) else None
-    best = {}
-    for r in range(args.repeats):
-        for name in ["transformer"] + args.models:
-            w = wps(data_bin, name, args.updates, args.size)
-            best[name] = max(best.get(name, 0.0), w)
-            print(f"[{r + 1}] {name}: {w:.0f} words/s", flush=True)
+    best = best_train_wps({name: train_args(data_bin, name, args.size) for name in ["transformer"] + args.models},
+                          args.updates, args.repeats)
     base = best["transformer"]
     work = {}
     if args.flop_batches:
@@ -254,15 +272,10 @@ def main():
     if work:
         print(f"FLOPs: matrix products, forward + backward, per target word, first {args.flop_batches} batches; "
               f"ceiling = transformer's FLOPs/word over the model's")
-    print(f"{'model':28s} {'wps':>8s} {'ratio':>6s}" + (
-        f" {'MFLOP/word':>10s} {'src/tgt':>7s} {'ceiling':>7s} {'efficiency':>10s}" if work else ""))
+    print(f"{'model':28s} {'wps':>8s} {'ratio':>6s}" + (FLOP_HEADER if work else ""))
     for name, w in best.items():
-        line = f"{name:28s} {w:8.0f} {w / base:6.2f}"
-        if work:
-            f, r = work[name]
-            ceiling = work["transformer"][0] / f
-            line += f" {f / 1e6:10.1f} {r:7.2f} {ceiling:7.2f} {w / base / ceiling:10.2f}"
-        print(line)
+        cells = flop_cells(work, name, "transformer", w / base) if work else ""
+        print(f"{name:28s} {w:8.0f} {w / base:6.2f}{cells}")
 
 
 if __name__ == "__main__":

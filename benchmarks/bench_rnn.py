@@ -54,7 +54,7 @@ from pathlib import Path
 from benchmarks.bench_inference import WORK as INFERENCE_WORK
 from benchmarks.bench_inference import count_flops as count_generation_flops
 from benchmarks.bench_inference import fairseq_rate, prepare_data, prepared_test_set
-from benchmarks.bench_models import count_train_flops, sh, train_wps, worker_flops
+from benchmarks.bench_models import FLOP_HEADER, best_train_wps, count_train_flops, flop_cells, sh, worker_flops
 
 REPO = Path(__file__).resolve().parents[1]
 WORK = REPO / "bench-work" / "rnn"
@@ -134,12 +134,8 @@ def training_speed(data_bin, models, args):
     """Best training words/s of every model and its baseline (alternating runs), and the
     FLOPs per word of each (``--flop-batches``)."""
     names = list(dict.fromkeys(n for m in models for n in (BASELINE[m], m)))
-    best = {}
-    for r in range(args.repeats):
-        for name in names:
-            w = train_wps([*train_argv(data_bin, name, args.size), "--no-save"], args.updates)
-            best[name] = max(best.get(name, 0.0), w)
-            print(f"[{r + 1}] {name}: {w:.0f} words/s", flush=True)
+    best = best_train_wps({name: [*train_argv(data_bin, name, args.size), "--no-save"] for name in names},
+                          args.updates, args.repeats)
     work = {}
     if args.flop_batches:
         for name in names:
@@ -151,16 +147,12 @@ def training_speed(data_bin, models, args):
     if work:
         print(f"FLOPs: matrix products, forward + backward, per target word, first {args.flop_batches} batches; "
               f"ceiling = the baseline's FLOPs/word over the model's")
-    print(f"{'model':12s} {'baseline':12s} {'wps':>8s} {'base wps':>8s} {'ratio':>6s}" + (
-        f" {'MFLOP/word':>10s} {'src/tgt':>7s} {'ceiling':>7s} {'efficiency':>10s}" if work else ""))
+    print(f"{'model':12s} {'baseline':12s} {'wps':>8s} {'base wps':>8s} {'ratio':>6s}" + (FLOP_HEADER if work else ""))
     for m in models:
         b = BASELINE[m]
         ratio = best[m] / best[b]
-        line = f"{m:12s} {b:12s} {best[m]:8.0f} {best[b]:8.0f} {ratio:6.2f}"
-        if work:
-            ceiling = work[b][0] / work[m][0]
-            line += f" {work[m][0] / 1e6:10.1f} {work[m][1]:7.2f} {ceiling:7.2f} {ratio / ceiling:10.2f}"
-        print(line)
+        cells = flop_cells(work, m, b, ratio) if work else ""
+        print(f"{m:12s} {b:12s} {best[m]:8.0f} {best[b]:8.0f} {ratio:6.2f}{cells}")
 
 
 def generation_speed(data_bin, models, args):

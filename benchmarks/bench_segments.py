@@ -18,7 +18,8 @@ transformer as sentences; a segment holds exactly the tokens of its sentences (e
   attention kernel, benchmarks/flops.py; forward + backward, over the first ``--flop-batches``
   batches of the same fairseq training run: ``bench_models.count_train_flops``): the
   transformer's FLOPs per word over the model's is the speed ratio the longer sequences allow
-  on a machine bound by matrix products (a CPU), the *ceiling*; *efficiency* is the measured ratio over it. Target: efficiency >= 0.9.
+  on a machine bound by matrix products (a CPU), the *ceiling*; *efficiency* is the measured
+  ratio over it. Target: efficiency >= 0.9.
 * Generation target tokens/second (fairseq-generate's own figure, beam ``--beam``, batches of
   ``--gen-max-tokens`` source tokens for every run) of each segment model against
   sentence-level generation (``--task translation``) of the transformer they are initialised
@@ -52,7 +53,8 @@ from benchmarks.bench_inference import WORK as INFERENCE_WORK
 from benchmarks.bench_inference import count_flops as count_generation_flops
 from benchmarks.bench_inference import fairseq_rate, prepare_data, prepared_test_set
 from benchmarks.bench_models import COMMON, SIZES as MODEL_SIZES
-from benchmarks.bench_models import count_train_flops, sh, size_args, train_wps, worker_flops
+from benchmarks.bench_models import (FLOP_HEADER, best_train_wps, count_train_flops, flop_cells, sh, size_args,
+                                     worker_flops)
 
 REPO = Path(__file__).resolve().parents[1]
 MODULE = "benchmarks.bench_segments"  # its child processes run it with python -m
@@ -106,13 +108,8 @@ def checkpoint(data_bin, name, args, updates, init_from=None):
 def training_speed(data_bin, args):
     """Best training words/s of the transformer and the segment models (alternating runs)
     and, with ``--flop-batches``, the FLOPs per target word of each."""
-    best = {}
-    for r in range(args.repeats):
-        for name in MODELS:
-            w = train_wps([*train_argv(data_bin, name, args.size, args.max_segment_tokens), "--no-save"],
-                          args.updates)
-            best[name] = max(best.get(name, 0.0), w)
-            print(f"[{r + 1}] {name}: {w:.0f} words/s", flush=True)
+    best = best_train_wps({name: [*train_argv(data_bin, name, args.size, args.max_segment_tokens), "--no-save"]
+                           for name in MODELS}, args.updates, args.repeats)
     work = {}
     if args.flop_batches:
         for name in MODELS:
@@ -126,15 +123,10 @@ def training_speed(data_bin, args):
     if work:
         print(f"FLOPs: matrix products, forward + backward, per target word, first {args.flop_batches} batches; "
               f"ceiling = the transformer's FLOPs/word over the model's; target: efficiency >= 0.9")
-    print(f"{'model':22s} {'wps':>8s} {'ratio':>6s}" + (
-        f" {'MFLOP/word':>10s} {'src/tgt':>7s} {'ceiling':>7s} {'efficiency':>10s}" if work else ""))
+    print(f"{'model':22s} {'wps':>8s} {'ratio':>6s}" + (FLOP_HEADER if work else ""))
     for name, w in best.items():
         ratio = w / best[SENTENCE]
-        line = f"{name:22s} {w:8.0f} {ratio:6.2f}"
-        if work:
-            ceiling = work[SENTENCE][0] / work[name][0]
-            line += f" {work[name][0] / 1e6:10.2f} {work[name][1]:7.2f} {ceiling:7.2f} {ratio / ceiling:10.2f}"
-        print(line)
+        print(f"{name:22s} {w:8.0f} {ratio:6.2f}" + (flop_cells(work, name, SENTENCE, ratio) if work else ""))
 
 
 def generation_speed(data_bin, args):

@@ -140,16 +140,18 @@ _per_gpu() {  # BATCH [NAME]: PER_GPU (fairseq's per-GPU batch) and UF (--update
   (( PER_GPU >= 1 )) || die "${2:-the batch} $1 x BATCHES_PER_UPDATE $b over $n GPU(s) x update-freq $UF: less than 1 per GPU"
 }
 
-_vaswani() {  # Transformer base sizes and Vaswani et al.'s optimisation
+_vaswani() {  # [DROPOUT LR WARMUP BATCH_SETTING]: Transformer base sizes and Vaswani et al.'s
+  # optimisation, with the recipe's DROPOUT, LR, WARMUP and MAX_TOKENS unless given
+  local dropout=${1:-$DROPOUT} lr=${2:-$LR} warmup=${3:-$WARMUP} batch=${4:-MAX_TOKENS}
   HP=(--encoder-layers "$LAYERS" --decoder-layers "$LAYERS"
     --encoder-embed-dim "$DIM" --decoder-embed-dim "$DIM"
     --encoder-ffn-embed-dim "$FFN" --decoder-ffn-embed-dim "$FFN"
     --encoder-attention-heads "$HEADS" --decoder-attention-heads "$HEADS"
-    --dropout "$DROPOUT" --share-all-embeddings
-    --optimizer adam --adam-betas '(0.9, 0.98)' --lr "$LR"
-    --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --warmup-init-lr 1e-07
+    --dropout "$dropout" --share-all-embeddings
+    --optimizer adam --adam-betas '(0.9, 0.98)' --lr "$lr"
+    --lr-scheduler inverse_sqrt --warmup-updates "$warmup" --warmup-init-lr 1e-07
     --criterion label_smoothed_cross_entropy --label-smoothing 0.1)
-  _per_gpu "$MAX_TOKENS" MAX_TOKENS
+  _per_gpu "${!batch}" "$batch"
   HP+=(--max-tokens "$PER_GPU" --update-freq "$UF")
 }
 
@@ -166,20 +168,11 @@ _qcn() {  # Yang et al. (2019), §4.1: 4+4 layers, dropout 0.2, Adam at a consta
 }
 
 _gtrans() {  # G-Transformer as Bao et al. (2021) ran it (the authors' exp_gtrans/run-randinit.sh
-  # and run-finetune.sh): Transformer-base sizes, dropout 0.3, Adam (0.9, 0.98) at 5e-4 with
-  # inverse square root after 4000 warm-up updates, label smoothing 0.1, 4096 tokens a batch;
-  # combined attention in the top GT_CTXLAYERS (2) layers of each kind
-  HP=(--encoder-layers "$LAYERS" --decoder-layers "$LAYERS"
-    --encoder-embed-dim "$DIM" --decoder-embed-dim "$DIM"
-    --encoder-ffn-embed-dim "$FFN" --decoder-ffn-embed-dim "$FFN"
-    --encoder-attention-heads "$HEADS" --decoder-attention-heads "$HEADS"
-    --dropout "$GT_DROPOUT" --share-all-embeddings
-    --encoder-ctxlayers "$GT_CTXLAYERS" --decoder-ctxlayers "$GT_CTXLAYERS" --cross-ctxlayers "$GT_CTXLAYERS"
-    --optimizer adam --adam-betas '(0.9, 0.98)' --lr "$GT_LR"
-    --lr-scheduler inverse_sqrt --warmup-updates "$GT_WARMUP" --warmup-init-lr 1e-07
-    --criterion label_smoothed_cross_entropy --label-smoothing 0.1)
-  _per_gpu "$GT_MAX_TOKENS" GT_MAX_TOKENS
-  HP+=(--max-tokens "$PER_GPU" --update-freq "$UF")
+  # and run-finetune.sh): Vaswani et al.'s settings at Transformer-base sizes with dropout 0.3,
+  # Adam at 5e-4 after 4000 warm-up updates, 4096 tokens a batch; combined attention in the top
+  # GT_CTXLAYERS (2) layers of each kind
+  _vaswani "$GT_DROPOUT" "$GT_LR" "$GT_WARMUP" GT_MAX_TOKENS
+  HP+=(--encoder-ctxlayers "$GT_CTXLAYERS" --decoder-ctxlayers "$GT_CTXLAYERS" --cross-ctxlayers "$GT_CTXLAYERS")
 }
 
 _rnn_sizes() {  # every size RNN_DIM when it is set, else the named architecture's
@@ -468,11 +461,10 @@ score_run() {  # NAME METRICS [HYP]: docctx-score of the test translations (HYP,
         [[ ,$metrics, == *,$s,* && ,$metrics, == *,d-$s,* ]] && pair=1
         [[ -n $pair && $m == d-* ]] && continue  # scored with its sentence-level BLEU
         if [[ -n $pair ]]; then level=(--both); elif [[ $m == d-* ]]; then level=(--document); else level=(); fi
-        if [[ $s == bleu_tok ]]; then
-          docctx-score bleu "${level[@]}" "${tok[@]}" --hyp "$hyp" --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name"
-        else
-          docctx-score bleu "${level[@]}" --hyp "$hyp" --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name"
-        fi ;;
+        local pre=()
+        [[ $s == bleu_tok ]] && pre=("${tok[@]}")
+        docctx-score bleu "${level[@]}" "${pre[@]}" --hyp "$hyp" --data "$BIN" --ref "$REF_TEST" --json "$json" \
+          --name "$name" ;;
       meteor) docctx-score meteor --hyp "$hyp" --data "$BIN" --ref "$REF_TEST" --json "$json" --name "$name" ;;
       meteor-1.5*) local mods=${m#meteor-1.5}; mods=${mods#-}  # meteor-1.5-exact-stem: modules exact stem
         docctx-score meteor --meteor 1.5 --lang "$TGT" ${mods:+--meteor-modules "${mods//-/ }"} --hyp "$hyp" \

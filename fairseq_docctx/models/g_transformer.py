@@ -128,20 +128,22 @@ class SegmentDecoder(TransformerDecoderBase):
         return x, extra
 
     def constrain_sentence_count(self, logits: Tensor, prev_output_tokens: Tensor, encoder_out) -> Tensor:
-        """The last position's logits ``[B, 1, V]`` given the history ``prev_output_tokens``
-        ``[B, L]``: the end of segment (``</s>``) at :data:`EOS_FORBIDDEN` while the history
-        has fewer than n - 1 separators, the separator at -inf once it has n - 1."""
+        """``logits`` ``[B, T, V]`` with its last position constrained given the history
+        ``prev_output_tokens`` ``[B, L]``: the end of segment (``</s>``) at
+        :data:`EOS_FORBIDDEN` while the history has fewer than n - 1 separators, the separator
+        at -inf once it has n - 1."""
         if encoder_out is None or "src_sentences" not in encoder_out:
             raise ValueError(f"{type(self).__name__}: the encoder output has no src_sentences "
                              "(the sentence-count constraint needs the segment encoder's output)")
         n = encoder_out["src_sentences"][0]
         seps = prev_output_tokens[:, 1:].eq(self.sep_idx).sum(1)
-        last = logits[:, -1:]
-        vocab = torch.arange(last.size(-1), device=last.device)
-        no_eos = (seps < n - 1).view(-1, 1, 1) & vocab.eq(self.dictionary.eos())
-        no_sep = (seps >= n - 1).view(-1, 1, 1) & vocab.eq(self.sep_idx)
-        last = last.masked_fill(no_eos, EOS_FORBIDDEN).masked_fill(no_sep, float("-inf"))
-        return torch.cat([logits[:, :-1], last], dim=1) if logits.size(1) > 1 else last
+        more = seps < n - 1  # [B]: sentences still to come
+        # two columns of the last position, set in place (the logits are the output layer's
+        # fresh tensor): no [B, 1, V] mask and no copy of the logits at every step
+        last, eos, sep = logits[:, -1], self.dictionary.eos(), self.sep_idx
+        last[:, eos] = last[:, eos].masked_fill(more, EOS_FORBIDDEN)
+        last[:, sep] = last[:, sep].masked_fill(~more, float("-inf"))
+        return logits
 
 
 class SegmentModelMixin:

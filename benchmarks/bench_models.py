@@ -167,6 +167,16 @@ def best_train_wps(runs, updates, repeats):
     return best
 
 
+def add_speed_args(ap):
+    """The options of a benchmark that measures training speed, then generation:
+    ``--updates``, ``--repeats``, ``--flop-batches`` and ``--no-generate``."""
+    ap.add_argument("--updates", type=int, default=40, help="updates of each training-speed run")
+    ap.add_argument("--repeats", type=int, default=2, help="runs of each model (alternating); the best counts")
+    ap.add_argument("--flop-batches", type=int, default=10,
+                    help="batches over which the training FLOPs per word are counted (0: skip)")
+    ap.add_argument("--no-generate", action="store_true", help="training speed only")
+
+
 #: the FLOP columns of a training-speed table (:func:`flop_cells`)
 FLOP_HEADER = f" {'MFLOP/word':>10s} {'src/tgt':>7s} {'ceiling':>7s} {'efficiency':>10s}"
 

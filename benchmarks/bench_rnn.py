@@ -54,7 +54,8 @@ from pathlib import Path
 from benchmarks.bench_inference import WORK as INFERENCE_WORK
 from benchmarks.bench_inference import count_flops as count_generation_flops
 from benchmarks.bench_inference import fairseq_rate, prepare_data, prepared_test_set
-from benchmarks.bench_models import FLOP_HEADER, best_train_wps, count_train_flops, flop_cells, sh, worker_flops
+from benchmarks.bench_models import (FLOP_HEADER, add_speed_args, best_train_wps, count_train_flops, flop_cells,
+                                     sh, worker_flops)
 
 REPO = Path(__file__).resolve().parents[1]
 WORK = REPO / "bench-work" / "rnn"
@@ -216,11 +217,7 @@ def main():
                     help="size of every model: small (256/256, default), paper (600/1000, Wang et al. 2017; for isg "
                     "too, next to Kuang & Xiong's 620/1000), "
                     "tiny (32/32, a smoke run)")
-    ap.add_argument("--updates", type=int, default=40, help="updates of each training-speed run")
-    ap.add_argument("--repeats", type=int, default=2, help="runs of each model (alternating); the best counts")
-    ap.add_argument("--flop-batches", type=int, default=10,
-                    help="batches over which the training FLOPs per word are counted (0: skip)")
-    ap.add_argument("--no-generate", action="store_true", help="training speed only")
+    add_speed_args(ap)
     ap.add_argument("--gen-updates", type=int, default=300, help="training updates of the baseline decoded")
     ap.add_argument("--context-updates", type=int, default=100,
                     help="updates of the context model after initialising it from the baseline")

@@ -53,8 +53,8 @@ from benchmarks.bench_inference import WORK as INFERENCE_WORK
 from benchmarks.bench_inference import count_flops as count_generation_flops
 from benchmarks.bench_inference import fairseq_rate, prepare_data, prepared_test_set
 from benchmarks.bench_models import COMMON, SIZES as MODEL_SIZES
-from benchmarks.bench_models import (FLOP_HEADER, best_train_wps, count_train_flops, flop_cells, sh, size_args,
-                                     worker_flops)
+from benchmarks.bench_models import (FLOP_HEADER, add_speed_args, best_train_wps, count_train_flops, flop_cells,
+                                     sh, size_args, worker_flops)
 
 REPO = Path(__file__).resolve().parents[1]
 MODULE = "benchmarks.bench_segments"  # its child processes run it with python -m
@@ -241,11 +241,7 @@ def main():
                     help="size of every model: small (3+3 x 256/1024, default), tiny (2+2 x 32/64, a smoke run)")
     ap.add_argument("--max-segment-tokens", type=int, default=512,
                     help="the segment models' segments: at most N tokens a side (Bao et al. 2021: 512)")
-    ap.add_argument("--updates", type=int, default=40, help="updates of each training-speed run")
-    ap.add_argument("--repeats", type=int, default=2, help="runs of each model (alternating); the best counts")
-    ap.add_argument("--flop-batches", type=int, default=10,
-                    help="batches over which the training FLOPs per word are counted (0: skip)")
-    ap.add_argument("--no-generate", action="store_true", help="training speed only")
+    add_speed_args(ap)
     ap.add_argument("--gen-updates", type=int, default=300, help="training updates of the transformer decoded")
     ap.add_argument("--segment-updates", type=int, default=100,
                     help="updates of each segment model after initialising it from the transformer")

@@ -396,3 +396,41 @@ def test_layers_share_the_per_head_mask_of_a_forward_call():
                             target_groups(prev, d.index("<sep>"), d.pad()))
     expected = causal.expand(*blocked.shape).masked_fill(blocked, float("-inf"))
     assert torch.equal(mask, expected.repeat_interleave(2, dim=0))
+
+
+@pytest.mark.parametrize("offload", [False, True])
+def test_activation_checkpointing_gives_the_same_losses_and_gradients(offload):
+    """--checkpoint-activations (and --offload-activations): fairseq recomputes each layer in
+    the backward pass, after the forward call's group masks are gone; the layers keep their
+    masks for it, so three SGD updates (dropout on) give the losses and gradients of the
+    model without checkpointing."""
+    d = toy_dictionary()
+    src, lengths, prev, tgt = toy_batch(d)
+    runs = []
+    for checkpoint in (False, True):
+        model = g_model(d, 1, dropout=0.1, checkpoint_activations=checkpoint, offload_activations=offload).train()
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        losses, grads = [], []
+        for step in range(3):
+            torch.manual_seed(step)  # the same dropout masks in both runs
+            logits = model(src, lengths, prev)[0]
+            loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tgt, ignore_index=d.pad())
+            opt.zero_grad()
+            loss.backward()
+            losses.append(float(loss))
+            grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+            opt.step()
+        runs.append((losses, grads))
+    (plain_losses, plain_grads), (ckpt_losses, ckpt_grads) = runs
+    assert ckpt_losses == pytest.approx(plain_losses, abs=1e-6) and plain_losses[2] < plain_losses[0]
+    for plain, ckpt in zip(plain_grads, ckpt_grads):
+        assert plain.keys() == ckpt.keys() and len(plain) > 20
+        assert any(".gate." in n for n in plain)  # the combined layers' weights take part
+        for n in plain:
+            assert torch.allclose(plain[n], ckpt[n], atol=1e-6), n
+    # the checkpointed layers are fairseq's wrapping, and decode as before
+    model = g_model(d, 1, checkpoint_activations=True)
+    assert all(hasattr(layer, "precheckpoint_forward") for layer in model.encoder.layers)
+    plain = g_model(d, 1)
+    with torch.no_grad():
+        assert torch.allclose(model(src, lengths, prev)[0], plain(src, lengths, prev)[0], atol=1e-6)

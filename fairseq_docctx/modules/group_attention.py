@@ -40,6 +40,7 @@ must be 2-D; there the group mask is added by the ``apply_sparse_mask`` hook tha
 on the ``[B * heads, T, S]`` scores before the softmax.
 """
 import contextlib
+import functools
 from typing import Dict, Iterator, Optional
 
 import torch
@@ -203,15 +204,75 @@ def group_masks(root: nn.Module, masks: Dict[str, Tensor]) -> Iterator[None]:
             m._blocked, m._mask_cache = None, {}
 
 
+@contextlib.contextmanager
+def _masks_installed(mods, masks: Dict[str, Tensor]) -> Iterator[None]:
+    """The group masks ``masks`` (kind -> ``[B, T, S]``) on the attentions ``mods`` for the
+    block, with a cache of their own; the attentions' previous masks and cache come back
+    after it."""
+    before = [(m._blocked, m._mask_cache) for m in mods]
+    cache = {}
+    try:
+        for m in mods:
+            m._blocked, m._mask_cache = masks[m.kind], cache
+        yield
+    finally:
+        for m, (blocked, old_cache) in zip(mods, before):
+            m._blocked, m._mask_cache = blocked, old_cache
+
+
+def _group_attentions(layer: nn.Module):
+    return [m for m in layer.modules() if isinstance(m, GroupAttention)]
+
+
+def _forward_under_masks(layer, *args, group_masks_state: Optional[Dict[str, Tensor]] = None, **kwargs):
+    """The layer's own forward, under the group masks ``group_masks_state`` when given
+    (the recomputation of :func:`checkpoint_group_layer`)."""
+    own = type(layer).forward
+    if group_masks_state is None:  # unwrapped (fairseq's unwrap_checkpoint): the masks are on
+        return own(layer, *args, **kwargs)
+    with _masks_installed(_group_attentions(layer), group_masks_state):
+        return own(layer, *args, **kwargs)
+
+
+def _forward_with_masks(layer, checkpointed, *args, **kwargs):
+    """fairseq's checkpointed forward, handed the group masks the layer runs under."""
+    state = {}
+    for m in _group_attentions(layer):
+        if m._blocked is None:
+            raise RuntimeError(f"GroupAttention ({m.kind}) called without its group mask: "
+                               "call it inside group_masks(...)")
+        state[m.kind] = m._blocked
+    return checkpointed(*args, group_masks_state=state, **kwargs)
+
+
+def checkpoint_group_layer(layer: nn.Module, offload_to_cpu: bool = False) -> nn.Module:
+    """fairseq's activation checkpointing (``checkpoint_wrapper``, also with
+    ``--offload-activations``) of a layer with group attentions. fairseq recomputes a
+    checkpointed layer's forward in the backward pass, after :func:`group_masks` has taken
+    the masks off the attentions: the layer's forward hands the group masks it runs under
+    (kind -> ``[B, T, S]``, a non-tensor argument, which fairseq keeps for the recomputation)
+    to the checkpointed forward, which puts them back on the layer's attentions for the
+    duration of the recomputation. The per-head masks are rebuilt there rather than kept
+    from the forward pass (kept, they would hold ``[B * heads, T, S]`` floats per kind until
+    the backward pass). The forwards are partials of the layer (no closures), so a deep copy
+    of the model (e.g. fairseq's ``--ema``) runs its own layers."""
+    from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+
+    layer.forward = functools.partial(_forward_under_masks, layer)
+    checkpoint_wrapper(layer, offload_to_cpu=offload_to_cpu)
+    layer.forward = functools.partial(_forward_with_masks, layer, layer.forward)
+    return layer
+
+
 def _wrap(layer, cfg):
     """fairseq's wrapping of a built layer (activation checkpointing, FSDP), as its
-    ``build_*_layer`` applies it."""
+    ``build_*_layer`` applies it; the checkpointing keeps the group masks for the
+    recomputation (:func:`checkpoint_group_layer`)."""
     from fairseq.distributed import fsdp_wrap
-    from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
     checkpoint = cfg.checkpoint_activations
     if checkpoint:
-        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+        layer = checkpoint_group_layer(layer, offload_to_cpu=cfg.offload_activations)
     return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
 
 

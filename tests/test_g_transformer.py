@@ -434,3 +434,108 @@ def test_activation_checkpointing_gives_the_same_losses_and_gradients(offload):
     plain = g_model(d, 1)
     with torch.no_grad():
         assert torch.allclose(model(src, lengths, prev)[0], plain(src, lengths, prev)[0], atol=1e-6)
+
+
+def _trainer(tmp_path, d, scale, optimizer=("--optimizer", "sgd")):
+    """fairseq's Trainer (in this process) for a g_transformer fine-tuned from the sentence
+    checkpoint ``tmp_path/sent.pt`` with ``--lr-scale-pretrained scale``, warming up its
+    learning rate from 0.1 to 0.5 over 4 updates."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.trainer import Trainer
+
+    from conftest import REPO
+
+    for side in ("src", "tgt"):
+        d.save(str(tmp_path / f"dict.{side}.txt"))
+    sizes = [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()]
+    argv = [str(tmp_path), "--user-dir", str(REPO / "fairseq_docctx"), "--task", "document_translation",
+            "-s", "src", "-t", "tgt", "--doc-mode", "segments", "--arch", "g_transformer", *sizes,
+            "--init-from-sentence-checkpoint", str(tmp_path / "sent.pt"), "--lr-scale-pretrained", str(scale),
+            *optimizer, "--lr", "0.5", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "4", "--warmup-init-lr", "0.1",
+            "--criterion", "cross_entropy", "--cpu", "--save-dir", str(tmp_path / "none")]
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
+    task = tasks.setup_task(cfg.task)
+    torch.manual_seed(0)  # the new weights (gates) start the same in every run
+    model = task.build_model(cfg.model)
+    return Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
+
+
+def _sample(d):
+    src, lengths, prev, tgt = toy_batch(d)
+    return {"id": torch.arange(2), "nsentences": 2, "ntokens": int(tgt.ne(d.pad()).sum()),
+            "net_input": {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev}, "target": tgt}
+
+
+def test_pretrained_weights_learn_at_the_scaled_learning_rate(tmp_path):
+    """--lr-scale-pretrained 0.2 under fairseq's Trainer (SGD): after the first update the
+    weights from the sentence checkpoint moved 0.2 times as far as with scale 1, the new
+    weights (global attentions, gates) as far; at every update the optimizer steps with the
+    scaled weights in a group of their own at 0.2 x the scheduler's learning rate, and its
+    state keeps fairseq's single group (checkpoints and resuming unchanged). Adam's first
+    step is proportional to the learning rate too."""
+    d = toy_dictionary()
+    _sentence_checkpoint(d, tmp_path / "sent.pt")
+    for optimizer in (("--optimizer", "sgd"), ("--optimizer", "adam")):
+        moved = {}
+        for scale in (0.2, 1.0):
+            trainer = _trainer(tmp_path, d, scale, optimizer)
+            model = trainer.model
+            before = {n: p.detach().clone() for n, p in model.named_parameters()}
+            torch_opt = trainer.optimizer.optimizer
+            seen, step = [], torch_opt.step
+
+            def spy(*args, step=step, **kwargs):
+                seen.append([(len(g["params"]), g["lr"]) for g in torch_opt.param_groups])
+                return step(*args, **kwargs)
+            torch_opt.step = spy
+            trainer.train_step([_sample(d)])
+            moved[scale] = {n: p.detach() - before[n] for n, p in model.named_parameters()}
+            for _ in range(2):
+                trainer.train_step([_sample(d)])
+            n_params = len(list(model.parameters()))
+            n_new = sum(1 for n, _ in model.named_parameters() if _is_new(n))
+            assert len(torch_opt.param_groups) == 1 and len(torch_opt.state_dict()["param_groups"]) == 1
+            lrs = [0.1 + 0.1 * u for u in (0, 1, 2)]  # inverse_sqrt's warm-up from 0.1 to 0.5 in 4 updates
+            if scale == 1.0:
+                assert all(len(groups) == 1 for groups in seen)
+                continue
+            assert len(seen) == 3
+            for groups, lr in zip(seen, lrs):
+                assert [n for n, _ in groups] == [n_new, n_params - n_new]
+                assert groups[0][1] == pytest.approx(lr) and groups[1][1] == pytest.approx(0.2 * lr)
+        checked = 0
+        for n, delta in moved[1.0].items():
+            if not delta.abs().sum() > 0:  # e.g. the keys' biases: no gradient (the softmax ignores them)
+                assert moved[0.2][n].abs().sum() == 0, n
+                continue
+            want = delta if _is_new(n) else 0.2 * delta
+            assert torch.allclose(moved[0.2][n], want, atol=1e-7, rtol=1e-4), (optimizer, n)
+            checked += not _is_new(n)
+        assert checked > 20
+
+
+def _is_new(name):
+    return ".global_attn." in name or ".gate." in name
+
+
+def test_lr_scale_needs_a_sentence_checkpoint_and_learning_weights(tmp_path):
+    d = toy_dictionary()
+    _sentence_checkpoint(d, tmp_path / "sent.pt")
+    with pytest.raises(ValueError, match="--lr-scale-pretrained 0.2 scales the weights --init-from-sentence"):
+        g_model(d, 1, lr_scale_pretrained=0.2)
+    with pytest.raises(ValueError, match="with --freeze-sentence-weights: the frozen weights do not learn"):
+        g_model(d, 1, lr_scale_pretrained=0.2, freeze_sentence_weights=True,
+                init_from_sentence_checkpoint=str(tmp_path / "sent.pt"))
+    with pytest.raises(ValueError, match="must be above 0"):
+        g_model(d, 1, lr_scale_pretrained=0.0, init_from_sentence_checkpoint=str(tmp_path / "sent.pt"))
+    # a flattened copy of the parameters (fairseq's fp16 training) cannot be grouped: refused
+    from fairseq_docctx.tasks.document_translation import lr_scaled_groups
+
+    model = g_model(d, 1, lr_scale_pretrained=0.2, init_from_sentence_checkpoint=str(tmp_path / "sent.pt"))
+    flat = torch.nn.Parameter(torch.cat([p.detach().view(-1) for p in model.parameters()]))
+    opt = torch.optim.SGD([flat], lr=0.1)
+    with pytest.raises(ValueError, match="add --fp16-no-flatten-grads"):
+        with lr_scaled_groups(opt, model):
+            pass
+    assert opt.param_groups[0]["params"] == [flat]

@@ -20,6 +20,14 @@ Options:
   restores every weight from its checkpoint) does not apply it again.
 * ``--freeze-sentence-weights``: the weights that came from the sentence model (on a resume:
   every weight that is not a context weight) get ``requires_grad=False``.
+* ``--lr-scale-pretrained S``: the same weights learn at S times the learning rate, the new
+  ones at the learning rate (Bao et al. 2021's fine-tuning: their ``--doc-double-lr
+  --lr-scale-pretrained 0.2``). Each such parameter carries fairseq's parameter attributes
+  ``param_group = "pretrained"`` and ``optim_overrides = {"optimizer": {"lr_scale": S}}``
+  (:func:`mark_lr_scale`; what fairseq's ``composite`` optimizer groups on), and the
+  ``document_translation`` task's optimizer step gives them a parameter group of their own
+  at S times the scheduler's learning rate
+  (:func:`~fairseq_docctx.tasks.document_translation.lr_scaled_groups`).
 """
 import logging
 import os
@@ -40,11 +48,38 @@ def add_args(parser):
     parser.add_argument("--freeze-sentence-weights", type=utils.eval_bool, nargs="?",
                         const=True, metavar="BOOL",
                         help="with --init-from-sentence-checkpoint: train the context weights only")
+    parser.add_argument("--lr-scale-pretrained", type=float, metavar="S",
+                        help="with --init-from-sentence-checkpoint: the weights it gives learn at S times "
+                        "the learning rate, the new weights at the learning rate (default 1: one learning "
+                        "rate; Bao et al. 2021 fine-tune with 0.2)")
 
 
 def set_defaults(args):
-    """Defaults of the two options (for an architecture function)."""
-    _set_defaults(args, init_from_sentence_checkpoint=None, freeze_sentence_weights=False)
+    """Defaults of the three options (for an architecture function)."""
+    _set_defaults(args, init_from_sentence_checkpoint=None, freeze_sentence_weights=False,
+                  lr_scale_pretrained=1.0)
+
+
+#: the ``param_group`` attribute of the parameters ``--lr-scale-pretrained`` scales
+PRETRAINED_GROUP = "pretrained"
+
+
+def lr_scale(p) -> float:
+    """A parameter's learning-rate scale: fairseq's ``optim_overrides["optimizer"]["lr_scale"]``
+    attribute, 1 without one."""
+    overrides = getattr(p, "optim_overrides", None)
+    try:
+        return float(overrides["optimizer"]["lr_scale"])
+    except (TypeError, KeyError):
+        return 1.0
+
+
+def mark_lr_scale(params, scale: float):
+    """Give ``params`` the learning-rate scale ``scale`` through fairseq's parameter
+    attributes (``param_group``, ``optim_overrides``)."""
+    for p in params:
+        p.param_group = PRETRAINED_GROUP
+        p.optim_overrides = {"optimizer": {"lr_scale": float(scale)}}
 
 
 def load_sentence_weights(model, path: str, name: str) -> List[str]:
@@ -87,11 +122,23 @@ def load_part_weights(module, path: str, prefix: str, name: str, option: str,
 
 def apply(model, args, name: str, is_context: Callable[[str], bool],
           record_as: str = "initialized_from_sentence_checkpoint"):
-    """``--init-from-sentence-checkpoint`` and ``--freeze-sentence-weights`` on a freshly
-    built ``model`` (``name``: its name in the messages; ``is_context(parameter name)``: the
-    weights a sentence-level model lacks, never frozen). The path applied is kept in
-    ``args.<record_as>``. Returns the model."""
+    """``--init-from-sentence-checkpoint``, ``--freeze-sentence-weights`` and
+    ``--lr-scale-pretrained`` on a freshly built ``model`` (``name``: its name in the
+    messages; ``is_context(parameter name)``: the weights a sentence-level model lacks, never
+    frozen nor scaled). The path applied is kept in ``args.<record_as>``. Returns the model."""
     path = getattr(args, "init_from_sentence_checkpoint", None)
+    scale = getattr(args, "lr_scale_pretrained", None)
+    scale = 1.0 if scale is None else float(scale)
+    if scale != 1.0:
+        if not scale > 0:
+            raise ValueError(f"{name}: --lr-scale-pretrained {scale} must be above 0 (to keep the "
+                             "pre-trained weights fixed: --freeze-sentence-weights)")
+        if getattr(args, "freeze_sentence_weights", False):
+            raise ValueError(f"{name}: --lr-scale-pretrained {scale} with --freeze-sentence-weights: the "
+                             "frozen weights do not learn; give one of the two")
+        if not path and not getattr(args, record_as, None):
+            raise ValueError(f"{name}: --lr-scale-pretrained {scale} scales the weights "
+                             "--init-from-sentence-checkpoint gives: give the sentence-level checkpoint")
     resume = restore_path(args) if path else None
     if resume:
         # fairseq-train restores every weight from that checkpoint right after building
@@ -117,6 +164,14 @@ def apply(model, args, name: str, is_context: Callable[[str], bool],
         for n, p in model.named_parameters(remove_duplicate=False):
             if n in loaded:
                 p.requires_grad_(False)
+    elif path and scale != 1.0:
+        loaded = set(loaded)
+        marked = {id(p): p for n, p in model.named_parameters(remove_duplicate=False) if n in loaded}
+        mark_lr_scale(marked.values(), scale)
+        msg = (f"{name}: the {len(marked)} parameters from the sentence-level checkpoint learn at "
+               f"{scale:g} x the learning rate (--lr-scale-pretrained)")
+        print(msg, flush=True)
+        logger.info(msg)
     return model
 
 

@@ -16,6 +16,7 @@ Context settings at inference: ``--context-size``, ``--context-sides``, ``--doc-
 that differs is used, with a warning.
 """
 import argparse
+import contextlib
 import logging
 import os
 from typing import Optional
@@ -38,6 +39,7 @@ from ..data import segments as seg
 from ..data.doc_index import DocIndex, balanced_shards, check_shard, doc_index_path
 from ..data.document_dataset import DocumentPairDataset
 from ..models import document_context as dc
+from ..models import sentence_init
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +128,49 @@ class DocumentTranslationConfig(TranslationConfig):
     # ignores): generation of shard I of N decodes the documents of that shard only
     num_shards: int = II("dataset.num_shards")
     shard_id: int = II("dataset.shard_id")
+
+
+@contextlib.contextmanager
+def lr_scaled_groups(optimizer, model):
+    """For the duration of one optimizer step: the trainable parameters of ``model`` with a
+    learning-rate scale s (fairseq's ``optim_overrides`` attribute,
+    :func:`~fairseq_docctx.models.sentence_init.lr_scale`, e.g. ``--lr-scale-pretrained``) in
+    parameter groups of their own, one per scale, each a copy of its group's settings with
+    the learning rate the scheduler set times s; afterwards the optimizer's groups are
+    exactly as before, so its state and checkpoints keep fairseq's layout. Nothing changes
+    when no parameter has a scale, nor under fairseq's ``composite`` optimizer, which groups
+    on the same attributes itself. A scaled parameter the optimizer does not hold as such
+    (fairseq's flattened fp16 copy) is an error naming ``--fp16-no-flatten-grads``."""
+    scaled = {id(p) for p in model.parameters() if p.requires_grad and sentence_init.lr_scale(p) != 1.0}
+    if not scaled or getattr(optimizer, "supports_groups", False):
+        yield
+        return
+    groups = optimizer.param_groups
+    originals = [(g, g["params"]) for g in groups]
+    added, found = [], 0
+    for g, params in originals:
+        by_scale, keep = {}, []
+        for p in params:
+            s = sentence_init.lr_scale(p)
+            (keep if s == 1.0 else by_scale.setdefault(s, [])).append(p)
+        if by_scale:
+            g["params"] = keep
+            for s, ps in by_scale.items():
+                added.append({**g, "params": ps, "lr": g["lr"] * s})
+                found += len(ps)
+    if found != len(scaled):
+        for g, params in originals:
+            g["params"] = params
+        raise ValueError(f"--lr-scale-pretrained: the optimizer holds {found} of the {len(scaled)} parameters "
+                         "with a learning-rate scale as parameters of their own (fairseq's fp16 training "
+                         "flattens them into one: add --fp16-no-flatten-grads)")
+    groups.extend(added)
+    try:
+        yield
+    finally:
+        del groups[len(originals):]
+        for g, params in originals:
+            g["params"] = params
 
 
 def dictionary_digest(d, separator: Optional[str] = None) -> str:
@@ -547,6 +592,13 @@ class DocumentTranslationTask(TranslationTask):
         inner = getattr(model, "module", model)  # a DistributedDataParallel wrapper
         if hasattr(inner, "set_epoch"):
             inner.set_epoch(epoch)
+
+    def optimizer_step(self, optimizer, model, update_num):
+        """fairseq's step, with the parameters that have a learning-rate scale
+        (``--lr-scale-pretrained``) in groups of their own at the scaled learning rate
+        (:func:`lr_scaled_groups`)."""
+        with lr_scaled_groups(optimizer, model):
+            super().optimizer_step(optimizer, model, update_num)
 
     def build_generator(self, models, args, **kwargs):
         """fairseq's generator; with ``--no-sentence-count-constraint`` segment models search

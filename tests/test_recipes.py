@@ -190,18 +190,21 @@ SEGMENT_MODELS = {  # recipe model: (arch, flags it must have, flags it must not
                 ["--init-from-sentence-checkpoint", "--doc-noise-mask", "--encoder-ctxlayers"]),
     "g-transformer": ("g_transformer", ["--doc-noise-mask 0.3 ", "--doc-noise-epochs 30 ", "--dropout 0.3 ",
                                         "--lr 5e-4 ", "--warmup-updates 4000 ", "--max-tokens 4096 "],
-                      ["--init-from-sentence-checkpoint", "--multi-resolution"]),
+                      ["--init-from-sentence-checkpoint", "--multi-resolution", "--lr-scale-pretrained",
+                       "--global-attn-init"]),
     "g-transformer-fnd": ("g_transformer", ["--doc-noise-mask 0.1 ", "--doc-noise-epochs 40 ", "--dropout 0.3 ",
-                                            "--lr 5e-4 ", "transformer/checkpoint_best.pt "],
+                                            "--lr 5e-4 ", "transformer/checkpoint_best.pt ",
+                                            "--global-attn-init random ", "--lr-scale-pretrained 0.2 "],
                           ["--multi-resolution"]),
 }
 
 
 def test_document_to_document_models_train_on_segments_with_the_authors_settings(tmp_path):
     """doc2doc (Sun et al. 2022: multi-resolution), g-transformer (Bao et al. 2021, random
-    init) and g-transformer-fnd (fine-tuned from the recipe's sentence transformer) train on
-    segments of 512 tokens with the G-Transformer authors' run settings; fnd needs the
-    transformer trained first."""
+    init) and g-transformer-fnd (fine-tuned from the recipe's sentence transformer: the
+    authors' run-finetune.sh, global attentions at random and the sentence weights at 0.2 x
+    the learning rate) train on segments of 512 tokens with the G-Transformer authors' run
+    settings; fnd needs the transformer trained first."""
     script = (f"source {REPO}/examples/lib/models.sh; model_settings; SRC=en TGT=de; "
               'train() { local n=$1 hp=$2; shift 2; "_$hp"; echo "TRAIN $n: $hp $* ${HP[*]} "; }; '
               'step_done() { return 0; }; ' + "; ".join(f"train_model {m}" for m in SEGMENT_MODELS))

@@ -51,7 +51,12 @@
 #     inverse square root, label smoothing 0.1), GT_CTXLAYERS [2 / 1: --encoder-ctxlayers,
 #     --decoder-ctxlayers, --cross-ctxlayers]; word masking GT_NOISE_MASK [0.3] GT_NOISE_EPOCHS [30] from random
 #     initialisation (g-transformer), GT_FND_NOISE_MASK [0.1] GT_FND_NOISE_EPOCHS [40] when
-#     fine-tuned from the trained sentence transformer (g-transformer-fnd)
+#     fine-tuned from the trained sentence transformer (g-transformer-fnd), which also learns
+#     at two rates, GT_FND_LR_SCALE [0.2: their --doc-double-lr --lr-scale-pretrained 0.2;
+#     1: one rate] times the learning rate for the sentence transformer's weights
+#     (--lr-scale-pretrained), and starts its global attentions and gates GT_FND_GLOBAL_INIT
+#     [random: their run-finetune.sh does not pass --load-partial-global-from-local / group:
+#     copies of the group attentions] (--global-attn-init)
 #   all: MAX_UPDATE [100000] PATIENCE [10: stop after 10 validations without a better dev
 #     loss; checkpoint_best.pt, the best dev loss, is translated] CONTEXT_SIZE [3: HAN, QCN,
 #     MHT] CONCAT_CONTEXT_SIZE [1: the previous source sentence, Tiedemann & Scherrer 2017]
@@ -109,6 +114,9 @@ model_settings() {
   setting GT_NOISE_EPOCHS 30
   setting GT_FND_NOISE_MASK 0.1
   setting GT_FND_NOISE_EPOCHS 40
+  setting GT_FND_LR_SCALE 0.2
+  setting GT_FND_GLOBAL_INIT random
+  [[ $GT_FND_GLOBAL_INIT == random || $GT_FND_GLOBAL_INIT == group ]] || die "GT_FND_GLOBAL_INIT=$GT_FND_GLOBAL_INIT: random or group"
   [[ $SEG_TOKENS =~ ^[1-9][0-9]*$ ]] || die "SEG_TOKENS=$SEG_TOKENS: a number of tokens >= 1"
   setting BLEU_TOK_LOWERCASE 0
   [[ $BLEU_TOK_LOWERCASE == 0 || $BLEU_TOK_LOWERCASE == 1 ]] || die "BLEU_TOK_LOWERCASE=$BLEU_TOK_LOWERCASE: 0 or 1"
@@ -311,12 +319,14 @@ train_model() {  # NAME: one of the models below (the sentence baseline first: o
         --arch g_transformer --doc-noise-mask "$GT_NOISE_MASK" --doc-noise-epochs "$GT_NOISE_EPOCHS" ;;
     g-transformer-fnd)
       # Bao et al. (2021)'s "fnd.": fine-tuned from the trained sentence-level transformer (its
-      # attentions become the group attentions, copied into the global ones), masking less
-      # for longer (the authors' fine-tuning run)
+      # attentions become the group attentions), as the authors' run-finetune.sh runs it:
+      # global attentions and gates from random weights, the sentence model's weights at 0.2 x
+      # the learning rate, masking less for longer
       _need_model transformer g-transformer-fnd
       train g-transformer-fnd gtrans -d train-transformer -- -s "$SRC" -t "$TGT" --doc-mode segments \
         --max-segment-tokens "$SEG_TOKENS" --arch g_transformer \
         --init-from-sentence-checkpoint "$CKPT/transformer/checkpoint_best.pt" \
+        --global-attn-init "$GT_FND_GLOBAL_INIT" --lr-scale-pretrained "$GT_FND_LR_SCALE" \
         --doc-noise-mask "$GT_FND_NOISE_MASK" --doc-noise-epochs "$GT_FND_NOISE_EPOCHS" ;;
     rnnsearch)
       # Kuang & Xiong (2018)'s baseline, on their data (BIN_KUANG, step PREPARE_KUANG)

@@ -385,9 +385,12 @@ def doc2doc_iwslt_de_en(args):
 
 
 def _g_defaults(args):
-    """The authors' G-Transformer settings (Bao et al. 2021; their run scripts): combined
-    attention in the top 2 layers of each kind, words masked with p = 0.3 in the first 30
-    epochs, dropout 0.3."""
+    """The authors' G-Transformer settings (Bao et al. 2021; their ``exp_gtrans/run-randinit.sh``):
+    combined attention in the top 2 layers of each kind, words masked with p = 0.3 in the
+    first 30 epochs, dropout 0.3. The fine-tuning defaults are ours: ``--global-attn-init
+    group`` (the authors' ``run-finetune.sh`` starts the global attentions at random: give
+    ``random``) and one learning rate (:func:`sentence_init.set_defaults`; theirs:
+    ``--lr-scale-pretrained 0.2``)."""
     set_defaults(args, encoder_ctxlayers=2, decoder_ctxlayers=2, cross_ctxlayers=2,
                  doc_noise_mask=0.3, doc_noise_epochs=30, global_attn_init="group", dropout=0.3)
     sentence_init.set_defaults(args)

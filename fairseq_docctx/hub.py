@@ -88,10 +88,12 @@ class DocumentHubInterface(GeneratorHubInterface):
         return min(limits)
 
     def segment_dataset(self, pair, doc_index: DocIndex, max_tokens: Optional[int] = None) -> SegmentPairDataset:
-        """The documents' sentences (``pair``, no targets) packed into segments of at most
-        :meth:`segment_limit` tokens, document by document
-        (:func:`~fairseq_docctx.data.segments.plan_segments`, as the task packs a test split)."""
-        plan = plan_segments(doc_index, pair.src_sizes, None, self.segment_limit(max_tokens))
+        """The documents' sentences (``pair``, no targets) packed into segments under
+        :meth:`segment_limit` and the checkpoint's ``--segment-packing``, document by document,
+        on the source's lengths (:func:`~fairseq_docctx.data.segments.plan_segments`, as the
+        task packs a test split for ``fairseq-generate``)."""
+        plan = plan_segments(doc_index, pair.src_sizes, None, self.segment_limit(max_tokens),
+                             packing=str(self.task.cfg.segment_packing))
         sep = self.task.cfg.context_separator
         return SegmentPairDataset(pair, plan, self.src_dict.index(sep), shuffle=False,
                                   target_separator=self.tgt_dict.index(sep))

@@ -65,7 +65,7 @@ def reference_translation(hub, doc, beam):
     best hypothesis split at the separator (``None`` for a segment whose hypothesis has
     another number of sentences)."""
     plan = seg.plan_segments(DocIndex(["d"], [len(doc)]), np.array([t.numel() for t in doc]), None,
-                             hub.segment_limit())
+                             hub.segment_limit(), packing=str(hub.task.cfg.segment_packing))
     sep, eos = hub.tgt_dict.index("<sep>"), hub.tgt_dict.eos()
     gen_args = copy.deepcopy(hub.cfg.generation)
     with open_dict(gen_args):

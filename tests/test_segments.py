@@ -8,7 +8,7 @@ import pytest
 import torch
 from fairseq.data import LanguagePairDataset
 
-from conftest import REPO, TINY_MODEL, run, toy_dictionary
+from conftest import REPO, TINY_MODEL, run, run_in_process, toy_dictionary
 from fairseq_docctx.data import segments as seg
 from fairseq_docctx.data.doc_index import DocIndex
 
@@ -29,8 +29,8 @@ def random_docs(seed=0, n_docs=40, max_len=30, long_every=0):
 
 def check_level(docs, src, tgt, plan, level, limit, excluded=None):
     """Every sentence (but the excluded) in exactly one segment of ``level``; segments inside
-    one document, within the limit unless a lone long sentence, and greedy (the next sentence
-    of the same part would not have fitted)."""
+    one document, within the limit on each side unless a lone long sentence (the per-side
+    packing)."""
     excluded = np.zeros(docs.num_sentences, bool) if excluded is None else excluded
     # the documents this level cuts: every part of 2**level has at least 2 sentences
     cut = docs.lengths // (2 ** level) >= 2 if level else np.ones(len(docs), bool)
@@ -53,7 +53,7 @@ def check_level(docs, src, tgt, plan, level, limit, excluded=None):
 
 def test_plan_covers_every_sentence_once_within_the_limit():
     docs, src, tgt = random_docs(long_every=37)
-    plan = seg.plan_segments(docs, src, tgt, max_tokens=80)
+    plan = seg.plan_segments(docs, src, tgt, max_tokens=80, packing="per-side")
     mine = check_level(docs, src, tgt, plan, 0, 80)
     assert len(mine) == len(plan) and plan.num_levels == 1
     # greedy: a segment stops only where the next sentence of its document would not fit
@@ -71,18 +71,72 @@ def test_plan_covers_every_sentence_once_within_the_limit():
 def test_plan_target_sizes_bound_segments_too():
     docs = DocIndex(["a"], np.array([4]))
     src, tgt = np.array([3, 3, 3, 3]), np.array([3, 30, 3, 3])
-    plan = seg.plan_segments(docs, src, tgt, max_tokens=32)
+    plan = seg.plan_segments(docs, src, tgt, max_tokens=32, packing="per-side")
     assert [plan.sentences(i).tolist() for i in range(len(plan))] == [[0], [1], [2, 3]]
     # without targets only the source counts
-    plan = seg.plan_segments(docs, src, None, max_tokens=32)
+    plan = seg.plan_segments(docs, src, None, max_tokens=32, packing="per-side")
     assert [plan.sentences(i).tolist() for i in range(len(plan))] == [[0, 1, 2, 3]]
+
+
+def authors_segments(doc_src, doc_tgt, max_tokens):
+    """The G-Transformer authors' segmentation of one document (their data_builder.py, with
+    no sentence limit), restated over lists of words: each sentence costs max(|s|, |t|) + 2
+    (their <s> and </s> around it) and joins the last segment while that segment's cost plus
+    its own is below max_tokens; returns the segments' sentence numbers."""
+    segs = []  # [cost, sentence numbers]
+    for i, (s, t) in enumerate(zip(doc_src, doc_tgt)):
+        cost = max(len(s), len(t)) + 2
+        if segs and segs[-1][0] + cost < max_tokens:
+            segs[-1][0] += cost
+            segs[-1][1].append(i)
+        else:
+            segs.append([cost, [i]])
+    return [ids for _, ids in segs]
+
+
+def test_g_transformer_packing_is_the_authors_rule():
+    """--segment-packing g-transformer: a sentence costs max(|s|, |t|) + 2 words (+ 1 over
+    binarized sizes, which count </s>), a segment grows while its cost stays below the limit
+    (a sum of exactly 512 starts a new one); a sentence over the limit alone is its own
+    segment and reported; without targets the source alone counts. Random documents: the
+    plan equals the authors' rule restated over word lists."""
+    # words (|s|, |t|) of one document; costs 202, 252 | 58 (454 + 58 = 512: not below), 9, 52,
+    # 302 | 602 (over 512 alone) | 5
+    words = [(200, 100), (100, 250), (56, 20), (7, 7), (40, 50), (300, 10), (600, 5), (3, 3)]
+    src = np.array([s + 1 for s, _ in words])  # binarized sizes: the words and </s>
+    tgt = np.array([t + 1 for _, t in words])
+    docs = DocIndex(["a"], np.array([len(words)]))
+    plan = seg.plan_segments(docs, src, tgt, max_tokens=512)
+    assert plan.packing == "g-transformer" == seg.DEFAULT_SEGMENT_PACKING
+    assert [plan.sentences(i).tolist() for i in range(len(plan))] == [[0, 1], [2, 3, 4, 5], [6], [7]]
+    assert plan.long_sentences.tolist() == [6]
+    assert "(g-transformer packing)" in plan.describe()
+    # the per-side rule on the same document: 408 source and 432 target tokens fit in the first segment
+    per_side = seg.plan_segments(docs, src, tgt, max_tokens=512, packing="per-side")
+    assert per_side.sentences(0).tolist() == [0, 1, 2, 3, 4]
+    # without targets: |t| = |s| (costs 202, 102, 58, 9, 42, 302, 602, 5)
+    plan = seg.plan_segments(docs, src, None, max_tokens=512)
+    assert [plan.sentences(i).tolist() for i in range(len(plan))] == [[0, 1, 2, 3, 4], [5], [6], [7]]
+    # random documents against the restated rule
+    docs, src, tgt = random_docs(seed=4, long_every=23)
+    plan = seg.plan_segments(docs, src, tgt, max_tokens=80)
+    got = [plan.sentences(i).tolist() for i in range(len(plan))]
+    want = []
+    for d in range(len(docs)):
+        first, n = int(docs.offsets[d]), int(docs.lengths[d])
+        ws = [["w"] * (src[i] - 1) for i in range(first, first + n)], [["w"] * (tgt[i] - 1) for i in range(first, first + n)]
+        want += [[first + i for i in ids] for ids in authors_segments(*ws, 80)]
+    assert got == want and max(len(g) for g in got) > 2
+    assert plan.long_sentences.tolist() == np.flatnonzero(np.maximum(src, tgt) + 1 > 80).tolist() != []
+    with pytest.raises(ValueError, match="--segment-packing sideways: one of g-transformer, per-side"):
+        seg.plan_segments(docs, src, tgt, max_tokens=80, packing="sideways")
 
 
 def test_context_only_sentences_are_in_no_segment():
     docs, src, tgt = random_docs(seed=1)
     marked = np.random.RandomState(3).rand(docs.num_sentences) < 0.15
     docs = DocIndex(docs.doc_ids, docs.lengths, marked)
-    plan = seg.plan_segments(docs, src, tgt, max_tokens=100, multi_resolution=True)
+    plan = seg.plan_segments(docs, src, tgt, max_tokens=100, multi_resolution=True, packing="per-side")
     assert plan.context_only == int(marked.sum()) > 0
     for level in range(plan.num_levels):
         check_level(docs, src, tgt, plan, level, 100, excluded=marked)
@@ -102,7 +156,7 @@ def test_multi_resolution_levels_split_documents_in_equal_parts():
     assert len(plan) == len(got)
     # a long random corpus: each level covers every sentence of the documents it splits once
     docs, src, tgt = random_docs(seed=2, max_len=40)
-    plan = seg.plan_segments(docs, src, tgt, max_tokens=120, multi_resolution=True)
+    plan = seg.plan_segments(docs, src, tgt, max_tokens=120, multi_resolution=True, packing="per-side")
     assert plan.num_levels >= 4
     for level in range(plan.num_levels):
         mine = check_level(docs, src, tgt, plan, level, 120)
@@ -195,7 +249,7 @@ def make_task(**over):
     d = toy_dictionary()
     cfg = argparse.Namespace(
         data="", source_lang="src", target_lang="tgt", context_size=None, context_sides=None,
-        doc_mode="segments", max_segment_tokens=None, multi_resolution=False,
+        doc_mode="segments", max_segment_tokens=None, segment_packing=None, multi_resolution=False,
         context_separator="<sep>", target_context="hypothesis", doc_run_length=16,
         doc_batching="auto", num_shards=1, shard_id=0, left_pad_source=True, left_pad_target=False,
         no_sentence_count_constraint=False, eval_bleu=False,
@@ -221,6 +275,53 @@ def test_task_options_and_checkpoint_adoption():
     task = make_task()
     task.adopt_context_settings(argparse.Namespace(context_size=3, context_sides="source"))
     assert task.segments and task.cfg.context_size == 0
+
+
+def test_segment_packing_default_recording_and_old_checkpoints(caplog):
+    """--segment-packing: g-transformer in training; at inference the checkpoint's, per-side
+    for a segment checkpoint that records none (written before the option, trained per
+    side), the default for a sentence-level checkpoint decoded as segments; a value given on
+    the command line is used, with a warning."""
+    old = dict(context_size=0, context_sides="source", doc_mode="segments", max_segment_tokens=64)
+    assert make_task().cfg.segment_packing == "g-transformer"
+    task = make_task(doc_mode=None)
+    task.adopt_context_settings(argparse.Namespace(**old))
+    assert task.segments and task.cfg.segment_packing == "per-side"
+    task = make_task(doc_mode=None)
+    task.adopt_context_settings(argparse.Namespace(**old, segment_packing="g-transformer"))
+    assert task.cfg.segment_packing == "g-transformer"
+    task = make_task()
+    task.adopt_context_settings(argparse.Namespace(context_size=3, context_sides="source"))
+    assert task.cfg.segment_packing == "g-transformer"
+    task = make_task(segment_packing="g-transformer")
+    with caplog.at_level("WARNING"):
+        task.adopt_context_settings(argparse.Namespace(**old))
+    assert task.cfg.segment_packing == "g-transformer"
+    assert "--segment-packing g-transformer differs from the checkpoint's (per-side)" in caplog.text
+    with pytest.raises(ValueError, match="--segment-packing sideways: one of"):
+        make_task(segment_packing="sideways")
+    # recorded with the model's arguments as a plain string, read back at inference
+    import fairseq_docctx.models  # noqa: F401  (registers the architectures)
+
+    args = tiny_segment_args("doc2doc_transformer")
+    make_task(segment_packing="per-side").build_model(args)
+    assert args.segment_packing == "per-side" and type(args.segment_packing) is str
+
+
+def test_only_the_training_split_is_packed_on_the_targets():
+    """The training split is packed on both sides' lengths; every other split on the
+    source's alone, as the hub and docctx-translate pack raw documents."""
+    d = toy_dictionary()
+    pair, docs = toy_pair(d, [5, 1, 7, 3, 4, 6, 2, 9])
+    task = make_task(max_segment_tokens=14)
+
+    def cut(plan):
+        return [plan.sentences(i).tolist() for i in range(len(plan))]
+
+    train = cut(task.segment_dataset("train", pair, docs).plan)
+    test = cut(task.segment_dataset("test", pair, docs).plan)
+    assert train == cut(seg.plan_segments(docs, pair.src_sizes, pair.tgt_sizes, 14))
+    assert test == cut(seg.plan_segments(docs, pair.src_sizes, None, 14)) != train
 
 
 def test_generation_shards_pack_their_own_documents():
@@ -326,10 +427,13 @@ def test_split_hypothesis_keeps_the_scores():
 @pytest.fixture(scope="module")
 def segments_ckpt(toy_bin, tmp_path_factory):
     """fairseq's transformer trained a few updates on segments of the toy documents (with
-    multi-resolution): the checkpoint and the training log."""
+    multi-resolution), packed per side (the rule of the checkpoints written before
+    --segment-packing; test_segment_scoring.py trains with the default): the checkpoint and
+    the training log."""
     save = tmp_path_factory.mktemp("segments")
     p = run(["fairseq-train", toy_bin, *USER_DIR, "--task", "document_translation", "--doc-mode", "segments",
-             "--max-segment-tokens", "48", "--multi-resolution", "--arch", "transformer", *TINY_MODEL,
+             "--max-segment-tokens", "48", "--segment-packing", "per-side", "--multi-resolution",
+             "--arch", "transformer", *TINY_MODEL,
              "--max-tokens", "400", "--max-update", "6", "--log-interval", "1", "--no-epoch-checkpoints",
              "--save-dir", save])
     return save / "checkpoint_last.pt", p.stdout + p.stderr
@@ -342,13 +446,14 @@ def test_train_on_segments(toy_bin, segments_ckpt):
 
     sides = [data_utils.load_indexed_dataset(str(toy_bin / f"train.src-tgt.{s}"), None) for s in ("src", "tgt")]
     sizes = [np.array(d.sizes) for d in sides]  # copies of memory-mapped arrays, read while they are open
-    plan = seg.plan_segments(docs, *sizes, max_tokens=48, multi_resolution=True)
+    plan = seg.plan_segments(docs, *sizes, max_tokens=48, multi_resolution=True, packing="per-side")
     assert plan.num_levels > 1
     assert f"train: {len(plan):,} segments at {plan.num_levels} resolutions of at most 48 tokens" in log
     assert len(re.findall(r"\| train_inner \|.*? loss=([\d.]+),", log)) == 6
     state = torch.load(ckpt, map_location="cpu", weights_only=False)
     args = state["cfg"]["model"]  # the settings inference adopts, recorded with the model's args
     assert (args.doc_mode, args.max_segment_tokens, args.context_size) == ("segments", 48, 0)
+    assert args.segment_packing == "per-side" and state["cfg"]["task"]["segment_packing"] == "per-side"
     assert type(args.doc_mode) is str  # not fairseq's choice enum: the checkpoint pickles plainly
 
 
@@ -380,6 +485,76 @@ def test_generate_prints_one_hypothesis_per_sentence(toy_bin, segments_ckpt, lim
     if limit is not None:
         assert "--max-segment-tokens 12 differs from the checkpoint's (48): decoding with 12" in out + p.stderr
         assert fell < total, "no segment was complete as decoded: the split path was not run"
+
+
+def _with_longer_references(toy_bin, dest):
+    """A copy of the toy data directory whose test references are twice as long (every
+    target sentence's words twice): packed on the references, its segments would differ."""
+    from fairseq.data import Dictionary, data_utils, indexed_dataset
+
+    dest.mkdir()
+    for f in toy_bin.iterdir():
+        if not f.name.startswith("test.src-tgt.tgt."):
+            (dest / f.name).symlink_to(f)
+    d = Dictionary.load(str(toy_bin / "dict.tgt.txt"))
+    refs = data_utils.load_indexed_dataset(str(toy_bin / "test.src-tgt.tgt"), d)
+    builder = indexed_dataset.make_builder(str(dest / "test.src-tgt.tgt.bin"), impl="mmap", vocab_size=len(d))
+    for i in range(len(refs)):
+        t = refs[i]
+        builder.add_item(torch.cat([t[:-1], t[:-1], t[-1:]]))
+    builder.finalize(str(dest / "test.src-tgt.tgt.idx"))
+    return dest
+
+
+def test_generate_hub_and_translate_decode_a_test_set_in_the_same_segments(toy_bin, segments_ckpt, tmp_path,
+                                                                          monkeypatch, capsys):
+    """fairseq-generate on the binarized test split, the hub on its raw documents and
+    docctx-translate on its raw file decode the same segments (the sentences of every batch
+    row reaching the task's inference step, by corpus index): packed on the sources alone,
+    although the references given to fairseq-generate are twice as long, which would give
+    other segments."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_cli import generate as fairseq_generate
+
+    from fairseq_docctx.cli.translate import cli_main as translate_main
+    from fairseq_docctx.hub import from_pretrained
+    from fairseq_docctx.tasks.document_translation import DocumentTranslationTask
+
+    ckpt, _ = segments_ckpt
+    data = _with_longer_references(toy_bin, tmp_path / "bin")
+    decoded, step = [], DocumentTranslationTask.inference_step
+
+    def spy(self, generator, models, sample, *args, **kwargs):
+        decoded.extend(tuple(s.tolist()) for s in sample["segment_sentences"])  # before the batch is rewritten
+        return step(self, generator, models, sample, *args, **kwargs)
+    monkeypatch.setattr(DocumentTranslationTask, "inference_step", spy)
+
+    def segments(run):
+        decoded.clear()
+        run()
+        return sorted(decoded)
+
+    argv = [str(data), "--user-dir", str(REPO / "fairseq_docctx"), "--task", "document_translation", "--path",
+            str(ckpt), "--beam", "1", "--max-tokens", "400", "--gen-subset", "test", "--max-len-b", "20", "--cpu"]
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_generation_parser(), argv))
+    generate = segments(lambda: fairseq_generate.main(cfg))
+    raw = toy_bin.parent / "raw"
+    src, ids = (raw / "test.src").read_text().splitlines(), (raw / "test.docids").read_text().splitlines()
+    documents = [[s for s, i in zip(src, ids) if i == doc] for doc in dict.fromkeys(ids)]
+    hub = from_pretrained(str(ckpt), data=str(toy_bin))
+    by_hub = segments(lambda: hub.translate_documents(documents, beam=1))
+    by_translate = segments(lambda: run_in_process(translate_main, [raw / "test.src", "--path", ckpt, "--data", toy_bin,
+                                                                    "--beam", "1", "-o", tmp_path / "out", "--quiet"],
+                                                   capsys))
+    assert generate == by_hub == by_translate
+    assert sorted(i for s in generate for i in s) == list(range(len(src))) and max(map(len, generate)) > 2
+    # the references' lengths would have cut the test set otherwise
+    docs = DocIndex.read(toy_bin / "test.src-tgt.docs")
+    sizes = [np.array([len(s.split()) + 1 for s in src]), np.array([2 * len(t.split()) + 1 for t in
+                                                                  (raw / "test.tgt").read_text().splitlines()])]
+    with_refs = seg.plan_segments(docs, *sizes, max_tokens=48, packing="per-side")
+    assert sorted(tuple(with_refs.sentences(i).tolist()) for i in range(len(with_refs))) != generate
 
 
 # ------------------------------------------------- the task and the segment models

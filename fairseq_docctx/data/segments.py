@@ -15,9 +15,22 @@ such segments plus ``sample["segment_sentences"]``: for every row the corpus ind
 sentences, in the batch's row order. Sentence boundaries (G-Transformer's group tags) are
 derived from the tokens: the number of source sentences of a row is 1 + its separators.
 
-:func:`plan_segments` packs the sentences of a split's documents into segments of at most
-``max_tokens`` tokens on both sides (Bao et al. 2021, §4.1, use 512), greedily in document
-order; with ``multi_resolution`` every document is also cut into 2, 4, 8, ... equal parts
+:func:`plan_segments` packs the sentences of a split's documents into segments, greedily in
+document order, under a limit of ``max_tokens`` (Bao et al. 2021, §4.1, use 512) and one of
+two rules (:class:`SegmentBudget`, ``--segment-packing``):
+
+* ``g-transformer`` (the default): the rule of the G-Transformer authors' data builder
+  (``exp_gtrans/data_builder.py``): a sentence costs max(|s|, |t|) + 2 for its |s| source
+  and |t| target words (without ``</s>``; their ``<s>`` and ``</s>`` around every sentence
+  make the 2), and a segment takes the next sentence while its total cost stays below the
+  limit (strictly);
+* ``per-side``: a segment takes the next sentence while the tokens of each side (separators
+  and the final ``</s>`` included) stay within the limit (the rule of segment checkpoints
+  written before the option, which record no rule).
+
+Without target sizes (raw input, and every split but the training split: what inference
+has) |t| is |s|, so ``fairseq-generate``, the hub and ``docctx-translate`` cut a test set into
+the same segments. With ``multi_resolution`` every document is also cut into 2, 4, 8, ... equal parts
 (while a part has at least 2 sentences), each part packed the same way, and the segments of
 all levels together are the samples (Sun et al. 2022, §3, multi-resolutional doc2doc
 training). :class:`SegmentPairDataset` serves a plan over fairseq's sentence-level
@@ -43,6 +56,56 @@ logger = logging.getLogger(__name__)
 #: default of ``--max-segment-tokens``: Bao et al. (2021, §4.1) cut documents into segments of
 #: at most 512 tokens
 DEFAULT_MAX_SEGMENT_TOKENS = 512
+#: the rules of ``--segment-packing`` (:class:`SegmentBudget`)
+SEGMENT_PACKINGS = ("g-transformer", "per-side")
+#: default of ``--segment-packing`` in training: the G-Transformer authors' rule
+DEFAULT_SEGMENT_PACKING = "g-transformer"
+#: the rule of a segment checkpoint that records none (written before ``--segment-packing``)
+LEGACY_SEGMENT_PACKING = "per-side"
+
+
+class SegmentBudget:
+    """The running size of one segment under a packing rule (the module doc): ``fits(s, t)``
+    says whether a sentence of ``s`` source and ``t`` target tokens (binarized sizes, each
+    with its ``</s>``; ``t`` ``None``: the source's) may join the segment built so far,
+    ``add(s, t)`` adds it, ``reset()`` starts a new segment. A first sentence always starts
+    a segment; ``too_long(s, t)``: it exceeds the limit on its own."""
+
+    def __init__(self, limit: int, packing: str = DEFAULT_SEGMENT_PACKING):
+        if packing not in SEGMENT_PACKINGS:
+            raise ValueError(f"--segment-packing {packing}: one of {', '.join(SEGMENT_PACKINGS)}")
+        self.limit, self.packing = int(limit), packing
+        self.reset()
+
+    def reset(self):
+        self.src = self.tgt = self.cost = 0
+        self.sentences = 0
+
+    @staticmethod
+    def sentence_cost(s: int, t: Optional[int] = None) -> int:
+        """The authors' cost of a sentence, max(|s|, |t|) + 2 over words without ``</s>``:
+        ``max(s, t) + 1`` over binarized sizes."""
+        return max(s, s if t is None else t) + 1
+
+    def fits(self, s: int, t: Optional[int] = None) -> bool:
+        t = s if t is None else t
+        if self.sentences == 0:
+            return True
+        if self.packing == "g-transformer":
+            return self.cost + self.sentence_cost(s, t) < self.limit
+        return self.src + s <= self.limit and self.tgt + t <= self.limit
+
+    def add(self, s: int, t: Optional[int] = None):
+        t = s if t is None else t
+        self.src, self.tgt = self.src + s, self.tgt + t
+        self.cost += self.sentence_cost(s, t)
+        self.sentences += 1
+
+    def too_long(self, s: int, t: Optional[int] = None) -> bool:
+        t = s if t is None else t
+        if self.packing == "g-transformer":  # the authors' data builder warns above the limit
+            return self.sentence_cost(s, t) > self.limit
+        return s > self.limit or t > self.limit
 
 
 @dataclass
@@ -51,9 +114,10 @@ class SegmentPlan:
     starts[i] + counts[i] - 1`` (corpus indices, one document).
 
     ``levels[i]``: the resolution it was packed at (0: whole documents; k: a document cut
-    into 2**k parts). ``long_sentences``: corpus indices of the sentences longer than the
-    limit on a side (each a segment of its own). ``context_only``: the number of context-only
-    sentences left out."""
+    into 2**k parts). ``long_sentences``: corpus indices of the sentences over the limit on
+    their own (:meth:`SegmentBudget.too_long`; each a segment of its own). ``context_only``:
+    the number of context-only sentences left out. ``packing``: the rule
+    (:class:`SegmentBudget`)."""
 
     starts: np.ndarray
     counts: np.ndarray
@@ -61,6 +125,7 @@ class SegmentPlan:
     long_sentences: np.ndarray
     context_only: int
     max_tokens: int
+    packing: str = LEGACY_SEGMENT_PACKING
 
     def __len__(self):
         return len(self.starts)
@@ -74,10 +139,10 @@ class SegmentPlan:
         return int(self.levels.max()) + 1 if len(self.levels) else 0
 
     def describe(self) -> str:
-        """One line: segments, sentences, levels, mean sentences per segment."""
+        """One line: segments, levels, limit and rule, mean sentences per segment."""
         lv = f" at {self.num_levels} resolutions" if self.num_levels > 1 else ""
         mean = float(self.counts.mean()) if len(self.counts) else 0.0
-        return (f"{len(self):,} segments{lv} of at most {self.max_tokens} tokens, "
+        return (f"{len(self):,} segments{lv} of at most {self.max_tokens} tokens ({self.packing} packing), "
                 f"{mean:.1f} sentences per segment")
 
 
@@ -88,6 +153,7 @@ def plan_segments(
     max_tokens: int = DEFAULT_MAX_SEGMENT_TOKENS,
     multi_resolution: bool = False,
     documents: Optional[Sequence[int]] = None,
+    packing: str = DEFAULT_SEGMENT_PACKING,
 ) -> SegmentPlan:
     """Pack the sentences of ``docs`` into segments.
 
@@ -95,12 +161,14 @@ def plan_segments(
         docs: the split's document index.
         src_sizes, tgt_sizes: the binarized length of every sentence (with its </s>); a
             segment's length on a side is the sum of its sentences' (each </s> becomes a
-            separator or the final </s>). ``tgt_sizes`` ``None``: a split without targets.
-        max_tokens: the longest segment on either side. A sentence longer than that alone is
-            a segment of its own (reported in ``long_sentences``, never dropped).
+            separator or the final </s>). ``tgt_sizes`` ``None``: the source's lengths alone
+            (a split without targets, or a split cut as inference cuts raw input).
+        max_tokens: the limit of the packing rule. A sentence over it on its own is a
+            segment of its own (reported in ``long_sentences``, never dropped).
         multi_resolution: also cut every document into 2, 4, 8, ... equal parts while every
             part has at least 2 sentences (Sun et al. 2022, §3), each part packed the same way.
         documents: pack only these documents (numbers in ``docs``; default all).
+        packing: the rule, ``g-transformer`` or ``per-side`` (:class:`SegmentBudget`).
 
     Context-only sentences (``docs.context_only``) are never a segment's sentence: a segment
     ends before one and the next begins after it.
@@ -116,24 +184,25 @@ def plan_segments(
     src, tgt, skip = src_sizes.tolist(), tgt_arr.tolist(), docs.context_only.tolist()
     starts, counts, levels = [], [], []
     long = set()
+    budget = SegmentBudget(max_tokens, packing)
 
     def pack(begin: int, end: int, level: int):
         """Greedy packing of sentences ``begin .. end - 1`` (one document)."""
-        seg, s_tot, t_tot = None, 0, 0
+        seg = None
         for i in range(begin, end):
             if skip[i]:
                 if seg is not None:
                     starts.append(seg), counts.append(i - seg), levels.append(level)
                 seg = None
                 continue
-            if seg is not None and (s_tot + src[i] > max_tokens or t_tot + tgt[i] > max_tokens):
+            if seg is not None and not budget.fits(src[i], tgt[i]):
                 starts.append(seg), counts.append(i - seg), levels.append(level)
                 seg = None
             if seg is None:
-                seg, s_tot, t_tot = i, 0, 0
-            s_tot += src[i]
-            t_tot += tgt[i]
-            if src[i] > max_tokens or tgt[i] > max_tokens:
+                seg = i
+                budget.reset()
+            budget.add(src[i], tgt[i])
+            if budget.too_long(src[i], tgt[i]):
                 long.add(i)
         if seg is not None:
             starts.append(seg), counts.append(end - seg), levels.append(level)
@@ -159,7 +228,7 @@ def plan_segments(
     return SegmentPlan(
         np.asarray(starts, dtype=np.int64), np.asarray(counts, dtype=np.int64),
         np.asarray(levels, dtype=np.int64), np.asarray(sorted(long), dtype=np.int64),
-        context_only, max_tokens,
+        context_only, max_tokens, packing,
     )
 
 

@@ -35,7 +35,7 @@ from fairseq.data import LanguagePairDataset
 
 from ..data.doc_index import DocIndex
 from ..data.document_dataset import DocumentPairDataset
-from ..data.segments import SegmentPairDataset, SegmentPlan
+from ..data.segments import SegmentBudget, SegmentPairDataset, SegmentPlan
 
 # (source sentences, target sentences) of one document; the last pair is scored
 TokenDocument = Tuple[Sequence[torch.Tensor], Sequence[torch.Tensor]]
@@ -100,17 +100,17 @@ class ModelScorer:
 
     def segment_context(self, src: Sequence[torch.Tensor], tgt: Sequence[torch.Tensor]) -> int:
         """How many of a scoring document's context sentences (all but the last pair) a
-        segment model reads: the nearest ones that fit, with the scored sentence, in
-        :attr:`segment_limit` tokens on both sides (each sentence's </s> becomes a
-        separator, so a segment has its sentences' tokens). The scored sentence alone is
-        always a segment, however long."""
-        limit = self.segment_limit
-        s_tot, t_tot = int(src[-1].numel()), int(tgt[-1].numel())
+        segment model reads: the nearest ones that fit, with the scored sentence, in one
+        segment under :attr:`segment_limit` and the checkpoint's ``--segment-packing``
+        (:class:`~fairseq_docctx.data.segments.SegmentBudget`, both sides counted). The
+        scored sentence alone is always a segment, however long."""
+        budget = SegmentBudget(self.segment_limit, str(self.task.cfg.segment_packing))
+        budget.add(int(src[-1].numel()), int(tgt[-1].numel()))
         kept = 0
         for s, t in zip(reversed(src[:-1]), reversed(tgt[:-1])):
-            s_tot, t_tot = s_tot + int(s.numel()), t_tot + int(t.numel())
-            if s_tot > limit or t_tot > limit:
+            if not budget.fits(int(s.numel()), int(t.numel())):
                 break
+            budget.add(int(s.numel()), int(t.numel()))
             kept += 1
         return kept
 
@@ -154,7 +154,7 @@ class ModelScorer:
         if self.reads_segments:  # one segment a document; its id is the document's position
             plan = SegmentPlan(index.offsets.astype(np.int64), index.lengths.astype(np.int64),
                                np.zeros(len(lengths), dtype=np.int64), np.zeros(0, dtype=np.int64), 0,
-                               self.segment_limit)
+                               self.segment_limit, str(self.task.cfg.segment_packing))
             sep = cfg.context_separator
             ds = SegmentPairDataset(pair, plan, self.src_dict.index(sep), shuffle=False,
                                     target_separator=self.tgt_dict.index(sep))

@@ -11,9 +11,11 @@ document (:mod:`fairseq_docctx.data.segments`), translated whole (document-to-do
 translation) and given back one hypothesis per source sentence (:meth:`DocumentTranslationTask.
 inference_step`).
 
-Context settings at inference: ``--context-size``, ``--context-sides``, ``--doc-mode`` and
-``--max-segment-tokens`` default to those the checkpoint was trained with; a command-line value
-that differs is used, with a warning.
+Context settings at inference: ``--context-size``, ``--context-sides``, ``--doc-mode``,
+``--max-segment-tokens`` and ``--segment-packing`` default to those the checkpoint was trained
+with (a segment checkpoint that records no ``--segment-packing``, written before the option,
+packs ``per-side``, the rule it was trained with); a command-line value that differs is used,
+with a warning.
 """
 import argparse
 import contextlib
@@ -47,7 +49,9 @@ TARGET_CONTEXT_CHOICES = ("reference", "hypothesis")
 DOC_BATCHING_CHOICES = ("auto", "runs", "grouped-runs", "sentences")
 DOC_MODE_CHOICES = ("sentences", "segments")
 #: the settings a checkpoint records and inference adopts unless given (:meth:`adopt_context_settings`)
-ADOPTED_SETTINGS = ("context_size", "context_sides", "doc_mode", "max_segment_tokens")
+ADOPTED_SETTINGS = ("context_size", "context_sides", "doc_mode", "max_segment_tokens", "segment_packing")
+#: the adopted settings that are names (recorded and compared as plain strings)
+NAMED_SETTINGS = ("doc_mode", "segment_packing")
 #: the batch key of the corpus indices of every row's sentences (--doc-mode segments)
 SEGMENT_SENTENCES = "segment_sentences"
 #: training default of --context-sides (at inference: the checkpoint's); that of
@@ -106,9 +110,19 @@ class DocumentTranslationConfig(TranslationConfig):
     )
     max_segment_tokens: Optional[int] = field(
         default=None,
-        metadata={"help": "--doc-mode segments: the most tokens of a segment on either side, "
-                  "separators and </s> included (default 512 in training, the checkpoint's at "
-                  "inference); a longer single sentence is a segment of its own"},
+        metadata={"help": "--doc-mode segments: the limit of a segment's size under "
+                  "--segment-packing (default 512 in training, the checkpoint's at inference); "
+                  "a single sentence over it is a segment of its own"},
+    )
+    segment_packing: Optional[ChoiceEnum(seg.SEGMENT_PACKINGS)] = field(
+        default=None,
+        metadata={"help": "--doc-mode segments: how sentences are packed. 'g-transformer': each "
+                  "costs max(source words, target words) + 2 and a segment grows while its cost "
+                  "stays below --max-segment-tokens (the G-Transformer authors' data builder); "
+                  "'per-side': while each side's tokens, separators and </s> included, stay "
+                  "within it. The training split counts both sides, every other split the "
+                  "source alone (as raw input is cut). Default g-transformer in training, the "
+                  "checkpoint's at inference (per-side for a checkpoint that records none)"},
     )
     multi_resolution: bool = field(
         default=False,
@@ -212,6 +226,8 @@ class DocumentTranslationTask(TranslationTask):
             _set_cfg(cfg, "doc_mode", "sentences")
         if getattr(cfg, "max_segment_tokens", None) is None:
             _set_cfg(cfg, "max_segment_tokens", seg.DEFAULT_MAX_SEGMENT_TOKENS)
+        if getattr(cfg, "segment_packing", None) is None:
+            _set_cfg(cfg, "segment_packing", seg.DEFAULT_SEGMENT_PACKING)
         if cfg.context_size is None:  # segments hold their own context: K is 0
             _set_cfg(cfg, "context_size", 0 if cfg.doc_mode == "segments" else dc.DEFAULT_CONTEXT_SIZE)
         if cfg.context_sides is None:
@@ -279,6 +295,9 @@ class DocumentTranslationTask(TranslationTask):
             )
         if int(self.cfg.max_segment_tokens) < 1:
             raise ValueError(f"--max-segment-tokens {self.cfg.max_segment_tokens}: must be at least 1")
+        if str(self.cfg.segment_packing) not in seg.SEGMENT_PACKINGS:
+            raise ValueError(f"--segment-packing {self.cfg.segment_packing}: one of "
+                             f"{', '.join(seg.SEGMENT_PACKINGS)}")
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):
@@ -300,16 +319,20 @@ class DocumentTranslationTask(TranslationTask):
     def adopt_context_settings(self, saved, where="the checkpoint"):
         """Take the context settings of a checkpoint (``saved``: its task config or model
         args) for those not given on the command line; warn about given ones that differ.
-        The settings: ``--context-size``, ``--context-sides``, ``--doc-mode`` and
-        ``--max-segment-tokens`` (a checkpoint without the last two was trained on sentences)."""
+        The settings: ``--context-size``, ``--context-sides``, ``--doc-mode``,
+        ``--max-segment-tokens`` and ``--segment-packing`` (a checkpoint without the last three
+        was trained on sentences; a segment checkpoint without the last, before the option,
+        packed per side: :data:`~fairseq_docctx.data.segments.LEGACY_SEGMENT_PACKING`)."""
         for name in ADOPTED_SETTINGS:
             value = getattr(saved, name, None)
+            if value is None and name == "segment_packing" and str(getattr(saved, "doc_mode", None)) == "segments":
+                value = seg.LEGACY_SEGMENT_PACKING
             if value is None:
                 continue
             mine = getattr(self.cfg, name)
             if name == "context_sides":
                 same = cb.parse_sides(value) == cb.parse_sides(mine)
-            elif name == "doc_mode":
+            elif name in NAMED_SETTINGS:
                 same = str(value) == str(mine)
             else:
                 same = int(value) == int(mine)
@@ -323,7 +346,7 @@ class DocumentTranslationTask(TranslationTask):
                     logger.warning(msg)
             else:
                 logger.info(f"{flag} {value} (from {where})")
-                _set_cfg(self.cfg, name, str(value) if name == "doc_mode" else value)
+                _set_cfg(self.cfg, name, str(value) if name in NAMED_SETTINGS else value)
         self.check_doc_mode()
         if self.uses_context or self.segments:
             self.add_separator()
@@ -359,11 +382,14 @@ class DocumentTranslationTask(TranslationTask):
         )
 
     def segment_dataset(self, split, pair, docs: DocIndex) -> seg.SegmentPairDataset:
-        """``--doc-mode segments``: the split's sentences packed into segments of at most
-        ``--max-segment-tokens`` per side (:func:`~fairseq_docctx.data.segments.plan_segments`;
-        ``--multi-resolution`` on the training split). With ``--num-shards N --shard-id I``
-        (generation) only the documents of shard I are packed; the sentence ids stay the
-        split's."""
+        """``--doc-mode segments``: the split's sentences packed into segments under
+        ``--max-segment-tokens`` and ``--segment-packing``
+        (:func:`~fairseq_docctx.data.segments.plan_segments`; ``--multi-resolution`` on the
+        training split). The training split is packed on the lengths of both sides; every
+        other split on the source's alone, as the hub and ``docctx-translate`` pack raw
+        documents, so that ``fairseq-generate`` decodes a test set in the same segments. With
+        ``--num-shards N --shard-id I`` (generation) only the documents of shard I are
+        packed; the sentence ids stay the split's."""
         training = split == self.cfg.train_subset
         documents = None
         if not training:
@@ -374,16 +400,17 @@ class DocumentTranslationTask(TranslationTask):
             if num_shards > 1:
                 documents = balanced_shards(docs.lengths, num_shards)[check_shard(num_shards, shard_id)]
         plan = seg.plan_segments(
-            docs, pair.src_sizes, pair.tgt_sizes, int(self.cfg.max_segment_tokens),
+            docs, pair.src_sizes, pair.tgt_sizes if training else None, int(self.cfg.max_segment_tokens),
             multi_resolution=training and bool(self.cfg.multi_resolution), documents=documents,
+            packing=str(self.cfg.segment_packing),
         )
         logger.info(f"{split}: {plan.describe()} ({docs.num_sentences:,} sentences in "
                     f"{len(docs) if documents is None else len(documents):,} documents)")
         if len(plan.long_sentences):
             shown = ", ".join(map(str, plan.long_sentences[:10].tolist()))
             logger.warning(
-                f"{split}: {len(plan.long_sentences)} sentences are longer than "
-                f"--max-segment-tokens {plan.max_tokens} on a side: each is a segment of its "
+                f"{split}: {len(plan.long_sentences)} sentences are over --max-segment-tokens "
+                f"{plan.max_tokens} on their own ({plan.packing} packing): each is a segment of its "
                 f"own (sentences {shown}{', ...' if len(plan.long_sentences) > 10 else ''})"
             )
         if plan.context_only:
@@ -573,7 +600,7 @@ class DocumentTranslationTask(TranslationTask):
             # recorded with the model's args, read back at inference (:meth:`build_model`)
             for name in ADOPTED_SETTINGS:  # plain values (a choice is an enum of fairseq's)
                 value = getattr(self.cfg, name)
-                setattr(cfg, name, str(value) if name == "doc_mode" else value)
+                setattr(cfg, name, str(value) if name in NAMED_SETTINGS else value)
             cfg.dictionary_digests = self.dictionary_digests()
             cfg.dictionary_sizes = self.dictionary_sizes()
             # the language pair, for a checkpoint deployed beside its dictionaries alone

@@ -35,6 +35,7 @@ from .inference.checkpoint import (CheckpointError, check_dictionaries, checkpoi
                                    resolve_language_pair)
 from .inference.drafter import (DraftTranslator, load_draft_translator, load_model_drafter,  # noqa: F401
                                 reads_drafts)
+from .inference.options import TRANSLATE_DEFAULTS
 
 logger = logging.getLogger(__name__)
 
@@ -130,11 +131,11 @@ class DocumentHubInterface(GeneratorHubInterface):
         return self.task.build_generator(self.models, gen_args)
 
     # ------------------------------------------------------------------ documents
-    def translate_document(self, sentences: Sequence[str], beam: int = 5, **kwargs) -> List[str]:
+    def translate_document(self, sentences: Sequence[str], beam: int = TRANSLATE_DEFAULTS["beam"], **kwargs) -> List[str]:
         """Translate one document (a list of sentences, in order)."""
         return self.translate_documents([list(sentences)], beam=beam, **kwargs)[0]
 
-    def translate_documents(self, documents: Sequence[Sequence[str]], beam: int = 5,
+    def translate_documents(self, documents: Sequence[Sequence[str]], beam: int = TRANSLATE_DEFAULTS["beam"],
                             batch_size: int = 16, max_tokens: Optional[int] = None,
                             progress: Optional[Callable[[int, int], None]] = None,
                             document_done: Optional[Callable[[int, List[str]], None]] = None,
@@ -158,7 +159,7 @@ class DocumentHubInterface(GeneratorHubInterface):
             sentence_done=lambda hypos: self.decode(hypos[0]["tokens"]), **kwargs)
         return translations if keep else None
 
-    def generate_documents(self, documents: Sequence[Sequence[torch.LongTensor]], beam: int = 5,
+    def generate_documents(self, documents: Sequence[Sequence[torch.LongTensor]], beam: int = TRANSLATE_DEFAULTS["beam"],
                            batch_size: int = 16, max_tokens: Optional[int] = None,
                            progress: Optional[Callable[[int, int], None]] = None,
                            document_done: Optional[Callable[[int, List[list]], None]] = None,
@@ -173,7 +174,12 @@ class DocumentHubInterface(GeneratorHubInterface):
         (:meth:`segment_dataset`); the task's ``inference_step`` gives back one hypothesis
         list per source sentence and rewrites the batch's ``id`` to those sentences' ids, so
         the results are gathered by sentence as for the other models; the segments decoded
-        again sentence by sentence are counted in :attr:`segment_fallbacks`.
+        again sentence by sentence are counted in :attr:`segment_fallbacks`. Its search
+        settings default to ``docctx-translate``'s (``lenpen`` 1, ``max_len_a`` 1.2,
+        ``max_len_b`` 10: :data:`~fairseq_docctx.inference.options.TRANSLATE_DEFAULTS`), not
+        to fairseq's ``max_len_b`` 200 of the checkpoint's generation settings, which would
+        cut a segment longer than 200 tokens and send it to the fallback; ``kwargs`` override
+        them. Other models search with the checkpoint's generation settings and ``kwargs``.
 
         ``sentence_done(hypotheses)``, if given, replaces each sentence's hypothesis list
         as soon as its batch is decoded (e.g. by the best translation's text), so that the
@@ -208,6 +214,9 @@ class DocumentHubInterface(GeneratorHubInterface):
         gen_args = copy.deepcopy(self.cfg.generation)
         with open_dict(gen_args):
             gen_args.beam = beam
+            if self.reads_segments:
+                for k in ("lenpen", "max_len_a", "max_len_b"):
+                    setattr(gen_args, k, TRANSLATE_DEFAULTS[k])
             for k, v in kwargs.items():
                 setattr(gen_args, k, v)
         generator = self.build_generator(gen_args)

@@ -590,3 +590,41 @@ def test_segment_models_need_segments_and_hear_of_epochs_and_the_flag(arch):
     task = make_task(no_sentence_count_constraint=True)
     task.build_generator([model], gen_args)
     assert not model.keeps_sentence_count
+
+
+def test_hub_decodes_a_segment_longer_than_200_tokens_whole(toy_bin, segments_ckpt):
+    """The hub searches segments with docctx-translate's length limit (1.2 x the source + 10),
+    not fairseq's max_len_b 200 of the checkpoint's generation settings: a model that copies
+    its source decodes a 5-sentence segment of 305 tokens whole, where the 200-token limit
+    cuts it and sends it to the sentence-by-sentence fallback."""
+    from fairseq_docctx.cli.translate import build_parser
+    from fairseq_docctx.hub import from_pretrained
+
+    ckpt, _ = segments_ckpt
+    hub = from_pretrained(str(ckpt), data=str(toy_bin), max_segment_tokens=512)
+    given = build_parser().parse_args(["--path", "x"])
+    searched = []
+    build = hub.build_generator
+
+    def spy(gen_args):
+        searched.append((gen_args.beam, gen_args.lenpen, gen_args.max_len_a, gen_args.max_len_b))
+        return build(gen_args)
+    hub.build_generator = spy
+    doc = [" ".join(f"w{(7 * i + j) % 30}" for j in range(60)) for i in range(5)]
+    tokens = [hub.encode(s) for s in doc]
+    sep, eos = hub.tgt_dict.index("<sep>"), hub.tgt_dict.eos()
+    target = torch.cat([torch.cat([t[:-1], torch.tensor([sep])]) for t in tokens])[:-1].tolist() + [eos]
+    assert len(target) == 305
+    decoder, forward = hub.models[0].decoder, hub.models[0].decoder.forward
+
+    def copying(prev_output_tokens, *args, **kwargs):  # the next token of the source segment
+        x, extra = forward(prev_output_tokens, *args, **kwargs)
+        step = prev_output_tokens.size(1) - 1
+        x[:, -1, target[step] if step < len(target) else eos] += 1000.0
+        return x, extra
+    decoder.forward = copying
+    fell = hub.segment_fallbacks[0]
+    assert hub.translate_document(doc) == doc and hub.segment_fallbacks[0] == fell
+    assert searched[-1] == (given.beam, given.lenpen, given.max_len_a, given.max_len_b) == (5, 1.0, 1.2, 10)
+    hub.translate_document(doc, max_len_a=0, max_len_b=200)  # fairseq's default limit
+    assert hub.segment_fallbacks[0] == fell + 1

@@ -21,6 +21,7 @@ import sys
 
 from . import exit_on_errors_and_signals, quiet_logging
 from ..data.readers import INPUT_FORMATS, DocumentFormatError
+from ..inference.options import TRANSLATE_DEFAULTS
 
 
 def build_parser():
@@ -47,10 +48,11 @@ def build_parser():
                    "docids format the ids go to OUTPUT with its extension replaced by .docids "
                    "(left as it is when that is the input's document-id file); refused when it "
                    "is a file the run reads")
-    p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--lenpen", type=float, default=1.0)
-    p.add_argument("--max-len-a", type=float, default=1.2)
-    p.add_argument("--max-len-b", type=int, default=10)
+    p.add_argument("--beam", type=int, default=TRANSLATE_DEFAULTS["beam"])
+    p.add_argument("--lenpen", type=float, default=TRANSLATE_DEFAULTS["lenpen"])
+    p.add_argument("--max-len-a", type=float, default=TRANSLATE_DEFAULTS["max_len_a"],
+                   help="a translation (a segment model's: a segment) has at most A x the source's tokens + B")
+    p.add_argument("--max-len-b", type=int, default=TRANSLATE_DEFAULTS["max_len_b"])
     p.add_argument("--batch-size", type=int, default=16,
                    help="documents decoded side by side")
     p.add_argument("--max-tokens", type=int, default=None)

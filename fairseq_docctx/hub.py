@@ -75,9 +75,9 @@ class DocumentHubInterface(GeneratorHubInterface):
         return int(self.task.segment_fallbacks), int(self.task.segments_decoded)
 
     def segment_limit(self, max_tokens: Optional[int] = None) -> int:
-        """The most tokens of a segment on either side: the checkpoint's (or overridden)
-        ``--max-segment-tokens``, at most ``max_tokens`` (a batch must hold a segment) and the
-        model's positions (a longer single sentence is refused before decoding, see
+        """The limit of the segments' packing (under either rule a segment has at most this
+        many tokens on a side): the checkpoint's (or overridden) ``--max-segment-tokens``, at
+        most ``max_tokens`` (a batch must hold a segment) and the model's positions (a longer single sentence is refused before decoding, see
         :func:`~fairseq_docctx.inference.translate.check_lengths`)."""
         limits = [int(self.task.cfg.max_segment_tokens)]
         if max_tokens is not None:

@@ -178,7 +178,8 @@ class SegmentDecoder(TransformerDecoderBase):
                 raise ValueError(f"{type(self).__name__}: the encoder output has no src_sentence_lengths "
                                  "(the sentence length window needs the segment encoder's output)")
             lengths = lengths[0]
-            k = torch.minimum(seps, n - 1).clamp(max=lengths.size(1) - 1).unsqueeze(1)
+            # the current sentence (never past n - 1 with the count rule; clamped for safety)
+            k = seps.clamp(max=lengths.size(1) - 1).unsqueeze(1)
             lo, hi = window.bounds(lengths.gather(1, k).squeeze(1))
             width = prev_output_tokens.size(1)
             positions = torch.arange(width, device=is_sep.device)

@@ -61,7 +61,6 @@ REPO = Path(__file__).resolve().parents[1]
 MODULE = "benchmarks.bench_segments"  # its child processes run it with python -m
 WORK = REPO / "bench-work" / "segments"
 USER_DIR = ["--user-dir", str(REPO / "fairseq_docctx")]
-#: the task's log line of the segments decoded again sentence by sentence (running totals)
 #: the line the task logs once the split is decoded (fairseq_docctx.tasks.document_translation.segment_run_line)
 FALLBACKS = r"(\d+) of (\d+) segments of the split decoded again sentence by sentence"
 
@@ -159,7 +158,7 @@ def generation_speed(data_bin, args):
             rates[name] = (max(old[0], rate), max(old[1], tok_rate), mean_len, n, fallbacks[-1] if fallbacks else None)
             print(f"[{r + 1}] {name}: {n} sentences, {rate:.2f} sentences/s, {tok_rate:.1f} tokens/s, "
                   f"mean hypothesis length {mean_len:.1f} words"
-                  + (f", {fallbacks[-1][0]} of {fallbacks[-1][1]} segments decoded sentence by sentence"
+                  + (f", {fallbacks[-1][0]} of {fallbacks[-1][1]} segments decoded again sentence by sentence"
                      if fallbacks else ""), flush=True)
     work = {}
     if args.flop_every:

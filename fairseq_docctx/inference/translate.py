@@ -58,7 +58,7 @@ class ShardWriter:
         self._line({"doc": int(doc), "hyp": list(translation)})
 
     def write_fallbacks(self, report: Optional[tuple]):
-        """A segment model's ``(segments decoded sentence by sentence, segments decoded,
+        """A segment model's ``(segments decoded again sentence by sentence, segments decoded,
         {reason: misaligned segments})`` (the hub's ``segment_report``; nothing for other
         models)."""
         if report is not None:

@@ -28,8 +28,9 @@ transformer as sentences; a segment holds exactly the tokens of its sentences (e
   per generated token of the beam search (``bench_inference.count_flops``, every N-th batch)
   give the bound (sentence level's FLOPs per token over the model's) and the efficiency.
   Target: efficiency >= 0.9. The sentence-count guarantee: each segment model is also decoded
-  with its constraint off (``--no-sentence-count-constraint``), and each run's fallbacks (the
-  task's count of segments decoded again sentence by sentence, from its log) are printed; the
+  with its constraint off (``--no-sentence-count-constraint``, which turns the sentence length
+  windows off too), and each run's fallbacks (the task's count of segments decoded again
+  sentence by sentence, of the split's segments, from the line it logs for the split) are printed; the
   constraint's cost is 1 - tokens/s with the constraint / tokens/s without, and, since the two
   runs' hypotheses differ where the constraint changes them, also measured directly: the time
   spent in the decoders' ``constrain_sentence_count`` over the whole fairseq-generate run with
@@ -60,8 +61,8 @@ REPO = Path(__file__).resolve().parents[1]
 MODULE = "benchmarks.bench_segments"  # its child processes run it with python -m
 WORK = REPO / "bench-work" / "segments"
 USER_DIR = ["--user-dir", str(REPO / "fairseq_docctx")]
-#: the task's log line of the segments decoded again sentence by sentence (running totals)
-FALLBACKS = r"(\d+) of (\d+) segments so far"
+#: the line the task logs once the split is decoded (fairseq_docctx.tasks.document_translation.segment_run_line)
+FALLBACKS = r"(\d+) of (\d+) segments of the split decoded again sentence by sentence"
 
 SIZES = {
     "small": MODEL_SIZES["small"],  # 3+3 x 256/1024, as bench_models and bench_inference
@@ -157,7 +158,7 @@ def generation_speed(data_bin, args):
             rates[name] = (max(old[0], rate), max(old[1], tok_rate), mean_len, n, fallbacks[-1] if fallbacks else None)
             print(f"[{r + 1}] {name}: {n} sentences, {rate:.2f} sentences/s, {tok_rate:.1f} tokens/s, "
                   f"mean hypothesis length {mean_len:.1f} words"
-                  + (f", {fallbacks[-1][0]} of {fallbacks[-1][1]} segments decoded sentence by sentence"
+                  + (f", {fallbacks[-1][0]} of {fallbacks[-1][1]} segments decoded again sentence by sentence"
                      if fallbacks else ""), flush=True)
     work = {}
     if args.flop_every:
@@ -217,8 +218,8 @@ def print_generation(rates, work, constraint, args):
     print(f"{'run':36s} {'sent/s':>8s} {'tok/s':>8s} {'ratio':>6s} {'mean len':>8s} {'fallbacks':>10s}"
           + (f" {'MFLOP/tok':>9s} {'bound':>6s} {'efficiency':>10s}" if work else ""))
     for name, (sent, tok, mean_len, _, fallbacks) in rates.items():
-        # segment runs without a log line had no fallback
-        fb = f"{fallbacks[0]}/{fallbacks[1]}" if fallbacks else ("0" if name != SENTENCE_LEVEL else "")
+        # every segment run logs the split's line; a run without one did not finish
+        fb = f"{fallbacks[0]}/{fallbacks[1]}" if fallbacks else ("?" if name != SENTENCE_LEVEL else "")
         line = f"{name:36s} {sent:8.2f} {tok:8.1f} {tok / base_tok:6.2f} {mean_len:8.1f} {fb:>10s}"
         model = name.split(",")[0] if name != SENTENCE_LEVEL else SENTENCE_LEVEL
         if work and not name.endswith("constraint off"):

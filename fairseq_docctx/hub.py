@@ -67,12 +67,22 @@ class DocumentHubInterface(GeneratorHubInterface):
     @property
     def segment_fallbacks(self) -> Optional[tuple]:
         """A segment model's ``(segments decoded again sentence by sentence, segments
-        decoded)`` so far (the task's counts, see
+        decoded)`` so far, every segment of every call counted once (the task's counts, see
         :meth:`~fairseq_docctx.tasks.document_translation.DocumentTranslationTask.segment_inference_step`);
         ``None`` for other models."""
         if not self.reads_segments:
             return None
         return int(self.task.segment_fallbacks), int(self.task.segments_decoded)
+
+    @property
+    def segment_report(self) -> Optional[tuple]:
+        """:attr:`segment_fallbacks` with the misaligned segments by reason:
+        ``(fallbacks, decoded, {"count": C, "empty": E, "window": W})`` (another number of
+        sentences, an empty output sentence, one outside its length window; see
+        :func:`~fairseq_docctx.data.segments.misalignment`); ``None`` for other models."""
+        if not self.reads_segments:
+            return None
+        return (*self.segment_fallbacks, {k: int(v) for k, v in self.task.segment_misaligned.items()})
 
     def segment_limit(self, max_tokens: Optional[int] = None) -> int:
         """The limit of the segments' packing (under either rule a segment has at most this
@@ -174,7 +184,8 @@ class DocumentHubInterface(GeneratorHubInterface):
         (:meth:`segment_dataset`); the task's ``inference_step`` gives back one hypothesis
         list per source sentence and rewrites the batch's ``id`` to those sentences' ids, so
         the results are gathered by sentence as for the other models; the segments decoded
-        again sentence by sentence are counted in :attr:`segment_fallbacks`. Its search
+        again sentence by sentence (misaligned with their source) are counted in
+        :attr:`segment_fallbacks` and :attr:`segment_report`. Its search
         settings default to ``docctx-translate``'s (``lenpen`` 1, ``max_len_a`` 1.2,
         ``max_len_b`` 10: :data:`~fairseq_docctx.inference.options.TRANSLATE_DEFAULTS`), not
         to fairseq's ``max_len_b`` 200 of the checkpoint's generation settings, which would

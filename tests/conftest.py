@@ -108,6 +108,20 @@ def toy_dictionary():
     return d
 
 
+def tilted_toward_ending(model, d):
+    """A random segment model made to prefer ending the segment, then the separator: left
+    alone it closes every segment after its first sentence, and with the sentence count kept
+    it leaves most sentences empty (the output layer's logits get +4 on </s>, +2 on <sep>)."""
+    import torch
+    from fairseq.models.transformer import TransformerDecoderBase
+
+    bias = torch.zeros(len(d))
+    bias[d.eos()], bias[d.index("<sep>")] = 4.0, 2.0
+    decoder = model.decoder
+    decoder.output_layer = lambda features: TransformerDecoderBase.output_layer(decoder, features) + bias
+    return model
+
+
 def paper_size_model(model_cls, arch, context_sides="source", vocab=30000, **over):
     """``model_cls`` built as the named architecture ``arch`` makes it (``over``: flags given
     on top), with one joint dictionary of ``vocab`` entries, shared embeddings and a task with

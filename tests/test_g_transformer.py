@@ -2,23 +2,26 @@
 segment batches (``s_1 <sep> ... <sep> s_n </s>``) with a tiny dictionary: group tags, group
 attention against a hand-masked attention, locality of the group layers (gradients), the
 combined layers' gate, incremental decoding against the full forward, the sentence-count
-constraint under fairseq's SequenceGenerator, word masking, and the initialisation from a
-sentence-level ``transformer``."""
+constraint and the sentence length windows under fairseq's SequenceGenerator (against a
+reference written row by row), word masking, and the initialisation from a sentence-level
+``transformer``."""
 import argparse
 
 import pytest
 import torch
 from fairseq.data import data_utils
 from fairseq.models import ARCH_CONFIG_REGISTRY
-from fairseq.models.transformer import TransformerDecoderBase, TransformerModel
+from fairseq.models.transformer import TransformerModel
 from fairseq.modules import MultiheadAttention
 from fairseq.sequence_generator import SequenceGenerator
 
-from conftest import assert_incremental_equals_full, toy_dictionary
+from conftest import assert_incremental_equals_full, tilted_toward_ending, toy_dictionary
 
 import fairseq_docctx.models  # noqa: F401  (registers the architectures)
+from fairseq_docctx.data import segments as seg
+from fairseq_docctx.data.segments import LengthWindow
 from fairseq_docctx.models import document_context as dc
-from fairseq_docctx.models.g_transformer import Doc2DocTransformerModel, GTransformerModel
+from fairseq_docctx.models.g_transformer import EOS_FORBIDDEN, Doc2DocTransformerModel, GTransformerModel
 from fairseq_docctx.modules.group_attention import (
     GroupAttention,
     group_blocked,
@@ -224,63 +227,136 @@ def _decode(model, d, sources, beam):
         return [h[0]["tokens"] for h in gen.generate([model], sample)]
 
 
-def _tilted(model, d):
-    """The random model made to prefer ending the segment, then the separator: left alone it
-    closes every segment after its first sentence."""
-    bias = torch.zeros(len(d))
-    bias[d.eos()], bias[d.index("<sep>")] = 4.0, 2.0
-    decoder = model.decoder
-    decoder.output_layer = lambda features: TransformerDecoderBase.output_layer(decoder, features) + bias
-    return model
+def _issue_segments(d):
+    """20 segments of 1..20 sentences (210 sentences) of 1..3 random words each."""
+    g = torch.Generator().manual_seed(1)
+    return [segment(d, [torch.randint(0, 30, (int(torch.randint(1, 4, (1,), generator=g)),),
+                                      generator=g).tolist() for _ in range(n)]) for n in range(1, 21)]
+
+
+def _sentence_pairs(d, sources, hyps):
+    """(source length, output length) of every sentence, separators and </s> not counted."""
+    sep, eos = d.index("<sep>"), d.eos()
+    pairs = []
+    for s, h in zip(sources, hyps):
+        src, out = seg.split_tokens(s, sep, eos), seg.split_tokens(h, sep, eos)
+        assert len(src) == len(out)
+        pairs += [(a.numel() - 1, b.numel() - 1) for a, b in zip(src, out)]
+    return pairs
 
 
 @pytest.mark.parametrize("name", ["g_transformer", "doc2doc_transformer"])
 def test_decoding_returns_every_sentence(name):
-    """fairseq's SequenceGenerator, beam 1 and 4, segments of 1..20 sentences in one batch:
-    every hypothesis has exactly the source's number of sentences; without the constraint
-    the same model ends segments early."""
+    """fairseq's SequenceGenerator, beam 1 and 4, segments of 1..20 sentences in one batch, the
+    model biased towards ending (conftest's ``tilted_toward_ending``): every hypothesis has
+    exactly the source's number of sentences, and with the length windows (the default) no
+    output sentence is empty and each is within its window (at least 1, at most
+    int(1.2 |s_i| + 10) tokens); without the windows the same model leaves most sentences
+    empty; without the sentence-count constraint it ends segments early."""
     d = toy_dictionary()
-    g = torch.Generator().manual_seed(1)
-    sources = [segment(d, [torch.randint(0, 30, (int(torch.randint(1, 4, (1,), generator=g)),),
-                                         generator=g).tolist() for _ in range(n)]) for n in range(1, 21)]
+    sources = _issue_segments(d)
     model = (g_model(d, 1) if name == "g_transformer"
              else build(Doc2DocTransformerModel, "doc2doc_transformer", d))
-    _tilted(model, d)
+    tilted_toward_ending(model, d)
     sep = d.index("<sep>")
+    assert model.sentence_length_window == LengthWindow(1.2, 10, 1)
     for beam in (1, 4):
         hyps = _decode(model, d, sources, beam)
         assert [int(h.eq(sep).sum()) + 1 for h in hyps] == list(range(1, 21)), beam
         assert all(h[-1] == d.eos() and h[:-1].ne(d.eos()).all() for h in hyps)
+        pairs = _sentence_pairs(d, sources, hyps)
+        assert len(pairs) == 210 and all(s > 0 for s, _ in pairs)
+        assert all(1 <= o <= int(1.2 * s + 10) for s, o in pairs), (beam, pairs)
+    model.set_sentence_length_window(None)
+    assert model.sentence_length_window is None
+    empty = sum(o == 0 for _, o in _sentence_pairs(d, sources, _decode(model, d, sources, 4)))
+    assert empty > 100, "without the windows the biased model was expected to leave sentences empty"
+    model.set_sentence_length_window()
     model.set_sentence_count_constraint(False)
-    assert not model.keeps_sentence_count
+    assert not model.keeps_sentence_count and model.sentence_length_window is None
     assert [int(h.eq(sep).sum()) + 1 for h in _decode(model, d, sources, 1)] != list(range(1, 21))
 
 
-def test_the_constraint_acts_only_in_incremental_decoding():
-    """Teacher-forced logits are the plain ones; in incremental decoding </s> is forbidden
-    before the last sentence and <sep> in it."""
+def reference_constraint(last, prev, n, src_lengths, window, eos, sep):
+    """The constraint written out row by row (the reference of ``constrain_sentence_count``):
+    ``last`` ``[B, V]`` unconstrained logits of the next position after ``prev`` ``[B, L]``
+    (position 0 the initial </s>), ``n`` the rows' source sentences, ``src_lengths`` lists
+    of their sentence lengths, ``window`` a ``LengthWindow`` or ``None``."""
+    out = last.clone()
+    for b in range(last.size(0)):
+        hist = prev[b, 1:].tolist()
+        k = hist.count(sep)
+        more = k < n[b] - 1
+        m = hist[::-1].index(sep) if sep in hist else len(hist)  # tokens after the last separator
+        early = forced = False
+        if window is not None:
+            length = src_lengths[b][min(k, n[b] - 1)]
+            hi = int(window.max_len_a * length + window.max_len_b)
+            lo = 0 if length == 0 else min(window.min_len, hi)
+            early, forced = m < lo, m >= hi
+        if more or early:
+            out[b, eos] = EOS_FORBIDDEN
+        if not more or early:
+            out[b, sep] = float("-inf")
+        if forced:
+            end = sep if more else eos
+            for v in range(last.size(1)):
+                if v not in (end, eos):
+                    out[b, v] = float("-inf")
+    return out
+
+
+@pytest.mark.parametrize("window", [None, LengthWindow(), LengthWindow(0.5, 1, 1), LengthWindow(0.0, 2, 2)])
+def test_the_constraint_equals_the_reference_and_acts_only_in_incremental_decoding(window):
+    """Teacher-forced logits are the plain ones; in incremental decoding every step's logits
+    are the reference's (:func:`reference_constraint`) applied to them: </s> forbidden before
+    the last sentence and <sep> in it, and, with a window, the end of a sentence forbidden
+    before its minimum and forced at its maximum (small windows, so that sentences reach it;
+    a segment with an empty source sentence, whose minimum is 0)."""
     d = toy_dictionary()
-    model = g_model(d, 1)
-    src, lengths, prev, _ = toy_batch(d)
+    model = g_model(d, 1).set_sentence_length_window(window)
+    sources = [segment(d, [[1, 2], [3, 4, 5], [6]]), segment(d, [[7], [8, 9]]), segment(d, [[1], [], [2, 3]])]
+    targets = [segment(d, [[10, 11, 12], [13], [14, 15]]), segment(d, [[16, 17, 18, 19], [20]]),
+               segment(d, [[21, 22], [], [23, 24, 25]])]
+    src, lengths, prev, _ = collate(d, sources, targets)
     sep, eos = d.index("<sep>"), d.eos()
+    n = [3, 2, 3]
+    src_lengths = [[2, 3, 1], [1, 2], [1, 0, 2]]
     state, steps = {}, []
     with torch.no_grad():
         full = model(src, lengths, prev)[0]
         enc = model.encoder(src, src_lengths=lengths)
+        assert enc["src_sentence_lengths"][0].tolist() == [[2, 3, 1], [1, 2, 0], [1, 0, 2]]
         for t in range(prev.size(1)):
             steps.append(model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0][:, -1])
     assert torch.isfinite(full).all()
-    seps = prev.eq(sep).cumsum(1)  # separators of the history at each step
-    n = torch.tensor([3, 2])
+    forced = early = 0
     for t, out in enumerate(steps):
-        for b in range(2):
+        want = reference_constraint(full[:, t], prev[:, : t + 1], n, src_lengths, window, eos, sep)
+        for b in range(len(n)):
             if prev[b, t] == d.pad():
                 continue
-            last = bool(seps[b, t] == n[b] - 1)
-            assert (out[b, eos] < -1e3) != last and torch.isneginf(out[b, sep]) == last, (b, t)
-            others = torch.ones(len(d), dtype=torch.bool)
-            others[[eos, sep]] = False
-            assert torch.allclose(out[b, others], full[b, t, others], atol=1e-5)
+            assert torch.equal(torch.isneginf(out[b]), torch.isneginf(want[b])), (b, t)
+            finite = torch.isfinite(want[b])
+            assert torch.allclose(out[b, finite], want[b, finite], atol=1e-5), (b, t)
+            forced += int(torch.isneginf(want[b]).sum()) > 2
+            early += bool(want[b, sep] == float("-inf") and want[b, eos] == EOS_FORBIDDEN)
+    if window is not None and window.max_len_a < 1:
+        assert forced > 0 and early > 0  # the small windows reach both rules
+
+
+def test_sentence_lengths_and_windows():
+    d = toy_dictionary()
+    sep = d.index("<sep>")
+    rows = [segment(d, [[1, 2], [], [3, 4, 5]]), segment(d, [[6]])]
+    for left in (True, False):
+        tokens = data_utils.collate_tokens(rows, d.pad(), d.eos(), left_pad=left)
+        assert seg.sentence_lengths(tokens, sep, d.pad(), d.eos()).tolist() == [[2, 0, 3], [1, 0, 0]]
+    lo, hi = LengthWindow().bounds(torch.tensor([0, 1, 5, 50]))
+    assert lo.tolist() == [0, 1, 1, 1] and hi.tolist() == [int(1.2 * x + 10) for x in (0, 1, 5, 50)]
+    assert LengthWindow(0.0, 2, 5).bounds(torch.tensor([3]))[0].tolist() == [2]  # never above the maximum
+    with pytest.raises(ValueError, match="--sentence-max-len-b"):
+        LengthWindow(1.2, 0)
 
 
 def test_word_masking_in_the_noise_epochs_only():

@@ -233,14 +233,20 @@ def test_document_to_document_models_train_on_segments_with_the_authors_settings
 def test_d_bleu_is_scored_over_documents_and_segment_decoding_is_reported(tmp_path):
     """METRICS d-bleu / d-bleu_tok: docctx-score bleu over whole documents (--document; one
     --both call where the sentence-level BLEU is asked for too); results.md says how many test
-    segments of each segment model were decoded sentence by sentence."""
+    segments of each segment model were decoded again sentence by sentence, of all the split's
+    segments (the last line the task or docctx-generate logs for the split), with the reasons."""
     script = (f"source {REPO}/examples/lib/models.sh; model_settings; SRC=en TGT=de BIN=bin REF_TEST=ref; "
               'docctx-score() { echo "SCORE $*"; }; '
               'echo RUN1; score_run m bleu,d-bleu,bleu_tok; echo RUN2; score_run m d-bleu_tok,meteor; '
-              'mkdir -p "$LOGS"; echo "x | 2 of 5 segments decoded sentence by sentence (...); 3 of 9 segments so far" '
+              'mkdir -p "$LOGS"; { echo "x | 2 of 5 segments of the batch decoded again sentence by sentence (...)"; '
+              'echo "x | 1 of 7 segments of the split decoded again sentence by sentence (misaligned: 0 sentence count, '
+              '1 empty sentence, 0 outside the length window)"; echo "x | 3 of 9 segments of the split decoded again '
+              'sentence by sentence (misaligned: 1 sentence count, 2 empty sentence, 0 outside the length window)"; } '
               '> "$LOGS/translate-g-transformer.log"; : > "$LOGS/translate-doc2doc.log"; '
-              'echo NOTE $(segment_note transformer doc2doc g-transformer); '
-              'GENERATE=(docctx-generate --processes 2 --); echo NOTE $(segment_note g-transformer)')
+              'echo NOTE $(segment_note transformer doc2doc g-transformer g-transformer-fnd); '
+              'echo "docctx-generate: 0 of 12 segments of the split decoded again sentence by sentence (misaligned: '
+              '0 sentence count, 0 empty sentence, 0 outside the length window)" > "$LOGS/translate-doc2doc.log"; '
+              'GENERATE=(docctx-generate --processes 2 --); echo NOTE $(segment_note doc2doc)')
     rc, out = bash(script, tmp_path)
     assert rc == 0, out
     runs = out.split("RUN2")
@@ -250,10 +256,13 @@ def test_d_bleu_is_scored_over_documents_and_segment_decoding_is_reported(tmp_pa
     assert second[0].startswith("bleu --document --pretokenize moses --lang de --hyp "), second
     assert second[1].startswith("meteor "), second
     note = _commands(out, "NOTE ")[0]
-    assert "doc2doc no segment decoded sentence by sentence" in note, note
-    assert "g-transformer 3 of 9 segments decoded sentence by sentence" in note and "transformer no" not in note
-    # docctx-generate keeps no shard logs: not counted, and said so
-    assert "g-transformer not counted (translated by several processes" in _commands(out, "NOTE ")[1]
+    # the split's last line: every segment of the split its denominator, with the reasons
+    assert ("g-transformer 3 of 9 segments decoded again sentence by sentence (misaligned: 1 sentence count, "
+            "2 empty sentence, 0 outside the length window)") in note, note
+    assert "doc2doc not counted (no count in" in note and "g-transformer-fnd not counted (no " in note
+    assert "transformer no" not in note and "of the batch" not in note
+    # docctx-generate logs the line summed over its shards: counted the same way
+    assert "doc2doc 0 of 12 segments decoded again sentence by sentence" in _commands(out, "NOTE ")[1]
     rc, out = bash(f"source {REPO}/examples/lib/models.sh; model_settings; echo L $(metric_label d-bleu)", tmp_path)
     assert rc == 0 and "over whole test documents" in out, out
 

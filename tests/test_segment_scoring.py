@@ -60,12 +60,18 @@ def toy_documents(hub, n_docs=12, seed=3):
     return docs, [[hub.encode(s) for s in d] for d in docs]
 
 
+def segment_plan(hub, doc):
+    """The segments the hub packs a document (binarized sentences) into."""
+    return seg.plan_segments(DocIndex(["d"], [len(doc)]), np.array([t.numel() for t in doc]), None,
+                             hub.segment_limit(), packing=str(hub.task.cfg.segment_packing))
+
+
 def reference_translation(hub, doc, beam):
-    """A document decoded segment by segment, each alone, straight through the generator, the
+    """A document decoded segment by segment, each alone, straight through the generator (its
+    length limit raised to the sum of the sentences' length windows as the task raises it), the
     best hypothesis split at the separator (``None`` for a segment whose hypothesis has
     another number of sentences)."""
-    plan = seg.plan_segments(DocIndex(["d"], [len(doc)]), np.array([t.numel() for t in doc]), None,
-                             hub.segment_limit(), packing=str(hub.task.cfg.segment_packing))
+    plan = segment_plan(hub, doc)
     sep, eos = hub.tgt_dict.index("<sep>"), hub.tgt_dict.eos()
     gen_args = copy.deepcopy(hub.cfg.generation)
     with open_dict(gen_args):
@@ -78,7 +84,8 @@ def reference_translation(hub, doc, beam):
         src = torch.cat(sents)
         src[torch.as_tensor(np.cumsum([t.numel() for t in sents])[:-1] - 1, dtype=torch.long)] = sep
         sample = {"id": torch.tensor([0]), "net_input": {"src_tokens": src[None], "src_lengths": torch.tensor([len(src)])}}
-        with torch.no_grad():
+        window = hub.task.decoding_window(hub.models)
+        with torch.no_grad(), hub.task.segment_length_limit(generator, src[None], window):
             best = generator.generate(hub.models, sample)[0][0]["tokens"]
         pieces = seg.split_tokens(best, sep, eos)
         out.extend(pieces if len(pieces) == len(sents) else [None] * len(sents))
@@ -105,10 +112,14 @@ def test_hub_translates_every_sentence_once_in_order(hubs, name):
                     assert torch.equal(mine, ref)
                     compared += 1
         fell, decoded = (a - b for a, b in zip(hub.segment_fallbacks, before))
-        assert decoded >= len(docs) + 4  # the long documents take several segments
+        # every segment counted once: the denominator is the documents' segments
+        assert decoded == sum(len(segment_plan(hub, d)) for d in docs) >= len(docs) + 4
         if name == "g_transformer":  # by construction: never a fallback
             assert fell == 0 and compared == sum(len(d) for d in docs)
         assert compared > 0
+    report = hub.segment_report
+    assert report[:2] == hub.segment_fallbacks and sum(report[2].values()) == report[0]
+    assert report[2]["window"] == 0  # the windows bound every output sentence
 
 
 def test_forced_fallback_still_gives_every_sentence(hubs):
@@ -154,15 +165,38 @@ def test_docctx_translate_writes_every_sentence_and_the_fallbacks(seg_ckpts, hub
     expected = hubs["g_transformer"].translate_documents([docs[d] for d in order], beam=2, max_len_a=1.2,
                                                          max_len_b=10)  # docctx-translate's defaults
     assert out == [t for d in expected for t in d]
-    lines = [ln for ln in err.splitlines() if "segments decoded sentence by sentence" in ln]
-    assert len(lines) == 1 and lines[0].startswith("docctx-translate: 0 of "), err
+    lines = [ln for ln in err.splitlines() if "segments decoded again sentence by sentence" in ln]
+    # one line: no fallback, of every segment of the test documents
+    segments = sum(len(segment_plan(hubs["g_transformer"], [hubs["g_transformer"].encode(s) for s in docs[d]]))
+                   for d in order)
+    assert len(lines) == 1 and lines[0] == (f"docctx-translate: 0 of {segments} segments decoded again sentence by "
+                                            "sentence (misaligned: 0 sentence count, 0 empty sentence, 0 outside "
+                                            "the length window)"), err
     # two shard processes: the same output, their fallback counts summed
     code, _, err2 = run_in_process(cli_main, [raw / "test.src", "--path", seg_ckpts["g_transformer"], "--data",
                                               toy_bin, "--beam", "2", "-o", tmp_path / "two.tgt", "--quiet",
                                               "--processes", "2"], capsys)
     assert code == 0, err2
     assert (tmp_path / "two.tgt").read_text().splitlines() == out
-    assert [ln for ln in err2.splitlines() if "segments decoded sentence by sentence" in ln] == lines
+    assert [ln for ln in err2.splitlines() if "segments decoded again sentence by sentence" in ln] == lines
+
+
+def test_no_sentence_length_window_reaches_the_models(seg_ckpts, toy_bin, tmp_path):
+    """docctx-translate --no-sentence-length-window: the task option, also for a checkpoint
+    whose recorded configuration predates it; the generator's models then decode without
+    windows (with them by default)."""
+    from fairseq_docctx.cli.translate import build_parser, load_model
+
+    state = torch.load(seg_ckpts["g_transformer"], map_location="cpu", weights_only=False)
+    for k in ("no_sentence_length_window", "sentence_max_len_a", "sentence_max_len_b"):
+        del state["cfg"]["task"][k]  # as fairseq saves it: plain containers
+    old = tmp_path / "older.pt"
+    torch.save(state, old)
+    for path in (seg_ckpts["g_transformer"], old):
+        for flag, window in (([], seg.LengthWindow(1.2, 10, 1)), (["--no-sentence-length-window"], None)):
+            hub = load_model(build_parser().parse_args(["--path", str(path), "--data", str(toy_bin), *flag]))
+            hub.build_generator(hub.cfg.generation)
+            assert hub.models[0].sentence_length_window == window, (path, flag)
 
 
 def test_ctranslate2_refuses_segment_models(seg_ckpts, toy_bin, tmp_path):

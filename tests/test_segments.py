@@ -6,11 +6,12 @@ import re
 import numpy as np
 import pytest
 import torch
-from fairseq.data import LanguagePairDataset
+from fairseq.data import LanguagePairDataset, data_utils
 
-from conftest import REPO, TINY_MODEL, run, run_in_process, toy_dictionary
+from conftest import REPO, TINY_MODEL, run, run_in_process, tilted_toward_ending, toy_dictionary
 from fairseq_docctx.data import segments as seg
 from fairseq_docctx.data.doc_index import DocIndex
+from fairseq_docctx.tasks.document_translation import parse_segment_run_line
 
 USER_DIR = ["--user-dir", REPO / "fairseq_docctx"]
 
@@ -389,6 +390,7 @@ def test_inference_step_gives_one_hypothesis_per_sentence_with_fallback():
     hypos = task.inference_step(gen, [None], batch)
     assert gen.calls == [True, False]  # the segments, then the fallback sentences
     assert task.segment_fallbacks == 2 and task.segments_decoded == len(ds)
+    assert task.segment_misaligned == {"count": 2, "empty": 0, "window": 0}
     assert batch["id"].tolist() == expected_ids and sorted(expected_ids) == list(range(len(pair)))
     assert len(hypos) == len(expected_ids) == batch["net_input"]["src_tokens"].size(0)
     fell_back = {i for sid in merge for i in ds.plan.sentences(sid).tolist()}
@@ -442,10 +444,7 @@ def segments_ckpt(toy_bin, tmp_path_factory):
 def test_train_on_segments(toy_bin, segments_ckpt):
     ckpt, log = segments_ckpt
     docs = DocIndex.read(toy_bin / "train.src-tgt.docs")
-    from fairseq.data import data_utils
-
-    sides = [data_utils.load_indexed_dataset(str(toy_bin / f"train.src-tgt.{s}"), None) for s in ("src", "tgt")]
-    sizes = [np.array(d.sizes) for d in sides]  # copies of memory-mapped arrays, read while they are open
+    sizes = split_sizes(toy_bin, "train")
     plan = seg.plan_segments(docs, *sizes, max_tokens=48, multi_resolution=True, packing="per-side")
     assert plan.num_levels > 1
     assert f"train: {len(plan):,} segments at {plan.num_levels} resolutions of at most 48 tokens" in log
@@ -455,6 +454,13 @@ def test_train_on_segments(toy_bin, segments_ckpt):
     assert (args.doc_mode, args.max_segment_tokens, args.context_size) == ("segments", 48, 0)
     assert args.segment_packing == "per-side" and state["cfg"]["task"]["segment_packing"] == "per-side"
     assert type(args.doc_mode) is str  # not fairseq's choice enum: the checkpoint pickles plainly
+
+
+def split_sizes(data_bin, split):
+    """The binarized lengths of a split's sentences (source, target), copied while the
+    memory-mapped datasets are open."""
+    sides = [data_utils.load_indexed_dataset(str(data_bin / f"{split}.src-tgt.{s}"), None) for s in ("src", "tgt")]
+    return [np.array(d.sizes) for d in sides]
 
 
 @pytest.mark.parametrize("limit", [None, 12])
@@ -478,10 +484,15 @@ def test_generate_prints_one_hypothesis_per_sentence(toy_bin, segments_ckpt, lim
     assert sources == dict(enumerate(src_lines)) and targets == dict(enumerate(tgt_lines))
     assert "<sep>" not in "".join(re.findall(r"^H-\d+\t\S+\t(.*)$", out, re.M))
     assert "--doc-mode segments (from the checkpoint)" in out + p.stderr
-    counts = re.findall(r"(\d+) of (\d+) segments so far", out + p.stderr)
-    assert counts, "no segment fell back: the barely trained model was expected to miscount"
-    fell, total = map(int, counts[-1])
-    assert 0 < fell <= total < len(src_lines)
+    # the split's line, once: its denominator every segment of the split
+    lines = re.findall(r"\d+ of \d+ segments of the split decoded again", out + p.stderr)
+    assert len(lines) == 1, out + p.stderr
+    fell, total, why = parse_segment_run_line(out + p.stderr)
+    src_sizes, _ = split_sizes(toy_bin, "test")  # the test split is packed on its sources, per side (the fixture's)
+    plan = seg.plan_segments(DocIndex.read(toy_bin / "test.src-tgt.docs"), src_sizes, None,
+                             48 if limit is None else limit, packing="per-side")
+    assert total == len(plan) < len(src_lines)
+    assert 0 < fell <= total and sum(why.values()) == fell and why["window"] == 0  # no window: a transformer
     if limit is not None:
         assert "--max-segment-tokens 12 differs from the checkpoint's (48): decoding with 12" in out + p.stderr
         assert fell < total, "no segment was complete as decoded: the split path was not run"
@@ -557,6 +568,34 @@ def test_generate_hub_and_translate_decode_a_test_set_in_the_same_segments(toy_b
     assert sorted(tuple(with_refs.sentences(i).tolist()) for i in range(len(with_refs))) != generate
 
 
+def test_docctx_generate_sums_the_shards_segment_counts(toy_bin, segments_ckpt, tmp_path):
+    """docctx-generate --processes 2: each shard logs its part of the split; the reported line
+    sums them, its denominator every segment of the split."""
+    import io
+
+    from fairseq_docctx.inference.generate import generate, segment_fallbacks
+
+    ckpt, _ = segments_ckpt
+    reported, out = [], io.StringIO()
+    generate([str(toy_bin), "--user-dir", str(REPO / "fairseq_docctx"), "--task", "document_translation",
+              "--path", str(ckpt), "--beam", "2", "--max-tokens", "200", "--gen-subset", "test", "--max-len-b", "60"],
+             processes=2, output=out, report=reported.append)
+    lines = [r for r in reported if "segments of the split" in r]
+    assert len(lines) == 1 and lines[0] in out.getvalue()
+    fell, total, why = parse_segment_run_line(lines[0])
+    src_sizes, _ = split_sizes(toy_bin, "test")  # packed on the sources, per side (the fixture's)
+    assert total == len(seg.plan_segments(DocIndex.read(toy_bin / "test.src-tgt.docs"), src_sizes, None, 48,
+                                          packing="per-side"))
+    assert 0 < fell <= total and sum(why.values()) == fell
+    # the sum of the shards' lines; a log without one is not a segment model's
+    logs = ["x | 1 of 5 segments of the split decoded again sentence by sentence (misaligned: 1 sentence count, "
+            "0 empty sentence, 0 outside the length window)",
+            "2 of 4 segments of the split decoded again sentence by sentence (misaligned: 0 sentence count, "
+            "1 empty sentence, 1 outside the length window)"]
+    assert parse_segment_run_line(segment_fallbacks(logs)) == (3, 9, {"count": 1, "empty": 1, "window": 1})
+    assert segment_fallbacks(["no count here"]) is None
+
+
 # ------------------------------------------------- the task and the segment models
 def tiny_segment_args(arch):
     from fairseq.models import ARCH_CONFIG_REGISTRY
@@ -596,7 +635,8 @@ def test_hub_decodes_a_segment_longer_than_200_tokens_whole(toy_bin, segments_ck
     """The hub searches segments with docctx-translate's length limit (1.2 x the source + 10),
     not fairseq's max_len_b 200 of the checkpoint's generation settings: a model that copies
     its source decodes a 5-sentence segment of 305 tokens whole, where the 200-token limit
-    cuts it and sends it to the sentence-by-sentence fallback."""
+    cuts it and sends it to the sentence-by-sentence fallback (the model, a ``transformer``
+    on segments, has no length windows for the task to raise the limit to)."""
     from fairseq_docctx.cli.translate import build_parser
     from fairseq_docctx.hub import from_pretrained
 
@@ -627,4 +667,53 @@ def test_hub_decodes_a_segment_longer_than_200_tokens_whole(toy_bin, segments_ck
     assert hub.translate_document(doc) == doc and hub.segment_fallbacks[0] == fell
     assert searched[-1] == (given.beam, given.lenpen, given.max_len_a, given.max_len_b) == (5, 1.0, 1.2, 10)
     hub.translate_document(doc, max_len_a=0, max_len_b=200)  # fairseq's default limit
-    assert hub.segment_fallbacks[0] == fell + 1
+    assert searched[-1][2:] == (0, 200) and hub.segment_fallbacks[0] == fell + 1
+
+
+@pytest.mark.parametrize("arch", ["g_transformer", "doc2doc_transformer"])
+def test_misaligned_segments_fall_back_and_the_split_is_counted(arch, caplog):
+    """The model biased towards ending (conftest's ``tilted_toward_ending``), beam 4, through
+    the task (its batches, its generator, its inference step) on segments of up to 17
+    sentences: with the length windows (the default) no segment is misaligned and no output
+    sentence is empty, though the generator's limit (``--max-len-a 0 --max-len-b 6``) is
+    below the longest segments' (it is raised to the sum of their windows); without them
+    (``--no-sentence-length-window``) the empty sentences make their segments misaligned,
+    those are decoded again sentence by sentence, counted by reason, and no output sentence
+    is empty. Each run logs one line for the split whose denominator is the split's number
+    of segments."""
+    import logging
+
+    import fairseq_docctx.models  # noqa: F401  (registers the architectures)
+
+    for no_window in (False, True):
+        task = make_task(no_sentence_length_window=no_window)
+        d = task.tgt_dict
+        torch.manual_seed(0)
+        model = tilted_toward_ending(task.build_model(tiny_segment_args(arch)).eval(), d)
+        pair, docs = toy_pair(d, [17, 1, 9, 4, 12, 3], seed=2, with_target=False)
+        ds = seg.SegmentPairDataset(pair, seg.plan_segments(docs, pair.src_sizes, None, 64),
+                                    d.index("<sep>"), shuffle=False)
+        assert max(ds.plan.counts) > 8  # more sentences than the limit below lets end
+        # with the windows a limit that is too short for the longest segments (raised), else a generous one
+        limit = 200 if no_window else 6
+        generator = task.build_generator([model], argparse.Namespace(beam=4, max_len_a=0, max_len_b=limit))
+        assert (model.sentence_length_window is None) == no_window
+        caplog.clear()
+        hypos = {}
+        with caplog.at_level(logging.INFO, logger="fairseq_docctx"), torch.no_grad():
+            for batch in task.get_batch_iterator(ds, max_sentences=4).next_epoch_itr(shuffle=False):
+                out = task.inference_step(generator, [model], batch)
+                hypos.update(zip(batch["id"].tolist(), out))
+        assert sorted(hypos) == list(range(len(pair)))
+        assert all(hypos[i][0]["tokens"].numel() > 1 for i in hypos), "an empty output sentence"
+        assert all(hypos[i][0]["tokens"].numel() - 1 <= int(1.2 * (pair.src[i].numel() - 1) + 10) for i in hypos
+                   if not no_window)
+        assert task.segments_decoded == len(ds) > 6
+        split = [r.getMessage() for r in caplog.records if "segments of the split" in r.getMessage()]
+        assert len(split) == 1 and parse_segment_run_line(split[0]) == (
+            task.segment_fallbacks, len(ds), task.segment_misaligned), split
+        if no_window:  # the sentence count kept, but empty sentences
+            assert task.segment_misaligned["empty"] > 0
+            assert task.segment_misaligned["count"] == task.segment_misaligned["window"] == 0
+        else:  # the 6-token limit is raised to the windows' sum: never a cut segment
+            assert task.segment_fallbacks == 0

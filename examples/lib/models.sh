@@ -391,32 +391,28 @@ han_note() {  # the line results.md gives the HAN rows: how their stages were tr
 SEGMENT_MODELS=" doc2doc g-transformer g-transformer-fnd "
 
 segment_note() {  # MODEL...: the line results.md gives the segment models: how their test
-  # segments were decoded (the task logs the segments whose best hypothesis had another number
-  # of sentences than the source, decoded again sentence by sentence)
-  # (fairseq-generate's log; docctx-generate's shard logs are not kept, so with several
-  # processes the count is not given)
+  # segments were decoded (the task logs, once the split is decoded, the segments whose best
+  # hypothesis was misaligned with the source and were decoded again sentence by sentence,
+  # of all the split's segments; docctx-generate logs the same line summed over its shards)
   local name line parts=() log
   for name in "$@"; do
     [[ $SEGMENT_MODELS == *" $name "* ]] || continue
     log=$LOGS/translate-$name.log
-    if [[ ${GENERATE[0]} != fairseq-generate ]]; then
-      parts+=("$name not counted (translated by several processes: GEN_PROCESSES)")
-      continue
-    elif [[ ! -f $log ]]; then
+    if [[ ! -f $log ]]; then
       parts+=("$name not counted (no $log)")
       continue
     fi
-    line=$(grep -o '[0-9]* of [0-9]* segments so far' "$log" | tail -1 || true)
+    line=$(grep -o '[0-9]* of [0-9]* segments of the split decoded again sentence by sentence ([^)]*)' "$log" | tail -1 || true)
     if [[ -n $line ]]; then
-      parts+=("$name ${line% so far} decoded sentence by sentence")
+      parts+=("$name ${line/ of the split/}")
     else
-      parts+=("$name no segment decoded sentence by sentence")
+      parts+=("$name not counted (no count in $log: the decoding did not finish)")
     fi
   done
   (( ${#parts[@]} )) || return 0
   local joined
   joined=$(printf '%s; ' "${parts[@]}")
-  echo "Segment models (trained and decoded on segments of at most $SEG_TOKENS tokens, one output sentence per source sentence; a segment whose best hypothesis has another number of sentences is decoded again sentence by sentence): ${joined%; }."
+  echo "Segment models (trained and decoded on segments of at most $SEG_TOKENS tokens, one output sentence per source sentence, each output sentence within the G-Transformer authors' length window; a segment whose best hypothesis is misaligned with the source (another number of sentences, an empty sentence, a sentence outside its window) is decoded again sentence by sentence): ${joined%; }."
 }
 
 average_note() {  # the line results.md gives the translated checkpoints

@@ -53,6 +53,10 @@ def build_parser():
     p.add_argument("--max-len-a", type=float, default=TRANSLATE_DEFAULTS["max_len_a"],
                    help="a translation (a segment model's: a segment) has at most A x the source's tokens + B")
     p.add_argument("--max-len-b", type=int, default=TRANSLATE_DEFAULTS["max_len_b"])
+    p.add_argument("--no-sentence-length-window", action="store_true",
+                   help="a segment model (g_transformer, doc2doc_transformer): no length window for its "
+                   "output sentences (by default, as the G-Transformer authors decode, output sentence i has "
+                   "at least 1 and at most 1.2 |s_i| + 10 tokens)")
     p.add_argument("--batch-size", type=int, default=16,
                    help="documents decoded side by side")
     p.add_argument("--max-tokens", type=int, default=None)
@@ -92,6 +96,8 @@ def load_model(args):
     from ..hub import from_exported, from_pretrained
 
     overrides = {"target_context": args.target_context}
+    if args.no_sentence_length_window:
+        overrides["no_sentence_length_window"] = True
     if args.context_size is not None:
         overrides["context_size"] = args.context_size
     if args.engine == "ctranslate2":
@@ -133,8 +139,10 @@ def _report(args, docs, empty, elapsed, fallbacks=None, processes=1):
     if empty:
         print(f"docctx-translate: warning: {empty} empty translations", file=sys.stderr)
     if fallbacks is not None:  # a segment model: its segments decoded again sentence by sentence
-        print(f"docctx-translate: {fallbacks[0]} of {fallbacks[1]} segments decoded sentence by sentence "
-              "(the best hypothesis had another number of sentences than the source)", file=sys.stderr)
+        why = fallbacks[2] if len(fallbacks) > 2 else {}
+        print(f"docctx-translate: {fallbacks[0]} of {fallbacks[1]} segments decoded again sentence by sentence "
+              f"(misaligned: {why.get('count', 0)} sentence count, {why.get('empty', 0)} empty sentence, "
+              f"{why.get('window', 0)} outside the length window)", file=sys.stderr)
     if not args.quiet:
         total = sum(len(d) for d in docs)
         by = f" with {processes} processes" if processes > 1 else ""

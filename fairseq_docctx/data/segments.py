@@ -37,11 +37,13 @@ training). :class:`SegmentPairDataset` serves a plan over fairseq's sentence-lev
 :class:`~fairseq.data.LanguagePairDataset` and collates with fairseq's own ``collate``.
 
 The functions at the end split decoded segments back into sentences (:func:`split_tokens`,
-:func:`split_hypothesis`); the task uses them to give one hypothesis per source sentence.
+:func:`split_hypothesis`) and say whether a decoded segment is aligned with its source
+(:class:`LengthWindow`, :func:`misalignment`); the task uses them to give one hypothesis per
+source sentence.
 """
 import logging
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -62,6 +64,13 @@ SEGMENT_PACKINGS = ("g-transformer", "per-side")
 DEFAULT_SEGMENT_PACKING = "g-transformer"
 #: the rule of a segment checkpoint that records none (written before ``--segment-packing``)
 LEGACY_SEGMENT_PACKING = "per-side"
+#: defaults of ``--sentence-max-len-a`` / ``--sentence-max-len-b``: the G-Transformer authors'
+#: decoding (``force_length`` in their ``sequence_generator.py``, their run scripts'
+#: ``--max-len-a 1.2 --max-len-b 10``) ends output sentence i by 1.2 |s_i| + 10 tokens
+SENTENCE_MAX_LEN_A, SENTENCE_MAX_LEN_B = 1.2, 10
+#: the ways a decoded segment can be misaligned with its source (:func:`misalignment`), in the
+#: order they are checked
+MISALIGNMENTS = ("count", "empty", "window")
 
 
 class SegmentBudget:
@@ -426,3 +435,59 @@ def without_separators(hypo: Dict, separator: int) -> Dict:
     if hypo.get("attention") is not None:
         out["attention"] = hypo["attention"][:, keep]
     return out
+
+
+def sentence_lengths(tokens: torch.Tensor, separator: int, pad: int, eos: int) -> torch.Tensor:
+    """``[B, N]``: the number of tokens of every sentence of every row of a batch of segments
+    ``tokens`` ``[B, S]`` (either padding side), separators, ``</s>`` and padding not
+    counted; N is the most sentences of a row, a row's columns past its own sentences are 0."""
+    is_sep = tokens.eq(separator)
+    seps = is_sep.long()
+    sentence = seps.cumsum(1) - seps  # 0-based sentence of every token (a separator ends its own)
+    word = tokens.ne(pad) & ~is_sep & tokens.ne(eos)
+    n = int(seps.sum(1).max()) + 1 if tokens.numel() else 1
+    return tokens.new_zeros(tokens.size(0), n).scatter_add_(1, sentence, word.long())
+
+
+@dataclass(frozen=True)
+class LengthWindow:
+    """The length window of an output sentence, as the G-Transformer authors decode (their
+    ``force_length``): for a source sentence of L tokens, at least ``min_len`` tokens (0 for
+    an empty source sentence) and at most ``int(max_len_a * L + max_len_b)``. ``min_len`` is
+    fairseq's ``--min-len`` (default 1), the minimum the authors' decoder applies to every
+    sentence."""
+
+    max_len_a: float = SENTENCE_MAX_LEN_A
+    max_len_b: int = SENTENCE_MAX_LEN_B
+    min_len: int = 1
+
+    def __post_init__(self):
+        if self.max_len_a < 0 or self.max_len_b < 1:
+            raise ValueError(f"the sentence length window {self.max_len_a} * |s| + {self.max_len_b}: "
+                             "--sentence-max-len-a must be >= 0 and --sentence-max-len-b >= 1")
+
+    def bounds(self, lengths: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``(shortest, longest)``, each shaped like ``lengths`` (source sentence lengths, an
+        integer tensor of any shape): the window of each sentence. The longest is computed in
+        float64, as Python computes ``int(a * L + b)``; the shortest is never above it."""
+        longest = torch.floor(lengths.double() * self.max_len_a + self.max_len_b).long()
+        shortest = torch.clamp(longest, max=int(self.min_len)).masked_fill(lengths.eq(0), 0)
+        return shortest.clamp(min=0), longest
+
+
+def misalignment(pieces: Optional[List[Dict]], src_lengths: Sequence[int],
+                 window: Optional[Tuple[Sequence[int], Sequence[int]]] = None) -> Optional[str]:
+    """Why a decoded segment, split into sentences (:func:`split_hypothesis`; ``None``: not
+    the source's number of sentences), is not aligned with its source sentences of
+    ``src_lengths`` tokens, or ``None`` when it is: ``"count"`` (another number of
+    sentences), ``"empty"`` (an output sentence without a token while its source sentence
+    has some), ``"window"`` (an output sentence's length outside ``window``, the
+    ``(shortest, longest)`` lists of :meth:`LengthWindow.bounds`; not checked without)."""
+    if pieces is None or len(pieces) != len(src_lengths):
+        return "count"
+    lengths = [p["tokens"].numel() - 1 for p in pieces]
+    if any(n == 0 and s > 0 for n, s in zip(lengths, src_lengths)):
+        return "empty"
+    if window is not None and any(not lo <= n <= hi for n, lo, hi in zip(lengths, *window)):
+        return "window"
+    return None

@@ -16,6 +16,7 @@ import os
 from typing import List, NamedTuple, Optional
 
 from fairseq import checkpoint_utils, tasks
+from omegaconf import DictConfig, open_dict
 
 from ..data import manifest as mf
 from ..data.manifest import spm_model_path
@@ -282,6 +283,12 @@ def load_models(path: str, data: Optional[str] = None, overrides: Optional[dict]
     trained = trained_on(state)
     data = data_directory(path, state, data)
     arg_overrides = {"data": data, **resolve_language_pair(path, state, data, trained), **(overrides or {})}
+    # task options newer than the checkpoint: fairseq's overrides skip a key the recorded
+    # configuration lacks, the task then has the option's default; set them after set-up
+    saved_task = state["cfg"].get("task") if state.get("cfg") is not None else None
+    newer = {}
+    if isinstance(saved_task, DictConfig):
+        newer = {k: v for k, v in (overrides or {}).items() if k not in saved_task}
     apply_overrides(state, arg_overrides)
     try:
         task = tasks.setup_task(state["cfg"].task, from_checkpoint=True)
@@ -289,6 +296,11 @@ def load_models(path: str, data: Optional[str] = None, overrides: Optional[dict]
         missing = e.filename or first_line(e)
         raise CheckpointError(f"{path}: the data directory {data} does not hold the dictionaries of this "
                               f"model ({missing} is missing){fix}") from None
+    newer = {k: v for k, v in newer.items() if isinstance(task.cfg, DictConfig) and k in task.cfg}
+    if newer:
+        with open_dict(task.cfg):
+            for k, v in newer.items():
+                setattr(task.cfg, k, v)
     check_dictionaries(path, state, task, data, trained)
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
         [path], arg_overrides=arg_overrides, task=task, state=state)

@@ -8,7 +8,9 @@ writes it: the ``S-``/``T-``/``H-``/``D-``/``P-`` (and ``A-``, ``I-``, ``E-``) l
 sentence, in sentence-id order (corpus order), each id once, then a summary line and the score
 line fairseq prints (``Generate <subset> with beam=<B>: ...``), computed over the merged
 corpus with fairseq's own scorer (``--scoring``). The shards' log lines stay in their own
-files (``work_dir``).
+files (``work_dir``); a segment model's count of the segments decoded again sentence by
+sentence is summed over them (:func:`segment_fallbacks`), reported, and added to the summary
+line.
 
 A sentence longer than the model's positions stops fairseq-generate; with
 ``--skip-invalid-size-inputs-valid-test`` fairseq leaves it out with a warning that names
@@ -242,6 +244,24 @@ def _split_documents(task, cfg):
     return None
 
 
+def segment_fallbacks(logs: Sequence[str]) -> Optional[str]:
+    """A segment model's line ``F of N segments of the split decoded again sentence by
+    sentence (misaligned: ...)`` (:func:`~fairseq_docctx.tasks.document_translation.
+    segment_run_line`) with the counts summed over the shards' logs (each shard logs the line
+    of its part of the split); ``None`` when no shard logged one (not a segment model)."""
+    from ..tasks.document_translation import parse_segment_run_line, segment_run_line
+
+    found = [parse_segment_run_line(log) for log in logs]
+    found = [f for f in found if f is not None]
+    if not found:
+        return None
+    if len(found) != len(logs):
+        logger.warning(f"{len(logs) - len(found)} of {len(logs)} shards logged no count of their segments: "
+                       "the count covers the others only")
+    return segment_run_line(sum(f[0] for f in found), sum(f[1] for f in found),
+                            {k: sum(f[2][k] for f in found) for k in found[0][2]})
+
+
 def _log_line(message: str) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     return f"{stamp} | INFO | {__name__} | {message}"
@@ -306,7 +326,7 @@ def generate(fairseq_args: Sequence[str], processes: Optional[int] = None,
             raise error from None
         elapsed = time.time() - start
         records = merge_records(outs)
-        logs = [_shard_log(work_dir, i) for i in range(n)] if skipping else []
+        logs = [_shard_log(work_dir, i) for i in range(n)]
     finally:
         if tmp:
             shutil.rmtree(work_dir, ignore_errors=True)
@@ -332,10 +352,14 @@ def generate(fairseq_args: Sequence[str], processes: Optional[int] = None,
     except ValueError as e:  # not recoverable from the output: said in its place
         score = _log_line(f"no score over the merged shards: {e}")
     tokens = sum(len(p[0].split()) for p in (_fields(lines, "P") for lines in records.values()) if p)
+    segments = segment_fallbacks(logs)
+    if segments is not None:
+        report(segments)
     summary = _log_line(f"Translated {len(records):,} sentences ({tokens:,} tokens) in {elapsed:.1f}s "
                         f"with {n} processes ({len(records) / max(elapsed, 1e-9):.2f} sentences/s)"
                         + (f"; {len(skipped):,} sentences left out as too long (ids: "
-                           f"{', '.join(map(str, skipped))})" if skipped else ""))
+                           f"{', '.join(map(str, skipped))})" if skipped else "")
+                        + (f"; {segments}" if segments is not None else ""))
     own = output is None and cfg.common_eval.results_path is not None
     if own:
         os.makedirs(cfg.common_eval.results_path, exist_ok=True)

@@ -57,11 +57,13 @@ class ShardWriter:
     def write(self, doc: int, translation: Sequence[str]):
         self._line({"doc": int(doc), "hyp": list(translation)})
 
-    def write_fallbacks(self, fallbacks: Optional[Tuple[int, int]]):
-        """A segment model's ``(segments decoded sentence by sentence, segments decoded)``
-        (nothing for other models)."""
-        if fallbacks is not None:
-            self._line({"segment_fallbacks": [int(fallbacks[0]), int(fallbacks[1])]})
+    def write_fallbacks(self, report: Optional[tuple]):
+        """A segment model's ``(segments decoded again sentence by sentence, segments decoded,
+        {reason: misaligned segments})`` (the hub's ``segment_report``; nothing for other
+        models)."""
+        if report is not None:
+            self._line({"segment_fallbacks": [int(report[0]), int(report[1])],
+                        "segment_misaligned": {k: int(v) for k, v in report[2].items()}})
 
     def close(self):
         self.f.close()
@@ -79,6 +81,7 @@ def read_shard(path: str) -> Tuple[dict, Dict[int, List[str]]]:
     for o in lines[1:]:
         if "segment_fallbacks" in o:
             header["segment_fallbacks"] = o["segment_fallbacks"]
+            header["segment_misaligned"] = o.get("segment_misaligned", {})
     return header, {int(o["doc"]): o["hyp"] for o in lines[1:] if "doc" in o}
 
 
@@ -87,9 +90,10 @@ def translate_sharded(command: Sequence[str], lengths: Sequence[int], processes:
                       ) -> Tuple[dict, List[List[str]]]:
     """Run ``command + [--num-shards N --shard-id I --shard-output FILE]`` for each shard I
     (N = ``processes``, at most one per document), on ``devices`` in turn or on the CPU; return
-    (the languages the shards report, with a segment model's ``segment_fallbacks`` summed
-    over the shards, the translations of the documents in input order, checked: every
-    document once, one translation per sentence)."""
+    (the languages the shards report, with a segment model's ``segment_fallbacks``
+    ``(fallbacks, decoded, {reason: misaligned})`` summed over the shards, the translations
+    of the documents in input order, checked: every document once, one translation per
+    sentence)."""
     n = max(1, min(processes, len(lengths)))
     tmp = work_dir is None
     work_dir = tempfile.mkdtemp(prefix="docctx-translate-") if tmp else work_dir
@@ -105,7 +109,11 @@ def translate_sharded(command: Sequence[str], lengths: Sequence[int], processes:
             header, docs = read_shard(path)
             if "segment_fallbacks" in header:
                 f, n_seg = header.pop("segment_fallbacks")
-                fallbacks = (f, n_seg) if fallbacks is None else (fallbacks[0] + f, fallbacks[1] + n_seg)
+                why = header.pop("segment_misaligned", {})
+                if fallbacks is None:
+                    fallbacks = (0, 0, {})
+                fallbacks = (fallbacks[0] + f, fallbacks[1] + n_seg,
+                             {k: fallbacks[2].get(k, 0) + why.get(k, 0) for k in {*fallbacks[2], *why}})
             langs = langs or header
             for d, hyp in docs.items():
                 if d in found:
@@ -366,7 +374,8 @@ def translate_file(options, load: Callable):
     when it cannot be written), the model loaded (``load(options)``), and the documents
     translated and written in input order. Returns (the documents, the number of empty
     translations, the seconds translating took, and a segment model's ``(segments decoded
-    again sentence by sentence, segments decoded)``, else ``None``)."""
+    again sentence by sentence, segments decoded, {reason: misaligned segments})``, the hub's
+    ``segment_report``, else ``None``)."""
     docs, fmt, set_attributes = read_input(options)
     output = open_output(options, fmt)
     try:
@@ -382,7 +391,7 @@ def translate_file(options, load: Callable):
         output.commit()
     finally:
         output.discard()
-    return docs, empty, elapsed, model.segment_fallbacks
+    return docs, empty, elapsed, getattr(model, "segment_report", None)
 
 
 def translate_shard(options, load: Callable) -> None:
@@ -395,7 +404,7 @@ def translate_shard(options, load: Callable) -> None:
     try:
         translate(model, [docs[i] for i in mine], options,
                   document_done=lambda k, translation: writer.write(mine[k], translation), keep=False)
-        writer.write_fallbacks(model.segment_fallbacks)
+        writer.write_fallbacks(getattr(model, "segment_report", None))
     finally:
         writer.close()
 
@@ -407,7 +416,8 @@ def translate_in_processes(options, command: Callable[[str, str], Sequence[str]]
     process (without the shard options :func:`translate_sharded` adds); standard input is
     kept in a temporary file the processes read. Returns (the documents, their
     translations, the seconds the processes took, a segment model's ``(segments decoded
-    again sentence by sentence, segments decoded)`` over all processes, else ``None``)."""
+    again sentence by sentence, segments decoded, {reason: misaligned segments})`` over all
+    processes, else ``None``)."""
     work = tempfile.mkdtemp(prefix="docctx-translate-")
     try:
         docs, fmt, set_attributes = read_input(options, keep_dir=work)

@@ -19,12 +19,23 @@ task's separator (``--context-separator``, default ``<sep>``)::
   ``--doc-noise-epochs``).
 
 Both keep every sentence at inference: the encoder output carries each row's number of source
-sentences n (``src_sentences``, reordered with the beams), and in incremental decoding
-(fairseq's ``SequenceGenerator``) the decoder forbids the end of the segment while the
-hypothesis has fewer than n - 1 separators and a separator once it has n - 1, so a finished
-hypothesis has exactly n sentences unless fairseq forces the end at its maximum length
-(``set_sentence_count_constraint(False)`` turns this off; training and teacher-forced scoring
-are unaffected).
+sentences n (``src_sentences``) and the length of each source sentence
+(``src_sentence_lengths``), both reordered with the beams, and in incremental decoding
+(fairseq's ``SequenceGenerator``) the decoder
+
+* forbids the end of the segment while the hypothesis has fewer than n - 1 separators and a
+  separator once it has n - 1, so a finished hypothesis has exactly n sentences unless fairseq
+  forces the end at its maximum length (``set_sentence_count_constraint(False)`` turns this
+  off);
+* gives output sentence i the length window of the G-Transformer authors' decoder
+  (``force_length`` in their ``sequence_generator.py``): its end (the separator, or ``</s>``
+  for the last sentence) is forbidden before ``min_len`` tokens (fairseq's ``--min-len``, 0
+  for an empty source sentence) and forced after ``int(a |s_i| + b)`` tokens (a = 1.2,
+  b = 10 by default, the authors' run values; :class:`~fairseq_docctx.data.segments.
+  LengthWindow`; ``set_sentence_length_window(False)`` turns this off, and so does turning
+  the sentence count off).
+
+Training and teacher-forced scoring are unaffected.
 
 Neither reads the task's context tables: for the document-context contract
 (:mod:`fairseq_docctx.models.document_context`) they are sentence-level models (their
@@ -47,6 +58,7 @@ from fairseq.models.transformer import (
     transformer_iwslt_de_en,
 )
 
+from ..data.segments import LengthWindow, sentence_lengths
 from ..modules.group_attention import (
     GroupAttention,
     build_group_layer,
@@ -79,11 +91,13 @@ def separator_indices(task, name: str):
 
 
 class SegmentEncoder(TransformerEncoderBase):
-    """fairseq's Transformer encoder whose output also carries ``src_sentences`` ``[B]``,
-    each row's number of source sentences (reordered with the beams)."""
+    """fairseq's Transformer encoder whose output also carries ``src_sentences`` ``[B]``, each
+    row's number of source sentences, and ``src_sentence_lengths`` ``[B, N]``, the tokens of
+    each of its sentences (:func:`~fairseq_docctx.data.segments.sentence_lengths`; both
+    reordered with the beams)."""
 
     #: output keys of per-row tensors (batch first) added to fairseq's, reordered with it
-    ROW_KEYS = ("src_sentences",)
+    ROW_KEYS = ("src_sentences", "src_sentence_lengths")
 
     def __init__(self, cfg, dictionary, embed_tokens, sep_idx: Optional[int] = None):
         super().__init__(cfg, dictionary, embed_tokens)
@@ -93,6 +107,8 @@ class SegmentEncoder(TransformerEncoderBase):
                 token_embeddings: Optional[Tensor] = None):
         out = self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
         out["src_sentences"] = [sentence_counts(src_tokens, self.sep_idx)]
+        d = self.dictionary
+        out["src_sentence_lengths"] = [sentence_lengths(src_tokens, self.sep_idx, d.pad(), d.eos())]
         return out
 
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
@@ -105,13 +121,16 @@ class SegmentEncoder(TransformerEncoderBase):
 
 class SegmentDecoder(TransformerDecoderBase):
     """fairseq's Transformer decoder that, in incremental decoding, keeps the number of
-    sentences of each hypothesis to the source's n (the module doc)."""
+    sentences of each hypothesis to the source's n and each output sentence to its length
+    window (the module doc)."""
 
     def __init__(self, cfg, dictionary, embed_tokens, sep_idx: Optional[int] = None, no_encoder_attn: bool = False):
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
         self.sep_idx = sep_idx
         #: the sentence-count constraint of incremental decoding (a setting, not a cache)
         self.keep_sentence_count = True
+        #: the length window of every output sentence within it (a setting; ``None``: none)
+        self.length_window: Optional[LengthWindow] = LengthWindow()
 
     def forward(self, prev_output_tokens, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
@@ -129,20 +148,55 @@ class SegmentDecoder(TransformerDecoderBase):
 
     def constrain_sentence_count(self, logits: Tensor, prev_output_tokens: Tensor, encoder_out) -> Tensor:
         """``logits`` ``[B, T, V]`` with its last position constrained given the history
-        ``prev_output_tokens`` ``[B, L]``: the end of segment (``</s>``) at
-        :data:`EOS_FORBIDDEN` while the history has fewer than n - 1 separators, the separator
-        at -inf once it has n - 1."""
+        ``prev_output_tokens`` ``[B, L]`` (position 0 the initial ``</s>``), whose k separators
+        put it in sentence k + 1 of the source's n:
+
+        * the end of segment (``</s>``) at :data:`EOS_FORBIDDEN` while k < n - 1, the separator
+          at -inf once k = n - 1;
+        * with a length window (:attr:`length_window`), when the current sentence has m tokens
+          and its source sentence's window is [lo, hi]: its end (the separator while k < n - 1,
+          else ``</s>``) forbidden as above while m < lo, and forced once m >= hi (every other
+          token at -inf; ``</s>`` stays at :data:`EOS_FORBIDDEN` when the end is the
+          separator, so that fairseq can still end there at its maximum length).
+
+        The columns are set in place (the logits are the output layer's fresh tensor): two
+        columns for every row and whole rows only for the forced ones, no ``[B, V]`` mask."""
         if encoder_out is None or "src_sentences" not in encoder_out:
             raise ValueError(f"{type(self).__name__}: the encoder output has no src_sentences "
                              "(the sentence-count constraint needs the segment encoder's output)")
         n = encoder_out["src_sentences"][0]
-        seps = prev_output_tokens[:, 1:].eq(self.sep_idx).sum(1)
+        is_sep = prev_output_tokens.eq(self.sep_idx)
+        is_sep[:, 0] = False  # the initial </s>
+        seps = is_sep.sum(1)
         more = seps < n - 1  # [B]: sentences still to come
-        # two columns of the last position, set in place (the logits are the output layer's
-        # fresh tensor): no [B, 1, V] mask and no copy of the logits at every step
         last, eos, sep = logits[:, -1], self.dictionary.eos(), self.sep_idx
-        last[:, eos] = last[:, eos].masked_fill(more, EOS_FORBIDDEN)
-        last[:, sep] = last[:, sep].masked_fill(~more, float("-inf"))
+        eos_off, sep_off, forced = more, ~more, None
+        window = self.length_window
+        if window is not None:
+            lengths = encoder_out.get("src_sentence_lengths")
+            if lengths is None:
+                raise ValueError(f"{type(self).__name__}: the encoder output has no src_sentence_lengths "
+                                 "(the sentence length window needs the segment encoder's output)")
+            lengths = lengths[0]
+            # the current sentence (never past n - 1 with the count rule; clamped for safety)
+            k = seps.clamp(max=lengths.size(1) - 1).unsqueeze(1)
+            lo, hi = window.bounds(lengths.gather(1, k).squeeze(1))
+            width = prev_output_tokens.size(1)
+            positions = torch.arange(width, device=is_sep.device)
+            # tokens of the current sentence: those after the last separator (or the start)
+            m = (width - 1) - (is_sep * positions).amax(1)
+            early = m < lo
+            eos_off, sep_off, forced = more | early, ~more | early, m >= hi
+        # two columns of the last position, set in place: no [B, 1, V] mask, no copy of the logits
+        last[:, eos] = last[:, eos].masked_fill(eos_off, EOS_FORBIDDEN)
+        last[:, sep] = last[:, sep].masked_fill(sep_off, float("-inf"))
+        if forced is not None and bool(forced.any()):
+            rows = forced.nonzero().squeeze(1)
+            end = torch.where(more[rows], sep, eos)
+            kept_end, kept_eos = last[rows, end], last[rows, eos]
+            last[rows] = float("-inf")
+            last[rows, eos] = kept_eos
+            last[rows, end] = kept_end
         return logits
 
 
@@ -174,6 +228,19 @@ class SegmentModelMixin:
     @property
     def keeps_sentence_count(self) -> bool:
         return bool(self.decoder.keep_sentence_count)
+
+    def set_sentence_length_window(self, window: Optional[LengthWindow] = LengthWindow()):
+        """The length window of every output sentence in incremental decoding (the authors'
+        by default; ``None`` or ``False``: none). It acts with the sentence-count constraint
+        only: sentence i's window is that of source sentence i."""
+        self.decoder.length_window = window if isinstance(window, LengthWindow) else None
+        return self
+
+    @property
+    def sentence_length_window(self) -> Optional[LengthWindow]:
+        """The window incremental decoding applies: ``None`` when off, or when the sentence
+        count is not kept (the window needs it)."""
+        return self.decoder.length_window if self.decoder.keep_sentence_count else None
 
     @classmethod
     def _build(cls, args, task, name: str, is_new_weight):
@@ -210,7 +277,7 @@ class GroupEncoder(SegmentEncoder):
     combined with global attention in the top ``--encoder-ctxlayers``; its output also
     carries the source group tags ``src_groups`` ``[B, S]``."""
 
-    ROW_KEYS = ("src_sentences", "src_groups")
+    ROW_KEYS = SegmentEncoder.ROW_KEYS + ("src_groups",)
 
     def __init__(self, cfg, dictionary, embed_tokens, sep_idx: Optional[int] = None):
         self._layers_built = 0  # the index of the next layer build_encoder_layer builds

@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import logging
 import os
+import re
 from typing import Optional
 
 import numpy as np
@@ -138,6 +139,23 @@ class DocumentTranslationConfig(TranslationConfig):
                   "only after as many sentences as the source segment has); a segment whose "
                   "best hypothesis has another number is decoded again sentence by sentence"},
     )
+    no_sentence_length_window: bool = field(
+        default=False,
+        metadata={"help": "--doc-mode segments, generation: no length window for the output "
+                  "sentences of a segment model (by default, as the G-Transformer authors decode, "
+                  "output sentence i ends after at least --min-len tokens and at most "
+                  "--sentence-max-len-a * |s_i| + --sentence-max-len-b, s_i its source sentence; "
+                  "off as well with --no-sentence-count-constraint)"},
+    )
+    sentence_max_len_a: float = field(
+        default=seg.SENTENCE_MAX_LEN_A,
+        metadata={"help": "--doc-mode segments, generation: the length window's a (see "
+                  "--no-sentence-length-window; the authors' 1.2)"},
+    )
+    sentence_max_len_b: int = field(
+        default=seg.SENTENCE_MAX_LEN_B,
+        metadata={"help": "--doc-mode segments, generation: the length window's b (the authors' 10)"},
+    )
     # fairseq's --num-shards / --shard-id (dataset options, which fairseq-generate itself
     # ignores): generation of shard I of N decodes the documents of that shard only
     num_shards: int = II("dataset.num_shards")
@@ -185,6 +203,36 @@ def lr_scaled_groups(optimizer, model):
         del groups[len(originals):]
         for g, params in originals:
             g["params"] = params
+
+
+#: the line that reports the segments of a split decoded again sentence by sentence
+#: (:func:`segment_run_line`); recipes, docctx-generate and the benchmarks read it
+SEGMENT_RUN_LINE = re.compile(r"(\d+) of (\d+) segments of the split decoded again sentence by sentence"
+                              r"(?: \(misaligned: (\d+) sentence count, (\d+) empty sentence, "
+                              r"(\d+) outside the length window\))?")
+
+
+def _describe_reasons(reasons: dict) -> str:
+    return (f"{reasons.get('count', 0)} sentence count, {reasons.get('empty', 0)} empty sentence, "
+            f"{reasons.get('window', 0)} outside the length window")
+
+
+def segment_run_line(fallbacks: int, total: int, reasons: dict) -> str:
+    """``F of N segments of the split decoded again sentence by sentence (misaligned: C
+    sentence count, E empty sentence, W outside the length window)``: the segments of a split
+    whose best hypothesis was misaligned with the source, by reason
+    (:func:`~fairseq_docctx.data.segments.misalignment`), of its N segments."""
+    return (f"{fallbacks} of {total} segments of the split decoded again sentence by sentence "
+            f"(misaligned: {_describe_reasons(reasons)})")
+
+
+def parse_segment_run_line(text: str) -> Optional[tuple]:
+    """The last :func:`segment_run_line` in ``text``: ``(F, N, {reason: count})``, or ``None``."""
+    found = SEGMENT_RUN_LINE.findall(text)
+    if not found:
+        return None
+    f, n, *why = found[-1]
+    return int(f), int(n), {k: int(v or 0) for k, v in zip(seg.MISALIGNMENTS, why)}
 
 
 def dictionary_digest(d, separator: Optional[str] = None) -> str:
@@ -236,11 +284,16 @@ class DocumentTranslationTask(TranslationTask):
             raise ValueError("--context-size must be >= 0")
         cb.parse_sides(cfg.context_sides)  # a clear error for an unknown side
         self.check_doc_mode()
-        #: --doc-mode segments: segments decoded, and those whose best hypothesis had another
-        #: sentence count than their source and were decoded again sentence by sentence
-        #: (:meth:`inference_step`), over this task's lifetime
+        #: --doc-mode segments: segments decoded, and those whose best hypothesis was
+        #: misaligned with their source and were decoded again sentence by sentence, by
+        #: reason (:func:`~fairseq_docctx.data.segments.misalignment`; :meth:`inference_step`),
+        #: over this task's lifetime
         self.segments_decoded = 0
         self.segment_fallbacks = 0
+        self.segment_misaligned = dict.fromkeys(seg.MISALIGNMENTS, 0)
+        #: the same counts of the split being decoded (the segments of its batches, set by
+        #: :meth:`get_batch_iterator`), logged once its last segment is decoded
+        self.segment_run = None
         #: document-order inference memory, by corpus index of a decoded sentence: its best
         #: translation (target token ids ending in EOS), the target context of the next
         #: sentences, and whatever the model caches (see :meth:`inference_step`). A sentence
@@ -488,7 +541,7 @@ class DocumentTranslationTask(TranslationTask):
                            grouped_shuffling=False, update_epoch_batch_itr=False, **kwargs):
         shard = self.generation_shard(dataset)
         if shard is None and not (isinstance(dataset, DocumentPairDataset) and dataset.has_context):
-            return super().get_batch_iterator(
+            itr = super().get_batch_iterator(
                 dataset, max_tokens=max_tokens, max_sentences=max_sentences,
                 max_positions=max_positions, ignore_invalid_inputs=ignore_invalid_inputs,
                 required_batch_size_multiple=required_batch_size_multiple, seed=seed,
@@ -499,6 +552,11 @@ class DocumentTranslationTask(TranslationTask):
                 grouped_shuffling=grouped_shuffling,
                 update_epoch_batch_itr=update_epoch_batch_itr,
             )
+            if isinstance(dataset, seg.SegmentPairDataset) and dataset is not self.datasets.get(self.cfg.train_subset):
+                # the segments this iterator hands this worker (fairseq's ShardedIterator:
+                # every num_shards-th batch from shard_id)
+                self.start_segment_run(sum(len(b) for b in itr.frozen_batches[shard_id::max(num_shards, 1)]))
+            return itr
         if dataset.position_major:
             if num_shards > 1:
                 raise ValueError(
@@ -628,12 +686,28 @@ class DocumentTranslationTask(TranslationTask):
             super().optimizer_step(optimizer, model, update_num)
 
     def build_generator(self, models, args, **kwargs):
-        """fairseq's generator; with ``--no-sentence-count-constraint`` segment models search
-        without the sentence count (:meth:`inference_step` still accounts for every sentence)."""
+        """fairseq's generator; segment models search with the sentence count and the
+        length windows of the output sentences (:meth:`sentence_length_window`, with the
+        generation's ``--min-len``), or without them (``--no-sentence-count-constraint``,
+        ``--no-sentence-length-window``); :meth:`inference_step` still accounts for every
+        sentence."""
+        window = self.sentence_length_window(getattr(args, "min_len", 1))
         for m in models:
             if hasattr(m, "set_sentence_count_constraint"):
                 m.set_sentence_count_constraint(not getattr(self.cfg, "no_sentence_count_constraint", False))
+                m.set_sentence_length_window(window)
         return super().build_generator(models, args, **kwargs)
+
+    def sentence_length_window(self, min_len: int = 1) -> Optional[seg.LengthWindow]:
+        """The length window of a segment model's output sentences (``--sentence-max-len-a``,
+        ``--sentence-max-len-b``, ``min_len``: the generation's ``--min-len``); ``None`` with
+        ``--no-sentence-length-window`` (a configuration without these options: the defaults)."""
+        if getattr(self.cfg, "no_sentence_length_window", False):
+            return None
+        a = getattr(self.cfg, "sentence_max_len_a", None)
+        b = getattr(self.cfg, "sentence_max_len_b", None)
+        return seg.LengthWindow(seg.SENTENCE_MAX_LEN_A if a is None else float(a),
+                                seg.SENTENCE_MAX_LEN_B if b is None else int(b), int(min_len or 0))
 
     def dictionary_sizes(self) -> str:
         """``"<source types>,<target types>"`` (recorded in a model's args beside
@@ -751,12 +825,21 @@ class DocumentTranslationTask(TranslationTask):
         list per source **sentence**.
 
         Every row's hypotheses are split at the separator
-        (:func:`~fairseq_docctx.data.segments.split_hypothesis`); a row whose best hypothesis
-        has exactly as many sentences as its source gives each sentence its piece of every
-        hypothesis that has that many (best first). A row whose best hypothesis has another
-        count is decoded again sentence by sentence, each sentence a one-sentence segment
-        (the per-segment fallback; a separator such a decoding emits is removed), and counted
-        in :attr:`segment_fallbacks` (logged).
+        (:func:`~fairseq_docctx.data.segments.split_hypothesis`) and checked against the
+        source sentences (:func:`~fairseq_docctx.data.segments.misalignment`): another number
+        of sentences, an empty output sentence whose source sentence is not, or (when the
+        model decoded with length windows, :meth:`sentence_length_window`) an output sentence
+        outside its window. A row whose best hypothesis is aligned gives each sentence its
+        piece of every aligned hypothesis (best first). A row whose best hypothesis is
+        misaligned is decoded again sentence by sentence, each sentence a one-sentence
+        segment (the per-segment fallback; a separator such a decoding emits is removed), and
+        counted in :attr:`segment_fallbacks` and :attr:`segment_misaligned` (logged; the
+        split's counts once its last segment is decoded, :meth:`count_segments`).
+
+        With length windows the generator's limit on a segment's length (fairseq's
+        ``--max-len-a``/``--max-len-b``) is raised for the batch, where it is lower, to the
+        sum of the windows of a row's sentences and its separators
+        (:meth:`segment_length_limit`), so that it never ends a sentence before its window does.
 
         The batch is then rewritten in place into the sentences, in the segments' order, so
         that fairseq-generate prints one S-/T-/H-/D- group per source sentence under its own
@@ -776,10 +859,13 @@ class DocumentTranslationTask(TranslationTask):
         sep, eos, pad = self.tgt_dict.index(self.cfg.context_separator), self.tgt_dict.eos(), self.tgt_dict.pad()
         src_sep = self.src_dict.index(self.cfg.context_separator)
         lenpen = float(getattr(generator, "len_penalty", 1.0))
-        hypos = TranslationTask.inference_step(self, generator, models, sample)
+        window = self.decoding_window(models)
         ni, target = sample["net_input"], sample.get("target")
+        with self.segment_length_limit(generator, ni["src_tokens"], window):
+            hypos = TranslationTask.inference_step(self, generator, models, sample)
         groups = [g.tolist() for g in sample[SEGMENT_SENTENCES]]
-        per_sentence, sources, targets, fallbacks = [], [], [], 0
+        per_sentence, sources, targets = [], [], []
+        reasons = dict.fromkeys(seg.MISALIGNMENTS, 0)
         for i, ids in enumerate(groups):
             src = seg.split_tokens(utils.strip_pad(ni["src_tokens"][i], pad), src_sep, eos)
             if len(src) != len(ids):
@@ -788,33 +874,105 @@ class DocumentTranslationTask(TranslationTask):
             sources.extend(src)
             if target is not None:
                 targets.extend(seg.split_tokens(utils.strip_pad(target[i], pad), sep, eos))
+            src_lengths = [t.numel() - 1 for t in src]
+            bounds = None
+            if window is not None:
+                bounds = [b.tolist() for b in window.bounds(torch.tensor(src_lengths))]
             split = [seg.split_hypothesis(h, sep, eos, len(ids), lenpen) for h in hypos[i]]
-            if not split or split[0] is None:  # decoded again below, sentence by sentence
-                fallbacks += 1
+            why = [seg.misalignment(s, src_lengths, bounds) for s in split]
+            if not split or why[0] is not None:  # decoded again below, sentence by sentence
+                reasons[why[0] if split else "count"] += 1
                 per_sentence.extend([None] * len(ids))
             else:
-                complete = [s for s in split if s is not None]
-                per_sentence.extend([[s[k] for s in complete] for k in range(len(ids))])
-        self.segments_decoded += len(groups)
+                aligned = [s for s, w in zip(split, why) if w is None]
+                per_sentence.extend([[s[k] for s in aligned] for k in range(len(ids))])
+        fallbacks = sum(reasons.values())
         if fallbacks:
             todo = [k for k, h in enumerate(per_sentence) if h is None]
             sub_src = [sources[k] for k in todo]
+            sub_tokens = data_utils.collate_tokens(sub_src, pad, eos, left_pad=self.cfg.left_pad_source)
             sub = {
                 "id": torch.tensor(todo, device=sample["id"].device), "nsentences": len(todo),
                 "net_input": {
-                    "src_tokens": data_utils.collate_tokens(sub_src, pad, eos, left_pad=self.cfg.left_pad_source),
+                    "src_tokens": sub_tokens,
                     "src_lengths": torch.tensor([t.numel() for t in sub_src], device=sample["id"].device),
                 },
             }
-            sub_hypos = TranslationTask.inference_step(self, generator, models, sub)
+            with self.segment_length_limit(generator, sub_tokens, window):
+                sub_hypos = TranslationTask.inference_step(self, generator, models, sub)
+            still_empty = 0
             for k, h in zip(todo, sub_hypos):
                 per_sentence[k] = [seg.without_separators(x, sep) for x in h]
-            self.segment_fallbacks += fallbacks
-            logger.info(f"{fallbacks} of {len(groups)} segments decoded sentence by sentence "
-                        "(the best hypothesis had another number of sentences than the source); "
-                        f"{self.segment_fallbacks} of {self.segments_decoded} segments so far")
+                still_empty += per_sentence[k][0]["tokens"].numel() == 1 and sources[k].numel() > 1
+            logger.info(f"{fallbacks} of {len(groups)} segments of the batch decoded again sentence by "
+                        f"sentence (misaligned: {_describe_reasons(reasons)})")
+            if still_empty:
+                logger.warning(f"{still_empty} sentences decoded alone have an empty translation (their "
+                               "source is not empty)")
+        self.count_segments(len(groups), reasons)
         self._rewrite_as_sentences(sample, [i for g in groups for i in g], sources, targets)
         return per_sentence
+
+    def decoding_window(self, models) -> Optional[seg.LengthWindow]:
+        """The length window the models decode segments with (the segment models'
+        ``sentence_length_window``, set by :meth:`build_generator`); ``None`` when one of them
+        has none (off, or a model without the window such as a ``transformer`` on segments)."""
+        windows = [getattr(m, "sentence_length_window", None) for m in models]
+        return windows[0] if windows and all(w is not None and w == windows[0] for w in windows) else None
+
+    @contextlib.contextmanager
+    def segment_length_limit(self, generator, src_tokens, window: Optional[seg.LengthWindow]):
+        """Within the block, fairseq's ``generator`` ends no hypothesis of the batch of segments
+        ``src_tokens`` before the sum of the length windows of its sentences plus its
+        separators: where ``int(max_len_a * width + max_len_b)`` is lower, ``max_len_b`` is
+        raised by the difference (the model's positions still bound it). Nothing changes
+        without a ``window`` or for a generator without these limits."""
+        b = getattr(generator, "max_len_b", None)
+        a = getattr(generator, "max_len_a", None)
+        if window is None or a is None or b is None or getattr(generator, "match_source_len", False):
+            yield
+            return
+        pad, eos = self.src_dict.pad(), self.src_dict.eos()
+        sep = self.src_dict.index(self.cfg.context_separator)
+        lengths = seg.sentence_lengths(src_tokens, sep, pad, eos)
+        n = src_tokens.eq(sep).sum(1, keepdim=True) + 1
+        real = torch.arange(lengths.size(1), device=lengths.device).unsqueeze(0) < n
+        need = int(((window.bounds(lengths)[1] * real).sum(1) + n.squeeze(1) - 1).max())
+        limit = int(a * src_tokens.size(1) + b)
+        if limit >= need:
+            yield
+            return
+        generator.max_len_b = b + (need - limit)
+        try:
+            yield
+        finally:
+            generator.max_len_b = b
+
+    def start_segment_run(self, total: int):
+        """Count the decoding of a split of ``total`` segments (:meth:`count_segments`)."""
+        self.segment_run = {"total": int(total), "decoded": 0, "fallbacks": 0,
+                            **dict.fromkeys(seg.MISALIGNMENTS, 0)}
+
+    def count_segments(self, decoded: int, reasons: dict):
+        """Add a batch's ``decoded`` segments and its misaligned ones by reason to the task's
+        counts and to those of the split being decoded; once the split's last segment is
+        decoded, log its line ``F of N segments of the split decoded again sentence by
+        sentence (misaligned: ...)``, N the split's segments (those of its batches)."""
+        fallbacks = sum(reasons.values())
+        self.segments_decoded += decoded
+        self.segment_fallbacks += fallbacks
+        for k, v in reasons.items():
+            self.segment_misaligned[k] += v
+        run = self.segment_run
+        if run is None:
+            return
+        run["decoded"] += decoded
+        run["fallbacks"] += fallbacks
+        for k, v in reasons.items():
+            run[k] += v
+        if run["decoded"] >= run["total"]:
+            logger.info(segment_run_line(run["fallbacks"], run["total"], {k: run[k] for k in seg.MISALIGNMENTS}))
+            self.segment_run = None
 
     def _rewrite_as_sentences(self, sample, ids, sources, targets):
         """Turn a decoded batch of segments into the batch of its sentences (in place)."""

@@ -102,9 +102,8 @@ RNN_PROBE = dict(model_args=[
 @_training
 def hrnn_model(bg, probe, factory):
     """hrnn_context with its defaults (Init-enc + Init-dec + gated auxiliary context on the
-    Nematus base, length-sorted batches) at the same size, K=3 (the paper's): 800 updates,
-    where the context path starts to carry the antecedent (after 400 updates the model
-    translates as well as rnnsearch but its summary D does not yet tell the classes apart)."""
+    Nematus base, the encoder as the sentence RNN, length-sorted batches)
+    at the same size, K=3 (the paper's): 800 updates."""
     return _train(probe, factory, "hrnn", "hrnn_context", ["--context-size", "3"],
                   **dict(RNN_PROBE, max_update=800))
 

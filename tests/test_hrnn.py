@@ -112,18 +112,23 @@ def test_model_equals_the_equations_written_out(config):
     torch.testing.assert_close(fast[real], ref[real], atol=1e-5, rtol=1e-5)
 
 
-def test_each_context_sentence_through_the_sentence_rnn_once():
+@pytest.mark.parametrize("share", [True, False], ids=["encoder", "own"])
+def test_each_context_sentence_through_the_sentence_rnn_once(share):
     """The sentence RNN runs once per batch, over the table rows that are some row's
-    context, each once; the document RNN once, over the rows with context."""
-    model, d = build()
+    context, each once; the document RNN once, over the rows with context. With the
+    encoder as the sentence RNN (the default), the encoder's GRU runs twice: over those
+    context rows, then over the batch's sentences."""
+    model, d = build(share_context_encoder=share)
     s = sample(d)
     FIRST = first_rows(s)
     seen = {}
-    for name in ("context_sentence_rnn", "context_document_rnn"):
+    sentence_rnn = "rnn" if share else "context_sentence_rnn"
+    for name in (sentence_rnn, "context_document_rnn"):
         getattr(model.encoder, name).register_forward_hook(
             lambda m, inp, out, name=name: seen.setdefault(name, []).append(int(inp[0].batch_sizes[0])))
     forward(model, s)
-    assert seen["context_sentence_rnn"] == [len(only_context_rows(s["net_input"]["context"]))]
+    rows = len(only_context_rows(s["net_input"]["context"]))
+    assert seen[sentence_rnn] == ([rows, s["id"].numel()] if share else [rows])
     assert seen["context_document_rnn"] == [int((~FIRST).sum())]
 
 
@@ -236,7 +241,7 @@ def test_context_weights_panel():
 def test_named_architecture_is_the_papers_best_system():
     a = argparse.Namespace()
     hrnn_context(a)
-    assert (a.init_enc, a.init_dec, a.aux_context, a.share_context_encoder) == (True, True, "gated", False)
+    assert (a.init_enc, a.init_dec, a.aux_context, a.share_context_encoder) == (True, True, "gated", True)
     assert (a.encoder_embed_dim, a.encoder_hidden_size, a.context_hidden_size) == (600, 1000, 1000)
 
 
@@ -245,16 +250,16 @@ def test_batches_are_length_sorted_sentences_with_context_words_at_their_cost():
     word counts its multiply-adds in the sentence RNN, 3(E+C)C (E 8, C 6 here; the encoder's
     Bi-GRU, 2·3(E+H)H, when shared), over those of a current word: every weight matrix of the
     rnnsearch of the same sizes but the embeddings (the context parameters are not counted)."""
-    model, _ = build()
+    model, _ = build(share_context_encoder=False)
     sentence_level, _ = build_rnn(arch=rnnsearch_nematus)
     current = sum(p.numel() for n, p in sentence_level.named_parameters() if p.dim() == 2 and "embed_tokens" not in n)
     assert model.current_word_macs() == current
     spec = context_spec(model)
     assert spec.doc_batching == "sentences"
     assert spec.context_token_cost == pytest.approx(3 * (8 + 6) * 6 / current)
-    small = build(context_hidden_size=3, init_enc=False)[0]
+    small = build(context_hidden_size=3, init_enc=False, share_context_encoder=False)[0]
     assert context_spec(small).context_token_cost == pytest.approx(3 * (8 + 3) * 3 / current)
-    shared = build(share_context_encoder=True)[0]
+    shared = build()[0]  # the default: the encoder's Bi-GRU
     assert context_spec(shared).context_token_cost == pytest.approx(2 * 3 * (8 + 6) * 6 / current)
 
 

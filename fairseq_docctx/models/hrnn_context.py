@@ -4,10 +4,12 @@ Liu 2017, *Exploiting Cross-Sentence Context for Neural Machine Translation*) on
 
 Summary of the K previous **source** sentences (§2.1):
 
-* sentence RNN (Eq. 1): a GRU over the words of each context sentence, its last state
-  ``S_k = h_{N,k}``; with ``--share-context-encoder`` the NMT encoder's bidirectional GRU,
-  ``S_k = [→h_N; ←h_1]``. Each unique context sentence of a batch runs through it once
-  (the batch's source table, one run);
+* sentence RNN (Eq. 1): the NMT encoder's bidirectional GRU over the words of each context
+  sentence, ``S_k = [→h_N; ←h_1]`` (``--share-context-encoder``, the named architecture's
+  default: "an additional document-level RNN on top of the sentence-level RNN encoder", §1),
+  or a GRU of its own, its last state ``S_k = h_{N,k}`` (``--share-context-encoder False``,
+  as in the authors' released code). Each unique context sentence of a batch runs through it
+  once (the batch's source table, one run);
 * document RNN (Eq. 2): a GRU over ``S_1..S_K``, farthest sentence first, once per batch row;
   its last state is ``D``. A row without context (a document's first sentence) gets
   ``D = 0``, the state of a document RNN that read nothing.
@@ -175,9 +177,11 @@ class HRNNContextModel(RNNSearchContextModel):
     @property
     def context_token_cost(self) -> float:
         """What a context word counts toward ``--max-tokens`` with the ``sentences`` batching:
-        it goes through the sentence RNN (Eq. 1) only, ``3·(E + C)·C`` multiply-adds (the
-        encoder's Bi-GRU with ``--share-context-encoder``), over those of a word of a current
-        sentence (:meth:`current_word_macs`): about 0.12 at 256/256 with 4,000 words."""
+        it goes through the sentence RNN (Eq. 1) only, the encoder's Bi-GRU
+        (``--share-context-encoder``, the default: ``2·3·(E + H)·H`` multiply-adds) or a GRU
+        of its own (``3·(E + C)·C``), over those of a word of a current sentence
+        (:meth:`current_word_macs`): about 0.22 (0.11 with a GRU of its own) at 256/256 with
+        4,000 words."""
         enc = self.encoder
         rnn = enc.rnn if enc.context_sentence_rnn is None else enc.context_sentence_rnn
         return sum(p.numel() for p in rnn.parameters() if p.dim() == 2) / self.current_word_macs()
@@ -189,8 +193,8 @@ class HRNNContextModel(RNNSearchContextModel):
                             help="previous source sentences summarised (default: the task's "
                             "--context-size; given, it must equal it)")
         parser.add_argument("--context-hidden-size", type=int, metavar="N",
-                            help="size of the sentence and document RNNs, that of D (default: "
-                            "--encoder-hidden-size)")
+                            help="size of the document RNN, that of D, and of the sentence RNN when it "
+                            "is not the encoder's (default: --encoder-hidden-size)")
         parser.add_argument("--init-enc", type=utils.eval_bool, nargs="?", const=True, metavar="BOOL",
                             help="Init-enc: D is the encoder's initial state")
         parser.add_argument("--init-dec", type=utils.eval_bool, nargs="?", const=True, metavar="BOOL",
@@ -200,7 +204,8 @@ class HRNNContextModel(RNNSearchContextModel):
                             "(Eq. 4) or through the context gate (gated, Eqs. 5-6)")
         parser.add_argument("--share-context-encoder", type=utils.eval_bool, nargs="?", const=True,
                             metavar="BOOL", help="the sentence RNN is the NMT encoder's Bi-GRU "
-                            "(S_k = [forward last state; backward last state])")
+                            "(S_k = [forward last state; backward last state]; the default), or "
+                            "(False) a GRU of its own, as in the authors' released code")
         sentence_init.add_args(parser)
 
     @classmethod
@@ -261,10 +266,15 @@ class HRNNContextModel(RNNSearchContextModel):
 def hrnn_context(args):
     """The paper's best system (Wang et al. 2017, Table 1, row 8): Init-enc + Init-dec +
     gated auxiliary context, on the Nematus base (embeddings 600, hidden 1000; §3.1; its
-    ``s_0`` from the annotations' mean, ``--decoder-init mean``); sentence and document RNNs
-    of the encoder's size; K (the paper's 3) is the task's ``--context-size`` unless
-    ``--hrnn-context-size`` says otherwise."""
-    set_defaults(args, init_enc=True, init_dec=True, aux_context="gated", share_context_encoder=False)
+    ``s_0`` from the annotations' mean, ``--decoder-init mean``); the sentence RNN is the NMT
+    encoder (§1: the document RNN "on top of the sentence-level RNN encoder"), whose states
+    carry the words of a sentence from the first updates on, where a sentence RNN of its own
+    starts from summaries that hardly differ between sentences and, on the context probe,
+    often learns only how many previous sentences there are (``docs/benchmarks.md``); a
+    document RNN of the encoder's size; K (the paper's 3) is the task's ``--context-size``
+    unless ``--hrnn-context-size`` says otherwise. A checkpoint keeps the sentence RNN it was
+    trained with (its arguments record ``--share-context-encoder``)."""
+    set_defaults(args, init_enc=True, init_dec=True, aux_context="gated", share_context_encoder=True)
     rnnsearch_nematus(args)
     set_defaults(args, context_hidden_size=args.encoder_hidden_size)
     sentence_init.set_defaults(args)

@@ -8,6 +8,40 @@ context-dependent words right far more often.
 """
 from probe_fixtures import K, accuracy
 
+#: the first documents of the probe's test split CXMI is measured on (a few seconds a model)
+CXMI_DOCS = 80
+#: per model, the CXMI (true - random, nats/token) its probe test asserts: half the value its
+#: session model gave (measured, in brackets; docs/tests.md). A model that reads only how many
+#: previous sentences there are scores about 0 (hrnn_context with a sentence RNN of its own at
+#: chance on the pronouns: 0.000 to 0.014)
+MARGIN = {"concat": 0.09,  # (0.191)
+          "mht": 0.08,  # (0.161)
+          "qcn": 0.045,  # (0.094)
+          "han_encoder": 0.055,  # (0.118)
+          "han_decoder": 0.075,  # (0.157)
+          "hrnn": 0.03,  # (0.061)
+          "isg": 0.015,  # (0.036: K = 1, the pronouns one sentence back only)
+          "g_transformer": 0.055,  # (0.118)
+          "doc2doc_transformer": 0.035}  # (0.079)
+
+
+def reads_content(probe, model, name, margin):
+    """CXMI (Fernandes et al. 2021) of a probe model on the first :data:`CXMI_DOCS` test
+    documents, with the checkpoint's context settings: the reference's mean log-probability
+    per token with the true context exceeds that with a random document's context by more
+    than ``margin`` nats (calibrated on the model, docs/tests.md). A model that reads only
+    how many previous sentences there are, not what they say, scores both alike."""
+    from fairseq_docctx.evaluation.cxmi import compute_cxmi, scorer_documents
+    from fairseq_docctx.evaluation.scoring import load_scorer
+
+    scorer = load_scorer(model["checkpoint"], data=probe["data_bin"])
+    src, tgt, _ = scorer_documents(scorer, "test")
+    rep = compute_cxmi(scorer, src[:CXMI_DOCS], tgt[:CXMI_DOCS], seed=1)
+    print(f"{name}: CXMI true - none {rep['cxmi']:+.4f}, random - none {rep['cxmi_random']:+.4f}, "
+          f"true - random {rep['true_vs_random']:+.4f} nats/token ({rep['tokens']} tokens)")
+    assert rep["true_vs_random"] > margin, f"{name} reads how much context there is, not what it says"
+    return rep
+
 
 def test_sentence_model_is_at_chance_on_pronouns(sentence_acc):
     assert 0.3 < sentence_acc["by_phenomenon"]["anaphora"]["accuracy"] < 0.7
@@ -18,6 +52,7 @@ def test_concat_transformer_uses_context(probe, concat_model, sentence_acc):
     ana, base = res["by_phenomenon"]["anaphora"]["accuracy"], sentence_acc["by_phenomenon"]["anaphora"]["accuracy"]
     print(f"pronouns: concat_transformer {ana:.3f} vs transformer {base:.3f}")
     assert ana >= base + 0.3 and ana >= 0.85
+    reads_content(probe, concat_model, "concat_transformer", MARGIN["concat"])
 
 
 def test_own_translations_as_context_match_reference_context(probe, concat_model):
@@ -39,6 +74,7 @@ def test_mht_transformer_uses_source_context(probe, mht_model, sentence_acc):
     ana, base = res["by_phenomenon"]["anaphora"]["accuracy"], sentence_acc["by_phenomenon"]["anaphora"]["accuracy"]
     print(f"pronouns: mht_transformer {ana:.3f} vs transformer {base:.3f}")
     assert ana >= base + 0.3
+    reads_content(probe, mht_model, "mht_transformer", MARGIN["mht"])
 
 
 def test_qcn_transformer_uses_context(probe, qcn_model, sentence_acc):
@@ -46,6 +82,7 @@ def test_qcn_transformer_uses_context(probe, qcn_model, sentence_acc):
     ana, base = res["by_phenomenon"]["anaphora"]["accuracy"], sentence_acc["by_phenomenon"]["anaphora"]["accuracy"]
     print(f"pronouns: qcn_transformer {ana:.3f} vs transformer {base:.3f}")
     assert ana >= base + 0.2
+    reads_content(probe, qcn_model, "qcn_transformer", MARGIN["qcn"])
 
 
 def _both(name, res):
@@ -62,6 +99,7 @@ def test_han_encoder_uses_source_context(probe, han_encoder_model, sentence_acc)
     ana, _ = _both("han_encoder", accuracy(probe, han_encoder_model, *han_encoder_model["task_args"]))
     base, _ = _both("transformer", sentence_acc)
     assert ana >= base + 0.2
+    reads_content(probe, han_encoder_model, "han_encoder", MARGIN["han_encoder"])
 
 
 def test_han_decoder_keeps_target_choice_consistent(probe, han_decoder_model, sentence_acc):
@@ -76,6 +114,7 @@ def test_han_decoder_keeps_target_choice_consistent(probe, han_decoder_model, se
     _, base = _both("transformer", sentence_acc)
     assert res["consistency_anchor_majority"] < 0.75
     assert cons >= base + 0.3 and cons >= 0.85
+    reads_content(probe, han_decoder_model, "han_decoder", MARGIN["han_decoder"])
 
 
 def test_hrnn_context_uses_source_context(probe, hrnn_model, rnnsearch_model, rnnsearch_acc):
@@ -87,6 +126,7 @@ def test_hrnn_context_uses_source_context(probe, hrnn_model, rnnsearch_model, rn
     ana, _ = _both("hrnn_context", accuracy(probe, hrnn_model, "--context-size", "3"))
     assert 0.3 < base < 0.7
     assert ana >= base + 0.3
+    reads_content(probe, hrnn_model, "hrnn_context", MARGIN["hrnn"])
 
 
 def test_isg_uses_previous_sentence(probe, isg_model, rnnsearch_model, rnnsearch_acc):
@@ -102,6 +142,7 @@ def test_isg_uses_previous_sentence(probe, isg_model, rnnsearch_model, rnnsearch
     print(f"pronouns one sentence back: isg_rnnsearch {one_back(isg):.3f} vs rnnsearch {base:.3f}")
     assert 0.3 < base < 0.7
     assert one_back(isg) >= base + 0.3
+    reads_content(probe, isg_model, "isg_rnnsearch", MARGIN["isg"])
 
 
 
@@ -113,6 +154,7 @@ def _segment_model_uses_context(probe, name, model, sentence_acc):
     ana, base = res["by_phenomenon"]["anaphora"]["accuracy"], sentence_acc["by_phenomenon"]["anaphora"]["accuracy"]
     print(f"pronouns: {name} {ana:.3f} vs transformer {base:.3f} (trained in {model['seconds']:.0f} s)")
     assert ana >= base + 0.3
+    reads_content(probe, model, name, MARGIN[name])
 
 
 def test_g_transformer_uses_the_sentences_before(probe, g_model, sentence_acc):

@@ -371,7 +371,7 @@ def export_ctranslate2(path: str, outdir: str, data: Optional[str] = None,
     model_cfg = model_cfg if model_cfg is not None else state.get("args")
     arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
     ct2.check_architecture(arch, path)
-    ct2.check_outdir(os.fspath(outdir), force)
+    ct2.check_outdir(os.fspath(outdir), force, ct2.files_read(path, data))  # before the model is loaded
     del state
     hub = from_pretrained(path, data=data)
     return ct2.export(hub.models[0], hub.task, path, os.fspath(outdir), spm_model=hub.spm_model,

@@ -48,6 +48,18 @@ def run_in_process(cli_main, argv, capsys):
     return code, out.out, out.err
 
 
+def file_digests(*roots):
+    """``{path: SHA-1 of its bytes}`` of every file under ``roots`` (a file root: the file
+    itself), links followed: what a command that must not destroy its inputs leaves as it was."""
+    import hashlib
+
+    out = {}
+    for root in map(Path, roots):
+        for f in ([root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())):
+            out[str(f)] = hashlib.sha1(f.read_bytes()).hexdigest()
+    return out
+
+
 @pytest.fixture(scope="session")
 def shared_data():
     if not SHARED_DATA.is_dir():

@@ -2,10 +2,13 @@
 AVERAGE=N): on real checkpoints of a tiny training that keeps its last epoch checkpoints as
 the recipes do (--keep-last-epochs N), the average is the mean of every weight, and it loads
 and translates like any checkpoint."""
+import os
+import shutil
+
 import pytest
 import torch
 
-from conftest import REPO, TINY_MODEL, run, run_in_process
+from conftest import REPO, TINY_MODEL, file_digests, run, run_in_process
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +73,50 @@ def test_checkpoints_of_different_models_are_not_averaged(epoch_run, tmp_path):
     torch.save(state, other)
     with pytest.raises(CheckpointError, match=rf"other.pt: weight {name} has shape"):
         average_checkpoints([str(epoch_run / "checkpoint2.pt"), str(other)])
+
+
+def _one_line(err):
+    lines = [ln for ln in err.strip().splitlines() if not ln.startswith(("WARNING", "INFO"))]
+    assert len(lines) == 1 and lines[0].startswith("docctx-average: error: ") and "Traceback" not in err, err
+    return lines[0][len("docctx-average: error: "):]
+
+
+def test_an_output_that_is_an_input_is_refused(epoch_run, tmp_path, capsys):
+    """``-o`` one of the checkpoints averaged, under its name, another spelling or a link:
+    one line, exit 2, the checkpoints as they were, nothing written."""
+    from fairseq_docctx.cli.average import cli_main
+
+    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
+    shutil.copyfile(epoch_run / "checkpoint2.pt", a)
+    shutil.copyfile(epoch_run / "checkpoint3.pt", b)
+    os.symlink(b, tmp_path / "link.pt")
+    before = file_digests(tmp_path)
+    for out in (b, f"{tmp_path}/./b.pt", tmp_path / "link.pt"):
+        code, _, err = run_in_process(cli_main, ["--inputs", a, b, "-o", out], capsys)
+        assert code == 2 and _one_line(err) == (f"-o {out} is the input checkpoint {b}, which the run reads: "
+                                                "give another output file"), err
+        assert file_digests(tmp_path) == before and len(os.listdir(tmp_path)) == 3
+
+
+def test_checkpoints_of_different_models_or_settings_are_refused(epoch_run, concat_both_ckpt, tmp_path, capsys):
+    """A ``transformer`` and a ``concat_transformer`` of one size have the same weight names and
+    shapes; a checkpoint whose task read other context: both refused in one line naming the
+    two files, nothing written."""
+    from fairseq_docctx.cli.average import cli_main
+    from fairseq_docctx.hub import load_checkpoint_state
+
+    sent = epoch_run / "checkpoint3.pt"
+    assert {k: v.shape for k, v in load_checkpoint_state(str(sent))["model"].items()} == \
+        {k: v.shape for k, v in load_checkpoint_state(str(concat_both_ckpt))["model"].items()}
+    out = tmp_path / "avg.pt"
+    code, _, err = run_in_process(cli_main, ["--inputs", sent, concat_both_ckpt, "-o", out], capsys)
+    assert code == 2 and _one_line(err) == (f"{concat_both_ckpt} is a concat_transformer, {sent} a transformer: "
+                                            "checkpoints of different models are not averaged"), err
+    state = load_checkpoint_state(str(sent))
+    state["cfg"]["task"].context_size = 2
+    other = tmp_path / "context2.pt"
+    torch.save(state, other)
+    code, _, err = run_in_process(cli_main, ["--inputs", sent, other, "-o", out], capsys)
+    assert code == 2 and _one_line(err) == (f"{other} was trained with --context-size 2, {sent} with 0: checkpoints "
+                                            "of differently configured models are not averaged"), err
+    assert sorted(os.listdir(tmp_path)) == ["context2.pt"]

@@ -2,12 +2,13 @@
 docctx-translate and docctx-drafts give the fairseq path's translations (float32, the tests'
 tiny models: identical best hypotheses, with target context too)."""
 import json
+import os
 import shutil
 
 import pytest
 import torch
 
-from conftest import REPO, TINY_MODEL, run, run_in_process
+from conftest import REPO, TINY_MODEL, file_digests, run, run_in_process
 from fairseq_docctx.cli.drafts import cli_main as drafts_main
 from fairseq_docctx.cli.export import cli_main as export_main
 from fairseq_docctx.cli.translate import cli_main as translate_main
@@ -110,3 +111,90 @@ def test_a_checkpoint_given_to_the_ctranslate2_engine_is_one_line(concat_both_ck
     assert code == 2 and len(lines) == 1 and not out, err
     assert lines[0] == (f"docctx-translate: error: --path {concat_both_ckpt}: not a folder exported by "
                         "docctx-export ctranslate2 (the ctranslate2 engine reads an exported folder, not a checkpoint)")
+
+
+# ------------------------------------------------------------------ inputs are never destroyed
+def _one_line(err, prog):
+    lines = [ln for ln in err.strip().splitlines() if not ln.startswith(("WARNING", "INFO"))]
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.fixture
+def export_inputs(concat_both_ckpt, toy_bin, tmp_path):
+    """Copies of a checkpoint (in a folder with an unrelated file) and of its data directory."""
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    ckpt = folder / "checkpoint.pt"
+    shutil.copyfile(concat_both_ckpt, ckpt)
+    (folder / "notes.txt").write_text("not the export's\n")
+    data = tmp_path / "data"
+    shutil.copytree(toy_bin, data)
+    return ckpt, data
+
+
+def test_export_refuses_an_outdir_that_is_or_holds_what_it_reads(export_inputs, tmp_path, capsys):
+    """OUTDIR the data directory, the checkpoint's folder, a folder holding the checkpoint, or
+    the checkpoint itself: one line naming it, exit 2, every file as it was (--force too)."""
+    ckpt, data = export_inputs
+    before, names = file_digests(tmp_path), sorted(os.listdir(tmp_path))
+    for outdir, said in ((data, f"is the data directory {data}"), (ckpt.parent, "is the checkpoint's folder"),
+                         (tmp_path, f"holds the checkpoint {ckpt}"), (ckpt, f"is the checkpoint {ckpt}")):
+        for force in ([], ["--force"]):
+            code, _, err = run_in_process(export_main, ["ctranslate2", ckpt, outdir, "--data", data, *force], capsys)
+            line = _one_line(err, "docctx-export")
+            assert code == 2 and line.startswith(f"docctx-export: error: OUTDIR {outdir} {said}"), (force, line)
+            assert line.endswith("which the run reads: give another folder"), line
+            assert file_digests(tmp_path) == before and sorted(os.listdir(tmp_path)) == names, (outdir, force)
+
+
+def test_force_replaces_only_an_earlier_export_once_the_new_one_is_complete(export_inputs, tmp_path, capsys,
+                                                                            monkeypatch):
+    from fairseq_docctx.inference import ctranslate2 as ct2
+
+    ckpt, data = export_inputs
+    other = tmp_path / "other"  # a folder docctx-export did not write
+    other.mkdir()
+    (other / "results.txt").write_text("keep me\n")
+    code, _, err = run_in_process(export_main, ["ctranslate2", ckpt, other, "--data", data, "--force"], capsys)
+    assert code == 2 and "is not a folder docctx-export wrote (no docctx-export.json)" in _one_line(err, "docctx-export")
+    assert (other / "results.txt").read_text() == "keep me\n"
+
+    out = _export(ckpt, data, tmp_path / "ct2")
+    capsys.readouterr()
+    record = json.loads((out / "docctx-export.json").read_text())
+    assert record["files"] == sorted(os.listdir(out))
+    (out / "test.hyp").write_text("a translation\n")  # a file of the user's in the export
+    code, _, err = run_in_process(export_main, ["ctranslate2", ckpt, out, "--data", data, "--force"], capsys)
+    line = _one_line(err, "docctx-export")
+    assert code == 2 and f"holds {out / 'test.hyp'}, which docctx-export did not write" in line, line
+    (out / "test.hyp").unlink()
+
+    # an export that fails half way leaves the earlier one as it was, and nothing beside it
+    before, names = file_digests(out), sorted(os.listdir(tmp_path))
+
+    def fail(path):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ct2, "checkpoint_sha1", fail)
+    with pytest.raises(OSError, match="disk full"):
+        export_main(["ctranslate2", str(ckpt), str(out), "--data", str(data), "--force"])
+    monkeypatch.undo()
+    assert file_digests(out) == before and sorted(os.listdir(tmp_path)) == names
+
+    _export(ckpt, data, out, "--force")  # replaced: the new export alone is there
+    assert sorted(os.listdir(tmp_path)) == names and json.loads((out / "docctx-export.json").read_text()) == record
+
+
+@pytest.mark.parametrize("name", ["model.bin", "config.json", "shared_vocabulary.json", "docctx-export.json"])
+def test_translate_output_into_the_export_folder_is_refused(exported, toy_bin, tmp_path, capsys, name):
+    folder = tmp_path / "ct2"
+    shutil.copytree(exported["transformer"][1], folder)
+    before = file_digests(folder)
+    out = folder / name
+    code, stdout, err = run_in_process(translate_main, [toy_bin.parent / "raw" / "test.src", "--engine", "ctranslate2",
+                                                        "--path", folder, "-o", out, "--quiet"], capsys)
+    line = _one_line(err, "docctx-translate")
+    assert code == 2 and not stdout and line == (f"docctx-translate: error: -o {out}: {out} is the exported model's "
+                                                  f"file {out}, which the run reads: give another output file")
+    assert file_digests(folder) == before and len(os.listdir(folder)) == len(before)

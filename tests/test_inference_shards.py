@@ -85,6 +85,35 @@ def test_devices_are_given_one_per_process_in_turn():
     assert shards.num_processes(None, ["0", "1"]) == 2
 
 
+def test_devices_are_gpus_this_process_sees():
+    """``--devices`` numbers the GPUs this process sees (under CUDA_VISIBLE_DEVICES=2,3 device
+    0 is GPU 2); a GPU that is not there, or --cpu beside it, is refused, not run on the CPU."""
+    assert shards.parse_devices("0,1", available=2) == ["0", "1"]
+    for spec, cpu, said in (("0,2", False, "--devices 0,2: GPU 2 is not there: this machine shows 2 GPUs (0-1)"),
+                            ("0", False, "--devices 0: GPU 0 is not there: this machine shows no GPU to torch"),
+                            ("0", True, "--cpu and --devices 0: the processes run on the GPUs of --devices"),
+                            ("gpu0", False, "--devices gpu0: expected a comma-separated list of GPU numbers")):
+        with pytest.raises(ValueError, match=re.escape(said)):
+            shards.parse_devices(spec, cpu=cpu, available=2 if spec == "0,2" else 0)
+    envs = [shards.shard_environment(i, 2, ["0", "1"], base={"CUDA_VISIBLE_DEVICES": "2,3"}) for i in range(2)]
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["2", "3"]
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without a GPU")
+def test_devices_on_a_machine_without_a_gpu_are_refused(concat_both_ckpt, toy_bin, tmp_path, capsys):
+    """``docctx-translate --devices 0`` where torch sees no GPU: one line, exit 2, nothing
+    translated or written (not a silent decoding on the CPU)."""
+    from fairseq_docctx.cli.translate import cli_main
+
+    out = tmp_path / "out.txt"
+    code, stdout, err = run_in_process(cli_main, [toy_bin.parent / "raw" / "test.src", "--path", concat_both_ckpt,
+                                                  "--data", toy_bin, "--devices", "0", "--quiet", "-o", out], capsys)
+    assert code == 2 and not stdout and err.strip().splitlines() == [
+        "docctx-translate: error: --devices 0: GPU 0 is not there: this machine shows no GPU to torch; leave out "
+        "--devices to decode on the CPU"], err
+    assert os.listdir(tmp_path) == []
+
+
 def _generate_args(probe, concat_model):
     return [probe["data_bin"], "--user-dir", USER_DIR, "--task", "document_translation",
             "--path", concat_model["checkpoint"], "--gen-subset", "valid", "--beam", "2",

@@ -485,6 +485,40 @@ def test_summary_table_markdown_and_json(tmp_path, capsys):
     assert rc == 2 and "d.json: not valid JSON" in err
 
 
+def test_summary_table_of_runs_scored_on_different_test_sets(tmp_path, capsys):
+    """The run files record each score's test set: a column mixing test sets is marked (no
+    baseline) or refused (a Δ against the baseline would compare two test sets)."""
+    paths = []
+    for name, score, n, d in (("sent", 20.0, 173, 30), ("ctx", 21.0, 173, 30), ("short", 24.0, 100, 18)):
+        paths.append(str(write(tmp_path / f"{name}.json", json.dumps({"run": name, "metrics": {
+            "bleu": {"score": score, "sentences": n, "documents": d},
+            "chrf": {"score": 2 * score, "sentences": 173, "documents": 30}}}))))
+    rc, out, _ = score_cli(["table", *paths, "--json", str(tmp_path / "t.json")], capsys)
+    lines = out.splitlines()
+    assert rc == 0 and lines[0] == "| run | bleu† | chrf |" and lines[4] == "| short | 24.00 | 48.00 |"
+    assert lines[-1] == ("† bleu: scored on different test sets: sent, ctx: 173 sentences / 30 documents; "
+                         "short: 100 sentences / 18 documents")
+    assert json.loads((tmp_path / "t.json").read_text())["test_sets"] == {"bleu": [
+        {"sentences": 173, "documents": 30, "runs": ["sent", "ctx"]},
+        {"sentences": 100, "documents": 18, "runs": ["short"]}]}
+    rc, out, err = score_cli(["table", *paths, "--baseline", "sent"], capsys)
+    assert rc == 2 and not out and err.splitlines() == [
+        "docctx-score table: error: bleu: run 'short' was scored on 100 sentences / 18 documents, the baseline "
+        "'sent' on 173 sentences / 30 documents: a difference between two test sets is no Δ; score the runs on "
+        "one test set, or leave out --baseline"]
+    rc, out, _ = score_cli(["table", *paths[:2], "--baseline", "sent"], capsys)  # one test set: no mark
+    assert rc == 0 and out.splitlines()[0] == "| run | bleu | Δ | chrf | Δ |" and "†" not in out
+
+
+@pytest.mark.parametrize("options", [[], ["--tokenized"], ["--pretokenize", "moses"]])
+def test_bleu_of_two_empty_files_is_refused(tmp_path, options):
+    """No sentences on either side: one line, exit 2, not BLEU 0.00 (nor a traceback)."""
+    hyp, ref = write(tmp_path / "hyp.txt", ""), write(tmp_path / "ref.txt", "")
+    p = run(["docctx-score", "bleu", "--hyp", hyp, "--ref", ref, *options], check=False)
+    assert p.returncode == 2 and not p.stdout, (p.stdout, p.stderr)
+    assert p.stderr.strip().splitlines()[-1] == f"docctx-score bleu: error: {hyp}, {ref}: no sentences: nothing to score"
+
+
 def test_json_of_several_subcommands_merges_into_one_run(tmp_path, capsys, wordnet):
     write(tmp_path / "r.txt", "the cat sat on a mat\n")
     write(tmp_path / "r.docids", "d\n")

@@ -14,14 +14,16 @@ def build_parser():
     p = argparse.ArgumentParser(
         prog="docctx-average",
         description="Average the weights of checkpoints of one training run: the last N epoch "
-                    "checkpoints (checkpointE.pt) of a save directory, or the files given.")
+                    "checkpoints (checkpointE.pt) of a save directory, or the files given (checkpoints of "
+                    "different models or settings are refused).")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--inputs", nargs="+", metavar="CKPT", help="the checkpoints to average")
     what.add_argument("--dir", metavar="SAVE_DIR",
                       help="a fairseq-train --save-dir: average its last --last epoch checkpoints")
     p.add_argument("--last", type=int, default=5, metavar="N",
                    help="with --dir: how many of its latest epoch checkpoints (default %(default)s)")
-    p.add_argument("--output", "-o", required=True, metavar="CKPT", help="the averaged checkpoint")
+    p.add_argument("--output", "-o", required=True, metavar="CKPT",
+                   help="the averaged checkpoint (not one of the checkpoints averaged)")
     return p
 
 

@@ -23,12 +23,14 @@ def build_parser():
                        description="Write a transformer or concat_transformer checkpoint as a CTranslate2 "
                        "model folder for docctx-translate --engine ctranslate2.")
     c.add_argument("checkpoint", metavar="CKPT", help="checkpoint file (.pt)")
-    c.add_argument("outdir", metavar="OUTDIR", help="folder to write (must not exist unless --force)")
+    c.add_argument("outdir", metavar="OUTDIR", help="folder to write (must not exist unless --force; never the "
+                   "checkpoint, its folder, the data directory or a folder holding them)")
     c.add_argument("--data", help="data directory with the dictionaries (default: as docctx-translate "
                    "finds it: the checkpoint's directory, else the training data)")
     c.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
                    help="weight type (default: float32, the checkpoint's)")
-    c.add_argument("--force", action="store_true", help="replace OUTDIR")
+    c.add_argument("--force", action="store_true", help="replace OUTDIR if it is an earlier export (a folder "
+                   "docctx-export wrote, holding only its files), once the new export is complete")
     return p
 
 

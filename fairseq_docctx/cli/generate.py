@@ -24,7 +24,7 @@ def build_parser():
                    help="number of fairseq-generate processes (default: one per device of --devices, else 1)")
     p.add_argument("--devices", metavar="LIST",
                    help="GPUs, e.g. 0,1: process I runs on device I mod len(LIST) (CUDA_VISIBLE_DEVICES); "
-                   "default: every process on the CPU (--cpu added)")
+                   "a GPU torch does not see is refused; default: every process on the CPU (--cpu added)")
     p.add_argument("--work-dir", metavar="DIR",
                    help="keep each shard's output and log here (default: a temporary directory, removed)")
     p.add_argument("--allow-skipped", action="store_true",

@@ -161,7 +161,7 @@ def main(argv=None):
     quiet_logging()
     if args.shard_output is not None:
         return translate_shard(args, load_model)
-    devices = parse_devices(args.devices)
+    devices = parse_devices(args.devices, cpu=args.cpu)
     n = num_processes(args.processes, devices)
     if n > 1 or devices:
         docs, translations, elapsed, fallbacks = translate_in_processes(

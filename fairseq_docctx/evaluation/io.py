@@ -383,6 +383,8 @@ def load_corpus(hyp: str, ref: Union[str, Sequence[str], None] = None, src: Opti
         raise ScoreInputError("--ref-translator needs --ref")
     if src:
         sides["src"] = read_side(src, src_format, docids=docids, side="src")
+    if all(s.num_sentences == 0 for s in sides.values()):  # a score of nothing is no 0.00
+        raise ScoreInputError(f"{', '.join(s.path for s in sides.values())}: no sentences: nothing to score")
     anchor = next((sides[k] for k in ("ref", "src", "hyp") if k in sides and sides[k].doc_ids is not None), None)
     if anchor is None:
         names = ", ".join(s.path for s in sides.values())

@@ -3,9 +3,13 @@
 Each RUN.json is what a subcommand writes with ``--json`` (``{"run", "files", "metrics":
 {metric: {"score": ..., ...}}}``; several subcommands may write into the same file for one
 run). One row per run, one column per metric that any run has (``--metrics`` picks and
-orders them); a run without a metric shows ``-``. With ``--baseline NAME`` a ``Δ`` column
-follows every metric (difference to that run). With ``--significance COMPARE.json`` (what
-``docctx-score compare --json`` writes) a score whose difference to the compared baseline is
+orders them); a run without a metric shows ``-``. The run files record the test set each
+score was computed on (its numbers of sentences and documents): a column whose runs were
+scored on different test sets is marked ``†`` in its header, with a line under the table
+naming the runs of each test set. With ``--baseline NAME`` a ``Δ`` column follows every
+metric (difference to that run); a column whose runs were scored on different test sets is
+then refused, as a difference between two test sets is no Δ. With ``--significance
+COMPARE.json`` (what ``docctx-score compare --json`` writes) a score whose difference to the compared baseline is
 significant (p < the comparison's α, or ``--alpha``; the larger p of the tests it ran, or
 ``--test``'s) is marked ``*``. A comparison is refused unless it is about the table's runs:
 its baseline and every system it compares are runs of the table, each system's score in it
@@ -75,10 +79,17 @@ def summary_table(runs: Sequence[Dict], metrics: Optional[List[str]] = None,
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise ScoreInputError(f"two runs are named {dup!r}; give each run its own --name when scoring")
+    test_sets = _test_sets(runs, metrics)
     if baseline is not None:
         base = next((r for r in rows if r["run"] == baseline), None)
         if base is None:
             raise ScoreInputError(f"--baseline {baseline!r} is not one of the runs ({', '.join(names)})")
+        for m, sets in test_sets.items():  # the baseline's test set last
+            a, b = sorted(sets, key=lambda t: baseline in t["runs"])[-2:]
+            other = f"the baseline {baseline!r}" if baseline in b["runs"] else f"run {b['runs'][0]!r}"
+            raise ScoreInputError(
+                f"{m}: run {a['runs'][0]!r} was scored on {_size(a)}, {other} on {_size(b)}: a difference "
+                "between two test sets is no Δ; score the runs on one test set, or leave out --baseline")
         for r in rows:
             r["delta"] = {m: (r["scores"][m] - base["scores"][m]
                               if r["scores"][m] is not None and base["scores"][m] is not None else None)
@@ -100,7 +111,30 @@ def summary_table(runs: Sequence[Dict], metrics: Optional[List[str]] = None,
                 signatures.setdefault(m, set()).add(sig)
     return {"metrics": metrics, "rows": rows, "baseline": baseline,
             "methods": {m: sorted(s) for m, s in signatures.items()}, "significance": marks,
-            "paper_unmatched": unmatched}
+            "paper_unmatched": unmatched, "test_sets": test_sets}
+
+
+def _test_sets(runs: Sequence[Dict], metrics: Sequence[str]) -> Dict[str, List[Dict]]:
+    """The metrics whose runs were scored on different test sets (the ``sentences`` and
+    ``documents`` the run files record with each score; a score without them is left
+    out): ``{metric: [{"sentences", "documents", "runs": [...]}, ...]}``, in run order."""
+    out = {}
+    for m in metrics:
+        groups: Dict[tuple, List[str]] = {}
+        for r in runs:
+            entry = r["metrics"].get(m)
+            if not isinstance(entry, dict) or entry.get("score") is None:
+                continue
+            size = (entry.get("sentences"), entry.get("documents"))
+            if size != (None, None):
+                groups.setdefault(size, []).append(r["run"])
+        if len(groups) > 1:
+            out[m] = [{"sentences": n, "documents": d, "runs": names} for (n, d), names in groups.items()]
+    return out
+
+
+def _size(test_set: Dict) -> str:
+    return f"{test_set['sentences']} sentences / {test_set['documents']} documents"
 
 
 #: how far a comparison's score of a system may be from the run's (both printed to 2 decimals)
@@ -179,7 +213,9 @@ def to_markdown(table: Dict, digits: int = 2) -> str:
     ms = table["metrics"]
     delta = table["baseline"] is not None
     paper = {m for r in table["rows"] for m in r.get("paper", {})}
-    head = ["run"] + [h for m in ms for h in ([m] + (["Δ"] if delta else []) + ([f"{m}, paper"] if m in paper else []))]
+    differ = table.get("test_sets") or {}
+    head = ["run"] + [h for m in ms for h in ([m + ("†" if m in differ else "")] + (["Δ"] if delta else [])
+                                              + ([f"{m}, paper"] if m in paper else []))]
     out = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for r in table["rows"]:
         cells = [r["run"]]
@@ -194,6 +230,10 @@ def to_markdown(table: Dict, digits: int = 2) -> str:
     if table.get("significance"):
         out.append("")
         out.extend(table["significance"]["legend"])
+    if differ:
+        out.append("")
+        out.extend(f"† {m}: scored on different test sets: " + "; ".join(
+            f"{', '.join(t['runs'])}: {_size(t)}" for t in sets) for m, sets in differ.items())
     if table.get("paper_unmatched"):
         out.append("")
         out.append("Published scores without a run or metric in this table: " + "; ".join(

@@ -28,6 +28,7 @@ import torch
 from ..data import context_batch as cb
 from ..models.document_context import DocumentContextModel
 from ..data.drafts import DEFAULT_BEAM
+from ..data.paths import check_output
 from ..modules.context_concat import concat_with_context, gather_context_rows, pack_segments
 from .checkpoint import CheckpointError, checkpoint_sha1
 
@@ -212,10 +213,44 @@ def _container(cfg) -> dict:
     return {k: v for k, v in vars(cfg).items() if isinstance(v, (str, int, float, bool, type(None), list))}
 
 
-def check_outdir(outdir: str, force: bool) -> None:
-    """Refuse an existing ``outdir`` unless ``force``, and one whose parent is missing."""
-    if os.path.lexists(outdir) and not force:
-        raise ExportError(f"{outdir} exists: give another folder, or --force to replace it")
+#: the files CTranslate2 writes into a model folder (for an export whose record does not list its files)
+_CT2_FILES = ("model.bin", "config.json", "shared_vocabulary.json", "source_vocabulary.json",
+              "target_vocabulary.json", "shared_vocabulary.txt", "source_vocabulary.txt", "target_vocabulary.txt")
+
+
+def _check_earlier_export(outdir: str) -> None:
+    """Refuse an existing ``outdir`` that ``--force`` may not replace: anything but a folder
+    ``docctx-export`` wrote (its :data:`EXPORT_FILE`) holding only the files it wrote."""
+    if os.path.islink(outdir) or not os.path.isdir(outdir) or not os.path.isfile(os.path.join(outdir, EXPORT_FILE)):
+        raise ExportError(f"OUTDIR {outdir} exists and is not a folder docctx-export wrote (no {EXPORT_FILE}): "
+                          "--force replaces only an earlier export; give another folder")
+    record = read_export(outdir)
+    written = set(record.get("files") or (EXPORT_FILE, *_CT2_FILES, *record.get("dictionaries", {}).values(),
+                                          record.get("spm_model")))
+    other = sorted(set(os.listdir(outdir)) - written)
+    if other:
+        raise ExportError(f"OUTDIR {outdir} holds {os.path.join(outdir, other[0])}, which docctx-export did not "
+                          "write: --force would delete it; move it or give another folder")
+
+
+def files_read(checkpoint: str, data: Optional[str] = None, spm_model: Optional[str] = None) -> list:
+    """What an export reads, as ``(what it is, path)``: the checkpoint, its folder (where the
+    dictionaries and the SentencePiece model may be found), the data directory and the
+    SentencePiece model (``None``: not known yet)."""
+    return [("the checkpoint", checkpoint), ("the checkpoint's folder", os.path.dirname(os.path.abspath(checkpoint))),
+            ("the data directory", data), ("the SentencePiece model", spm_model)]
+
+
+def check_outdir(outdir: str, force: bool, reads=()) -> None:
+    """Refuse an ``outdir`` that is or holds a file or folder of ``reads`` (``(what it is,
+    path)``: the checkpoint, its folder, the data directory...), an existing ``outdir``
+    unless ``force`` and an earlier export (:func:`_check_earlier_export`), and one whose
+    parent is missing."""
+    check_output(f"OUTDIR {outdir}", outdir, reads, folder=True, error=ExportError)
+    if os.path.lexists(outdir):
+        if not force:
+            raise ExportError(f"{outdir} exists: give another folder, or --force to replace an earlier export")
+        _check_earlier_export(outdir)
     parent = os.path.dirname(os.path.abspath(outdir))
     if not os.path.isdir(parent):
         raise ExportError(f"{outdir}: no such folder {parent}")
@@ -227,23 +262,22 @@ def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] =
     ``outdir`` with the data directory's dictionaries, the SentencePiece model and
     :data:`EXPORT_FILE`; ``quantization``: CTranslate2's weight type (``int8``,
     ``int8_float32``, ``float16``...; default the checkpoint's float32). Returns the record
-    written. ``outdir`` must not exist, or be a former export with ``force``."""
+    written. ``outdir`` must not be or hold what the export reads (:func:`files_read`: the
+    checkpoint, its folder, the data directory, the SentencePiece model), and must not
+    exist, or be an earlier export with ``force`` (:func:`check_outdir`). The export is
+    written into a temporary folder beside ``outdir``; an earlier export is moved aside only
+    once the new one is complete, and deleted once the new one is in its place."""
     arch = getattr(model.cfg if hasattr(model, "cfg") else None, "_name", None)
     name = check_architecture(arch or getattr(getattr(model, "args", None), "arch", None), checkpoint)
     check_not_segments(task, checkpoint)
     spec = model_spec(model, checkpoint)
-    check_outdir(outdir, force)
-    if os.path.lexists(outdir):
-        if os.path.isdir(outdir) and not os.path.islink(outdir):
-            shutil.rmtree(outdir)
-        else:
-            os.unlink(outdir)
+    outdir = outdir.rstrip("/") or outdir
+    check_outdir(outdir, force, files_read(checkpoint, getattr(task.cfg, "data", None), spm_model))
     spec.validate()
     try:
         spec.optimize(quantization=quantization)
     except ValueError as e:
         raise ExportError(f"--quantization {quantization}: {e}") from None
-    outdir = outdir.rstrip("/") or outdir
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(outdir)}.", suffix=".part",
                            dir=os.path.dirname(os.path.abspath(outdir)))
     umask = os.umask(0)
@@ -283,12 +317,29 @@ def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] =
             "checkpoint_sha1": checkpoint_sha1(checkpoint),
             "task": task_cfg,
         }
+        record["files"] = sorted([*os.listdir(tmp), EXPORT_FILE])
         with open(os.path.join(tmp, EXPORT_FILE), "w", encoding="utf-8") as f:
             json.dump(record, f, indent=1, sort_keys=True)
-        os.replace(tmp, outdir)
+        _move_into_place(tmp, outdir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return record
+
+
+def _move_into_place(tmp: str, outdir: str) -> None:
+    """The complete export ``tmp`` renamed to ``outdir``; an earlier export there is renamed
+    aside first (put back if the rename fails) and deleted last."""
+    if not os.path.lexists(outdir):
+        os.rename(tmp, outdir)
+        return
+    old = tmp + ".old"
+    os.rename(outdir, old)
+    try:
+        os.rename(tmp, outdir)
+    except BaseException:
+        os.rename(old, outdir)
+        raise
+    shutil.rmtree(old)
 
 
 # ---------------------------------------------------------------------- loading

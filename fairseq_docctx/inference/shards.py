@@ -27,13 +27,30 @@ class ShardError(RuntimeError):
         self.exit_code = exit_code
 
 
-def parse_devices(spec: Optional[str]) -> Optional[List[str]]:
-    """``"0,1"`` -> ``["0", "1"]``; ``None`` or ``""`` -> ``None`` (the CPU)."""
+def parse_devices(spec: Optional[str], cpu: bool = False, available: Optional[int] = None) -> Optional[List[str]]:
+    """``"0,1"`` -> ``["0", "1"]``; ``None`` or ``""`` -> ``None`` (the CPU). The numbers are
+    those of the GPUs this process sees (torch's and fairseq's numbering; ``available``:
+    how many, default ``torch.cuda.device_count()``); a GPU that is not there, or ``cpu``
+    (``--cpu``) with devices, is refused rather than decoded on the CPU."""
     if not spec:
         return None
     devices = [d.strip() for d in spec.split(",")]
-    if any(not d for d in devices):
+    if any(not d.isdigit() for d in devices):
         raise ValueError(f"--devices {spec}: expected a comma-separated list of GPU numbers, e.g. 0,1")
+    if cpu:
+        raise ValueError(f"--cpu and --devices {spec}: the processes run on the GPUs of --devices; leave out "
+                         "one of them")
+    if available is None:
+        import torch
+
+        available = torch.cuda.device_count()
+    missing = [d for d in devices if int(d) >= available]
+    if missing:
+        seen = ("no GPU" if not available else "1 GPU (0)" if available == 1 else
+                f"{available} GPUs (0-{available - 1})")
+        fix = "give GPUs among those, or leave" if available else "leave"
+        raise ValueError(f"--devices {spec}: GPU {missing[0]} is not there: this machine shows {seen} "
+                         f"to torch; {fix} out --devices to decode on the CPU")
     return devices
 
 
@@ -49,11 +66,16 @@ def num_processes(processes: Optional[int], devices: Optional[Sequence[str]]) ->
 def shard_environment(shard_id: int, num_shards: int, devices: Optional[Sequence[str]],
                       base: Optional[dict] = None) -> dict:
     """The environment of shard ``shard_id``'s process: its device (``devices`` taken in turn:
-    4 processes on ``0,1`` put two on each GPU), or no GPU at all and
+    4 processes on ``0,1`` put two on each GPU; numbered among the GPUs this process sees:
+    under ``CUDA_VISIBLE_DEVICES=2,3`` device 0 is GPU 2), or no GPU at all and
     ``OMP_NUM_THREADS`` = cores / processes (unless already set)."""
     env = dict(os.environ if base is None else base)
     if devices:
-        env["CUDA_VISIBLE_DEVICES"] = devices[shard_id % len(devices)]
+        device = devices[shard_id % len(devices)]
+        visible = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        if visible and device.isdigit() and int(device) < len(visible):
+            device = visible[int(device)]  # GPU I of those this process sees
+        env["CUDA_VISIBLE_DEVICES"] = device
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // num_shards)))

@@ -31,6 +31,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..data.doc_index import balanced_shards, check_shard
 from ..data.packed_tokens import PackedTokens
+from ..data.paths import check_output, file_mode, same_path
 from ..data.readers import DocumentFormatError, docids_path, read_file, read_set_attributes
 from ..data.writers import DocumentWriter
 from .shards import ShardError, run_shards, shard_environment
@@ -212,43 +213,31 @@ def check_separator(docs, separator: Optional[str]) -> None:
                     "the text; the model would read it as a sentence boundary")
 
 
-def _same_file(a, b):
-    """Whether two paths name one file (the same inode: links and other spellings too)."""
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
 def files_read(options, fmt: str) -> List[Tuple[str, str]]:
     """The files a run reads, as (what it is, path): the input, the document ids of a docids
-    input, the checkpoint, the draft checkpoint, the SentencePiece model, and the
-    dictionaries, ``docctx.json`` and SentencePiece models of ``--data`` and of the
-    checkpoint's directory (and of an exported model's folder, ``--engine ctranslate2``)."""
-    files = [("the input", options.input), ("the checkpoint", options.path),
+    input, the checkpoint (``checkpoint_best.pt`` of a ``--path`` folder), the draft
+    checkpoint, the SentencePiece model, the dictionaries, ``docctx.json`` and SentencePiece
+    models of ``--data`` and of the checkpoint's directory, and every file of an exported
+    model's folder (``--engine ctranslate2``: its ``model.bin``, vocabularies, configuration
+    and record)."""
+    from .checkpoint import checkpoint_path
+
+    exported = getattr(options, "engine", "fairseq") == "ctranslate2"
+    checkpoint = options.path if exported else checkpoint_path(options.path)
+    files = [("the input", options.input), ("the checkpoint", checkpoint),
              ("the draft checkpoint", options.draft_path), ("the SentencePiece model", options.spm_model)]
     if fmt == "docids":
         files.append(("the input's document ids",
                       options.docids or (docids_path(options.input, None) if options.input else None)))
-    folders = {options.data, os.path.dirname(os.path.abspath(options.path))}
-    if os.path.isdir(options.path):  # an exported model's folder
-        folders.add(options.path)
+    folders = {options.data, os.path.dirname(os.path.abspath(checkpoint))}
+    if exported and os.path.isdir(options.path):
+        files += [("the exported model's file", os.path.join(options.path, name))
+                  for name in sorted(os.listdir(options.path))]
     for d in folders:
         if d:
             files += [("the model's data file", f) for pattern in ("dict.*.txt", "docctx.json", "*.model")
                       for f in glob.glob(os.path.join(glob.escape(d), pattern))]
     return [(what, f) for what, f in files if f]
-
-
-def _file_mode(target):
-    """The mode of an output file: that of the file it replaces, else 0666 less the umask
-    (what ``open(target, "w")`` gives)."""
-    try:
-        return os.stat(target).st_mode & 0o7777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
 
 
 class Output:
@@ -267,13 +256,10 @@ class Output:
         targets = [path]
         if with_docids:
             ids = docids_path(path, None)
-            if not (input_docids and _same_file(ids, input_docids)):
+            if not (input_docids and same_path(ids, input_docids)):
                 targets.append(ids)
         for t in targets:
-            read = next(((what, f) for what, f in inputs if _same_file(t, f)), None)
-            if read is not None:
-                raise OutputError(f"-o {path}: {t} is {read[0]} {read[1]}, which the run reads: give another "
-                                  "output file")
+            check_output(f"-o {path}: {t}", t, inputs, error=OutputError)
         for t in targets:
             d = os.path.dirname(os.path.abspath(t))
             if os.path.isdir(t):
@@ -281,7 +267,7 @@ class Output:
                 raise OutputError(f"-o {path}: {t} is a directory")
             try:
                 fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(t)}.", suffix=".part", dir=d)
-                os.fchmod(fd, _file_mode(t))
+                os.fchmod(fd, file_mode(t))
             except OSError as e:
                 self.discard()
                 raise OutputError(f"-o {path}: cannot write in {d} ({e.strerror or e})") from None

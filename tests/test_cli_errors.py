@@ -44,15 +44,21 @@ def _plain_files(tmp_path):
 
 
 def test_score_writes_its_json_before_a_closed_output_ends_it(tmp_path):
-    """``docctx-score bleu ... --json x.json | head -1``: the JSON is written first, so the
-    reader going away (exit code 141) loses no file."""
-    hyp, ref = _plain_files(tmp_path)
+    """``docctx-score bleu ... --per-document --json x.json | head -1``: the JSON is written
+    first, so the reader going away (exit code 141) loses no file, also when the text is
+    longer than the output's buffer (1,500 documents' scores)."""
+    lines = [f"w{i % 7} w{i % 5} w{i % 3} w{i % 11}" for i in range(1500)]
+    ref, hyp, ids = tmp_path / "ref.txt", tmp_path / "hyp.txt", tmp_path / "ref.docids"
+    ref.write_text("\n".join(lines) + "\n")
+    hyp.write_text("\n".join(lines[1:] + lines[:1]) + "\n")
+    ids.write_text("".join(f"document-{i}\n" for i in range(1500)))
     env = venv_env()
     env.pop("PYTHONUNBUFFERED", None)
     read, write = os.pipe()
     os.close(read)
     try:
-        p = subprocess.run(["docctx-score", "bleu", "--hyp", hyp, "--ref", ref, "--json", tmp_path / "x.json"],
+        p = subprocess.run(["docctx-score", "bleu", "--hyp", hyp, "--ref", ref, "--per-document",
+                            "--json", tmp_path / "x.json"],
                            stdout=write, stderr=subprocess.PIPE, env=env, timeout=300)
     finally:
         os.close(write)

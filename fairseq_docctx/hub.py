@@ -55,7 +55,12 @@ class DocumentHubInterface(GeneratorHubInterface):
         if spm_model is not None:
             import sentencepiece
 
-            self.spm = sentencepiece.SentencePieceProcessor(model_file=spm_model)
+            if not os.path.isfile(spm_model):
+                raise CheckpointError(f"{spm_model}: no such SentencePiece model file")
+            try:
+                self.spm = sentencepiece.SentencePieceProcessor(model_file=spm_model)
+            except (OSError, RuntimeError) as e:
+                raise CheckpointError(f"{spm_model}: not a SentencePiece model ({e})") from None
         self.drafter = drafter
 
     @property

@@ -534,3 +534,20 @@ def test_a_line_that_shows_nothing_drops_its_pair_in_tags_files(tmp_path):
     w(tmp_path / "train.tags.zh-en.en", TAGS_EN.replace("Two .\n", "\u200b\n"))
     p = read_parallel(str(tmp_path / "train.tags.zh-en"), "zh", "en")
     assert sents(p.tgt) == [["One ."], ["Three ."]] and p.dropped_empty == 1
+
+
+def test_docctx_prepare_refuses_a_line_that_shows_nothing(tmp_path, capsys):
+    """docctx-prepare: a sentence of zero-width spaces is one line naming file and line, and
+    no data directory is written."""
+    from fairseq_docctx.cli.prepare import cli_main
+
+    w(tmp_path / "c.en", "a b\n\u200b\u200b\nc\n")
+    w(tmp_path / "c.de", "A B\nX\nC\n")
+    w(tmp_path / "c.docids", "x\nx\ny\n")
+    with pytest.raises(SystemExit) as e:
+        cli_main(["-s", "en", "-t", "de", "--trainpref", str(tmp_path / "c"), "--destdir", str(tmp_path / "bin")])
+    msg = capsys.readouterr().err
+    assert e.value.code == 2 and msg.count("\n") == 1, msg
+    assert msg.startswith(f"docctx-prepare: error: {tmp_path / 'c.en'}:2: empty sentence in document 'x' "
+                          "(only invisible characters: U+200B)"), msg
+    assert not (tmp_path / "bin").exists()

@@ -297,3 +297,24 @@ def test_a_sentence_that_shows_nothing_is_one_line(concat_both_ckpt, toy_bin, tm
     code, out, err = translate([src, "--path", concat_both_ckpt, "--data", toy_bin, "--input-format", "blank",
                                 "--quiet"], capsys)
     assert code == 2 and out == "" and f"{src}:2: a line that shows nothing" in one_line_error(err)
+
+
+def test_a_sentence_the_sentencepiece_model_normalises_to_nothing_is_one_line(concat_both_ckpt, toy_bin, tmp_path,
+                                                                              capsys):
+    """A line holding only SentencePiece's own space mark (U+2581), which shows but encodes to
+    no token, is refused as an empty sentence, naming file and line, before any decoding."""
+    import io
+
+    import sentencepiece as spm
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(["w1 w2 w3", "w4 w5 w6 w7"] * 20), model_writer=model,
+                                   vocab_size=12, hard_vocab_limit=False, minloglevel=2)
+    (tmp_path / "tiny.model").write_bytes(model.getvalue())
+    src = tmp_path / "in.txt"
+    src.write_text("w1 w2\n\u2581\n\nw3\n")
+    code, out, err = translate([src, "--path", concat_both_ckpt, "--data", toy_bin, "--spm-model",
+                                tmp_path / "tiny.model", "--input-format", "blank", "--quiet"], capsys)
+    assert code == 2 and out == ""
+    assert one_line_error(err) == (f"docctx-translate: error: {src}:2: an empty sentence: the model's SentencePiece "
+                                   "model normalises '\u2581' to nothing")

@@ -2,7 +2,7 @@
 
 Reads the formats ``docctx-prepare`` reads (plain text + ``.docids``, blank-line separated,
 ``<d>`` markers, IWSLT/WMT XML, WMT 2021+ XML, JSON Lines; standard input when no file is
-given), applies the
+given) as it is needed, a chunk of documents at a time, applies the
 SentencePiece model stored with the data, translates every document in order with the
 model's own previous translations as target context, detokenizes, and writes the documents
 in the input's format (XML keeps the set's id and languages, the documents' attributes

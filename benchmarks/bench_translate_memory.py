@@ -1,11 +1,15 @@
 """Peak memory of ``docctx-translate`` against the input's length.
 
 Trains (or, with ``--path``/``--data``, reuses) a tiny ``concat_transformer`` (K=2, source
-and target context; 32-dim, one layer) on random toy documents, then translates inputs of
-one document of N sentences (default 200, 2,000 and 20,000) with beam 4 on the CPU and
-prints, for each, the child's maximum resident set size (``os.wait4``'s rusage of that
-process alone), its time and the ratio to the smallest input's. Document-order inference
-needs the last K translations of each open document, so the peak should stay flat.
+and target context; 32-dim, one layer) on random toy documents, then translates inputs of N
+random toy sentences in D documents of N/D sentences each (``--layouts N:D,...``; default 200
+and 20,000 sentences in 1 document and in 1,000, 200 sentences in 200 documents standing for
+the 1,000 they cannot fill) with beam 4 on the CPU, blank-line separated, and prints, for each,
+the child's maximum resident set size (``os.wait4``'s rusage of that process alone), its time
+and the ratio to the first input's. Document-order inference needs the last K translations of
+each open document, and the input is read a chunk of documents at a time, so the peak should
+stay flat in both the number of sentences and the number of documents. ``--code DIR``: run
+another checkout's ``fairseq_docctx`` (e.g. an older commit, for a comparison).
 
     python -m benchmarks.bench_translate_memory --workdir /tmp/bench-mem   # from the repository root
 """
@@ -37,17 +41,23 @@ def tiny_model(workdir):
     return ckpt, data
 
 
-def write_document(path, n, seed=0):
-    """One document of ``n`` random toy sentences (the toy vocabulary w0..w29)."""
+def write_document(path, n, seed=0, documents=1):
+    """``n`` random toy sentences (the toy vocabulary w0..w29) in ``documents`` documents of
+    ``n // documents`` sentences (the first ``n % documents`` one more), blank-line separated."""
     rng = random.Random(seed)
+    sizes = [n // documents + (1 if d < n % documents else 0) for d in range(documents)]
     with open(path, "w") as f:
-        for _ in range(n):
-            f.write(" ".join(f"w{rng.randrange(30)}" for _ in range(rng.randint(2, 10))) + "\n")
+        for d, size in enumerate(sizes):
+            if d:
+                f.write("\n")
+            for _ in range(size):
+                f.write(" ".join(f"w{rng.randrange(30)}" for _ in range(rng.randint(2, 10))) + "\n")
 
 
-def measure(ckpt, data, path, beam):
-    """(max RSS in MB, seconds) of one docctx-translate run on ``path``."""
-    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+def measure(ckpt, data, path, beam, code=REPO):
+    """(max RSS in MB, seconds) of one docctx-translate run on ``path`` (``code``: the
+    checkout whose fairseq_docctx runs)."""
+    env = {**os.environ, "PYTHONPATH": code + os.pathsep + os.environ.get("PYTHONPATH", "")}
     cmd = [os.path.join(os.path.dirname(sys.executable), "docctx-translate"), path, "--path", ckpt,
            "--data", data, "--cpu", "--quiet", "--beam", str(beam), "--input-format", "blank",
            "-o", path + ".out"]
@@ -67,19 +77,22 @@ def main(argv=None):
     p.add_argument("--workdir", required=True)
     p.add_argument("--path", help="checkpoint to reuse (with --data)")
     p.add_argument("--data", help="its data directory")
-    p.add_argument("--sizes", default="200,2000,20000", help="sentences of the one document")
+    p.add_argument("--layouts", default="200:1,200:200,20000:1,20000:1000",
+                   help="comma-separated SENTENCES:DOCUMENTS of the inputs (default %(default)s)")
     p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--code", default=REPO, help="the checkout whose fairseq_docctx runs (default: this one)")
     args = p.parse_args(argv)
     os.makedirs(args.workdir, exist_ok=True)
     ckpt, data = (args.path, args.data) if args.path else tiny_model(args.workdir)
     rows = []
-    for n in [int(x) for x in args.sizes.split(",")]:
-        path = os.path.join(args.workdir, f"doc{n}.txt")
-        write_document(path, n)
-        rss, secs = measure(ckpt, data, path, args.beam)
-        rows.append((n, rss, secs))
-        print(f"{n:>7} sentences: max RSS {rss:7.1f} MB, {secs:6.1f} s "
-              f"(x{rss / rows[0][1]:.3f} of {rows[0][0]})", flush=True)
+    for layout in args.layouts.split(","):
+        n, docs = (int(x) for x in layout.split(":"))
+        path = os.path.join(args.workdir, f"in{n}x{docs}.txt")
+        write_document(path, n, documents=docs)
+        rss, secs = measure(ckpt, data, path, args.beam, os.path.abspath(args.code))
+        rows.append((n, docs, rss, secs))
+        print(f"{n:>7} sentences in {docs:>5} documents: max RSS {rss:7.1f} MB, {secs:7.1f} s "
+              f"(x{rss / rows[0][2]:.3f} of {rows[0][0]}:{rows[0][1]})", flush=True)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,12 @@ class DocumentHubInterface(GeneratorHubInterface):
         if spm_model is not None:
             import sentencepiece
 
-            self.spm = sentencepiece.SentencePieceProcessor(model_file=spm_model)
+            if not os.path.isfile(spm_model):
+                raise CheckpointError(f"{spm_model}: no such SentencePiece model file")
+            try:
+                self.spm = sentencepiece.SentencePieceProcessor(model_file=spm_model)
+            except (OSError, RuntimeError) as e:
+                raise CheckpointError(f"{spm_model}: not a SentencePiece model ({e})") from None
         self.drafter = drafter
 
     @property
@@ -290,7 +295,13 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
     ``context_size=2`` or ``target_context="reference"``.
     """
     from . import register_safe_globals  # noqa: F401  (the plugin is imported: safe loading on)
+    from .inference.ctranslate2 import EXPORT_FILE
 
+    if os.path.isfile(os.path.join(checkpoint_dir, EXPORT_FILE)):
+        raise CheckpointError(f"{checkpoint_dir}: a model exported by docctx-export ctranslate2, not a fairseq "
+                              "checkpoint: load it with from_exported",
+                              f"--path {checkpoint_dir}: a model exported by docctx-export ctranslate2, not a "
+                              "fairseq checkpoint (docctx-translate decodes it with --engine ctranslate2)")
     path = checkpoint_path(checkpoint_dir, checkpoint_file)
     models, cfg, task, state, data = load_models(path, data, {"target_context": "hypothesis", **overrides})
     spm_model = spm_model or find_spm_model(data, os.path.dirname(os.path.abspath(path)))
@@ -347,6 +358,7 @@ def from_exported(path: str, data: Optional[str] = None, spm_model: Optional[str
 
     path = os.fspath(path)
     record = ct2.read_export(path)
+    ct2.check_export_files(path, record, data)
     task, model, data = ct2.exported_task(path, record, data, **{"target_context": "hypothesis", **overrides})
     if spm_model is None and record.get("spm_model"):
         spm_model = os.path.join(path, record["spm_model"])

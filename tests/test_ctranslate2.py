@@ -113,13 +113,13 @@ def test_a_checkpoint_given_to_the_ctranslate2_engine_is_one_line(concat_both_ck
                         "docctx-export ctranslate2 (the ctranslate2 engine reads an exported folder, not a checkpoint)")
 
 
-# ------------------------------------------------------------------ inputs are never destroyed
 def _one_line(err, prog):
     lines = [ln for ln in err.strip().splitlines() if not ln.startswith(("WARNING", "INFO"))]
     assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: ") and "Traceback" not in err, err
     return lines[0]
 
 
+# ------------------------------------------------------------------ inputs are never destroyed
 @pytest.fixture
 def export_inputs(concat_both_ckpt, toy_bin, tmp_path):
     """Copies of a checkpoint (in a folder with an unrelated file) and of its data directory."""
@@ -198,3 +198,39 @@ def test_translate_output_into_the_export_folder_is_refused(exported, toy_bin, t
     assert code == 2 and not stdout and line == (f"docctx-translate: error: -o {out}: {out} is the exported model's "
                                                   f"file {out}, which the run reads: give another output file")
     assert file_digests(folder) == before and len(os.listdir(folder)) == len(before)
+
+
+def test_an_export_given_to_the_fairseq_engine_or_left_incomplete_is_one_clear_line(exported, toy_bin, tmp_path,
+                                                                                     capsys):
+    """An exported folder given to the fairseq engine says --engine ctranslate2; a folder left
+    with its record only names the files missing (not a bare [Errno 2])."""
+    folder = exported["concat_transformer"][1]
+    src = toy_bin.parent / "raw" / "test.src"
+    code, out, err = run_in_process(translate_main, [src, "--path", folder, "--quiet"], capsys)
+    assert code == 2 and not out
+    assert _one_line(err, "docctx-translate") == (
+        f"docctx-translate: error: --path {folder}: a model exported by docctx-export ctranslate2, not a fairseq "
+        "checkpoint (docctx-translate decodes it with --engine ctranslate2)")
+    record_only = tmp_path / "record-only"
+    record_only.mkdir()
+    shutil.copy(folder / "docctx-export.json", record_only)
+    code, out, err = run_in_process(translate_main, [src, "--path", record_only, "--engine", "ctranslate2",
+                                                     "--quiet"], capsys)
+    line = _one_line(err, "docctx-translate")
+    assert code == 2 and "Errno" not in line and line.startswith(
+        f"docctx-translate: error: --path {record_only}: config.json, dict.src.txt, dict.tgt.txt, model.bin, "
+        "its vocabulary (shared_vocabulary.json) missing: not a whole export"), line
+
+
+def test_drafts_name_their_data_directory_as_the_command_takes_it(exported, toy_bin, tmp_path, capsys):
+    """docctx-drafts takes the data directory as DATA, not --data: its refusal of dictionaries
+    other than the export's names the directory, not an option it has not."""
+    folder = exported["transformer"][1]
+    data = tmp_path / "data"
+    shutil.copytree(toy_bin, data, ignore=shutil.ignore_patterns("*.draft.*", ".docctx-drafts"))
+    with open(data / "dict.src.txt", "a") as f:
+        f.write("zz0 1\n")
+    code, _, err = run_in_process(drafts_main, [data, "--path", folder, "--engine", "ctranslate2", "--splits",
+                                                "valid", "--quiet"], capsys)
+    line = _one_line(err, "docctx-drafts")
+    assert code == 2 and "--data" not in line and f"the data directory {data}: dict.src.txt differs" in line, line

@@ -429,3 +429,125 @@ def test_a_file_without_documents_is_an_error_in_every_format(tmp_path, fmt):
     with pytest.raises(DocumentFormatError, match="no documents") as e:
         read_file(str(f), fmt, str(d))
     err(e, f, 1)
+
+
+# ------------------------------------------------------------------------------ streams and invisible lines
+
+# every format with two documents or more (XML: a comment and a CDATA section that hold
+# "</doc>" lines, a document closed on the line of the next one's start)
+STREAMED = {
+    "docids": ("a\nb\nc\nd\n", "x\nx\ny\nz\n"),
+    "blank": ("\na\nb\n\n\nc\n\nd\n", None),
+    "marker": ("<d>\na\nb\n<d>\nc\n<d>\nd\n", None),
+    "tags": (TAGS_EN, None),
+    "jsonl": ('{"id": "x", "src": ["a", "b"]}\n{"id": 7, "src": ["c"], "more": 1}\n', None),
+    "xml": ('<?xml version="1.0"?>\n<srcset setid="s" srclang="en">\n<doc docid="1" genre="g">\n'
+            '<seg id="1">a</seg>\n<!-- a comment\n</doc>\n-->\n<seg id="2">b</seg>\n<![CDATA[\n</doc>\n]]>\n</doc>\n'
+            '<doc docid="2">\n<seg id="1">c</seg>\n</doc><doc docid="3">\n<seg id="9">d</seg>\n</doc>\n</srcset>\n',
+            None),
+    "wmt-xml": ('<?xml version="1.0"?>\n<dataset id="t">\n<collection id="c">\n<doc id="1" origlang="en">\n'
+                '<src lang="en"><p><seg id="1">a</seg><seg id="2">b</seg></p></src>\n</doc>\n<doc id="2">\n'
+                '<src lang="en"><p><seg id="1">c</seg></p></src>\n</doc>\n</collection>\n</dataset>\n', None),
+}
+
+
+def _fields(docs):
+    return [(d.doc_id, d.sentences, d.lines, d.seg_ids, d.attributes, d.path) for d in docs]
+
+
+class _Pipe:
+    """A byte stream that hands out its lines one at a time and counts them."""
+
+    def __init__(self, text):
+        self.lines = text.encode("utf-8").splitlines(keepends=True)
+        self.given = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.given == len(self.lines):
+            raise StopIteration
+        self.given += 1
+        return self.lines[self.given - 1]
+
+    def read(self, n=-1):  # what lxml reads
+        return b"".join(next(self, b"") for _ in range(1))
+
+
+@pytest.mark.parametrize("fmt", sorted(STREAMED))
+def test_a_stream_gives_the_documents_of_the_file_one_at_a_time(tmp_path, fmt):
+    """DocumentStream (what docctx-translate reads) gives read_file's documents in every
+    format, from a file and from a byte stream (named as given), and a document as soon as
+    the lines that complete it are read."""
+    from fairseq_docctx.data.readers import DocumentStream, read_file
+
+    text, ids = STREAMED[fmt]
+    f = w(tmp_path / "in.txt", text)
+    d = w(tmp_path / "in.docids", ids) if ids else None
+    docs, _ = read_file(str(f), fmt if fmt == "docids" else "auto", str(d) if d else None)
+    assert len(docs) >= 2
+    stream = DocumentStream(str(f), "auto", str(d) if d else None)
+    assert stream.format == fmt and _fields(stream) == _fields(docs)
+    if fmt == "xml":
+        assert stream.set_attributes == {"setid": "s", "srclang": "en"}
+    pipe = _Pipe(text)
+    stream = DocumentStream(pipe, fmt, str(d) if d else None, name="in.txt", path="<stdin>")
+    first = next(iter(stream))
+    assert _fields([first])[0][:4] == _fields(docs[:1])[0][:4] and first.path == "<stdin>"
+    # no further than the line that completes the document (blank: its empty line; the next
+    # marker, id or talk; XML: its </doc> line; lxml reads ahead in blocks of its own)
+    completes = {"docids": 3, "blank": 4, "marker": 4, "tags": 10, "jsonl": 1, "xml": 12}
+    if fmt in completes:
+        assert pipe.given == completes[fmt], (pipe.given, first.lines)
+
+
+@pytest.mark.parametrize("fmt,text,line", [
+    ("docids", "a\n\u200b\n", 2),
+    ("blank", "a\n\u200b \u2060\n\nb\n", 2),
+    ("marker", "<d>\na\n\ufeff\n", 3),
+    ("jsonl", '{"id": "x", "src": ["a", "\\u200b\\u200d"]}\n', 1),
+    ("xml", '<srcset>\n<doc docid="1">\n<seg id="1">a</seg>\n<seg id="2">&#8203;</seg>\n</doc>\n</srcset>\n', 4),
+    ("wmt-xml", '<dataset>\n<collection id="c">\n<doc id="1">\n<src lang="en"><p><seg id="1">a</seg>\n'
+                '<seg id="2">\u200b</seg></p></src>\n</doc>\n</collection>\n</dataset>\n', 5),
+])
+def test_a_line_that_shows_nothing_is_an_empty_sentence(tmp_path, fmt, text, line):
+    """A sentence of zero-width and other format characters only (U+200B, U+2060, U+FEFF,
+    U+200D) is refused as an empty one is, naming file and line, in every format (read_file:
+    docctx-prepare and docctx-score; DocumentStream: docctx-translate); in a blank-line file it
+    is neither a sentence nor a document break."""
+    from fairseq_docctx.data.readers import DocumentStream, read_file
+
+    f = w(tmp_path / "in.txt", text)
+    d = w(tmp_path / "in.docids", "x\nx\n")
+    for read in (lambda: read_file(str(f), fmt, str(d)), lambda: list(DocumentStream(str(f), fmt, str(d)))):
+        with pytest.raises(DocumentFormatError, match=r"only invisible characters: U\+") as e:
+            read()
+        err(e, f, line)
+        assert "empty" in str(e.value) or "shows nothing" in str(e.value)
+
+
+def test_a_line_that_shows_nothing_drops_its_pair_in_tags_files(tmp_path):
+    """In IWSLT train.tags files an invisible line is an empty sentence: its pair is dropped
+    as the pairs of empty lines are."""
+    w(tmp_path / "train.tags.zh-en.zh", TAGS_ZH)
+    w(tmp_path / "train.tags.zh-en.en", TAGS_EN.replace("Two .\n", "\u200b\n"))
+    p = read_parallel(str(tmp_path / "train.tags.zh-en"), "zh", "en")
+    assert sents(p.tgt) == [["One ."], ["Three ."]] and p.dropped_empty == 1
+
+
+def test_docctx_prepare_refuses_a_line_that_shows_nothing(tmp_path, capsys):
+    """docctx-prepare: a sentence of zero-width spaces is one line naming file and line, and
+    no data directory is written."""
+    from fairseq_docctx.cli.prepare import cli_main
+
+    w(tmp_path / "c.en", "a b\n\u200b\u200b\nc\n")
+    w(tmp_path / "c.de", "A B\nX\nC\n")
+    w(tmp_path / "c.docids", "x\nx\ny\n")
+    with pytest.raises(SystemExit) as e:
+        cli_main(["-s", "en", "-t", "de", "--trainpref", str(tmp_path / "c"), "--destdir", str(tmp_path / "bin")])
+    msg = capsys.readouterr().err
+    assert e.value.code == 2 and msg.count("\n") == 1, msg
+    assert msg.startswith(f"docctx-prepare: error: {tmp_path / 'c.en'}:2: empty sentence in document 'x' "
+                          "(only invisible characters: U+200B)"), msg
+    assert not (tmp_path / "bin").exists()

@@ -237,3 +237,84 @@ def test_sentence_level_model_in_length_sorted_batches_writes_every_document(toy
          "--data", toy_bin, "--beam", "2", "--batch-size", "5", "--cpu", "--quiet", "-o", out])
     assert out.read_text().splitlines() == [expected[i] for i in range(len(lines))]
     assert (tmp_path / "out.docids").read_text() == ids.read_text()
+
+
+# ------------------------------------------------------------------------ streamed input
+
+
+def _read_line(stream, timeout):
+    """The next line of a pipe, or None after ``timeout`` seconds without one."""
+    import threading
+
+    got = []
+    t = threading.Thread(target=lambda: got.append(stream.readline()), daemon=True)
+    t.start()
+    t.join(timeout)
+    return got[0] if got else None
+
+
+def test_input_is_translated_as_it_is_read(concat_both_ckpt, toy_bin, tmp_path):
+    """Standard input that stays open: the documents of the first chunk (16 x --batch-size
+    documents) are translated and written before the rest of the input is written; the
+    output is that of the same input read from a file."""
+    docs = [f"w{k % 30} w{(k * 7) % 30}\nw{(k * 3) % 30}" for k in range(20)]
+    cmd = ["docctx-translate", "--path", str(concat_both_ckpt), "--data", str(toy_bin), "--quiet", "--beam", "1",
+           "--max-len-b", "3", "--batch-size", "1", "--input-format", "blank"]
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=venv_env())
+    try:
+        p.stdin.write("".join(d + "\n\n" for d in docs[:16]).encode())  # the first chunk, complete
+        p.stdin.flush()
+        first = _read_line(p.stdout, 240)
+        assert first is not None and first.strip(), "no translation before the input was complete"
+        assert p.poll() is None  # still reading its input
+        p.stdin.write("".join(d + "\n\n" for d in docs[16:]).encode())
+        p.stdin.close()
+        out = first + p.stdout.read()
+        err = p.stderr.read().decode()
+        assert p.wait(timeout=240) == 0, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+    src = tmp_path / "in.txt"
+    src.write_text("".join(d + "\n\n" for d in docs))
+    q = subprocess.run(cmd + [str(src)], capture_output=True, env=venv_env())
+    assert q.returncode == 0 and out == q.stdout and len(out.decode().split("\n\n")) == 20
+
+
+def test_a_sentence_that_shows_nothing_is_one_line(concat_both_ckpt, toy_bin, tmp_path, capsys):
+    """A line of zero-width characters only is an empty sentence (docids format) or neither
+    sentence nor document break (blank lines): one line naming file and line, nothing
+    translated."""
+    src, ids = tmp_path / "in.txt", tmp_path / "in.docids"
+    src.write_text("w1 w2\n\u200b\u200b\nw3\n")
+    ids.write_text("a\na\nb\n")
+    code, out, err = translate([src, "--path", concat_both_ckpt, "--data", toy_bin, "--input-format", "docids",
+                                "--quiet"], capsys)
+    assert code == 2 and out == ""
+    assert one_line_error(err) == (f"docctx-translate: error: {src}:2: empty sentence in document 'a' "
+                                   "(only invisible characters: U+200B)")
+    src.write_text("w1 w2\n\u200b\n\nw3\n")
+    code, out, err = translate([src, "--path", concat_both_ckpt, "--data", toy_bin, "--input-format", "blank",
+                                "--quiet"], capsys)
+    assert code == 2 and out == "" and f"{src}:2: a line that shows nothing" in one_line_error(err)
+
+
+def test_a_sentence_the_sentencepiece_model_normalises_to_nothing_is_one_line(concat_both_ckpt, toy_bin, tmp_path,
+                                                                              capsys):
+    """A line holding only SentencePiece's own space mark (U+2581), which shows but encodes to
+    no token, is refused as an empty sentence, naming file and line, before any decoding."""
+    import io
+
+    import sentencepiece as spm
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(["w1 w2 w3", "w4 w5 w6 w7"] * 20), model_writer=model,
+                                   vocab_size=12, hard_vocab_limit=False, minloglevel=2)
+    (tmp_path / "tiny.model").write_bytes(model.getvalue())
+    src = tmp_path / "in.txt"
+    src.write_text("w1 w2\n\u2581\n\nw3\n")
+    code, out, err = translate([src, "--path", concat_both_ckpt, "--data", toy_bin, "--spm-model",
+                                tmp_path / "tiny.model", "--input-format", "blank", "--quiet"], capsys)
+    assert code == 2 and out == ""
+    assert one_line_error(err) == (f"docctx-translate: error: {src}:2: an empty sentence: the model's SentencePiece "
+                                   "model normalises '\u2581' to nothing")

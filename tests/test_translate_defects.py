@@ -157,6 +157,22 @@ def test_a_shard_process_refusing_its_input_is_one_line(concat_both_ckpt, toy_bi
     assert p.returncode == 2 and "<stdin>:3: " in line and "5,000 tokens" in line and "stdin.txt" not in err, err
 
 
+def test_a_shard_process_refusing_its_options_is_one_line(concat_both_ckpt, toy_bin, tmp_path):
+    """A SentencePiece model that is missing (refused inside the processes of --processes 2)
+    or is not one: one line naming it, exit 2, not a shard's traceback."""
+    src = tmp_path / "in.txt"
+    src.write_text("w1 w2\n\nw3\n")
+    bad = tmp_path / "notes.model"
+    bad.write_text("not a model\n")
+    for spm, says, processes in ((tmp_path / "none.model", "no such SentencePiece model file", ["--processes", "2"]),
+                                 (bad, "not a SentencePiece model", [])):
+        p = subprocess.run(["docctx-translate", str(src), *processes, "--path", str(concat_both_ckpt),
+                            "--data", str(toy_bin), "--spm-model", str(spm), *FAST],
+                           capture_output=True, env=venv_env())
+        err = p.stderr.decode()
+        assert p.returncode == 2 and one_line_error(err).startswith(f"docctx-translate: error: {spm}: {says}"), err
+
+
 # ------------------------------------------------------------------ small things
 
 

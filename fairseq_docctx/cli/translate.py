@@ -2,7 +2,7 @@
 
 Reads the formats ``docctx-prepare`` reads (plain text + ``.docids``, blank-line separated,
 ``<d>`` markers, IWSLT/WMT XML, WMT 2021+ XML, JSON Lines; standard input when no file is
-given), applies the
+given) as it is needed, a chunk of documents at a time, applies the
 SentencePiece model stored with the data, translates every document in order with the
 model's own previous translations as target context, detokenizes, and writes the documents
 in the input's format (XML keeps the set's id and languages, the documents' attributes
@@ -135,18 +135,21 @@ def _shard_command(args, input_path, fmt, devices):
     return argv
 
 
-def _report(args, docs, empty, elapsed, fallbacks=None, processes=1):
-    if empty:
-        print(f"docctx-translate: warning: {empty} empty translations", file=sys.stderr)
+def _report(args, counts, elapsed, fallbacks=None, processes=1):
+    """The run's lines on standard error: empty translations, a segment model's fallbacks,
+    and (unless ``--quiet``) the documents, sentences and speed (``counts``: the
+    :class:`~fairseq_docctx.inference.translate.Counts` of the run)."""
+    if counts.empty:
+        print(f"docctx-translate: warning: {counts.empty} empty translations", file=sys.stderr)
     if fallbacks is not None:  # a segment model: its segments decoded again sentence by sentence
         why = fallbacks[2] if len(fallbacks) > 2 else {}
         print(f"docctx-translate: {fallbacks[0]} of {fallbacks[1]} segments decoded again sentence by sentence "
               f"(misaligned: {why.get('count', 0)} sentence count, {why.get('empty', 0)} empty sentence, "
               f"{why.get('window', 0)} outside the length window)", file=sys.stderr)
     if not args.quiet:
-        total = sum(len(d) for d in docs)
+        total = counts.sentences
         by = f" with {processes} processes" if processes > 1 else ""
-        print(f"docctx-translate: {len(docs)} documents, {total} sentences in {elapsed:.1f}s{by} "
+        print(f"docctx-translate: {counts.documents} documents, {total} sentences in {elapsed:.1f}s{by} "
               f"({total / max(elapsed, 1e-9):.1f} sentences/s)", file=sys.stderr)
 
 
@@ -164,12 +167,12 @@ def main(argv=None):
     devices = parse_devices(args.devices, cpu=args.cpu)
     n = num_processes(args.processes, devices)
     if n > 1 or devices:
-        docs, translations, elapsed, fallbacks = translate_in_processes(
+        counts, elapsed, fallbacks = translate_in_processes(
             args, lambda path, fmt: _shard_command(args, path, fmt, devices), n, devices)
-        _report(args, docs, sum(1 for t in translations for s in t if not s.strip()), elapsed, fallbacks, n)
-        return translations
-    docs, empty, elapsed, fallbacks = translate_file(args, load_model)
-    _report(args, docs, empty, elapsed, fallbacks)
+        _report(args, counts, elapsed, fallbacks, n)
+        return
+    counts, elapsed, fallbacks = translate_file(args, load_model)
+    _report(args, counts, elapsed, fallbacks)
 
 
 def cli_main(argv=None):

@@ -24,11 +24,13 @@ Every error is a :class:`DocumentFormatError` whose message starts with ``FILE:L
 stray carriage return inside a sentence becomes a space (it would split the line later).
 """
 import bisect
+import collections
 import html
 import os
 import re
+import unicodedata
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import IO, Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 FORMATS = ("docids", "blank", "marker", "xml", "wmt-xml", "jsonl", "tags")
 INPUT_FORMATS = ("auto",) + FORMATS
@@ -157,8 +159,102 @@ def read_lines(path: str) -> List[str]:
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
 
 
+def iter_lines(source: Union[str, IO[bytes]], path: Optional[str] = None) -> Iterator[Tuple[int, str]]:
+    """The lines of a UTF-8 file (``source`` a path) or byte stream (standard input's
+    buffer), read one at a time as :func:`read_lines` reads them (BOM dropped, ``\\n`` or
+    ``\\r\\n`` removed), each with its 1-based number; invalid UTF-8 is a
+    :class:`DocumentFormatError` naming the line of ``path`` (the name errors give; default:
+    ``source``)."""
+    path = path or str(source)
+    own = isinstance(source, (str, os.PathLike))
+    if own:
+        try:
+            f = open(source, "rb")
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no such file: {source}") from None
+    else:
+        f = source
+    try:
+        for i, raw in enumerate(f, 1):
+            try:
+                text = raw.decode("utf-8-sig" if i == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise DocumentFormatError(path, i, f"not valid UTF-8 ({e.reason})") from None
+            if text.endswith("\n"):
+                text = text[:-1]
+            yield i, text[:-1] if text.endswith("\r") else text
+    finally:
+        if own:
+            f.close()
+
+
+class _Lookahead:
+    """Numbered lines (``(number, text)``, as :func:`iter_lines` gives them) that can be
+    looked at before they are read: the lines looked at stay to be read."""
+
+    def __init__(self, lines: Iterable[Tuple[int, str]]):
+        self._it = iter(lines)
+        self._ahead: Deque[Tuple[int, str]] = collections.deque()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> Tuple[int, str]:
+        if self._ahead:
+            return self._ahead.popleft()
+        return next(self._it)
+
+    def ahead(self, n: int) -> List[str]:
+        """The text of the next ``n`` lines (fewer at the end), left to be read."""
+        while len(self._ahead) < n and self._more():
+            pass
+        return [t for _, t in list(self._ahead)[:n]]
+
+    def first(self, test: Callable[[str], bool]) -> Optional[str]:
+        """The first line ahead whose text passes ``test`` (None: none before the end); it
+        and the lines before it are left to be read."""
+        k = 0
+        while True:
+            if k == len(self._ahead) and not self._more():
+                return None
+            text = self._ahead[k][1]
+            if test(text):
+                return text
+            k += 1
+
+    def _more(self) -> bool:
+        nxt = next(self._it, None)
+        if nxt is None:
+            return False
+        self._ahead.append(nxt)
+        return True
+
+    def close(self) -> None:
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()
+
+
 def _clean(sentence: str) -> str:
     return sentence.replace("\r", " ").strip()
+
+
+def _shows_nothing(text: str) -> bool:
+    """Whether ``text`` has no visible character: empty, or only white space, format
+    characters (Unicode category Cf: U+200B zero-width space, U+200C/U+200D joiners, U+2060
+    word joiner, U+FEFF, U+00AD soft hyphen...) and control characters (Cc). Such a line is
+    empty to a reader, and a model given it translates nothing real into invented words."""
+    return all(c.isspace() or unicodedata.category(c) in ("Cf", "Cc") for c in text)
+
+
+def _invisible(text: str) -> str:
+    """``" (only invisible characters: U+200B, ...)"`` for a non-empty text that shows
+    nothing (:func:`_shows_nothing`), else ``""``: what an "empty" error adds to say why a
+    line that is not empty counts as one."""
+    if not text:
+        return ""
+    codes = sorted({f"U+{ord(c):04X}" for c in text if not c.isspace()})
+    return f" (only invisible characters: {', '.join(codes) or 'white space'})"
 
 
 def _first_element(text: str) -> Optional[str]:
@@ -169,11 +265,11 @@ def _first_element(text: str) -> Optional[str]:
     return None
 
 
-def _json_object_line(lines: List[str]) -> bool:
-    """Whether the first non-empty line is a JSON object (a JSON Lines file)."""
+def _json_object(line: Optional[str]) -> bool:
+    """Whether ``line`` (the first non-empty line) is a JSON object (a JSON Lines file)."""
     import json
 
-    first = next((ln.strip() for ln in lines if ln.strip()), "")
+    first = (line or "").strip()
     if not first.startswith("{"):
         return False
     try:
@@ -184,20 +280,31 @@ def _json_object_line(lines: List[str]) -> bool:
 
 def detect_format(path: str, docids: Optional[str] = None) -> str:
     """Guess the format of one file (see the module docstring for the rules)."""
-    lines = read_lines(path)
-    head = "\n".join(lines[:5]).lstrip().lower()
-    if path.lower().endswith(JSONL_EXTENSIONS) or _json_object_line(lines):
+    lines = _Lookahead(iter_lines(path))
+    try:
+        return _detect(lines, path, docids)
+    finally:
+        lines.close()
+
+
+def _detect(lines: _Lookahead, path: str, docids: Optional[str] = None) -> str:
+    """The format of the lines ahead of ``lines`` (named ``path``), read no further than
+    needed: the first non-empty line (JSON Lines, ``<d>``, IWSLT metadata), the first 50
+    (XML), and, failing those, up to the first blank line (blank-line separated)."""
+    first = lines.first(lambda t: bool(t.strip()))
+    if path.lower().endswith(JSONL_EXTENSIONS) or _json_object(first):
         return "jsonl"
+    head = "\n".join(lines.ahead(5)).lstrip().lower()
     if path.lower().endswith(XML_EXTENSIONS) or head.startswith(_XML_STARTS + ("<dataset",)):
-        return "wmt-xml" if _first_element("\n".join(lines[:50])) == "dataset" else "xml"
+        return "wmt-xml" if _first_element("\n".join(lines.ahead(50))) == "dataset" else "xml"
     if docids is not None and os.path.exists(docids):
         return "docids"
-    first = next((ln.strip() for ln in lines if ln.strip()), None)
+    first = first.strip() if first is not None else None
     if first == "<d>":
         return "marker"
     if first is not None and _TAGS_LINE.match(first):
         return "tags"
-    if any(not ln.strip() for ln in lines):
+    if lines.first(lambda t: not t.strip()) is not None:
         return "blank"
     raise DocumentFormatError(
         path, 1,
@@ -207,27 +314,31 @@ def detect_format(path: str, docids: Optional[str] = None) -> str:
 
 
 # ------------------------------------------------------------------------------------------
-# one file, one format
+# one file, one format: each format read from numbered lines, one document at a time
 
 
 def read_docids_file(path: str) -> List[Tuple[str, int]]:
     """``(doc_id, line)`` per line of a document-id file; each id one contiguous run."""
-    out, seen = [], {}
-    for i, line in enumerate(read_lines(path), 1):
+    return list(_iter_docids_file(enumerate(read_lines(path), 1), path))
+
+
+def _iter_docids_file(lines: Iterable[Tuple[int, str]], path: str) -> Iterator[Tuple[str, int]]:
+    prev, seen = None, {}
+    for i, line in lines:
         d = line.strip()
         if not d:
             raise DocumentFormatError(path, i, "empty document id")
         if "\t" in d:
             raise DocumentFormatError(path, i, f"document id {d!r} contains a tab")
-        if out and out[-1][0] != d and d in seen:
+        if prev is not None and prev != d and d in seen:
             raise DocumentFormatError(
                 path, i,
                 f"document id {d!r} reappears after another document (its first run "
                 f"starts at line {seen[d]}); a document must be one contiguous run of lines",
             )
         seen.setdefault(d, i)
-        out.append((d, i))
-    return out
+        prev = d
+        yield d, i
 
 
 def _read_docids_format(path: str, docids: str) -> List[Document]:
@@ -235,54 +346,93 @@ def _read_docids_format(path: str, docids: str) -> List[Document]:
     lines = read_lines(path)
     if len(lines) != len(ids):
         _count_mismatch(path, len(lines), docids, len(ids))
-    docs: List[Document] = []
-    for i, (line, (d, _)) in enumerate(zip(lines, ids), 1):
+    return list(_iter_docids_format(enumerate(lines, 1), iter(ids), path, docids))
+
+
+def _iter_docids_format(lines: Iterable[Tuple[int, str]], ids: Iterator[Tuple[str, int]], path: str,
+                        docids: str) -> Iterator[Document]:
+    """The documents of sentence lines and their ids (``(id, line)``, one a line); a
+    document is complete when the next id differs. Line counts that differ are an error
+    once one side ends."""
+    doc, n = None, 0
+    for i, line in lines:
+        pair = next(ids, None)
+        if pair is None:
+            _count_mismatch(path, i + sum(1 for _ in lines), docids, i - 1)
+        n, d = i, pair[0]
         s = _clean(line)
-        if not s:
-            raise DocumentFormatError(path, i, f"empty sentence in document {d!r}")
-        if not docs or docs[-1].doc_id != d:
-            docs.append(Document(d, [], [], path))
-        docs[-1].sentences.append(s)
-        docs[-1].lines.append(i)
-    return docs
+        if not s or _shows_nothing(s):
+            raise DocumentFormatError(path, i, f"empty sentence in document {d!r}{_invisible(s)}")
+        if doc is None or doc.doc_id != d:
+            if doc is not None:
+                yield doc
+            doc = Document(d, [], [], path)
+        doc.sentences.append(s)
+        doc.lines.append(i)
+    rest = sum(1 for _ in ids)
+    if rest:
+        _count_mismatch(path, n, docids, n + rest)
+    if doc is not None:
+        yield doc
 
 
 def _read_blank(path: str, name: str) -> List[Document]:
-    docs: List[Document] = []
-    new_doc = True
-    for i, line in enumerate(read_lines(path), 1):
+    return list(_iter_blank(enumerate(read_lines(path), 1), path, name))
+
+
+def _iter_blank(lines: Iterable[Tuple[int, str]], path: str, name: str) -> Iterator[Document]:
+    """Documents separated by empty lines; a document is complete at the empty line after
+    it (or the end). A line of invisible characters only is neither a sentence nor an empty
+    line: an error."""
+    doc, k = None, 0
+    for i, line in lines:
         s = _clean(line)
         if not s:
-            new_doc = True
+            if doc is not None:
+                yield doc
+                doc = None
             continue
-        if new_doc:
-            docs.append(Document(f"{name}:{len(docs) + 1}", [], [], path))
-            new_doc = False
-        docs[-1].sentences.append(s)
-        docs[-1].lines.append(i)
-    return docs
+        if _shows_nothing(s):
+            raise DocumentFormatError(path, i, f"a line that shows nothing{_invisible(s)}: neither a sentence "
+                                      "nor the empty line between documents")
+        if doc is None:
+            k += 1
+            doc = Document(f"{name}:{k}", [], [], path)
+        doc.sentences.append(s)
+        doc.lines.append(i)
+    if doc is not None:
+        yield doc
 
 
 def _read_marker(path: str, name: str) -> List[Document]:
-    docs: List[Document] = []
-    marker_line = 0
-    for i, line in enumerate(read_lines(path), 1):
+    return list(_iter_marker(enumerate(read_lines(path), 1), path, name))
+
+
+def _iter_marker(lines: Iterable[Tuple[int, str]], path: str, name: str) -> Iterator[Document]:
+    """Documents each led by a ``<d>`` line; a document is complete at the next ``<d>``
+    (or the end)."""
+    doc, k, marker_line = None, 0, 0
+    for i, line in lines:
         s = _clean(line)
         if s == "<d>":
-            if docs and not docs[-1].sentences:
-                raise DocumentFormatError(path, marker_line, "empty document (<d> followed by <d>)")
-            docs.append(Document(f"{name}:{len(docs) + 1}", [], [], path))
+            if doc is not None:
+                if not doc.sentences:
+                    raise DocumentFormatError(path, marker_line, "empty document (<d> followed by <d>)")
+                yield doc
+            k += 1
+            doc = Document(f"{name}:{k}", [], [], path)
             marker_line = i
-        elif not s:
-            raise DocumentFormatError(path, i, "empty sentence (a blank line in a <d>-marker file)")
-        elif not docs:
+        elif not s or _shows_nothing(s):
+            raise DocumentFormatError(path, i, f"empty sentence (a blank line in a <d>-marker file){_invisible(s)}")
+        elif doc is None:
             raise DocumentFormatError(path, i, "text before the first <d> marker")
         else:
-            docs[-1].sentences.append(s)
-            docs[-1].lines.append(i)
-    if docs and not docs[-1].sentences:
-        raise DocumentFormatError(path, marker_line, "empty document (<d> at the end of the file)")
-    return docs
+            doc.sentences.append(s)
+            doc.lines.append(i)
+    if doc is not None:
+        if not doc.sentences:
+            raise DocumentFormatError(path, marker_line, "empty document (<d> at the end of the file)")
+        yield doc
 
 
 # metadata lines of the IWSLT training files (train.tags.*): one element on a line
@@ -292,33 +442,46 @@ _TALKID = re.compile(r"^<talkid>\s*(.*?)\s*</talkid>$", re.I)
 
 
 def _read_tags(path: str, name: str, allow_empty: bool = False) -> List[Document]:
+    return list(_iter_tags(enumerate(read_lines(path), 1), path, name, allow_empty))
+
+
+def _iter_tags(lines: Iterable[Tuple[int, str]], path: str, name: str,
+               allow_empty: bool = False) -> Iterator[Document]:
     """IWSLT training talks: a run of metadata lines starts a document (id: its ``<talkid>``,
-    else ``NAME:N``); every other line is a sentence. ``allow_empty``: an empty line is an
-    empty sentence (``read_parallel`` drops the pairs with an empty side) instead of an error."""
-    docs: List[Document] = []
-    in_meta = False
-    for i, line in enumerate(read_lines(path), 1):
+    else ``NAME:N``); every other line is a sentence. ``allow_empty``: an empty line (or one
+    of invisible characters only) is an empty sentence (``read_parallel`` drops the pairs
+    with an empty side) instead of an error."""
+    doc, k, in_meta, last = None, 0, False, 0
+    for i, line in lines:
+        last = i
         s = _clean(line)
         if _TAGS_LINE.match(s):
             if not in_meta:
-                if docs and not docs[-1].sentences:
-                    raise DocumentFormatError(path, i, "a talk without sentences before this one")
-                docs.append(Document(f"{name}:{len(docs) + 1}", [], [], path))
+                if doc is not None:
+                    if not doc.sentences:
+                        raise DocumentFormatError(path, i, "a talk without sentences before this one")
+                    yield doc
+                k += 1
+                doc = Document(f"{name}:{k}", [], [], path)
                 in_meta = True
             m = _TALKID.match(s)
             if m:
-                docs[-1].doc_id = m.group(1)
+                doc.doc_id = m.group(1)
             continue
         in_meta = False
-        if not s and not allow_empty:
-            raise DocumentFormatError(path, i, "empty sentence (a blank line in an IWSLT train.tags file)")
-        if not docs:
+        if _shows_nothing(s):
+            if not allow_empty:
+                raise DocumentFormatError(path, i, "empty sentence (a blank line in an IWSLT train.tags file)"
+                                          + _invisible(s))
+            s = ""
+        if doc is None:
             raise DocumentFormatError(path, i, "text before the first talk's metadata (<url>, <talkid>, ...)")
-        docs[-1].sentences.append(s)
-        docs[-1].lines.append(i)
-    if docs and not docs[-1].sentences:
-        raise DocumentFormatError(path, len(read_lines(path)), "the last talk has no sentences")
-    return docs
+        doc.sentences.append(s)
+        doc.lines.append(i)
+    if doc is not None:
+        if not doc.sentences:
+            raise DocumentFormatError(path, last, "the last talk has no sentences")
+        yield doc
 
 
 _XML_TOKEN = re.compile(
@@ -359,105 +522,165 @@ def _self_closing(raw_attrs: str):
     return raw_attrs, False
 
 
-def _read_xml(path: str, allow_empty: bool = False) -> List[Document]:
+class _XmlParser:
     """IWSLT/WMT XML or SGML, read tolerantly (unquoted attributes, bare ``&``, raw ``<``
     inside a segment) but strictly in structure: every ``<seg>`` has an id and is closed
     inside an open ``<doc>``. A self-closing ``<seg id="N"/>`` is an empty segment.
-    ``allow_empty``: accept empty segments (hypotheses)."""
-    text = "\n".join(read_lines(path))
-    line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    ``allow_empty``: accept empty segments (hypotheses).
 
-    def line_of(pos: int) -> int:
-        return bisect.bisect_right(line_starts, pos)
+    The text is given in pieces (:meth:`feed`), each ending where a document may end; a
+    document still open at the end of a piece is parsed again with the next one.
+    :attr:`set_attributes`: those of the set element (``<srcset>``, ``<refset>``,
+    ``<tstset>``) before the first document, ``{}`` when there is none (``None`` until the
+    first document or set element is read)."""
 
-    docs: List[Document] = []
-    doc_lines: Dict[str, int] = {}
-    doc: Optional[Document] = None
-    doc_line = 0
-    seg_ids: Dict[str, int] = {}
-    pos = 0
-    while True:
-        m = _XML_TOKEN.search(text, pos)
-        if m is None:
-            break
-        pos = m.end()
-        closing, tag = m.group(1), (m.group(2) or "").lower()
-        if not tag:
-            continue  # comment, processing instruction, doctype, CDATA outside a seg
-        ln = line_of(m.start())
-        if tag == "doc":
-            if closing:
+    def __init__(self, path: str, allow_empty: bool = False):
+        self.path, self.allow_empty = path, allow_empty
+        self.doc_lines: Dict[str, int] = {}
+        self.found = 0
+        self.set_attributes: Optional[Dict[str, str]] = None
+
+    def feed(self, text: str, first_line: int = 1, final: bool = True) -> Tuple[List[Document], str, int]:
+        """The documents completed in ``text`` (whose first line is line ``first_line`` of
+        the file), and the text, with its first line, from the start of a document still open
+        at its end (``""`` if none); ``final``: the end of the file (a document still open is
+        an error)."""
+        path, allow_empty = self.path, self.allow_empty
+        line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+
+        def line_of(pos: int) -> int:
+            return first_line - 1 + bisect.bisect_right(line_starts, pos)
+
+        docs: List[Document] = []
+        doc: Optional[Document] = None
+        doc_line = doc_start = 0
+        seg_ids: Dict[str, int] = {}
+        pos = 0
+        while True:
+            m = _XML_TOKEN.search(text, pos)
+            if m is None:
+                break
+            pos = m.end()
+            closing, tag = m.group(1), (m.group(2) or "").lower()
+            if not tag:
+                continue  # comment, processing instruction, doctype, CDATA outside a seg
+            ln = line_of(m.start())
+            if self.set_attributes is None:
+                if tag in ("srcset", "refset", "tstset") and not closing:
+                    self.set_attributes = _attrs(m.group(3))
+                elif tag in ("doc", "seg"):
+                    self.set_attributes = {}
+            if tag == "doc":
+                if closing:
+                    if doc is None:
+                        raise DocumentFormatError(path, ln, "</doc> without an open <doc>")
+                    if not doc.sentences:
+                        raise DocumentFormatError(path, doc_line, f"document {doc.doc_id!r} has no <seg>")
+                    docs.append(doc)
+                    doc = None
+                    continue
+                if doc is not None:
+                    raise DocumentFormatError(
+                        path, doc_line, f"<doc docid={doc.doc_id}> is not closed (next <doc> at line {ln})"
+                    )
+                raw, self_closing = _self_closing(m.group(3))
+                attrs = _attrs(raw)
+                docid = attrs.get("docid", "").strip()
+                if not docid:
+                    raise DocumentFormatError(path, ln, "<doc> without a docid attribute")
+                if "\t" in docid:
+                    raise DocumentFormatError(path, ln, f"docid {docid!r} contains a tab")
+                if docid in self.doc_lines:
+                    raise DocumentFormatError(
+                        path, ln, f"docid {docid!r} appears twice (first at line {self.doc_lines[docid]})"
+                    )
+                self.doc_lines[docid] = doc_line = ln
+                doc_start = m.start()
+                if self_closing:  # <doc docid="..."/>
+                    raise DocumentFormatError(path, ln, f"document {docid!r} has no <seg>")
+                doc = Document(docid, [], [], path, [], ln, attrs)
+                seg_ids = {}
+            elif tag == "seg":
+                if closing:
+                    raise DocumentFormatError(path, ln, "</seg> without an open <seg>")
                 if doc is None:
-                    raise DocumentFormatError(path, ln, "</doc> without an open <doc>")
-                if not doc.sentences:
-                    raise DocumentFormatError(path, doc_line, f"document {doc.doc_id!r} has no <seg>")
-                doc = None
-                continue
-            if doc is not None:
-                raise DocumentFormatError(
-                    path, doc_line, f"<doc docid={doc.doc_id}> is not closed (next <doc> at line {ln})"
-                )
-            raw, self_closing = _self_closing(m.group(3))
-            attrs = _attrs(raw)
-            docid = attrs.get("docid", "").strip()
-            if not docid:
-                raise DocumentFormatError(path, ln, "<doc> without a docid attribute")
-            if "\t" in docid:
-                raise DocumentFormatError(path, ln, f"docid {docid!r} contains a tab")
-            if docid in doc_lines:
-                raise DocumentFormatError(
-                    path, ln, f"docid {docid!r} appears twice (first at line {doc_lines[docid]})"
-                )
-            doc_lines[docid] = doc_line = ln
-            if self_closing:  # <doc docid="..."/>
-                raise DocumentFormatError(path, ln, f"document {docid!r} has no <seg>")
-            doc = Document(docid, [], [], path, [], ln, attrs)
-            docs.append(doc)
-            seg_ids = {}
-        elif tag == "seg":
-            if closing:
-                raise DocumentFormatError(path, ln, "</seg> without an open <seg>")
-            if doc is None:
-                raise DocumentFormatError(path, ln, "<seg> outside a <doc>")
-            raw, self_closing = _self_closing(m.group(3))
-            sid = _attrs(raw).get("id", "").strip()
-            if not sid:
-                raise DocumentFormatError(path, ln, f"<seg> without an id in document {doc.doc_id!r}")
-            if sid in seg_ids:
-                raise DocumentFormatError(
-                    path, ln, f"seg id={sid} appears twice in document {doc.doc_id!r} (first at line {seg_ids[sid]})"
-                )
-            seg_ids[sid] = ln
-            if self_closing:  # <seg id="..."/>: an empty segment
-                if not allow_empty:
-                    raise DocumentFormatError(path, ln, f"empty segment id={sid} in document {doc.doc_id!r} "
-                                              f"(<seg id={sid}/>)")
+                    raise DocumentFormatError(path, ln, "<seg> outside a <doc>")
+                raw, self_closing = _self_closing(m.group(3))
+                sid = _attrs(raw).get("id", "").strip()
+                if not sid:
+                    raise DocumentFormatError(path, ln, f"<seg> without an id in document {doc.doc_id!r}")
+                if sid in seg_ids:
+                    raise DocumentFormatError(
+                        path, ln, f"seg id={sid} appears twice in document {doc.doc_id!r} (first at line {seg_ids[sid]})"
+                    )
+                seg_ids[sid] = ln
+                if self_closing:  # <seg id="..."/>: an empty segment
+                    if not allow_empty:
+                        raise DocumentFormatError(path, ln, f"empty segment id={sid} in document {doc.doc_id!r} "
+                                                  f"(<seg id={sid}/>)")
+                    doc.seg_ids.append(sid)
+                    doc.sentences.append("")
+                    doc.lines.append(ln)
+                    continue
+                # the segment runs to the next </seg>: what lies between is text
+                end = _SEG_END.search(text, m.end())
+                inner = _STRUCTURE_TAG.search(text, m.end(), end.start() if end else len(text))
+                if inner is not None:
+                    found = f"<{inner.group(1)}{inner.group(2).lower()}>"
+                    raise DocumentFormatError(
+                        path, ln, f"<seg id={sid}> is not closed (found {found} at line {line_of(inner.start())})"
+                    )
+                if end is None:
+                    raise DocumentFormatError(path, ln, f"<seg id={sid}> is not closed before the end of the file")
+                s = _clean(_segment_text(text[m.end():end.start()]))
+                if _shows_nothing(s) and not allow_empty:
+                    raise DocumentFormatError(path, ln, f"empty segment id={sid} in document {doc.doc_id!r}"
+                                              + _invisible(s))
                 doc.seg_ids.append(sid)
-                doc.sentences.append("")
+                doc.sentences.append(s)
                 doc.lines.append(ln)
-                continue
-            # the segment runs to the next </seg>: what lies between is text
-            end = _SEG_END.search(text, m.end())
-            inner = _STRUCTURE_TAG.search(text, m.end(), end.start() if end else len(text))
-            if inner is not None:
-                found = f"<{inner.group(1)}{inner.group(2).lower()}>"
-                raise DocumentFormatError(
-                    path, ln, f"<seg id={sid}> is not closed (found {found} at line {line_of(inner.start())})"
-                )
-            if end is None:
-                raise DocumentFormatError(path, ln, f"<seg id={sid}> is not closed before the end of the file")
-            s = _clean(_segment_text(text[m.end():end.start()]))
-            if not s and not allow_empty:
-                raise DocumentFormatError(path, ln, f"empty segment id={sid} in document {doc.doc_id!r}")
-            doc.seg_ids.append(sid)
-            doc.sentences.append(s)
-            doc.lines.append(ln)
-            pos = end.end()
-    if doc is not None:
-        raise DocumentFormatError(path, doc_line, f"<doc docid={doc.doc_id}> is not closed before the end of the file")
-    if not docs:
-        raise DocumentFormatError(path, 1, "no <doc docid=...> element found")
-    return docs
+                pos = end.end()
+        self.found += len(docs)
+        if doc is not None:
+            if final:
+                raise DocumentFormatError(path, doc_line,
+                                          f"<doc docid={doc.doc_id}> is not closed before the end of the file")
+            del self.doc_lines[doc.doc_id]  # read again with the next piece
+            return docs, text[doc_start:], line_of(doc_start)
+        if final and not self.found:
+            raise DocumentFormatError(path, 1, "no <doc docid=...> element found")
+        return docs, "", 0
+
+
+def _read_xml(path: str, allow_empty: bool = False) -> List[Document]:
+    """The documents of an IWSLT/WMT XML or SGML file (:class:`_XmlParser`), its text
+    parsed whole."""
+    return _XmlParser(path, allow_empty).feed("\n".join(read_lines(path)))[0]
+
+
+#: a line that ends a document (the closing tag alone on its line, as XML and SGML test sets
+#: write it): where a piece of text given to the parser may end
+_DOC_END_LINE = re.compile(r"^\s*</doc\s*>\s*$", re.I)
+
+
+def _iter_xml(lines: Iterable[Tuple[int, str]], parser: _XmlParser) -> Iterator[Document]:
+    """The documents of XML/SGML lines, parsed a few at a time: the text is given to
+    ``parser`` up to each line that closes a document outside any comment or CDATA section,
+    so that no more than a document (and what lies between documents) is held."""
+    piece: List[str] = []
+    first = 0
+    for i, line in lines:
+        if not piece:
+            first = i
+        piece.append(line)
+        if _DOC_END_LINE.match(line):
+            text = "\n".join(piece)
+            if text.rfind("<!--") <= text.rfind("-->") and text.rfind("<![CDATA[") <= text.rfind("]]>"):
+                docs, rest, first = parser.feed(text, first, final=False)
+                yield from docs
+                piece = [rest] if rest else []
+    docs, _, _ = parser.feed("\n".join(piece), first or 1, final=True)
+    yield from docs
 
 
 def read_set_attributes(path: str) -> Dict[str, str]:
@@ -473,6 +696,7 @@ def read_set_attributes(path: str) -> Dict[str, str]:
     return {}
 
 
+
 # ------------------------------------------------------------------------------------------
 # single-file formats: WMT 2021+ XML and JSON Lines
 
@@ -483,6 +707,10 @@ def _side_name(side: str) -> str:
     return "ref" if side == "tgt" else side
 
 
+def _wmt_parser_options() -> dict:
+    return dict(resolve_entities=False, no_network=True, remove_comments=True)
+
+
 def _parse_wmt_xml(path: str):
     """The parsed tree of a WMT 2021+ file (lxml; line numbers kept); its root must be
     ``<dataset>``."""
@@ -490,35 +718,42 @@ def _parse_wmt_xml(path: str):
 
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such file: {path}")
-    parser = etree.XMLParser(resolve_entities=False, no_network=True, remove_comments=True)
+    parser = etree.XMLParser(**_wmt_parser_options())
     try:
         tree = etree.parse(path, parser)
     except etree.XMLSyntaxError as e:
         raise DocumentFormatError(path, e.lineno or 1, f"not well-formed XML ({e.msg})") from None
-    root = tree.getroot()
-    if root.tag != "dataset":
-        raise DocumentFormatError(path, root.sourceline or 1, f"<{root.tag}> is not a WMT <dataset>")
+    _check_wmt_root(path, tree.getroot())
     return tree
 
 
+def _check_wmt_root(path: str, root) -> None:
+    if root.tag != "dataset":
+        raise DocumentFormatError(path, root.sourceline or 1, f"<{root.tag}> is not a WMT <dataset>")
+
+
+def _check_wmt_doc(path: str, el, seen: Dict[str, int]) -> str:
+    """The id of a ``<doc>``, checked: inside a ``<collection>``, unique (``seen``: the ids
+    so far and their lines)."""
+    parent = el.getparent()
+    if parent is None or parent.tag != "collection":
+        raise DocumentFormatError(path, el.sourceline, "<doc> outside a <collection>")
+    did = (el.get("id") or "").strip()
+    if not did:
+        raise DocumentFormatError(path, el.sourceline, "<doc> without an id attribute")
+    if "\t" in did:
+        raise DocumentFormatError(path, el.sourceline, f"doc id {did!r} contains a tab")
+    if did in seen:
+        raise DocumentFormatError(path, el.sourceline, f"doc id {did!r} appears twice (first at line {seen[did]})")
+    seen[did] = el.sourceline
+    return did
+
+
 def _wmt_docs(path: str, root):
-    """Every ``<doc>`` of a dataset, checked: inside a ``<collection>``, with a unique id."""
+    """Every ``<doc>`` of a dataset, checked (:func:`_check_wmt_doc`)."""
     seen: Dict[str, int] = {}
     for el in root.iter("doc"):
-        parent = el.getparent()
-        if parent is None or parent.tag != "collection":
-            raise DocumentFormatError(path, el.sourceline, "<doc> outside a <collection>")
-        did = (el.get("id") or "").strip()
-        if not did:
-            raise DocumentFormatError(path, el.sourceline, "<doc> without an id attribute")
-        if "\t" in did:
-            raise DocumentFormatError(path, el.sourceline, f"doc id {did!r} contains a tab")
-        if did in seen:
-            raise DocumentFormatError(path, el.sourceline, f"doc id {did!r} appears twice (first at line {seen[did]})")
-        seen[did] = el.sourceline
-        yield did, el
-
-
+        yield _check_wmt_doc(path, el, seen), el
 def wmt_translators(path: str) -> List[str]:
     """The translators of the ``<ref>`` elements of a WMT 2021+ file, in order of appearance
     (``""`` for a ``<ref>`` without a translator attribute)."""
@@ -561,6 +796,8 @@ def _wmt_side(path, did, doc_el, side, translator, system):
     return found[0]
 
 
+
+
 def _read_wmt_xml(path: str, side: str = "src", translator: Optional[str] = None,
                   system: Optional[str] = None, allow_empty: bool = False) -> List[Document]:
     """One side of a WMT 2021+ file. ``translator``: the reference's (default: the first
@@ -582,31 +819,68 @@ def _read_wmt_xml(path: str, side: str = "src", translator: Optional[str] = None
                                       f"{len(systems)} systems' <hyp> elements ({', '.join(map(repr, systems))}): "
                                       "say which one (--hyp-system)" if systems else "no <hyp> element")
         system = systems[0]
-    docs: List[Document] = []
-    for did, doc_el in _wmt_docs(path, root):
-        el = _wmt_side(path, did, doc_el, side, translator, system)
-        doc = Document(did, [], [], path, [], doc_el.sourceline, dict(doc_el.attrib), source=doc_el)
-        seen: Dict[str, int] = {}
-        for seg in el.iter("seg"):
-            if seg.getparent().tag != "p":
-                raise DocumentFormatError(path, seg.sourceline, f"<seg> outside a <p> in document {did!r}")
-            sid = (seg.get("id") or "").strip()
-            if not sid:
-                raise DocumentFormatError(path, seg.sourceline, f"<seg> without an id in document {did!r}")
-            if sid in seen:
-                raise DocumentFormatError(path, seg.sourceline, f"seg id={sid} appears twice in <{el.tag}> of "
-                                          f"document {did!r} (first at line {seen[sid]})")
-            seen[sid] = seg.sourceline
-            text = " ".join("".join(seg.itertext()).split())
-            if not text and not allow_empty:
-                raise DocumentFormatError(path, seg.sourceline, f"empty segment id={sid} in document {did!r}")
-            doc.seg_ids.append(sid)
-            doc.sentences.append(text)
-            doc.lines.append(seg.sourceline)
-        if not doc.sentences:
-            raise DocumentFormatError(path, el.sourceline, f"<{el.tag}> of document {did!r} has no <seg>")
-        docs.append(doc)
-    return docs
+    return [_wmt_document(path, did, doc_el, side, translator, system, allow_empty)
+            for did, doc_el in _wmt_docs(path, root)]
+
+
+def _wmt_document(path: str, did: str, doc_el, side: str, translator: Optional[str], system: Optional[str],
+                  allow_empty: bool) -> Document:
+    """One side of one ``<doc>`` element (its paragraphs' segments, in order)."""
+    el = _wmt_side(path, did, doc_el, side, translator, system)
+    doc = Document(did, [], [], path, [], doc_el.sourceline, dict(doc_el.attrib), source=doc_el)
+    seen: Dict[str, int] = {}
+    for seg in el.iter("seg"):
+        if seg.getparent().tag != "p":
+            raise DocumentFormatError(path, seg.sourceline, f"<seg> outside a <p> in document {did!r}")
+        sid = (seg.get("id") or "").strip()
+        if not sid:
+            raise DocumentFormatError(path, seg.sourceline, f"<seg> without an id in document {did!r}")
+        if sid in seen:
+            raise DocumentFormatError(path, seg.sourceline, f"seg id={sid} appears twice in <{el.tag}> of "
+                                      f"document {did!r} (first at line {seen[sid]})")
+        seen[sid] = seg.sourceline
+        text = " ".join("".join(seg.itertext()).split())
+        if _shows_nothing(text) and not allow_empty:
+            raise DocumentFormatError(path, seg.sourceline, f"empty segment id={sid} in document {did!r}"
+                                      + _invisible(text))
+        doc.seg_ids.append(sid)
+        doc.sentences.append(text)
+        doc.lines.append(seg.sourceline)
+    if not doc.sentences:
+        raise DocumentFormatError(path, el.sourceline, f"<{el.tag}> of document {did!r} has no <seg>")
+    return doc
+
+
+def _iter_wmt_xml(source: Union[str, IO[bytes]], path: str) -> Iterator[Document]:
+    """The source side of a WMT 2021+ file or byte stream, parsed as it is read (lxml's
+    ``iterparse``): a document as soon as its ``</doc>`` is read. A document written
+    (:func:`release`) is removed from the tree, which then holds the documents read and not
+    yet released."""
+    from lxml import etree
+
+    seen: Dict[str, int] = {}
+    root = None
+    try:
+        for event, el in etree.iterparse(source, events=("start", "end"), **_wmt_parser_options()):
+            if root is None:
+                root = el
+                _check_wmt_root(path, root)
+            if event == "end" and el.tag == "doc":
+                yield _wmt_document(path, _check_wmt_doc(path, el, seen), el, "src", None, None, False)
+    except etree.XMLSyntaxError as e:
+        raise DocumentFormatError(path, e.lineno or 1, f"not well-formed XML ({e.msg})") from None
+
+
+def release(doc: Document) -> None:
+    """Drop what a document read by :class:`DocumentStream` keeps of its file once it is
+    written: a WMT 2021+ document's element leaves the parsed tree."""
+    el = doc.source
+    if el is not None and hasattr(el, "getparent"):
+        parent = el.getparent()
+        el.clear()
+        if parent is not None:
+            parent.remove(el)
+    doc.source = None
 
 
 #: the field of a JSON Lines document holding each side
@@ -614,14 +888,18 @@ JSONL_FIELDS = {"src": "src", "ref": "tgt", "hyp": "hyp"}
 
 
 def _read_jsonl(path: str, side: str = "src", allow_empty: bool = False) -> List[Document]:
-    """One side of a JSON Lines file: one JSON object a line, ``id`` and the side's list of
+    return list(_iter_jsonl(enumerate(read_lines(path), 1), path, side, allow_empty))
+
+
+def _iter_jsonl(lines: Iterable[Tuple[int, str]], path: str, side: str = "src",
+                allow_empty: bool = False) -> Iterator[Document]:
+    """One side of JSON Lines: one JSON object a line, ``id`` and the side's list of
     sentences (``src``, ``tgt``, ``hyp``), as long as ``src`` where both are given."""
     import json
 
     key = JSONL_FIELDS[_side_name(side)]
-    docs: List[Document] = []
     seen: Dict[str, int] = {}
-    for i, line in enumerate(read_lines(path), 1):
+    for i, line in lines:
         if not line.strip():
             raise DocumentFormatError(path, i, "empty line (JSON Lines: one document, a JSON object, per line)")
         try:
@@ -648,11 +926,10 @@ def _read_jsonl(path: str, side: str = "src", allow_empty: bool = False) -> List
                                       f"{len(sents)} \"{key}\" sentences")
         text = [" ".join(x.split()) for x in sents]
         for k, x in enumerate(text):
-            if not x and not allow_empty:
-                raise DocumentFormatError(path, i, f"document {did!r}: sentence {k + 1} of \"{key}\" is empty")
-        docs.append(Document(did, text, [i] * len(text), path, [str(k + 1) for k in range(len(text))], i,
-                             source=obj))
-    return docs
+            if _shows_nothing(x) and not allow_empty:
+                raise DocumentFormatError(path, i, f"document {did!r}: sentence {k + 1} of \"{key}\" is empty"
+                                          + _invisible(x))
+        yield Document(did, text, [i] * len(text), path, [str(k + 1) for k in range(len(text))], i, source=obj)
 
 
 def read_file(path: str, input_format: str = "auto", docids: Optional[str] = None,
@@ -665,7 +942,8 @@ def read_file(path: str, input_format: str = "auto", docids: Optional[str] = Non
     file's base name); ``allow_empty``: accept empty XML segments (hypotheses: an empty
     translation) and empty lines of a ``tags`` file (as empty sentences). ``side``, ``translator``, ``system``: what to read of a file holding
     several sides (``wmt-xml``, ``jsonl``; see the module doc). A file without any document
-    is an error in every format."""
+    is an error in every format. A sentence that shows nothing (white space, format and
+    control characters only, e.g. U+200B) is an empty sentence."""
     fmt = detect_format(path, docids) if input_format == "auto" else input_format
     name = name or prefix_name(path)
     if fmt == "docids":
@@ -691,6 +969,103 @@ def read_file(path: str, input_format: str = "auto", docids: Optional[str] = Non
     if not docs:
         raise DocumentFormatError(path, 1, f"no documents (no sentence in this {fmt}-format file)")
     return docs, fmt
+
+
+class DocumentStream:
+    """The source documents of one file (``source`` a path) or byte stream (standard
+    input's buffer), read as they are needed: iterating gives one :class:`Document` at a
+    time, each as soon as the lines that complete it are read (blank: the empty line after
+    it; ``<d>`` markers: the next marker; docids: the next document's first id; XML/SGML:
+    its ``</doc>`` line; WMT 2021+ XML: its ``</doc>``; JSON Lines: its line), so that a
+    reader of the documents holds those it has not finished with, not the file. The same
+    documents and errors as :func:`read_file` (source side), except that an error is raised
+    when its line is reached, after the documents before it, and that a document id that
+    reappears or two line counts that differ are found at the line where they show.
+
+    ``path``: the name errors and documents give (default: ``source``; standard input:
+    ``<stdin>``); ``name``: the prefix of generated ids (default: the file's base name).
+    :attr:`format` is known on construction (auto-detection reads the lines it needs, the
+    first document at most, and leaves them to be read); :attr:`set_attributes`, those of
+    an XML set element (:func:`read_set_attributes`), once the first document is read (``{}``
+    for other formats)."""
+
+    def __init__(self, source: Union[str, IO[bytes]], input_format: str = "auto",
+                 docids: Optional[str] = None, name: Optional[str] = None, path: Optional[str] = None):
+        self.source = source
+        self.path = path or str(source)
+        self.docids = docids
+        self.name = name or prefix_name(self.path)
+        if isinstance(source, (str, os.PathLike)) and not os.path.exists(source):
+            raise FileNotFoundError(f"no such file: {source}")
+        self._lines = _Lookahead(iter_lines(source, self.path))
+        try:
+            fmt = _detect(self._lines, self.path, docids) if input_format == "auto" else input_format
+            if fmt not in FORMATS:
+                raise ValueError(f"unknown input format {fmt!r} (choose from {', '.join(INPUT_FORMATS)})")
+            if fmt == "docids":
+                if docids is None:
+                    raise ValueError("the docids format needs the document-id file")
+                if not os.path.exists(docids):
+                    raise FileNotFoundError(f"no such file: {docids} (document ids for {self.path})")
+        except BaseException:
+            self._lines.close()
+            raise
+        self.format = fmt
+        self._xml = _XmlParser(self.path) if fmt == "xml" else None
+        self.count = 0
+
+    @property
+    def set_attributes(self) -> Dict[str, str]:
+        return (self._xml.set_attributes or {}) if self._xml is not None else {}
+
+    def __iter__(self) -> Iterator[Document]:
+        for doc in self._documents():
+            self.count += 1
+            yield doc
+        if not self.count:
+            raise DocumentFormatError(self.path, 1, f"no documents (no sentence in this {self.format}-format file)")
+
+    def _documents(self) -> Iterator[Document]:
+        fmt, lines, path = self.format, self._lines, self.path
+        if fmt == "docids":
+            ids = _iter_docids_file(iter_lines(self.docids), self.docids)
+            return _iter_docids_format(lines, ids, path, self.docids)
+        if fmt == "blank":
+            return _iter_blank(lines, path, self.name)
+        if fmt == "marker":
+            return _iter_marker(lines, path, self.name)
+        if fmt == "tags":
+            return _iter_tags(lines, path, self.name)
+        if fmt == "jsonl":
+            return _iter_jsonl(lines, path)
+        if fmt == "xml":
+            return _iter_xml(lines, self._xml)
+        # wmt-xml: lxml reads the bytes: a file again from its start, a stream from the lines
+        # read ahead on
+        if isinstance(self.source, (str, os.PathLike)):
+            lines.close()
+            return _iter_wmt_xml(self.source, path)
+        return _iter_wmt_xml(_LinesAsBytes(lines), path)
+
+    def close(self) -> None:
+        self._lines.close()
+
+
+class _LinesAsBytes:
+    """Numbered lines as a binary file object (``read``), for a parser that reads bytes."""
+
+    def __init__(self, lines: Iterable[Tuple[int, str]]):
+        self._lines = iter(lines)
+        self._buf = b""
+
+    def read(self, n: int = -1) -> bytes:
+        while n < 0 or len(self._buf) < n:
+            nxt = next(self._lines, None)
+            if nxt is None:
+                break
+            self._buf += (nxt[1] + "\n").encode("utf-8")
+        out, self._buf = (self._buf, b"") if n < 0 else (self._buf[:n], self._buf[n:])
+        return out
 
 
 def read_documents(prefix: str, lang: Optional[str] = None, other: Optional[str] = None,

@@ -29,9 +29,10 @@ corpus BLEU over that document's sentences (document level: of its one joined se
 the same settings. Every reference the input gives is used (``nrefs`` in the signature).
 Plain sentence-aligned files without documents get the corpus score only (not d-BLEU).
 """
+import os
 import re
 from collections import Counter
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from sacrebleu.metrics import BLEU
 
@@ -58,17 +59,48 @@ def moses_tokenizer(lang: str = "en", aggressive: bool = False):
     return lambda s: mt.tokenize(s, aggressive_dash_splits=aggressive, escape=True, return_str=True)
 
 
+def sacrebleu_metric(option: str, name: str, make: Callable[[], BLEU]) -> BLEU:
+    """``make()``, a sacreBLEU metric built with the tokenizer ``name`` that ``option`` names
+    (``--tokenize``, ``--pretokenize``). A tokenizer that cannot be built is a
+    :class:`~fairseq_docctx.evaluation.io.ScoreInputError` of one line: an unknown name
+    (listing the known ones, ``known`` first); one whose optional dependency is missing
+    (``ja-mecab``, ``ko-mecab``: the ``pip install`` sacreBLEU asks for); one whose
+    SentencePiece model (``flores101``, ``flores200``, ``spm``, ``spBLEU-1K``) is neither in
+    sacreBLEU's model folder nor downloadable (the file, the address and why)."""
+    if name not in BLEU.TOKENIZERS:
+        known = ", ".join(list(PRETOKENIZER_NAMES if option == "--pretokenize" else ()) + list(BLEU.TOKENIZERS))
+        raise ScoreInputError(f"{option} {name}: unknown tokenizer (one of {known})")
+    try:
+        return make()
+    except (ImportError, RuntimeError) as e:  # sacreBLEU's extras: MeCab and its dictionary
+        extra = re.search(r"pip install (\S+)", str(e))
+        raise ScoreInputError(f"{option} {name}: sacreBLEU's {name} tokenizer needs packages that are not "
+                              "installed" + (f": pip install '{extra.group(1)}'" if extra else f" ({e})")) from None
+    except OSError as e:  # the SentencePiece model of the spm tokenizers, downloaded on first use
+        from sacrebleu.tokenizers import tokenizer_spm
+
+        spec = tokenizer_spm.SPM_MODELS.get(name, {})
+        url = spec.get("url", "?")
+        path = os.path.join(tokenizer_spm.SACREBLEU_DIR, "models", os.path.basename(url))
+        why = getattr(e, "reason", None) or getattr(e, "strerror", None) or e
+        raise ScoreInputError(f"{option} {name}: sacreBLEU's {name} tokenizer reads the SentencePiece model "
+                              f"{path}, which is not there and could not be downloaded from {url} ({why}): "
+                              "put the file there (the environment variable SACREBLEU moves the folder), "
+                              "or use another tokenizer") from None
+
+
+#: the names ``--pretokenize`` takes besides sacreBLEU's tokenizers
+PRETOKENIZER_NAMES = MOSES_PRETOKENIZERS + ("none",)
+
+
 def pretokenizer(name: str, lang: str = "en"):
-    """The tokenizer ``--pretokenize NAME`` applies to every sentence (str -> str)."""
+    """The tokenizer ``--pretokenize NAME`` applies to every sentence (str -> str); a name
+    that is not one is a one-line error (:func:`sacrebleu_metric`)."""
     if name in MOSES_PRETOKENIZERS:
         return moses_tokenizer(lang, name == "moses-aggressive")
     if name == "none":
         return lambda s: s
-    try:
-        return BLEU(tokenize=name).tokenizer
-    except Exception:
-        raise ScoreInputError(f"--pretokenize {name}: unknown tokenizer (moses, moses-aggressive, none, "
-                              f"or one of sacreBLEU's: {', '.join(BLEU.TOKENIZERS)})") from None
+    return sacrebleu_metric("--pretokenize", name, lambda: BLEU(tokenize=name)).tokenizer
 
 
 def scored_sides(corpus: Corpus, pretokenize=None, lang: str = "en"):
@@ -180,8 +212,9 @@ class MultiBleu:
 def bleu_metric(*, tokenized: bool = False, tokenize: str = "13a", lowercase: bool = False,
                 smooth_method: str = "exp") -> BLEU:
     # force: tokenized text is intended here, no "forgot to detokenize" warning
-    return BLEU(tokenize="none" if tokenized else tokenize, lowercase=lowercase,
-                smooth_method=smooth_method, force=tokenized)
+    name = "none" if tokenized else tokenize
+    return sacrebleu_metric("--tokenize", name, lambda: BLEU(tokenize=name, lowercase=lowercase,
+                                                             smooth_method=smooth_method, force=tokenized))
 
 
 def bleu_scores(corpus: Corpus, *, tokenized: bool = False, pretokenize: Optional[str] = "13a",

@@ -68,12 +68,13 @@ def meteor_scores(corpus: Corpus, tokenize: str = "13a", alpha=0.9, beta=3.0, ga
     """``{"score", "per_document", "per_sentence", "method"}`` (scores x100)."""
     from sacrebleu.metrics import BLEU
 
+    from fairseq_docctx.evaluation.bleu import sacrebleu_metric
     from fairseq_docctx.evaluation.wordnet import load_wordnet
 
     if corpus.ref is None:
         raise ValueError("METEOR needs references")
     wn = load_wordnet()
-    tok = BLEU(tokenize=tokenize).tokenizer
+    tok = sacrebleu_metric("--tokenize", tokenize, lambda: BLEU(tokenize=tokenize)).tokenizer
     per_doc, per_sent = {}, []
     for d, hs, rs in zip(corpus.doc_ids, corpus.hyp, corpus.ref):
         scores = [100 * sentence_meteor(tok(h).split(), tok(r).split(), wn, alpha, beta, gamma)

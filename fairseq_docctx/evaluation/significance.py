@@ -208,7 +208,8 @@ def mcnemar(a: Sequence[bool], b: Sequence[bool]) -> Dict:
 def format_comparison(report: Dict) -> str:
     alpha = report["alpha"]
     lines = [f"{len(report['systems'])} system(s) against {report['baseline']}; resampled: "
-             f"{report['resample']} ({report['documents']} documents, {report['sentences']} sentences); "
+             f"{report['resample']} ({'no' if report['documents'] is None else report['documents']} documents, "
+             f"{report['sentences']} sentences); "
              f"* p < {alpha:g}"]
     for m, res in report["comparisons"].items():
         lines.append("")

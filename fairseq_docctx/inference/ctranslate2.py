@@ -363,15 +363,30 @@ def read_export(path: str) -> dict:
     return record
 
 
+def check_export_files(path: str, record: dict, data: Optional[str] = None) -> None:
+    """Refuse an exported folder without the files an export holds (CTranslate2's model,
+    configuration and vocabulary, and the dictionaries, unless ``data`` gives them), naming
+    those missing, rather than failing on the first file opened."""
+    names = ["model.bin", "config.json"]
+    if data is None:
+        names += [record.get("dictionaries", {}).get(side) for side in ("source", "target")]
+    missing = sorted({n for n in names if n and not os.path.isfile(os.path.join(path, n))})
+    if not any("vocabulary" in n for n in os.listdir(path)):  # shared, or source and target
+        missing.append("its vocabulary (shared_vocabulary.json)")
+    if missing:
+        raise ExportError(f"--path {path}: {', '.join(missing)} missing: not a whole export of docctx-export "
+                          "ctranslate2 (export the checkpoint again)")
+
+
 def check_data_dictionaries(path: str, record: dict, data: str) -> None:
     """Refuse a data directory whose dictionaries differ from those exported."""
     for side in ("source", "target"):
         name = record["dictionaries"][side]
         ours, theirs = os.path.join(data, name), os.path.join(path, name)
         if not os.path.exists(ours):
-            raise ExportError(f"--data {data}: no {name}, the {side} dictionary of the model {path}")
+            raise ExportError(f"the data directory {data} has no {name}, the {side} dictionary of the model {path}")
         if os.path.exists(theirs) and checkpoint_sha1(ours) != checkpoint_sha1(theirs):
-            raise ExportError(f"--data {data}: {name} differs from the dictionary the model {path} was "
+            raise ExportError(f"the data directory {data}: {name} differs from the dictionary the model {path} was "
                               "exported with: give the data directory it was trained on")
 
 

@@ -183,16 +183,46 @@ def _fields(lines: Sequence[str], kind: str) -> Optional[List[str]]:
     return None
 
 
+def check_user_dir(args: Sequence[str]) -> List[str]:
+    """``args`` with their ``--user-dir`` checked against the plugin running this command: a
+    ``--user-dir`` that is this package under another name (a link) becomes its path; one
+    that is another copy of the package (a folder of the same name elsewhere) is a
+    ``ValueError`` of one line, since Python imports a package of one name once (fairseq's
+    own error: "module name ... is not globally unique")."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    name = os.path.basename(package)
+    out = list(args)
+    for i, a in enumerate(out):
+        if a == "--user-dir" and i + 1 < len(out):
+            k, value = i + 1, out[i + 1]
+        elif a.startswith("--user-dir="):
+            k, value = i, a.split("=", 1)[1]
+        else:
+            continue
+        path = os.path.abspath(value)
+        if os.path.basename(path.rstrip(os.sep)) != name:
+            continue
+        if os.path.realpath(path) != os.path.realpath(package):
+            raise ValueError(f"--user-dir {value} is another copy of {name} than the one running docctx-generate "
+                             f"({package}): give --user-dir {package}, or run the docctx-generate of that copy")
+        out[k] = package if k == i + 1 else f"--user-dir={package}"
+    return out
+
+
 def parse_generate_args(args: Sequence[str]):
     """fairseq-generate's own parsing of ``args`` (as ``fairseq_cli.generate.cli_main``
-    parses them): its configuration."""
+    parses them): its configuration. A ``--user-dir`` that cannot be imported beside the
+    plugin already running is a ``ValueError`` of one line."""
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     parser = options.get_generation_parser()
     # fairseq_cli.generate.cli_main's workaround for tasks that read model args
     parser.add_argument("--arch", "-a", metavar="ARCH", default="wav2vec2")
-    return convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, input_args=list(args)))
+    try:
+        return convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, input_args=list(args)))
+    except ImportError as e:  # fairseq's import of --user-dir
+        raise ValueError(str(e)) from None
 
 
 def score_line(cfg, tgt_dict, records: Dict[int, List[str]]) -> Optional[str]:
@@ -290,6 +320,7 @@ def generate(fairseq_args: Sequence[str], processes: Optional[int] = None,
     from fairseq import tasks
 
     n = num_processes(processes, devices)
+    fairseq_args = check_user_dir(fairseq_args)
     if allow_skipped and SKIP_OPTION not in fairseq_args:
         fairseq_args = [*fairseq_args, SKIP_OPTION]
     cfg = parse_generate_args(fairseq_args)

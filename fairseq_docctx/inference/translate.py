@@ -1,17 +1,27 @@
 """``docctx-translate``'s work: raw documents read, translated in document order, written.
 
-:func:`translate_file` runs one process: the input read (:func:`read_input`), the output
-opened (:class:`Output`: temporary files moved into place at the end), the model loaded,
-every sentence encoded and its length checked (:func:`check_lengths`), and the documents
-translated and written in input order as they complete (:func:`translate_and_write`).
+The input is streamed: documents are read as they are needed, ``--batch-size`` x
+:data:`STREAM_BATCHES` at a time (a *chunk*: the documents decoded side by side), translated,
+written in input order as they complete, and forgotten, so that memory holds one chunk's
+documents whatever the input's length; a document's translation does not depend on the
+documents decoded beside it, so chunks change nothing in the output.
 
-With several processes (:func:`translate_in_processes`) every process reads the same input
-and translates the documents of its shard (:func:`shard_documents`, :func:`translate_shard`),
-writing them as they complete to a shard file (JSON Lines: a first line with the model's
-languages, then ``{"doc": <number in the input>, "hyp": [...]}`` per document);
-:func:`translate_sharded` runs the processes
-(:func:`~fairseq_docctx.inference.shards.run_shards`) and returns the translations of all
-documents in input order.
+:func:`translate_file` runs one process: the input opened (:func:`open_input`: a
+:class:`~fairseq_docctx.data.readers.DocumentStream`, its format read from its first lines),
+the output opened (:class:`Output`: temporary files moved into place at the end), the model
+loaded, and chunk by chunk: every sentence encoded and its length checked
+(:func:`check_lengths`), the documents translated and written in input order as they
+complete (:func:`translate_and_write`). Bad input is found when its chunk is read: with
+``-o`` nothing is then written; on standard output the documents before its chunk are.
+
+With several processes (:func:`translate_in_processes`) the input is read once for the
+documents' sentence counts (standard input is kept in a temporary file first), every
+process reads the same input and translates the documents of its shard
+(:func:`shard_documents`, :func:`translate_shard`), writing them as they complete to a shard
+file (JSON Lines: a first line with the model's languages, then ``{"doc": <number in the
+input>, "hyp": [...]}`` per document); :func:`run_translation_shards` runs the processes
+(:func:`~fairseq_docctx.inference.shards.run_shards`) and :class:`ShardTranslations` reads the
+shard files back in input order as the input is read again and written.
 
 ``options`` is a namespace with the options of ``docctx-translate`` (``input``,
 ``input_format``, ``docids``, ``output``, ``path``, ``data``, ``spm_model``, ``draft_path``,
@@ -27,14 +37,20 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from ..data.doc_index import balanced_shards, check_shard
 from ..data.packed_tokens import PackedTokens
 from ..data.paths import check_output, file_mode, same_path
-from ..data.readers import DocumentFormatError, docids_path, read_file, read_set_attributes
+from ..data.readers import DocumentFormatError, DocumentStream, docids_path, release
 from ..data.writers import DocumentWriter
 from .shards import ShardError, run_shards, shard_environment
+
+#: a chunk of the input (the documents read, translated side by side and written before the
+#: next ones are read) holds ``--batch-size`` times this many documents: enough that the
+#: batches of a chunk stay full while its documents end at different lengths
+STREAM_BATCHES = 16
 
 
 def shard_documents(lengths: Sequence[int], num_shards: int, shard_id: int) -> List[int]:
@@ -70,74 +86,106 @@ class ShardWriter:
         self.f.close()
 
 
-def read_shard(path: str) -> Tuple[dict, Dict[int, List[str]]]:
-    """A shard file: (its languages, translations by document number); a segment model's
-    shard also reports its ``segment_fallbacks`` (:meth:`ShardWriter.write_fallbacks`), kept
-    in the first item."""
-    with open(path, encoding="utf-8") as f:
-        lines = [json.loads(line) for line in f if line.strip()]
-    if not lines:
-        raise ShardError(f"{path}: empty shard output")
-    header = dict(lines[0])
-    for o in lines[1:]:
-        if "segment_fallbacks" in o:
-            header["segment_fallbacks"] = o["segment_fallbacks"]
-            header["segment_misaligned"] = o.get("segment_misaligned", {})
-    return header, {int(o["doc"]): o["hyp"] for o in lines[1:] if "doc" in o}
+class ShardTranslations:
+    """The translations of the documents in input order, read from the shard files
+    (:class:`ShardWriter`) as they are asked for: document ``d``'s from the file of the shard
+    that has it (``lengths``: every document's sentence count, which also gives the shards),
+    reading that file up to it and keeping the documents read before it until they are asked
+    for (a shard writes its documents in the order they complete). Checked: every document
+    once, one translation per sentence, nothing left over (:class:`ShardError`).
+    :attr:`languages` are the shards' (the first lines), :attr:`segment_fallbacks` a segment
+    model's ``(fallbacks, decoded, {reason: misaligned})`` summed over the shards, once every
+    file is read (``None`` for other models)."""
+
+    def __init__(self, files: Sequence[str], lengths: Sequence[int]):
+        self.lengths = list(lengths)
+        owners = balanced_shards(self.lengths, len(files))
+        self.owner = [0] * len(self.lengths)
+        for s, docs in enumerate(owners):
+            for d in docs.tolist():
+                self.owner[d] = s
+        self.files = [open(f, encoding="utf-8") for f in files]
+        self.names = list(files)
+        self.pending: List[Dict[int, List[str]]] = [{} for _ in files]
+        self.seen: set = set()
+        self.languages: dict = {}
+        self.segment_fallbacks: Optional[tuple] = None
+        for path, f in zip(files, self.files):
+            header = self._next(f)
+            if header is None:
+                raise ShardError(f"{path}: empty shard output")
+            self.languages = self.languages or header
+
+    @staticmethod
+    def _next(f) -> Optional[dict]:
+        for line in f:
+            if line.strip():
+                return json.loads(line)
+        return None
+
+    def _read(self, s: int) -> bool:
+        """Read the next document of shard ``s`` into its pending ones (a segment model's
+        counts are added up); False at the end of its file."""
+        while True:
+            o = self._next(self.files[s])
+            if o is None:
+                return False
+            if "segment_fallbacks" in o:
+                f, n, why = *o["segment_fallbacks"], o.get("segment_misaligned", {})
+                old = self.segment_fallbacks or (0, 0, {})
+                self.segment_fallbacks = (old[0] + f, old[1] + n,
+                                          {k: old[2].get(k, 0) + why.get(k, 0) for k in {*old[2], *why}})
+                continue
+            if "doc" in o:
+                d = int(o["doc"])
+                if d in self.seen or d in self.pending[s]:
+                    raise ShardError(f"document {d} was translated twice by the shards")
+                self.pending[s][d] = o["hyp"]
+                return True
+
+    def __iter__(self) -> Iterator[List[str]]:
+        for d, n_sents in enumerate(self.lengths):
+            s = self.owner[d]
+            while d not in self.pending[s] and self._read(s):
+                pass
+            hyp = self.pending[s].pop(d, None)
+            if hyp is None or len(hyp) != n_sents:
+                raise ShardError(f"document {d}: {len(hyp or [])} translations from the shards, "
+                                 f"{n_sents} sentences in the input")
+            self.seen.add(d)
+            yield hyp
+        for s in range(len(self.files)):  # the rest: a segment model's counts, nothing else
+            while self._read(s):
+                pass
+            if self.pending[s]:
+                raise ShardError(f"document {min(self.pending[s])} translated by shard {s}: the input has "
+                                 f"{len(self.lengths)} documents")
+
+    def close(self):
+        for f in self.files:
+            f.close()
 
 
-def translate_sharded(command: Sequence[str], lengths: Sequence[int], processes: int,
-                      devices: Optional[Sequence[str]] = None, work_dir: Optional[str] = None
-                      ) -> Tuple[dict, List[List[str]]]:
+def run_translation_shards(command: Sequence[str], lengths: Sequence[int], processes: int,
+                           devices: Optional[Sequence[str]], work_dir: str) -> List[str]:
     """Run ``command + [--num-shards N --shard-id I --shard-output FILE]`` for each shard I
-    (N = ``processes``, at most one per document), on ``devices`` in turn or on the CPU; return
-    (the languages the shards report, with a segment model's ``segment_fallbacks``
-    ``(fallbacks, decoded, {reason: misaligned})`` summed over the shards, the translations
-    of the documents in input order, checked: every document once, one translation per
-    sentence)."""
+    (N = ``processes``, at most one per document), on ``devices`` in turn or on the CPU;
+    returns the shard files (read them with :class:`ShardTranslations`)."""
     n = max(1, min(processes, len(lengths)))
-    tmp = work_dir is None
-    work_dir = tempfile.mkdtemp(prefix="docctx-translate-") if tmp else work_dir
     os.makedirs(work_dir, exist_ok=True)
-    try:
-        files = [os.path.join(work_dir, f"shard-{i}.jsonl") for i in range(n)]
-        commands = [list(command) + ["--num-shards", str(n), "--shard-id", str(i), "--shard-output", files[i]]
-                    for i in range(n)]
-        run_shards(commands, [shard_environment(i, n, devices) for i in range(n)], work_dir,
-                   name="docctx-translate shard")
-        langs, found, fallbacks = {}, {}, None
-        for i, path in enumerate(files):
-            header, docs = read_shard(path)
-            if "segment_fallbacks" in header:
-                f, n_seg = header.pop("segment_fallbacks")
-                why = header.pop("segment_misaligned", {})
-                if fallbacks is None:
-                    fallbacks = (0, 0, {})
-                fallbacks = (fallbacks[0] + f, fallbacks[1] + n_seg,
-                             {k: fallbacks[2].get(k, 0) + why.get(k, 0) for k in {*fallbacks[2], *why}})
-            langs = langs or header
-            for d, hyp in docs.items():
-                if d in found:
-                    raise ShardError(f"document {d} was translated by two shards")
-                found[d] = hyp
-    finally:
-        if tmp:
-            shutil.rmtree(work_dir, ignore_errors=True)
-    out = []
-    for d, n_sents in enumerate(lengths):
-        if d not in found or len(found[d]) != n_sents:
-            raise ShardError(f"document {d}: {len(found.get(d, []))} translations from the shards, "
-                             f"{n_sents} sentences in the input")
-        out.append(found[d])
-    if fallbacks is not None:
-        langs = {**langs, "segment_fallbacks": fallbacks}
-    return langs, out
+    files = [os.path.join(work_dir, f"shard-{i}.jsonl") for i in range(n)]
+    commands = [list(command) + ["--num-shards", str(n), "--shard-id", str(i), "--shard-output", files[i]]
+                for i in range(n)]
+    run_shards(commands, [shard_environment(i, n, devices) for i in range(n)], work_dir,
+               name="docctx-translate shard")
+    return files
 
 
 def check_lengths(hub, docs, max_tokens: Optional[int] = None) -> list:
     """The documents' sentences encoded (``hub.encode``), refusing, before any decoding, a
     sentence longer than the model takes (its encoder's positions, end-of-sentence token
-    included) or than ``max_tokens`` (``--max-tokens``):
+    included) or than ``max_tokens`` (``--max-tokens``), and one that its SentencePiece model
+    normalises to nothing (no token before the end-of-sentence one):
     :class:`~fairseq_docctx.data.readers.DocumentFormatError` naming its file and line.
     ``docs``: the documents read (:class:`~fairseq_docctx.data.readers.Document`), ``hub``: a
     :class:`~fairseq_docctx.hub.DocumentHubInterface` (its SentencePiece model and
@@ -156,6 +204,10 @@ def check_lengths(hub, docs, max_tokens: Optional[int] = None) -> list:
             t = hub.encode(s)
             encoded[-1].append(t)
             n = int(t.numel())  # with the end-of-sentence token
+            if n <= 1:
+                raise DocumentFormatError(
+                    d.path, line, "an empty sentence: the model's SentencePiece model normalises "
+                    f"{s!r} to nothing")
             if limit is not None and n > limit:
                 raise DocumentFormatError(
                     d.path, line, f"a sentence of {n - 1:,} tokens; the model takes at most {limit - 1:,}: "
@@ -174,33 +226,45 @@ class OutputError(ValueError):
     """An output file that cannot be written."""
 
 
-def read_input(options, keep_dir: Optional[str] = None):
-    """The input documents, their format and (XML) the set element's attributes; standard
-    input is read as bytes, so that invalid UTF-8 is reported as ``<stdin>:LINE`` (and kept
-    as ``keep_dir/stdin.txt`` if ``keep_dir`` is given)."""
+def open_input(options, path: Optional[str] = None) -> DocumentStream:
+    """The input documents, read as they are needed
+    (:class:`~fairseq_docctx.data.readers.DocumentStream`): the file ``options.input``, or
+    standard input as it comes (read as bytes, so that invalid UTF-8 is reported as
+    ``<stdin>:LINE``), or ``path``, a copy of standard input, named ``<stdin>`` too."""
     if options.input is None and options.input_format == "docids" and not options.docids:
         raise ValueError(f"{STDIN}: --input-format docids reads the document ids from a file: "
                          "give it with --docids FILE")
     if options.input is not None:
         docids = options.docids or docids_path(options.input, None)
-        docs, fmt = read_file(options.input, options.input_format, docids)
-        return docs, fmt, read_set_attributes(options.input) if fmt == "xml" else None
-    tmp = keep_dir or tempfile.mkdtemp(prefix="docctx-translate-")
+        return DocumentStream(options.input, options.input_format, docids)
+    return DocumentStream(sys.stdin.buffer if path is None else path, options.input_format, options.docids,
+                          name="stdin", path=STDIN)
+
+
+def document_lengths(options, path: Optional[str] = None) -> Tuple[List[int], str]:
+    """Every input document's sentence count, and the input's format: the input read through
+    once (:func:`open_input`), its documents checked and forgotten."""
+    stream = open_input(options, path)
     try:
-        path = os.path.join(tmp, "stdin.txt")
-        with open(path, "wb") as f:
-            shutil.copyfileobj(sys.stdin.buffer, f)
-        try:
-            docs, fmt = read_file(path, options.input_format, options.docids or docids_path(path, None),
-                                  name="stdin")
-        except DocumentFormatError as e:
-            raise DocumentFormatError(STDIN, e.line, e.message) from None
-        for d in docs:
-            d.path = STDIN
-        return docs, fmt, read_set_attributes(path) if fmt == "xml" else None
+        lengths = []
+        for d in stream:
+            lengths.append(len(d))
+            release(d)
+        return lengths, stream.format
     finally:
-        if keep_dir is None:
-            shutil.rmtree(tmp, ignore_errors=True)
+        stream.close()
+
+
+def chunks(items: Iterable, size: int) -> Iterator[list]:
+    """``items`` in lists of ``size`` (the last one shorter), each read when it is asked for."""
+    chunk = []
+    for x in items:
+        chunk.append(x)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def check_separator(docs, separator: Optional[str]) -> None:
@@ -300,30 +364,51 @@ def open_output(options, fmt: str) -> Output:
     return Output(options.output, fmt == "docids", files_read(options, fmt), input_docids)
 
 
-def progress_bar(total_sents: int, total_docs: int, quiet: bool):
-    """A tqdm bar of sentences on standard error and its ``update(sentences, documents_done)``."""
-    from tqdm import tqdm
+@dataclass
+class Counts:
+    """What a run translated: documents, sentences, and empty translations."""
 
-    bar = tqdm(total=total_sents, unit="sent", file=sys.stderr, disable=quiet,
-               desc="translating", dynamic_ncols=True)
-
-    def update(n_sents, docs_done):
-        bar.update(n_sents)
-        bar.set_postfix_str(f"documents {docs_done}/{total_docs}")
-
-    return bar, update
+    documents: int = 0
+    sentences: int = 0
+    empty: int = 0
 
 
-def load_checked(load: Callable, options, docs):
-    """``load(options)``, the model; the input checked against its context separator."""
-    model = load(options)
-    check_separator(docs, getattr(model.task.cfg, "context_separator", None))
-    return model
+class Progress:
+    """A tqdm bar of sentences on standard error (none with ``quiet``), made when the first
+    chunk is read: its total is the sentences read so far (the whole input's once it is
+    read), its postfix the documents done of those read."""
+
+    def __init__(self, quiet: bool):
+        self.quiet, self.bar, self.read_docs, self.done_docs = quiet, None, 0, 0
+
+    def read(self, docs) -> None:
+        from tqdm import tqdm
+
+        n = sum(len(d) for d in docs)
+        self.read_docs += len(docs)
+        if self.bar is None:
+            self.bar = tqdm(total=n, unit="sent", file=sys.stderr, disable=self.quiet, desc="translating",
+                            dynamic_ncols=True)
+        else:
+            self.bar.total += n
+            self.bar.refresh()
+
+    def update(self, n_sents: int, docs_done: int) -> None:
+        """``n_sents`` more sentences done; ``docs_done``: the documents done of the chunk."""
+        self.bar.update(n_sents)
+        self.bar.set_postfix_str(f"documents {self.done_docs + docs_done}/{self.read_docs}")
+
+    def chunk_done(self, docs: int) -> None:
+        self.done_docs += docs
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def translate(model, docs, options, progress=None, document_done=None, keep=True):
     """Translate ``docs``; every sentence is encoded and its length checked first (one
-    error naming its file and line before any decoding), and encoded once."""
+    error naming its file and line before any of them is decoded), and encoded once."""
     return model.translate_documents(
         [d.sentences for d in docs], beam=options.beam, batch_size=options.batch_size,
         max_tokens=options.max_tokens, progress=progress, document_done=document_done,
@@ -332,66 +417,95 @@ def translate(model, docs, options, progress=None, document_done=None, keep=True
     )
 
 
-def translate_and_write(model, docs, options, writer, out) -> int:
-    """Translate the documents and write each one, in input order, as soon as it and
-    those before it are done; a written document's translation is dropped, so memory
-    holds the translations of the documents still open rather than the whole output. Returns the
-    number of empty translations."""
-    bar, update = progress_bar(sum(len(d) for d in docs), len(docs), options.quiet)
-    pending, next_doc, empty = {}, 0, 0
+def translate_and_write(model, docs, options, writer, out, progress: Progress, counts: Counts) -> None:
+    """Translate one chunk's documents and write each one, in input order, as soon as it and
+    those before it are done; a written document is forgotten (its translation and what the
+    reader kept of it, :func:`~fairseq_docctx.data.readers.release`), so memory holds the
+    translations of the documents still open rather than the whole output. ``counts``
+    gets the documents, sentences and empty translations written."""
+    check_separator(docs, getattr(model.task.cfg, "context_separator", None))
+    progress.read(docs)
+    pending, next_doc = {}, 0
 
     def document_done(i, translation):
-        nonlocal next_doc, empty
+        nonlocal next_doc
         pending[i] = translation
         while next_doc in pending:
             translation = pending.pop(next_doc)
-            empty += sum(1 for s in translation if not s.strip())
+            counts.empty += sum(1 for s in translation if not s.strip())
             writer.write(docs[next_doc], translation)
+            counts.documents += 1
+            counts.sentences += len(translation)
+            release(docs[next_doc])
             next_doc += 1
         out.flush()
 
-    translate(model, docs, options, progress=update, document_done=document_done, keep=False)
-    bar.close()
-    return empty
+    translate(model, docs, options, progress=progress.update, document_done=document_done, keep=False)
+    progress.chunk_done(len(docs))
 
 
 def translate_file(options, load: Callable):
-    """One process: the input read, the output opened (refused before the model is loaded
-    when it cannot be written), the model loaded (``load(options)``), and the documents
-    translated and written in input order. Returns (the documents, the number of empty
-    translations, the seconds translating took, and a segment model's ``(segments decoded
-    again sentence by sentence, segments decoded, {reason: misaligned segments})``, the hub's
-    ``segment_report``, else ``None``)."""
-    docs, fmt, set_attributes = read_input(options)
-    output = open_output(options, fmt)
+    """One process: the input opened (its format read from its first lines), the output
+    opened (refused before the model is loaded when it cannot be written), the model loaded
+    (``load(options)``), and the input read, translated and written chunk by chunk
+    (:data:`STREAM_BATCHES`), in input order. Returns (the :class:`Counts`, the seconds
+    translating took, and a segment model's ``(segments decoded again sentence by sentence,
+    segments decoded, {reason: misaligned segments})``, the hub's ``segment_report``, else
+    ``None``)."""
+    stream = open_input(options)
     try:
-        model = load_checked(load, options, docs)
-        cfg = model.task.cfg
-        writer = DocumentWriter(fmt, output.out, output.ids, src_lang=cfg.source_lang,
-                                tgt_lang=cfg.target_lang, sysid=options.system_name,
-                                set_attributes=set_attributes)
-        start = time.time()
-        empty = translate_and_write(model, docs, options, writer, output.out)
-        elapsed = time.time() - start
-        writer.close()
-        output.commit()
+        output = open_output(options, stream.format)
+        try:
+            model = load(options)
+            cfg = model.task.cfg
+            counts, progress, writer = Counts(), Progress(options.quiet), None
+            start = time.time()
+            for chunk in chunks(stream, STREAM_BATCHES * options.batch_size):
+                if writer is None:  # after the first documents: an XML set element's attributes
+                    writer = DocumentWriter(stream.format, output.out, output.ids, src_lang=cfg.source_lang,
+                                            tgt_lang=cfg.target_lang, sysid=options.system_name,
+                                            set_attributes=stream.set_attributes)
+                translate_and_write(model, chunk, options, writer, output.out, progress, counts)
+            progress.close()
+            elapsed = time.time() - start
+            writer.close()
+            output.commit()
+        finally:
+            output.discard()
     finally:
-        output.discard()
-    return docs, empty, elapsed, getattr(model, "segment_report", None)
+        stream.close()
+    return counts, elapsed, getattr(model, "segment_report", None)
 
 
 def translate_shard(options, load: Callable) -> None:
     """One shard process: the documents of shard ``options.shard_id`` of
-    ``options.num_shards``, written as they complete to ``options.shard_output``."""
-    docs = read_input(options)[0]
-    mine = shard_documents([len(d) for d in docs], options.num_shards, options.shard_id)
-    model = load_checked(load, options, docs)
+    ``options.num_shards``, written as they complete to ``options.shard_output``; the input
+    read twice, for the documents' sentence counts (which give the shards), then for the
+    shard's documents, chunk by chunk."""
+    lengths, _ = document_lengths(options)
+    mine = set(shard_documents(lengths, options.num_shards, options.shard_id))
+    model = load(options)
+    sep = getattr(model.task.cfg, "context_separator", None)
     writer = ShardWriter(options.shard_output, model.task.cfg.source_lang, model.task.cfg.target_lang)
+    stream = open_input(options)
     try:
-        translate(model, [docs[i] for i in mine], options,
-                  document_done=lambda k, translation: writer.write(mine[k], translation), keep=False)
+        def numbered():  # the shard's documents with their numbers; the others forgotten
+            for k, d in enumerate(stream):
+                if k in mine:
+                    yield k, d
+                else:
+                    release(d)
+
+        for chunk in chunks(numbered(), STREAM_BATCHES * options.batch_size):
+            docs = [d for _, d in chunk]
+            check_separator(docs, sep)
+            translate(model, docs, options, keep=False,
+                      document_done=lambda j, translation: writer.write(chunk[j][0], translation))
+            for d in docs:
+                release(d)
         writer.write_fallbacks(getattr(model, "segment_report", None))
     finally:
+        stream.close()
         writer.close()
 
 
@@ -399,36 +513,58 @@ def translate_in_processes(options, command: Callable[[str, str], Sequence[str]]
                            devices: Optional[Sequence[str]] = None):
     """The documents translated by ``processes`` shard processes, written in input order
     once all are done. ``command(input_path, input_format)``: the command line of a shard
-    process (without the shard options :func:`translate_sharded` adds); standard input is
-    kept in a temporary file the processes read. Returns (the documents, their
-    translations, the seconds the processes took, a segment model's ``(segments decoded
-    again sentence by sentence, segments decoded, {reason: misaligned segments})`` over all
-    processes, else ``None``)."""
+    process (without the shard options :func:`run_translation_shards` adds); standard input
+    is kept in a temporary file the processes read. The input is read three times, none of it
+    held: for the documents' sentence counts (which give the shards), by the processes, and
+    as the translations are written. Returns (the :class:`Counts`, the seconds the processes
+    took, a segment model's ``(segments decoded again sentence by sentence, segments decoded,
+    {reason: misaligned segments})`` over all processes, else ``None``)."""
     work = tempfile.mkdtemp(prefix="docctx-translate-")
     try:
-        docs, fmt, set_attributes = read_input(options, keep_dir=work)
+        path = options.input
+        if path is None:
+            path = os.path.join(work, "stdin.txt")
+            with open(path, "wb") as f:
+                shutil.copyfileobj(sys.stdin.buffer, f)
+        lengths, fmt = document_lengths(options, path)
         output = open_output(options, fmt)
         try:
             start = time.time()
-            path = options.input or os.path.join(work, "stdin.txt")
             try:
-                langs, translations = translate_sharded(
-                    command(path, fmt), [len(d) for d in docs], processes, devices,
-                    work_dir=os.path.join(work, "shards"))
+                files = run_translation_shards(command(path, fmt), lengths, processes, devices,
+                                               os.path.join(work, "shards"))
             except ShardError as e:  # a shard's one-line refusal names standard input as such
                 if options.input is not None or e.exit_code != 2:
                     raise
                 raise ShardError(str(e).replace(path, STDIN), e.shard, e.exit_code) from None
             elapsed = time.time() - start
-            writer = DocumentWriter(fmt, output.out, output.ids, src_lang=langs.get("source_lang"),
-                                    tgt_lang=langs.get("target_lang"), sysid=options.system_name,
-                                    set_attributes=set_attributes)
-            for doc, translation in zip(docs, translations):
-                writer.write(doc, translation)
+            results = ShardTranslations(files, lengths)
+            stream = open_input(options, path)
+            try:
+                counts, writer, translations = Counts(), None, iter(results)
+                for doc, translation in zip(stream, translations):
+                    if writer is None:
+                        langs = results.languages
+                        writer = DocumentWriter(fmt, output.out, output.ids, src_lang=langs.get("source_lang"),
+                                                tgt_lang=langs.get("target_lang"), sysid=options.system_name,
+                                                set_attributes=stream.set_attributes)
+                    writer.write(doc, translation)
+                    release(doc)
+                    counts.documents += 1
+                    counts.sentences += len(translation)
+                    counts.empty += sum(1 for s in translation if not s.strip())
+                if counts.documents != len(lengths):
+                    raise ShardError(f"the input changed while it was translated: {counts.documents} documents, "
+                                     f"{len(lengths)} before")
+                for _ in translations:  # the shards' files read to their end (and checked)
+                    pass
+            finally:
+                stream.close()
+                results.close()
             writer.close()
             output.commit()
         finally:
             output.discard()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return docs, translations, elapsed, langs.get("segment_fallbacks")
+    return counts, elapsed, results.segment_fallbacks

@@ -23,6 +23,7 @@ from fairseq.modules import LearnedPositionalEmbedding, SinusoidalPositionalEmbe
 from torch import Tensor
 
 from ..data import context_batch as cb
+from ..errors import UsageError
 from ..modules.context_concat import concat_with_context, gather_context_rows, pack_segments
 from ..modules.decoder_input import embed_decoder_input
 from ..modules.masks import BoolFutureMask
@@ -247,7 +248,7 @@ class ConcatTransformerModel(DocumentContextModel, TransformerModel):
         sep = getattr(getattr(task, "cfg", None), "context_separator", "<sep>")
         for d in (task.source_dictionary, task.target_dictionary):
             if sep not in d.indices:
-                raise ValueError(
+                raise UsageError(
                     f"concat_transformer needs the context separator {sep} in the "
                     "dictionaries: use --task document_translation"
                 )

@@ -98,6 +98,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from ..data import context_batch as cb
+from ..errors import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -275,7 +276,7 @@ def resolve_context_size(args, name: str, task) -> int:
     return int(k)
 
 
-class ContextMismatchError(ValueError):
+class ContextMismatchError(UsageError):
     """A model asks for context the task does not give."""
 
 

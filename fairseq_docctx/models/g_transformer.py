@@ -59,6 +59,7 @@ from fairseq.models.transformer import (
 )
 
 from ..data.segments import LengthWindow, sentence_lengths
+from ..errors import UsageError
 from ..modules.group_attention import (
     GroupAttention,
     build_group_layer,
@@ -84,7 +85,7 @@ def separator_indices(task, name: str):
     sep = getattr(getattr(task, "cfg", None), "context_separator", None) or "<sep>"
     for side, d in (("source", task.source_dictionary), ("target", task.target_dictionary)):
         if sep not in d.indices:
-            raise ValueError(f"{name}: the {side} dictionary has no separator {sep!r} (the task's "
+            raise UsageError(f"{name}: the {side} dictionary has no separator {sep!r} (the task's "
                              "--context-separator), which joins the sentences of a segment: prepare "
                              "the data with docctx-prepare or use --task document_translation")
     return task.source_dictionary.index(sep), task.target_dictionary.index(sep)
@@ -266,7 +267,7 @@ class Doc2DocTransformerModel(SegmentModelMixin, TransformerModel):
     def build_model(cls, args, task):
         doc2doc_base(args)
         if args.freeze_sentence_weights:
-            raise ValueError("doc2doc_transformer: --freeze-sentence-weights would freeze every weight "
+            raise UsageError("doc2doc_transformer: --freeze-sentence-weights would freeze every weight "
                              "(all of them are a sentence-level transformer's)")
         return cls._build(args, task, "doc2doc_transformer", is_new_weight=lambda name: False)
 
@@ -306,7 +307,7 @@ class GroupDecoder(SegmentDecoder):
 
     def __init__(self, cfg, dictionary, embed_tokens, sep_idx: Optional[int] = None, no_encoder_attn: bool = False):
         if no_encoder_attn:
-            raise ValueError("g_transformer: --no-cross-attention is not supported")
+            raise UsageError("g_transformer: --no-cross-attention is not supported")
         self._layers_built = 0
         super().__init__(cfg, dictionary, embed_tokens, sep_idx, no_encoder_attn=False)
         del self._layers_built
@@ -375,10 +376,10 @@ class GTransformerModel(SegmentModelMixin, TransformerModel):
             n = getattr(args, f"{side}_ctxlayers")
             layers = args.encoder_layers if side == "encoder" else args.decoder_layers
             if not 0 <= n <= layers:
-                raise ValueError(f"g_transformer: --{side}-ctxlayers {n} must be between 0 and the "
+                raise UsageError(f"g_transformer: --{side}-ctxlayers {n} must be between 0 and the "
                                  f"{'encoder' if side == 'encoder' else 'decoder'}'s {layers} layers")
         if not 0 <= args.doc_noise_mask < 1:
-            raise ValueError(f"g_transformer: --doc-noise-mask {args.doc_noise_mask} must be in [0, 1)")
+            raise UsageError(f"g_transformer: --doc-noise-mask {args.doc_noise_mask} must be in [0, 1)")
         path = getattr(args, "init_from_sentence_checkpoint", None)
         fresh = bool(path) and not sentence_init.restore_path(args)
         model = cls._build(args, task, "g_transformer", is_new_weight=_is_g_weight)

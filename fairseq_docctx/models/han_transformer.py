@@ -48,6 +48,7 @@ from fairseq.models.transformer import (
 from torch.nn.utils.rnn import pad_sequence
 
 from ..data import context_batch as cb
+from ..errors import UsageError
 from ..modules import table_encoder
 from ..modules.han import HierarchicalAttention
 from ..modules.masks import BoolFutureMask
@@ -190,7 +191,7 @@ class HANTransformerEncoder(TransformerEncoderBase):
                            han_dec_index=[cb.index(context, "src", K)])
             elif self.han_decoder in ("target", "alignment") and not training_pass:
                 if not cb.has_side(context, "tgt"):
-                    raise ValueError(f"HAN decoder ({self.han_decoder}) needs target context: "
+                    raise UsageError(f"HAN decoder ({self.han_decoder}) needs target context: "
                                      "use --context-sides both")
                 # no cache (oracle reference context, ensembles): the decoder teacher-forces
                 # the target table once, at its first step (kept in its incremental state)
@@ -200,7 +201,7 @@ class HANTransformerEncoder(TransformerEncoderBase):
                            han_dec_index=[cb.index(context, "tgt", K)])
         else:  # no context at all: HAN leaves the states unchanged
             if self.han_decoder != "none" and cb.has_side(context, "tgt"):
-                raise ValueError("HAN needs the source context table (--context-sides both) or "
+                raise UsageError("HAN needs the source context table (--context-sides both) or "
                                  "the document-order inference cache")
             out = self.forward_scriptable(src_tokens, src_lengths, False, None)
             pre = self._values(out["encoder_out"][0])
@@ -365,7 +366,7 @@ class HANTransformerModel(DocumentContextModel, TransformerModel):
         if dec.han_mode not in ("target", "alignment") or not cb.has_side(context, "tgt"):
             return dec(prev_output_tokens, encoder_out=encoder_out, **kw)
         if table_out is None:
-            raise ValueError(f"HAN decoder ({dec.han_mode}) is trained with --context-sides both")
+            raise UsageError(f"HAN decoder ({dec.han_mode}) is trained with --context-sides both")
         # teacher-force the decoder once over the target table
         tgt = cb.table(context, "tgt", enc.context_size)
         prev_tab = shift_eos_to_front(tgt.tokens, dec.padding_idx, dec.dictionary.eos())
@@ -446,7 +447,7 @@ class HANTransformerModel(DocumentContextModel, TransformerModel):
                     v, v_pad, index, side = values, vpad, src_tab.index, "source"
                 else:
                     if not cb.has_side(ctx, "tgt"):
-                        raise ValueError(f"HAN decoder ({dec.han_mode}) needs target context: "
+                        raise UsageError(f"HAN decoder ({dec.han_mode}) needs target context: "
                                          "use --context-sides both")
                     tgt_tab = cb.table(ctx, "tgt", K)
                     prev_tab = shift_eos_to_front(tgt_tab.tokens, dec.padding_idx, dec.dictionary.eos())

@@ -41,6 +41,7 @@ from fairseq.models import register_model, register_model_architecture
 from torch import Tensor
 
 from ..data import context_batch as cb
+from ..errors import UsageError
 from ..modules.gru import run_gru
 from ..modules.recurrence import project
 from . import sentence_init
@@ -63,7 +64,7 @@ class HRNNContextEncoder(RNNSearchEncoder):
         self.context_dim = context_hidden_size
         self.init_enc = init_enc
         if init_enc and context_hidden_size != self.hidden_size:
-            raise ValueError("--init-enc: D is the encoder's initial state, so --context-hidden-size "
+            raise UsageError("--init-enc: D is the encoder's initial state, so --context-hidden-size "
                              f"({context_hidden_size}) must equal --encoder-hidden-size ({self.hidden_size})")
         if share_context_encoder:  # the sentence RNN is the encoder's Bi-GRU
             self.context_sentence_rnn = None
@@ -120,7 +121,7 @@ class HRNNContextDecoder(RNNSearchDecoder):
     def __init__(self, dictionary, embed_tokens, *, doc_dim, init_dec, aux_context, **kwargs):
         super().__init__(dictionary, embed_tokens, **kwargs)
         if aux_context not in AUX_CONTEXT_CHOICES:
-            raise ValueError(f"--aux-context: one of {', '.join(AUX_CONTEXT_CHOICES)}")
+            raise UsageError(f"--aux-context: one of {', '.join(AUX_CONTEXT_CHOICES)}")
         H, E, C = self.hidden_size, embed_tokens.embedding_dim, self.gru2.input_size
         self.aux_context = aux_context
         # Init-dec: W_D of s_0 = tanh(W_s h_N + W_D D)

@@ -54,6 +54,7 @@ from fairseq.models import register_model, register_model_architecture
 from torch import Tensor
 
 from ..data import context_batch as cb
+from ..errors import UsageError
 from ..modules.entropy import entropy
 from ..modules.recurrence import project
 from . import sentence_init
@@ -86,7 +87,7 @@ class ISGEncoder(RNNSearchEncoder):
     def __init__(self, dictionary, embed_tokens, *, ablation="none", **kwargs):
         super().__init__(dictionary, embed_tokens, **kwargs)
         if ablation not in ABLATIONS:
-            raise ValueError(f"--isg-ablation: one of {', '.join(ABLATIONS)}")
+            raise UsageError(f"--isg-ablation: one of {', '.join(ABLATIONS)}")
         self.ablation = ablation
         self.eos = dictionary.eos()
         # U^a, b^a of A's attention network (§4.1; B's are rnnsearch's attention_keys)
@@ -164,7 +165,7 @@ class ISGDecoder(RNNSearchDecoder):
     def __init__(self, dictionary, embed_tokens, *, ablation="none", **kwargs):
         super().__init__(dictionary, embed_tokens, **kwargs)
         if ablation not in ABLATIONS:
-            raise ValueError(f"--isg-ablation: one of {', '.join(ABLATIONS)}")
+            raise UsageError(f"--isg-ablation: one of {', '.join(ABLATIONS)}")
         self.ablation = ablation
         H, E, C = self.hidden_size, embed_tokens.embedding_dim, self.gru2.input_size
         attention_dim = self.attention_query.out_features

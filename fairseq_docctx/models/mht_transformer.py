@@ -69,6 +69,7 @@ from torch import Tensor
 
 from ..data import context_batch as cb
 from ..data import drafts  # noqa: F401  (declares the draft side)
+from ..errors import UsageError
 from ..modules import table_encoder
 from ..modules.decoder_input import embed_decoder_input
 from ..modules.masks import BoolFutureMask
@@ -311,7 +312,7 @@ class MHTEncoder(TransformerEncoderBase):
     def context_states(self, context: Optional[dict]) -> Dict[str, List]:
         """What the multi-hop layers read, from the batch's context tables."""
         if context is None or not cb.has_side(context, "draft"):
-            raise ValueError("mht_transformer reads the drafts of the sentences: train and decode with "
+            raise UsageError("mht_transformer reads the drafts of the sentences: train and decode with "
                              "--context-sides ...,draft on a data directory with drafts (docctx-drafts), "
                              "and --context-size >= 1")
         K = self.context_size
@@ -321,7 +322,7 @@ class MHTEncoder(TransformerEncoderBase):
             raise ValueError("the batch's draft table has no drafts of the current sentences")
         use_ref = self.training and self.target_context == "reference"
         if use_ref and not cb.has_side(context, "ref"):
-            raise ValueError("--mht-target-context reference trains on the references: --context-sides "
+            raise UsageError("--mht-target-context reference trains on the references: --context-sides "
                              "...,ref,draft and a split with references")
         hops_tgt = self.reads("target")
         # the drafts: of the current sentences, and of the previous ones unless the
@@ -572,14 +573,14 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
         resolve_context_size(args, "mht_context_size", task)
         mht_transformer(args)
         if args.encoder_embed_dim != args.decoder_embed_dim:
-            raise ValueError("mht_transformer: the decoder reads encoder-sized drafts states: "
+            raise UsageError("mht_transformer: the decoder reads encoder-sized drafts states: "
                              "--encoder-embed-dim must equal --decoder-embed-dim")
         if args.mht_context_size < 1:
-            raise ValueError("mht_transformer: --mht-context-size must be >= 1")
+            raise UsageError("mht_transformer: --mht-context-size must be >= 1")
         unsupported = [o for o in ("checkpoint_activations", "scale_attn", "scale_fc", "scale_heads",
                                    "scale_resids", "cross_self_attention") if getattr(args, o, False)]
         if unsupported:
-            raise ValueError("mht_transformer does not support " + ", ".join(
+            raise UsageError("mht_transformer does not support " + ", ".join(
                 "--" + o.replace("_", "-") for o in unsupported))
         for opt, choices in (("mht_context_sides", MHT_CONTEXT_SIDES), ("mht_context_module", CONTEXT_MODULES),
                              ("mht_direction", DIRECTIONS), ("mht_target_context", TARGET_CONTEXTS),
@@ -587,12 +588,12 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
                              ("mht_hop_norm", HOP_NORMS),
                              ("mht_sentence_encoder_embeddings", SENTENCE_ENCODER_EMBEDDINGS)):
             if getattr(args, opt) not in choices:
-                raise ValueError(f"mht_transformer: --{opt.replace('_', '-')} {getattr(args, opt)}: "
+                raise UsageError(f"mht_transformer: --{opt.replace('_', '-')} {getattr(args, opt)}: "
                                  f"one of {', '.join(choices)}")
         try:
             args.freeze_sentence_encoders = freeze_value(args.freeze_sentence_encoders)
         except argparse.ArgumentTypeError as e:
-            raise ValueError(f"mht_transformer: {e}") from None
+            raise UsageError(f"mht_transformer: {e}") from None
         model = super().build_model(args, task)
         model.encoder.setup_context(args, task.target_dictionary, model.decoder.embed_tokens)
         model.decoder.setup_context(args)

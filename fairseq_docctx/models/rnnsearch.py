@@ -61,6 +61,7 @@ from fairseq.modules import FairseqDropout
 from torch import Tensor
 
 from ..data import context_batch as cb
+from ..errors import UsageError
 from ..modules import table_encoder
 from ..modules.gru import gru_step, run_gru, take_positions
 from ..modules.recurrence import AttendedValues, AttentionKeys, additive_scores, linear, project, recurrence
@@ -280,9 +281,9 @@ class RNNSearchDecoder(FairseqIncrementalDecoder):
                  init_from="backward"):
         super().__init__(dictionary)
         if output_activation not in OUTPUT_ACTIVATIONS:
-            raise ValueError(f"--decoder-output-activation: one of {', '.join(OUTPUT_ACTIVATIONS)}")
+            raise UsageError(f"--decoder-output-activation: one of {', '.join(OUTPUT_ACTIVATIONS)}")
         if init_from not in DECODER_INITS:
-            raise ValueError(f"--decoder-init: one of {', '.join(DECODER_INITS)}")
+            raise UsageError(f"--decoder-init: one of {', '.join(DECODER_INITS)}")
         E = embed_tokens.embedding_dim
         self.padding_idx = dictionary.pad()
         self.embed_tokens = embed_tokens
@@ -308,7 +309,7 @@ class RNNSearchDecoder(FairseqIncrementalDecoder):
         self.share_input_output_embed = share_input_output_embed
         if share_input_output_embed:
             if out_embed_dim != E:
-                raise ValueError("--share-decoder-input-output-embed needs --decoder-out-embed-dim "
+                raise UsageError("--share-decoder-input-output-embed needs --decoder-out-embed-dim "
                                  "equal to --decoder-embed-dim")
             self.fc_out = None
         else:
@@ -518,9 +519,9 @@ class RNNSearchModel(FairseqEncoderDecoderModel):
         enc = Embedding(len(src), args.encoder_embed_dim, src.pad())
         if args.share_all_embeddings:
             if src != tgt:
-                raise ValueError("--share-all-embeddings requires a joined dictionary")
+                raise UsageError("--share-all-embeddings requires a joined dictionary")
             if args.encoder_embed_dim != args.decoder_embed_dim:
-                raise ValueError("--share-all-embeddings requires --encoder-embed-dim to match --decoder-embed-dim")
+                raise UsageError("--share-all-embeddings requires --encoder-embed-dim to match --decoder-embed-dim")
             args.share_decoder_input_output_embed = True
             return enc, enc
         return enc, Embedding(len(tgt), args.decoder_embed_dim, tgt.pad())

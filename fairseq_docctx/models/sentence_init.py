@@ -35,6 +35,7 @@ from typing import Callable, List, Sequence
 
 from fairseq import checkpoint_utils, utils
 
+from ..errors import UsageError
 from .arch_defaults import set_defaults as _set_defaults
 
 logger = logging.getLogger(__name__)
@@ -131,13 +132,13 @@ def apply(model, args, name: str, is_context: Callable[[str], bool],
     scale = 1.0 if scale is None else float(scale)
     if scale != 1.0:
         if not scale > 0:
-            raise ValueError(f"{name}: --lr-scale-pretrained {scale} must be above 0 (to keep the "
+            raise UsageError(f"{name}: --lr-scale-pretrained {scale} must be above 0 (to keep the "
                              "pre-trained weights fixed: --freeze-sentence-weights)")
         if getattr(args, "freeze_sentence_weights", False):
-            raise ValueError(f"{name}: --lr-scale-pretrained {scale} with --freeze-sentence-weights: the "
+            raise UsageError(f"{name}: --lr-scale-pretrained {scale} with --freeze-sentence-weights: the "
                              "frozen weights do not learn; give one of the two")
         if not path and not getattr(args, record_as, None):
-            raise ValueError(f"{name}: --lr-scale-pretrained {scale} scales the weights "
+            raise UsageError(f"{name}: --lr-scale-pretrained {scale} scales the weights "
                              "--init-from-sentence-checkpoint gives: give the sentence-level checkpoint")
     resume = restore_path(args) if path else None
     if resume:

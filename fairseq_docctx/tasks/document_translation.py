@@ -41,6 +41,7 @@ from ..data import length_groups
 from ..data import segments as seg
 from ..data.doc_index import DocIndex, balanced_shards, check_shard, doc_index_path
 from ..data.document_dataset import DocumentPairDataset
+from ..errors import UsageError
 from ..models import document_context as dc
 from ..models import sentence_init
 
@@ -193,7 +194,7 @@ def lr_scaled_groups(optimizer, model):
     if found != len(scaled):
         for g, params in originals:
             g["params"] = params
-        raise ValueError(f"--lr-scale-pretrained: the optimizer holds {found} of the {len(scaled)} parameters "
+        raise UsageError(f"--lr-scale-pretrained: the optimizer holds {found} of the {len(scaled)} parameters "
                          "with a learning-rate scale as parameters of their own (fairseq's fp16 training "
                          "flattens them into one: add --fp16-no-flatten-grads)")
     groups.extend(added)
@@ -281,7 +282,7 @@ class DocumentTranslationTask(TranslationTask):
         if cfg.context_sides is None:
             _set_cfg(cfg, "context_sides", DEFAULT_CONTEXT_SIDES)
         if cfg.context_size < 0:
-            raise ValueError("--context-size must be >= 0")
+            raise UsageError("--context-size must be >= 0")
         cb.parse_sides(cfg.context_sides)  # a clear error for an unknown side
         self.check_doc_mode()
         #: --doc-mode segments: segments decoded, and those whose best hypothesis was
@@ -332,7 +333,7 @@ class DocumentTranslationTask(TranslationTask):
     def check_doc_mode(self):
         """Refuse settings that segments cannot honour, naming the option to change."""
         if self.cfg.doc_mode not in DOC_MODE_CHOICES:
-            raise ValueError(f"--doc-mode {self.cfg.doc_mode}: one of {', '.join(DOC_MODE_CHOICES)}")
+            raise UsageError(f"--doc-mode {self.cfg.doc_mode}: one of {', '.join(DOC_MODE_CHOICES)}")
         if not self.segments:
             return
         if int(self.cfg.context_size) > 0 and "context_size" not in self.given_context:
@@ -341,15 +342,15 @@ class DocumentTranslationTask(TranslationTask):
                         "segment holds its own context")
             _set_cfg(self.cfg, "context_size", 0)
         if int(self.cfg.context_size) > 0:
-            raise ValueError(
+            raise UsageError(
                 f"--doc-mode segments with --context-size {self.cfg.context_size}: a segment "
                 "holds its own context (the sentences before each sentence in it), there are no "
                 "context tables; leave out --context-size (or give 0)"
             )
         if int(self.cfg.max_segment_tokens) < 1:
-            raise ValueError(f"--max-segment-tokens {self.cfg.max_segment_tokens}: must be at least 1")
+            raise UsageError(f"--max-segment-tokens {self.cfg.max_segment_tokens}: must be at least 1")
         if str(self.cfg.segment_packing) not in seg.SEGMENT_PACKINGS:
-            raise ValueError(f"--segment-packing {self.cfg.segment_packing}: one of "
+            raise UsageError(f"--segment-packing {self.cfg.segment_packing}: one of "
                              f"{', '.join(seg.SEGMENT_PACKINGS)}")
 
     @classmethod
@@ -490,7 +491,7 @@ class DocumentTranslationTask(TranslationTask):
                                f"batches of {split} carry no {side!r} side")
                 continue
             if len(data) != len(pair):
-                raise ValueError(f"{data_path}: the {side!r} sentences of '{split}' are "
+                raise UsageError(f"{data_path}: the {side!r} sentences of '{split}' are "
                                  f"{len(data)}, the binarized data has {len(pair)} sentences")
             found[side] = data
         return found
@@ -527,7 +528,7 @@ class DocumentTranslationTask(TranslationTask):
             return DocIndex.single_sentence_documents(num_sentences)
         docs = DocIndex.concat(parts)
         if docs.num_sentences != num_sentences:
-            raise ValueError(
+            raise UsageError(
                 f"{data_path}: the document index of '{split}' covers "
                 f"{docs.num_sentences} sentences, the binarized data has {num_sentences}"
             )
@@ -559,7 +560,7 @@ class DocumentTranslationTask(TranslationTask):
             return itr
         if dataset.position_major:
             if num_shards > 1:
-                raise ValueError(
+                raise UsageError(
                     "document-order inference (--target-context hypothesis) does not split "
                     "its batches over distributed workers (a sentence needs the translations "
                     "of the previous ones): split the documents with --num-shards N "
@@ -620,7 +621,7 @@ class DocumentTranslationTask(TranslationTask):
             return None
         shard = dataset.docs.shard_sentences(num_shards, shard_id)
         if len(shard) == 0:
-            raise ValueError(f"--shard-id {shard_id} of --num-shards {num_shards}: the split has "
+            raise UsageError(f"--shard-id {shard_id} of --num-shards {num_shards}: the split has "
                              f"{len(dataset.docs)} documents, shard {shard_id} gets none: use at "
                              f"most {len(dataset.docs)} shards")
         return shard
@@ -642,7 +643,7 @@ class DocumentTranslationTask(TranslationTask):
             dc.apply_checkpoint_defaults(cfg)
         arch = getattr(cfg, "arch", None) or getattr(cfg, "_name", None)
         if dc.reads_segments(ARCH_MODEL_REGISTRY.get(arch)) and not self.segments:
-            raise ValueError(f"--arch {arch} translates segments of consecutive sentences: add "
+            raise UsageError(f"--arch {arch} translates segments of consecutive sentences: add "
                              "--doc-mode segments")
         model = super().build_model(cfg, from_checkpoint)
         k = dc.check_context(model, self.context_sides, self.cfg.context_size, from_checkpoint)
@@ -666,7 +667,7 @@ class DocumentTranslationTask(TranslationTask):
         elif from_checkpoint:
             mismatch = self.dictionary_mismatch(getattr(cfg, "dictionary_digests", None))
             if mismatch:
-                raise ValueError(self._dictionary_message(mismatch, getattr(cfg, "dictionary_sizes", None)))
+                raise UsageError(self._dictionary_message(mismatch, getattr(cfg, "dictionary_sizes", None)))
         return model
 
     def begin_epoch(self, epoch, model):
@@ -753,7 +754,7 @@ class DocumentTranslationTask(TranslationTask):
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         if dc.context_spec(model).packs_training_output and getattr(criterion, "ignore_prefix_size", 0) > 0:
             # fairseq's criteria cut the prefix off the [B, T, V] output: not that of packed positions
-            raise ValueError(f"{model.__class__.__name__} packs its training output (real "
+            raise UsageError(f"{model.__class__.__name__} packs its training output (real "
                              "target positions only): --ignore-prefix-size is not supported")
         return super().train_step(
             dc.sample_for_model(sample, model), model, criterion, optimizer, update_num, ignore_grad
@@ -850,10 +851,13 @@ class DocumentTranslationTask(TranslationTask):
         from fairseq.sequence_generator import SequenceGeneratorWithAlignment
 
         if prefix_tokens is not None or constraints is not None:
-            raise ValueError("--doc-mode segments: --prefix-size and --constraints apply to a "
-                             "sentence, not to a segment; decode with --doc-mode sentences")
+            # a segment model decodes segments only; another model can decode sentences
+            advice = ("leave them out: a segment model decodes segments only" if any(dc.reads_segments(m) for m in models)
+                      else "decode with --doc-mode sentences")
+            raise UsageError("--doc-mode segments: --prefix-size and --constraints apply to a "
+                             f"sentence, not to a segment; {advice}")
         if isinstance(generator, SequenceGeneratorWithAlignment):
-            raise ValueError("--doc-mode segments: --print-alignment is not supported (the "
+            raise UsageError("--doc-mode segments: --print-alignment is not supported (the "
                              "alignment of a segment is not split into its sentences)")
         sample = dc.sample_for_model(sample, models)
         sep, eos, pad = self.tgt_dict.index(self.cfg.context_separator), self.tgt_dict.eos(), self.tgt_dict.pad()

@@ -85,7 +85,6 @@ def main(args):
     text = apt.format_report(res)
     if args.confusion:
         text += "\n" + apt.format_confusion(res)
-    print(text)
     if args.detail:
         apt.write_detail(args.detail, res)
     if args.json:
@@ -94,4 +93,5 @@ def main(args):
         files = {"hyp": args.hyp, "ref": args.ref, "src": args.src, "align_ref": args.align_ref,
                  "align_hyp": args.align_hyp}
         write_json(args.json, args.name or os.path.basename(args.hyp), files, {"apt": metric})
+    print(text)  # after the files: a reader that stops reading (| head) loses none
     return 0

@@ -34,8 +34,12 @@ def main(args):
     if args.metric_name and args.both:
         raise ScoreInputError("--metric-name names one score: not with --both")
     tokenized = args.tokenized or args.pretokenize is not None
+    # a tokenizer that cannot be built (unknown, its extra missing, its model not downloadable)
+    # fails before the files are read
     if tokenized and args.pretokenize is not None:
-        bleu.pretokenizer(args.pretokenize, args.lang)  # an unknown name fails before reading the files
+        bleu.pretokenizer(args.pretokenize, args.lang)
+    elif not tokenized:
+        bleu.bleu_metric(tokenize=args.tokenize)
     corpus = corpus_from_args(args, documents="d-BLEU" if args.document or args.both else False)
     texts, metrics = [], {}
     for document in levels(args):

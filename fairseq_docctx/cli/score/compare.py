@@ -3,7 +3,7 @@ import json
 import os
 
 from ...evaluation import significance as sig
-from ...evaluation.bleu import metric_key, scored_sides
+from ...evaluation.bleu import bleu_metric, metric_key, pretokenizer, scored_sides
 from ...evaluation.io import HYP_FORMATS, POST_PROCESS, TEXT_FORMATS, ScoreInputError, load_corpus
 from .options import add_subcommand, empty_hypotheses_note
 
@@ -66,17 +66,27 @@ def main(args):
     for m in metrics:
         if m not in sig.METRICS:
             raise ScoreInputError(f"--metrics: unknown metric {m!r} (choose from {', '.join(sig.METRICS)})")
+    if "bleu" in metrics:  # a tokenizer that cannot be built fails before the files are read
+        if args.pretokenize is not None:
+            pretokenizer(args.pretokenize, args.lang)
+        elif not args.tokenized:
+            bleu_metric(tokenize=args.tokenize)
+    # resampled sentences of sentence-level scores need no documents: plain sentence-aligned
+    # files are one corpus
+    needs = ("--document" if args.document else "--resample documents"
+             if args.resample == "documents" else False)
     corpora = [load_corpus(f, args.ref, hyp_format=args.hyp_format, ref_format=args.ref_format,
                            docids=args.docids, data=args.data, split=args.split,
                            post_process=args.post_process, ref_translator=args.ref_translator,
-                           hyp_system=args.hyp_system)
+                           hyp_system=args.hyp_system, documents=needs)
                for f in files]
     for f, c in zip(files, corpora):
         empty_hypotheses_note(f, c)
     tests = sig.TESTS if args.test == "both" else (args.test,)
     report = {"baseline": names[0], "systems": names[1:], "files": dict(zip(names, files)), "ref": args.ref,
               "resample": "documents" if args.document else args.resample, "document": args.document,
-              "documents": len(corpora[0].doc_ids), "sentences": corpora[0].num_sentences,
+              "documents": len(corpora[0].doc_ids) if corpora[0].has_documents else None,
+              "sentences": corpora[0].num_sentences,
               "alpha": args.alpha, "tests": list(tests), "seed": args.seed, "comparisons": {}}
     pretok = args.pretokenize if args.pretokenize != "none" else None
     for m in metrics:
@@ -91,9 +101,9 @@ def main(args):
         if tok:
             res["signature"] += f"|pretok:{pretok or 'none'}"
         report["comparisons"][metric_key(m, tok, args.document)] = res
-    print(sig.format_comparison(report))
-    if args.json:
+    if args.json:  # first: a reader that stops reading (| head) loses no file
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1, ensure_ascii=False)
             f.write("\n")
+    print(sig.format_comparison(report))
     return 0

@@ -55,11 +55,11 @@ def main(args) -> int:
         with open(args.scores_out, "w", encoding="utf-8") as f:
             for sc in rep["scores"]:
                 f.writelines(f"{s:.6f}\n" for s in sc)
-    print(ct.format_report(rep))
-    if args.json:
+    if args.json:  # first: a reader that stops reading (| head) loses no file
         name = os.path.splitext(os.path.basename(os.path.normpath(args.testset)))[0]
         metric = {"score": rep["accuracy"], **{k: v for k, v in rep.items() if k != "scores"}}
         write_model_json(args, {f"contrastive:{name}": metric}, {"testset": args.testset})
+    print(ct.format_report(rep))
     return 0
 
 
@@ -70,10 +70,10 @@ def _compare(args) -> int:
         raise ScoreInputError(f"{args.compare[0]} and {args.compare[1]} share no contrastive or ctxpro test set")
     results = {m: ct.compare_reports(runs[0]["metrics"][m], runs[1]["metrics"][m], runs[0]["run"], runs[1]["run"])
                for m in shared}
-    for m, res in results.items():
-        print(f"{m}\n{ct.format_mcnemar(res)}")
-    if args.json:
+    if args.json:  # first: a reader that stops reading (| head) loses no file
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"mcnemar": results, "files": list(args.compare)}, f, indent=1, ensure_ascii=False)
             f.write("\n")
+    for m, res in results.items():
+        print(f"{m}\n{ct.format_mcnemar(res)}")
     return 0

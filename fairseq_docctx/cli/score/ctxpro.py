@@ -73,8 +73,6 @@ def main(args) -> int:
         if type(e).__name__ == "SentenceSplitterException":
             raise ScoreInputError(f"{e} (give --lang, the target language's ISO 639-1 code)") from None
         raise
-    for r in reports:
-        print(ctxpro.format_report(r))
     if args.translations_out:
         os.makedirs(args.translations_out, exist_ok=True)
         for r in reports:
@@ -85,4 +83,6 @@ def main(args) -> int:
                                                      **{k: v for k, v in r.items() if k != "translations"}}
                    for r in reports}
         write_model_json(args, metrics, {"evalsets": ",".join(args.evalsets)})
+    for r in reports:  # after the files: a reader that stops reading (| head) loses none
+        print(ctxpro.format_report(r))
     return 0

@@ -23,7 +23,7 @@ def main(args) -> int:
     src, tgt, _ = documents_from_args(scorer, args)
     rep = cxmi.compute_cxmi(scorer, src, tgt, seed=args.seed)
     rep.update(documents_files(args))
-    print(cxmi.format_report(rep))
-    if args.json:
+    if args.json:  # first: a reader that stops reading (| head) loses no file
         write_model_json(args, {"cxmi": {"score": rep["cxmi"], **rep}}, documents_files(args))
+    print(cxmi.format_report(rep))
     return 0

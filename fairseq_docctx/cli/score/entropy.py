@@ -50,15 +50,18 @@ def main(args) -> int:
     src, tgt, ids = documents_from_args(scorer, args)
     rep = entropy_report(scorer, src, tgt, ids, base, args.max_sentences)
     rep.update(documents_files(args))
-    print(format_report(rep))
-    if args.plot:
-        d = os.path.dirname(os.path.abspath(args.plot))
-        os.makedirs(d, exist_ok=True)
-        k = plot_entropy(rep, args.plot, _plot_index(rep, args.plot_doc, args.plot_sentence))
-        print(f"docctx-score entropy: wrote {args.plot} (sentence {rep['sentences'][k]['index']} of "
-              f"{rep['sentences'][k]['doc']})")
+    # the files first: a reader that stops reading standard output (| head) loses none
     if args.json:
         means = [d["mean"] for d in rep["distributions"] if d["mean"] is not None]
         write_model_json(args, {"attention_entropy": {"score": means[0] if means else None, **rep}},
                          documents_files(args))
+    k = None
+    if args.plot:
+        d = os.path.dirname(os.path.abspath(args.plot))
+        os.makedirs(d, exist_ok=True)
+        k = plot_entropy(rep, args.plot, _plot_index(rep, args.plot_doc, args.plot_sentence))
+    print(format_report(rep))
+    if k is not None:
+        print(f"docctx-score entropy: wrote {args.plot} (sentence {rep['sentences'][k]['index']} of "
+              f"{rep['sentences'][k]['doc']})")
     return 0

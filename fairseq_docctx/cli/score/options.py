@@ -110,7 +110,7 @@ def corpus_from_args(args, documents: Union[bool, str] = False) -> Corpus:
 
 
 def emit(args, metrics: Dict[str, dict], corpus: Corpus, text: str):
-    """Print ``text``; with ``--json``, write ``metrics``, each score with the size of the
+    """Print ``text``; with ``--json``, first write ``metrics``, each score with the size of the
     test set it was computed on (``sentences``, ``documents``: what ``docctx-score table``
     checks a comparison's test set against)."""
     if not corpus.has_documents:  # the one pseudo-document's score is the corpus score
@@ -118,9 +118,9 @@ def emit(args, metrics: Dict[str, dict], corpus: Corpus, text: str):
                    for k, m in metrics.items()}
     metrics = {k: {**m, "sentences": corpus.num_sentences, "documents": len(corpus.doc_ids)}
                if isinstance(m, dict) else m for k, m in metrics.items()}
-    print(text)
-    if getattr(args, "json", None):
+    if getattr(args, "json", None):  # first: a reader that stops reading (| head) loses no file
         write_json(args.json, args.name or os.path.basename(args.hyp), corpus.files, metrics)
+    print(text)
 
 
 def per_document_text(res, digits=2):

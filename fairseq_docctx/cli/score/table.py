@@ -33,13 +33,13 @@ def main(args):
     table = summary.summary_table(runs, args.metrics.split(",") if args.metrics else None, args.baseline,
                                   comparisons, args.alpha, args.test, paper)
     md = summary.to_markdown(table, args.digits)
+    if args.json:  # first: a reader that stops reading (| head) loses no file
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(table, f, indent=1, ensure_ascii=False)
+            f.write("\n")
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(md + "\n")
     else:
         print(md)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(table, f, indent=1, ensure_ascii=False)
-            f.write("\n")
     return 0

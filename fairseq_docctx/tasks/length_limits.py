@@ -22,15 +22,16 @@ per row (:meth:`RowLengthLimit.at_least`, the sum of its sentences' length windo
 :func:`limit_each_row` installs the wrapper on a generator; the task's ``build_generator``
 calls it, so ``fairseq-generate``, ``docctx-generate``, ``docctx-translate``, the hub and
 the draft translator all decode with per-row limits. Every search strategy of fairseq is
-wrapped the same way (the wrapper only masks the log-probabilities the strategy gets);
-``--sampling`` still draws its random tokens batch by batch, so its translations depend on
-the batch whatever the limits.
+wrapped the same way (the wrapper masks the log-probabilities the strategy gets; fairseq's
+diverse beam search also gets the rows' positions in the batch, by which it keeps its
+state); ``--sampling`` still draws its random tokens batch by batch, so its translations
+depend on the batch whatever the limits.
 """
 import math
 from typing import Optional
 
 import torch
-from fairseq.search import Search
+from fairseq.search import DiverseBeamSearch, Search
 from torch import Tensor
 
 
@@ -60,6 +61,12 @@ class RowLengthLimit(Search):
         self.match_source_len = bool(match_source_len)
         #: the limits of the rows still in the batch (``None`` until the batch's first step)
         self.limits: Optional[Tensor] = None
+        #: the positions the rows still in the batch had when it started
+        self.rows: Optional[Tensor] = None
+        #: fairseq's diverse beam search keeps its state by the rows' positions in the batch as
+        #: it started but reads it by ``original_batch_idxs``, the sentence ids: it gets the
+        #: positions (:meth:`step`)
+        self.by_position = isinstance(inner, DiverseBeamSearch)
         self.floor: Optional[Tensor] = None
 
     def own_limits(self, src_lengths: Tensor) -> Tensor:
@@ -97,13 +104,14 @@ class RowLengthLimit(Search):
                     f"(int({self.max_len_a:g} * {n} + {self.max_len_b}) = {int(limits[short][0])}, "
                     "--max-len-a * tokens + --max-len-b): lower --min-len or raise --max-len-a/--max-len-b")
             self.limits = limits
+            self.rows = torch.arange(limits.numel(), device=limits.device)
         if getattr(self.inner, "needs_src_lengths", False):
             self.inner.set_src_lengths(src_lengths)
         self.src_lengths = src_lengths
 
     def prune_sentences(self, batch_idxs: Tensor):
         if self.limits is not None:
-            self.limits = self.limits[batch_idxs]
+            self.limits, self.rows = self.limits[batch_idxs], self.rows[batch_idxs]
         self.inner.prune_sentences(batch_idxs)
 
     def update_constraints(self, active_hypos: Tensor):
@@ -113,7 +121,10 @@ class RowLengthLimit(Search):
              original_batch_idxs: Optional[Tensor] = None):
         """``lprobs`` ``[B, beam, V]`` with every token but ``</s>`` at -inf in the rows whose
         limit ``step`` has reached (fairseq's own rule at its batch limit), then ``inner``'s
-        step."""
+        step (a diverse beam search gets the rows' positions in the batch as it started for
+        ``original_batch_idxs``: it indexes its per-row state, made in batch order, with them;
+        with the sentence ids it mixes the rows of a batch, or fails on an id past the batch
+        size)."""
         if self.limits is None:
             raise RuntimeError("RowLengthLimit: no source lengths for this batch (the generator must "
                                "call set_src_lengths: its should_set_src_lengths is off)")
@@ -124,6 +135,8 @@ class RowLengthLimit(Search):
             not_eos = torch.ones(lprobs.size(-1), dtype=torch.bool, device=lprobs.device)
             not_eos[self.eos] = False
             lprobs = lprobs.masked_fill(ended.view(-1, 1, 1) & not_eos.view(1, 1, -1), -math.inf)
+        if self.by_position:
+            original_batch_idxs = self.rows.to(lprobs.device)
         return self.inner.step(step, lprobs, scores, prev_output_tokens, original_batch_idxs)
 
 

@@ -19,8 +19,8 @@ from conftest import REPO, run, run_in_process
 
 #: limits that cut most hypotheses of the probe's models, so that a batch limit shows
 A, B = 0.5, 2
-#: the first documents of the probe's test split decoded here (50 sentences)
-DOCS = 8
+#: the first documents of the probe's test split decoded here (32 sentences)
+DOCS = 6
 
 
 def probe_documents(probe, split="test", n=DOCS):
@@ -124,15 +124,6 @@ def test_limits_below_min_len_or_a_prefix_are_refused(sentence_hub, probe):
 
 
 # ------------------------------------------------------------------ every family, the hub
-FAMILIES = {
-    "concat_transformer": ("concat_model", {}),  # target context: document order
-    "han_decoder": ("han_decoder_model", {}),
-    "mht_transformer": ("mht_model", {"draft": True}),  # drafts on the fly, batched
-    "hrnn_context": ("hrnn_model", {}),
-    "g_transformer": ("g_model", {"no_sentence_length_window": True}),  # the segment's limit binds
-}
-
-
 def _shards(hub, docs, **kw):
     """What ``--processes 2`` does: each shard's documents translated on their own."""
     from fairseq_docctx.inference.translate import shard_documents
@@ -145,16 +136,13 @@ def _shards(hub, docs, **kw):
     return out
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
-def test_each_document_alone_equals_the_file_in_any_batch(family, probe, request):
+def documents_alone_equal_the_file(probe, family, checkpoint, **overrides):
+    """The first :data:`DOCS` test documents, each translated alone through the hub, equal
+    them all translated together at batch sizes 1, 16 and 64 and in two shards, at beam 1
+    and 4, byte for byte."""
     from fairseq_docctx.hub import from_pretrained
 
-    fixture, options = FAMILIES[family]
-    model = request.getfixturevalue(fixture)
-    over = {k: v for k, v in options.items() if k != "draft"}
-    if options.get("draft"):
-        over["draft_path"] = request.getfixturevalue("sentence_model")["checkpoint"]
-    hub = from_pretrained(model["checkpoint"], data=probe["data_bin"], **over)
+    hub = from_pretrained(checkpoint, data=probe["data_bin"], **overrides)
     docs = probe_documents(probe)
     for beam in (1, 4):
         kw = dict(beam=beam, max_len_a=A, max_len_b=B)
@@ -164,6 +152,28 @@ def test_each_document_alone_equals_the_file_in_any_batch(family, probe, request
         for name, out in runs.items():
             differ = sum(a != b for x, y in zip(alone, out) for a, b in zip(x, y))
             assert out == alone, f"{family}, beam {beam}, {name}: {differ} sentences differ from their documents alone"
+
+
+def test_concat_transformer_with_target_context(probe, concat_model):
+    documents_alone_equal_the_file(probe, "concat_transformer", concat_model["checkpoint"])
+
+
+def test_han_decoder(probe, han_decoder_model):
+    documents_alone_equal_the_file(probe, "han_decoder", han_decoder_model["checkpoint"])
+
+
+def test_mht_transformer_with_drafts_made_on_the_fly(probe, mht_model, sentence_model):
+    documents_alone_equal_the_file(probe, "mht_transformer", mht_model["checkpoint"],
+                                   draft_path=sentence_model["checkpoint"])
+
+
+def test_hrnn_context(probe, hrnn_model):
+    documents_alone_equal_the_file(probe, "hrnn_context", hrnn_model["checkpoint"])
+
+
+def test_g_transformer_without_length_windows(probe, g_model):
+    """The segment's own limit binds (no sentence windows to raise it)."""
+    documents_alone_equal_the_file(probe, "g_transformer", g_model["checkpoint"], no_sentence_length_window=True)
 
 
 # ------------------------------------------------------------------ the command lines
@@ -190,6 +200,7 @@ def test_generate_at_any_batch_size_and_in_two_processes(probe, concat_model, ca
     assert differ == 0, f"{differ} of {len(one)} sentences differ between --batch-size 1 and 64 in 2 processes"
 
 
+@pytest.mark.slow  # ~20 s; the 2 shards of the g_transformer test above decode as its processes do
 def test_translate_a_segment_model_in_two_processes(probe, g_model, tmp_path, capsys):
     """``docctx-translate --processes 2`` gives a segment model's single-process output (its
     segments' limits bind: no length window)."""

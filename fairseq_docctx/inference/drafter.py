@@ -18,6 +18,7 @@ import torch
 from ..data import manifest as mf
 from ..data.drafts import DEFAULT_BEAM, DEFAULT_MAX_TOKENS, DraftsError
 from ..models.document_context import context_spec
+from ..tasks.length_limits import limit_each_row
 from .checkpoint import CheckpointError, checkpoint_sha1, load_models, recorded
 
 
@@ -28,7 +29,9 @@ def reads_drafts(models) -> bool:
 
 class DraftTranslator:
     """A sentence-level checkpoint ready for batched beam search (fairseq's
-    ``SequenceGenerator`` from the task's ``build_generator``).
+    ``SequenceGenerator`` from the task's ``build_generator``, every sentence's length limit
+    from its own length: :mod:`~fairseq_docctx.tasks.length_limits`, so that a draft does not
+    depend on the sentences batched with it).
 
     Built by :func:`load_draft_translator`. :meth:`translate` translates a list of source
     token tensors (e.g. raw input binarized on the fly); :meth:`plan` and
@@ -179,7 +182,8 @@ def load_draft_translator(checkpoint: str, data_dir: str, beam: int = DEFAULT_BE
         model.half()
     device = torch.device("cuda") if use_cuda else torch.device("cpu")
     model.to(device)
-    generator = task.build_generator([model], gen)
+    # each sentence's length limit from its own length, whatever task the checkpoint names
+    generator = limit_each_row(task.build_generator([model], gen))
     return DraftTranslator(task, model, generator, os.path.abspath(checkpoint),
                            checkpoint_sha1(checkpoint), int(beam), bool(fp16), device)
 

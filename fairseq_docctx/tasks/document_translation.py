@@ -37,13 +37,13 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II, open_dict
 
 from ..data import context_batch as cb
-from ..data import length_groups
 from ..data import segments as seg
 from ..data.doc_index import DocIndex, balanced_shards, check_shard, doc_index_path
 from ..data.document_dataset import DocumentPairDataset
 from ..errors import UsageError
 from ..models import document_context as dc
 from ..models import sentence_init
+from .length_limits import limit_each_row, row_limit
 
 logger = logging.getLogger(__name__)
 
@@ -691,13 +691,16 @@ class DocumentTranslationTask(TranslationTask):
         length windows of the output sentences (:meth:`sentence_length_window`, with the
         generation's ``--min-len``), or without them (``--no-sentence-count-constraint``,
         ``--no-sentence-length-window``); :meth:`inference_step` still accounts for every
-        sentence."""
+        sentence. Every row's length limit (``--max-len-a``, ``--max-len-b``) comes from its own
+        source length, not from the batch's width as in fairseq
+        (:func:`~fairseq_docctx.tasks.length_limits.limit_each_row`), so that a sentence's
+        translation does not depend on what it is batched with."""
         window = self.sentence_length_window(getattr(args, "min_len", 1))
         for m in models:
             if hasattr(m, "set_sentence_count_constraint"):
                 m.set_sentence_count_constraint(not getattr(self.cfg, "no_sentence_count_constraint", False))
                 m.set_sentence_length_window(window)
-        return super().build_generator(models, args, **kwargs)
+        return limit_each_row(super().build_generator(models, args, **kwargs))
 
     def sentence_length_window(self, min_len: int = 1) -> Optional[seg.LengthWindow]:
         """The length window of a segment model's output sentences (``--sentence-max-len-a``,
@@ -777,6 +780,7 @@ class DocumentTranslationTask(TranslationTask):
         if self.segments and sample.get(SEGMENT_SENTENCES) is not None:
             return self.segment_inference_step(generator, models, sample, prefix_tokens, constraints)
         sample = dc.sample_for_model(sample, models)
+        self.check_prefix(generator, sample, prefix_tokens)
         from_hypotheses = self.hypothesis_context and cb.get_context(sample) is not None
         cacher = None
         if from_hypotheses and len(models) == 1 and dc.context_spec(models[0]).caches:
@@ -787,27 +791,15 @@ class DocumentTranslationTask(TranslationTask):
             )
         if from_hypotheses:
             sample = self.with_hypothesis_context(sample, with_cache=cacher is not None)
-        # A position-major batch mixes sentences of any length, and fairseq's generator sets
-        # one length limit from the batch's widest source (--max-len-a/b): decode it in
-        # groups of similar source length, as sentence-level batches are. Each group costs a
-        # whole beam search of per-step overhead, so only clearly different lengths are split.
-        B = sample["id"].numel()
-        hypos, entries = [None] * B, [None] * B
-        for rows in length_groups.length_buckets(sample["net_input"]["src_lengths"], overhead=256):
-            sub = self.select_rows(sample, rows)
-            with _captured_encoder_out(generator if cacher is not None else None) as captured:
-                sub_hypos = super().inference_step(
-                    generator, models, sub,
-                    prefix_tokens=None if prefix_tokens is None else prefix_tokens.index_select(0, rows),
-                    constraints=None if constraints is None else constraints.index_select(0, rows),
-                )
-            if cacher is not None:
-                handed = {**sub, dc.ENCODER_OUT: captured[0]} if captured else sub
-                sub_entries = cacher(handed, sub_hypos)
-            else:
-                sub_entries = [None] * len(sub_hypos)
-            for j, r in enumerate(rows.tolist()):
-                hypos[r], entries[r] = sub_hypos[j], sub_entries[j]
+        # one search for the whole position batch: every row ends at its own length limit
+        # (:mod:`~fairseq_docctx.tasks.length_limits`), whatever the lengths beside it
+        with _captured_encoder_out(generator if cacher is not None else None) as captured:
+            hypos = super().inference_step(
+                generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
+            )
+        entries = [None] * len(hypos)
+        if cacher is not None:
+            entries = cacher({**sample, dc.ENCODER_OUT: captured[0]} if captured else sample, hypos)
         if not from_hypotheses:
             return hypos
         for i, sent_id in enumerate(sample["id"].tolist()):
@@ -820,6 +812,22 @@ class DocumentTranslationTask(TranslationTask):
             self.hypotheses.pop(old, None)
             self.model_cache.pop(old, None)
         return hypos
+
+    def check_prefix(self, generator, sample, prefix_tokens):
+        """Refuse a prefix (``--prefix-size``) longer than its sentence's own length limit:
+        fairseq stops forcing a prefix at the batch's limit, which a row's own limit may be
+        below (:mod:`~fairseq_docctx.tasks.length_limits`)."""
+        rows = row_limit(generator)
+        if rows is None or prefix_tokens is None:
+            return
+        own = rows.own_limits(sample["net_input"]["src_lengths"]).to(prefix_tokens.device)
+        prefix = prefix_tokens.ne(self.tgt_dict.pad()).sum(1)
+        over = (prefix > own).nonzero()
+        if over.numel():
+            i = int(over[0, 0])
+            raise ValueError(f"--prefix-size: the prefix of sentence {int(sample['id'][i])} has {int(prefix[i])} "
+                             f"tokens, more than its length limit of {int(own[i])} (--max-len-a * source tokens "
+                             "+ --max-len-b): raise the limit or shorten the prefix")
 
     def segment_inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         """``--doc-mode segments``: decode a batch of segments and give back one hypothesis
@@ -837,10 +845,12 @@ class DocumentTranslationTask(TranslationTask):
         counted in :attr:`segment_fallbacks` and :attr:`segment_misaligned` (logged; the
         split's counts once its last segment is decoded, :meth:`count_segments`).
 
-        With length windows the generator's limit on a segment's length (fairseq's
-        ``--max-len-a``/``--max-len-b``) is raised for the batch, where it is lower, to the
-        sum of the windows of a row's sentences and its separators
-        (:meth:`segment_length_limit`), so that it never ends a sentence before its window does.
+        A segment's length limit (fairseq's ``--max-len-a``/``--max-len-b`` applied to the
+        segment's own source tokens, :mod:`~fairseq_docctx.tasks.length_limits`) is, with
+        length windows, raised where it is lower to the sum of the windows of its sentences
+        and its separators (:meth:`segment_length_limit`), so that it never ends a sentence
+        before its window does; a sentence decoded again alone gets the limit of a
+        one-sentence segment.
 
         The batch is then rewritten in place into the sentences, in the segments' order, so
         that fairseq-generate prints one S-/T-/H-/D- group per source sentence under its own
@@ -928,9 +938,11 @@ class DocumentTranslationTask(TranslationTask):
     def segment_length_limit(self, generator, src_tokens, window: Optional[seg.LengthWindow]):
         """Within the block, fairseq's ``generator`` ends no hypothesis of the batch of segments
         ``src_tokens`` before the sum of the length windows of its sentences plus its
-        separators: where ``int(max_len_a * width + max_len_b)`` is lower, ``max_len_b`` is
-        raised by the difference (the model's positions still bound it). Nothing changes
-        without a ``window`` or for a generator without these limits."""
+        separators: each row's own limit (``int(max_len_a * its tokens + max_len_b)``,
+        :mod:`~fairseq_docctx.tasks.length_limits`) is raised to that sum where it is lower, and
+        the generator's batch limit (from the batch's width) with it where the largest of them
+        is above it (by raising ``max_len_b``; the model's positions still bound both).
+        Nothing changes without a ``window`` or for a generator without these limits."""
         b = getattr(generator, "max_len_b", None)
         a = getattr(generator, "max_len_a", None)
         if window is None or a is None or b is None or getattr(generator, "match_source_len", False):
@@ -941,14 +953,14 @@ class DocumentTranslationTask(TranslationTask):
         lengths = seg.sentence_lengths(src_tokens, sep, pad, eos)
         n = src_tokens.eq(sep).sum(1, keepdim=True) + 1
         real = torch.arange(lengths.size(1), device=lengths.device).unsqueeze(0) < n
-        need = int(((window.bounds(lengths)[1] * real).sum(1) + n.squeeze(1) - 1).max())
-        limit = int(a * src_tokens.size(1) + b)
-        if limit >= need:
-            yield
-            return
-        generator.max_len_b = b + (need - limit)
+        need = (window.bounds(lengths)[1] * real).sum(1) + n.squeeze(1) - 1  # [B]
+        rows = row_limit(generator)
+        floor = rows.at_least(need) if rows is not None else contextlib.nullcontext()
+        raise_by = max(int(need.max()) - int(a * src_tokens.size(1) + b), 0)
+        generator.max_len_b = b + raise_by
         try:
-            yield
+            with floor:
+                yield
         finally:
             generator.max_len_b = b
 
@@ -1001,27 +1013,6 @@ class DocumentTranslationTask(TranslationTask):
         for i in sentence_ids:
             self.hypotheses.pop(i, None)
             self.model_cache.pop(i, None)
-
-    def select_rows(self, sample, rows):
-        """The rows ``rows`` of a batch, sources cut to their longest; the context's tables
-        are shared (:func:`~fairseq_docctx.data.context_batch.select_rows`)."""
-        ni = sample["net_input"]
-        if len(rows) == sample["id"].numel() and torch.equal(rows, torch.arange(len(rows), device=rows.device)):
-            return sample  # the whole batch in its order
-        lengths = ni["src_lengths"].index_select(0, rows)
-        src = ni["src_tokens"].index_select(0, rows)
-        src = cb.cut_width(src, int(lengths.max()), cb.left_padded(ni["src_tokens"], self.source_dictionary.pad()))
-        new_ni = {**ni, "src_tokens": src, "src_lengths": lengths}
-        ctx = cb.get_context(sample)
-        if ctx is not None:
-            new_ni[cb.NET_INPUT_KEY] = cb.select_rows(ctx, rows)
-        if ni.get("prev_output_tokens") is not None:
-            new_ni["prev_output_tokens"] = ni["prev_output_tokens"].index_select(0, rows)
-        sub = {**sample, "id": sample["id"].index_select(0, rows), "nsentences": len(rows),
-               "net_input": new_ni}
-        if sample.get("target") is not None:
-            sub["target"] = sample["target"].index_select(0, rows)
-        return sub
 
     def with_hypothesis_context(self, sample, with_cache=False):
         """Replace the sides of a batch's context that come from translations by the model's

@@ -242,6 +242,11 @@ def test_beam_zero_is_one_line(concat_both_ckpt, toy_bin, doc, capsys):
         code, _, err = translate([doc, "--path", concat_both_ckpt, "--data", toy_bin, "--quiet", option, "0"],
                                  capsys)
         assert code == 2 and f"{option} 0: must be at least 1" in one_line_error(err), err
+    for option, value in (("--max-len-a", "-0.5"), ("--max-len-b", "-5")):
+        code, _, err = translate([doc, "--path", concat_both_ckpt, "--data", toy_bin, "--quiet", option, value],
+                                 capsys)
+        assert code == 2 and f"{option} {float(value) if option.endswith('-a') else value}: must be at least 0" \
+            in one_line_error(err), err
 
 
 def test_help_says_where_the_docids_are_looked_for(capsys):

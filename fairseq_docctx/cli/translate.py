@@ -161,6 +161,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     check_at_least({"--beam": args.beam, "--draft-beam": args.draft_beam, "--batch-size": args.batch_size,
                     "--max-tokens": args.max_tokens})
+    check_at_least({"--max-len-a": args.max_len_a, "--max-len-b": args.max_len_b}, minimum=0)
     quiet_logging()
     if args.shard_output is not None:
         return translate_shard(args, load_model)

@@ -496,18 +496,29 @@ class CTranslate2Generator:
         return out
 
     def _finished(self, sources, targets, cut: List[int], limits: List[int]):
-        """Every row's ``beam`` best finished hypotheses ``[(token ids without EOS,
-        unnormalised score, cut at the limit)]``, each row searched as it is alone.
+        """Every row's finished hypotheses ``[(token ids without EOS, unnormalised score, to
+        be scored again ending in EOS)]``, each row searched as it is alone: the ``beam`` best
+        of a search that ends before the row's length limit, all those a search that reaches
+        the limit ends with.
 
         CTranslate2 takes one length limit per call, counted with the prefix: a row's own is
-        its prefix, its limit and one step more (where fairseq forces EOS; a translation
-        going on there is cut at the limit, :meth:`_search`). The rows are searched together
-        under the longest of their limits; a row whose search went on to its own limit is
-        searched again with the rows of the same limit (its search ends as it does alone;
-        one that ended before is the same in both). EOS is kept out of each row's first
-        step: the minimum length counts from the first token of the prefix, so after a
-        prefix the sequence ``</s> </s>`` is suppressed (the prefix ends with the start
-        token ``</s>``); a minimum length above one is searched apart per prefix length."""
+        its prefix, its limit and one step more, where fairseq forces EOS (a translation going
+        on there is cut at the limit and scored again ending in EOS, :meth:`_search`). The
+        rows are searched together under the longest of their limits; a search that ends
+        before its row's own limit is the same as alone. Greedy search cut at the limit is
+        its search alone. A beam search that reaches its row's limit is searched again with
+        the rows of the same limit, twice, with patience 2 and twice ``beam`` hypotheses
+        returned (the same search: it ends at the limit either way; nothing that ended
+        before is left out for the last step's hypotheses): to the step where fairseq forces
+        EOS, and to the step before, whose last step returns the hypotheses of fairseq's beam
+        at the limit (all of them unless some of that step's ``beam`` best candidates end
+        there: fairseq then refills the beam with candidates CTranslate2 returns only where
+        one of their continuations is among the next step's ``beam`` best).
+
+        EOS is kept out of each row's first step: the minimum length counts from the first
+        token of the prefix, so after a prefix the sequence ``</s> </s>`` is suppressed (the
+        prefix ends with the start token ``</s>``); a minimum length above one is searched
+        apart per prefix length."""
         own = [c + n + 1 for c, n in zip(cut, limits)]
         groups = {}
         for i, c in enumerate(cut):
@@ -517,23 +528,34 @@ class CTranslate2Generator:
         for key, rows in groups.items():
             longest = max(own[i] for i in rows)
             for i, hyps in zip(rows, self._translate(sources, targets, cut, rows, longest)):
-                if own[i] < longest and self.beam > 1 and max(len(ids) for ids, _ in hyps) >= limits[i]:
+                if self.beam > 1 and max(len(ids) for ids, _, _ in hyps) >= limits[i]:
                     again.setdefault((key, own[i]), []).append(i)
-                else:  # greedy search: a translation cut at the limit is its search alone
+                else:
                     out[i] = hyps
         for (_, longest), rows in again.items():
-            for i, hyps in zip(rows, self._translate(sources, targets, cut, rows, longest)):
-                out[i] = hyps
-        return [[(ids[:n], score, len(ids) > n) for ids, score in hyps] for hyps, n in zip(out, limits)]
+            to_eos = self._translate(sources, targets, cut, rows, longest, patience=2)
+            to_limit = self._translate(sources, targets, cut, rows, longest - 1, patience=2)
+            for i, a, b in zip(rows, to_eos, to_limit):
+                out[i] = a + b
+        rows = []
+        for hyps, n in zip(out, limits):
+            seen = {}
+            for ids, score, ended in sorted(hyps, key=lambda h: not h[2]):  # ended ones first
+                key = tuple(ids[:n])
+                if key not in seen:  # (ids, score, whether to be scored again ending in EOS)
+                    seen[key] = (list(key), score, not ended or len(ids) > n)
+            rows.append(list(seen.values()))
+        return rows
 
-    def _translate(self, sources, targets, cut: List[int], rows: List[int], max_length: int):
-        """CTranslate2's ``beam`` best hypotheses ``[(token ids without EOS, unnormalised
-        score)]`` of ``rows``, searched under one length limit ``max_length`` (prefix
-        included)."""
+    def _translate(self, sources, targets, cut: List[int], rows: List[int], max_length: int,
+                   patience: int = 1):
+        """CTranslate2's ``patience * beam`` best hypotheses ``[(token ids without EOS,
+        unnormalised score, whether it ended with EOS)]`` of ``rows``, searched under one length limit ``max_length``
+        (prefix included)."""
         first = (cut[rows[0]] if self.min_len > 1 else 0) + self.min_len
         results = self.translator.translate_batch(
             [sources[i] for i in rows], target_prefix=[targets[i] for i in rows], beam_size=self.beam,
-            patience=1.0, num_hypotheses=self.beam, length_penalty=self.ct2_lenpen,
+            patience=float(patience), num_hypotheses=self.beam * patience, length_penalty=self.ct2_lenpen,
             max_decoding_length=max_length, min_decoding_length=first,
             suppress_sequences=[[self.eos_word, self.eos_word]] if self.min_len > 0 else None,
             return_scores=True, return_end_token=True, disable_unk=self.disable_unk, max_input_length=0,
@@ -547,9 +569,8 @@ class CTranslate2Generator:
                 # included) to the power of its length penalty
                 raw = float(score) * float(len(words)) ** self.ct2_lenpen
                 ids = [self.tgt_index[w] for w in words[cut[i]:]]
-                if ids and ids[-1] == eos:
-                    ids = ids[:-1]
-                hyps.append((ids, raw))
+                ended = bool(ids) and ids[-1] == eos
+                hyps.append((ids[:-1] if ended else ids, raw, ended))
             out.append(hyps)
         return out
 

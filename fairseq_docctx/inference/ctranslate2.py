@@ -385,9 +385,9 @@ class CTranslate2Generator:
     forced at the limit. The search is fairseq's: the same ``2 * beam`` candidates per step,
     hypotheses ending in EOS among the first ``beam`` set aside and the beam refilled from the
     others, a sentence ended when ``beam`` hypotheses have ended (CTranslate2's rule with a
-    length penalty other than 0 and patience 1; with a length penalty of 0 it ends a sentence
-    earlier, when its best candidate ends), and the ended hypotheses ranked as fairseq ranks
-    them (:meth:`_search`)."""
+    length penalty other than 0 and patience 1; with a length penalty of 0 it also waits for
+    a step whose best candidate ends, searching on past fairseq's end), and the ended
+    hypotheses ranked as fairseq ranks them (:meth:`_search`)."""
 
     def __init__(self, translator, src_dict, tgt_dict, sep: Optional[int], beam: int = 5,
                  lenpen: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200, min_len: int = 1,
@@ -534,7 +534,8 @@ class CTranslate2Generator:
                     out[i] = hyps
         for (_, longest), rows in again.items():
             to_eos = self._translate(sources, targets, cut, rows, longest, patience=2)
-            to_limit = self._translate(sources, targets, cut, rows, longest - 1, patience=2)
+            to_limit = (self._translate(sources, targets, cut, rows, longest - 1, patience=2)
+                        if longest - 1 >= self._min_length(cut[rows[0]]) else [[] for _ in rows])
             for i, a, b in zip(rows, to_eos, to_limit):
                 out[i] = a + b
         rows = []
@@ -547,16 +548,21 @@ class CTranslate2Generator:
             rows.append(list(seen.values()))
         return rows
 
+    def _min_length(self, cut: int) -> int:
+        """CTranslate2's minimum length (counted with the prefix) of a search of rows whose
+        prefixes have ``cut`` tokens: ``min_len``, EOS being suppressed after the prefix by
+        :meth:`_translate`; above one, the rows are searched apart per prefix length."""
+        return (cut if self.min_len > 1 else 0) + self.min_len
+
     def _translate(self, sources, targets, cut: List[int], rows: List[int], max_length: int,
                    patience: int = 1):
         """CTranslate2's ``patience * beam`` best hypotheses ``[(token ids without EOS,
-        unnormalised score, whether it ended with EOS)]`` of ``rows``, searched under one length limit ``max_length``
-        (prefix included)."""
-        first = (cut[rows[0]] if self.min_len > 1 else 0) + self.min_len
+        unnormalised score, whether it ended with EOS)]`` of ``rows``, searched under one
+        length limit ``max_length`` (prefix included)."""
         results = self.translator.translate_batch(
             [sources[i] for i in rows], target_prefix=[targets[i] for i in rows], beam_size=self.beam,
             patience=float(patience), num_hypotheses=self.beam * patience, length_penalty=self.ct2_lenpen,
-            max_decoding_length=max_length, min_decoding_length=first,
+            max_decoding_length=max_length, min_decoding_length=self._min_length(cut[rows[0]]),
             suppress_sequences=[[self.eos_word, self.eos_word]] if self.min_len > 0 else None,
             return_scores=True, return_end_token=True, disable_unk=self.disable_unk, max_input_length=0,
         )

@@ -1,9 +1,11 @@
 """The CTranslate2 engine: ``docctx-export ctranslate2`` and ``--engine ctranslate2`` of
-docctx-translate and docctx-drafts give the fairseq path's translations (float32, the tests'
-tiny models: identical best hypotheses, with target context too)."""
+docctx-translate and docctx-drafts run fairseq's beam search (float32: identical best
+hypotheses on the tests' tiny models and on the probe's trained ones, with target context
+too), every sentence under its own length limit whatever the batch."""
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +14,7 @@ from conftest import REPO, TINY_MODEL, file_digests, run, run_in_process
 from fairseq_docctx.cli.drafts import cli_main as drafts_main
 from fairseq_docctx.cli.export import cli_main as export_main
 from fairseq_docctx.cli.translate import cli_main as translate_main
+from fairseq_docctx.hub import from_exported
 
 pytest.importorskip("ctranslate2")
 
@@ -234,3 +237,126 @@ def test_drafts_name_their_data_directory_as_the_command_takes_it(exported, toy_
                                                 "valid", "--quiet"], capsys)
     line = _one_line(err, "docctx-drafts")
     assert code == 2 and "--data" not in line and f"the data directory {data}: dict.src.txt differs" in line, line
+
+
+def _documents(src: Path):
+    """The documents of a ``docids``-format input (``X.src`` beside ``X.docids``)."""
+    ids = src.with_suffix(".docids").read_text().splitlines()
+    docs = {}
+    for doc, line in zip(ids, src.read_text().splitlines()):
+        docs.setdefault(doc, []).append(line)
+    return list(docs.values())
+
+
+
+#: the probe's test documents the tests of the trained models translate (the first ones)
+PROBE_DOCS = 30
+
+
+@pytest.fixture(scope="module")
+def probe_exported(probe, sentence_model, concat_model, tmp_path_factory):
+    """The probe's trained models (probe_fixtures.py: the sentence-level transformer and the
+    concat_transformer with K=2 on both sides), exported in float32, and the first
+    PROBE_DOCS test documents."""
+    d = tmp_path_factory.mktemp("ct2_probe")
+    data = probe["data_bin"]
+    models = {name: (m["checkpoint"], _export(m["checkpoint"], data, d / name))
+              for name, m in (("transformer", sentence_model), ("concat_transformer", concat_model))}
+    return models, _documents(Path(probe["text"]) / "test.src")[:PROBE_DOCS], data
+
+
+#: length limits that bind on the probe's models (a target word per source word): a
+#: translation of a sentence of n words has at most int(0.5 * (n + 1) + 1) tokens
+BINDING = {"max_len_a": 0.5, "max_len_b": 1}
+
+
+def _own_limit(sentence: str) -> int:
+    return int(BINDING["max_len_a"] * (len(sentence.split()) + 1) + BINDING["max_len_b"])
+
+
+@pytest.mark.parametrize("model", ["transformer", "concat_transformer"])
+def test_a_document_is_translated_alike_alone_and_in_any_batch(probe_exported, tmp_path, capsys, model):
+    """Each sentence's length limit comes from its own source length: every document
+    translated alone equals the documents translated at batch sizes 1, 16 and 64, under
+    --max-tokens and in 2 processes, at beams 1 and 4, with limits that bind."""
+    models, docs, data = probe_exported
+    folder = models[model][1]
+    src, ids = tmp_path / "test.src", tmp_path / "test.docids"
+    src.write_text("".join(f"{s}\n" for d in docs for s in d))
+    ids.write_text("".join(f"d{i}\n" for i, d in enumerate(docs) for _ in d))
+    hub = from_exported(folder)
+    for beam in (1, 4):
+        alone = [hub.translate_documents([d], beam=beam, batch_size=1, **BINDING)[0] for d in docs]
+        for batch in ({"batch_size": 1}, {"batch_size": 16}, {"batch_size": 64}, {"max_tokens": 60}):
+            assert hub.translate_documents(docs, beam=beam, **batch, **BINDING) == alone, (beam, batch)
+        out = tmp_path / f"p2.{beam}.txt"
+        code, _, err = run_in_process(translate_main, [
+            src, "--path", folder, "--engine", "ctranslate2", "--beam", beam,
+            "--batch-size", 16, "--processes", 2, "--max-len-a", BINDING["max_len_a"],
+            "--max-len-b", BINDING["max_len_b"], "--quiet", "-o", out], capsys)
+        assert code == 0, err
+        assert out.read_text().splitlines() == [t for d in alone for t in d], beam
+        # the limits bind, and differ between the sentences of a batch
+        flat = [(s, t) for d, a in zip(docs, alone) for s, t in zip(d, a)]
+        assert all(len(t.split()) <= _own_limit(s) for s, t in flat)
+        at_limit = [s for s, t in flat if len(t.split()) == _own_limit(s)]
+        assert len(at_limit) >= len(flat) // 4 and len({_own_limit(s) for s in at_limit}) > 1, beam
+
+
+@pytest.mark.parametrize("model", ["transformer", "concat_transformer"])
+def test_on_trained_models_ctranslate2_gives_fairseqs_translations(probe_exported, model):
+    """Where the length limit does not bind (the defaults, 1.2 x the source + 10), a float32
+    export runs fairseq's beam search: a sentence ends when ``beam`` hypotheses have ended,
+    and the best of them by fairseq's ranking is the translation; identical lines at beams
+    1, 2, 4 and 5 (with the concatenation model, target context: its own translations)."""
+    from fairseq_docctx.hub import from_pretrained
+
+    models, docs, data = probe_exported
+    ckpt, folder = models[model]
+    engines = {"fairseq": from_pretrained(str(ckpt), data=data), "ctranslate2": from_exported(folder)}
+    for beam in (1, 2, 4, 5):
+        out = {name: hub.translate_documents(docs, beam=beam) for name, hub in engines.items()}
+        assert out["ctranslate2"] == out["fairseq"], beam
+
+
+def _fairseq_score(hub, source: str, translation: str) -> float:
+    """The fairseq model's score of ``translation``: its tokens' and EOS's log-probabilities
+    over its length with EOS (fairseq's ranking with --lenpen 1)."""
+    model = hub.models[0]
+    src = hub.encode(source)
+    tgt = hub.tgt_dict.encode_line(translation, add_if_not_exist=False, append_eos=True).long()
+    prev = torch.cat([tgt.new_tensor([hub.tgt_dict.eos()]), tgt[:-1]])
+    with torch.no_grad():
+        out = model(src[None], torch.tensor([len(src)]), prev[None])
+        lprobs = model.get_normalized_probs(out, log_probs=True)[0]
+    return lprobs.gather(-1, tgt[:, None]).sum().item() / len(tgt)
+
+
+def test_where_the_limit_binds_fairseq_ranks_its_translation_at_least_as_high(probe_exported):
+    """Where the length limit binds, fairseq ends every hypothesis of its beam with EOS there;
+    CTranslate2's last step returns those of the step before, and those of a free step more
+    (cut and ended with EOS), which can miss one fairseq's beam took in at that step: the
+    translation is fairseq's, or one that fairseq's model scores lower. The model is the same:
+    CTranslate2 scores a translation as fairseq's model does (sentence-level transformer,
+    beams 2 and 4, each sentence searched alone by fairseq: batch size 1, its own limit)."""
+    from fairseq_docctx.hub import from_pretrained
+
+    models, docs, data = probe_exported
+    ckpt, folder = models["transformer"]
+    fs, ct = from_pretrained(str(ckpt), data=data), from_exported(folder)
+    sources = [s for d in docs for s in d]
+    at_limit = same = 0
+    for beam in (2, 4):
+        a = [t for d in fs.translate_documents(docs, beam=beam, batch_size=1, **BINDING) for t in d]
+        b = [t for d in ct.translate_documents(docs, beam=beam, **BINDING) for t in d]
+        scored = ct.translator.score_batch([s.split() + ["</s>"] for s in sources],
+                                           [["</s>"] + t.split() for t in b], max_input_length=0)
+        for s, x, y, r in zip(sources, a, b, scored):
+            fy = _fairseq_score(fs, s, y)
+            assert abs(sum(r.log_probs) / len(r.log_probs) - fy) < 1e-4, (s, y)  # the same model
+            if x == y:
+                same += 1
+            else:
+                assert _fairseq_score(fs, s, x) >= fy - 1e-5, (beam, s, x, y)
+            at_limit += len(y.split()) == _own_limit(s)
+    assert at_limit >= len(sources) // 2 and same >= len(sources), (at_limit, same)

@@ -440,13 +440,20 @@ def load_translator(path: str, cpu: bool = True, threads: Optional[int] = None):
 # ---------------------------------------------------------------------- decoding
 class CTranslate2Generator:
     """fairseq's generator interface (``generate(models, sample)`` -> one list of hypotheses
-    per row, best first, ``tokens`` ending in EOS) over a ``ctranslate2.Translator``.
+    per row, best first, ``tokens`` ending in EOS) over a ``ctranslate2.Translator``, running
+    fairseq's beam search (``fairseq.sequence_generator.SequenceGenerator``).
 
     The rows' context (``net_input["context"]``, as the task collates it, with the model's
     own translations on the target side in document order) is joined as the model's encoder
-    joins it; fairseq's length limits are kept: ``max_len_a * width + max_len_b`` tokens at
-    most before EOS (``width``: the batch's widest current source sentence), at least
-    ``min_len``, EOS forced at the limit."""
+    joins it. Every row is decoded as it would be alone: its length limit is
+    ``max_len_a * n + max_len_b`` tokens before EOS, ``n`` its own source sentence's tokens
+    (EOS included), whatever its neighbours in the batch; at least ``min_len`` tokens; EOS is
+    forced at the limit. The search is fairseq's: the same ``2 * beam`` candidates per step,
+    hypotheses ending in EOS among the first ``beam`` set aside and the beam refilled from the
+    others, a sentence ended when ``beam`` hypotheses have ended (CTranslate2's rule with a
+    length penalty other than 0 and patience 1; with a length penalty of 0 it also waits for
+    a step whose best candidate ends, searching on past fairseq's end), and the ended
+    hypotheses ranked as fairseq ranks them (:meth:`_search`)."""
 
     def __init__(self, translator, src_dict, tgt_dict, sep: Optional[int], beam: int = 5,
                  lenpen: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200, min_len: int = 1,
@@ -463,9 +470,18 @@ class CTranslate2Generator:
         self.tgt_words = _vocabulary(tgt_dict)
         self.tgt_index = {w: i for i, w in enumerate(self.tgt_words)}
         self.eos_word = self.tgt_words[tgt_dict.eos()]
+        # CTranslate2's length penalty: fairseq's, or one too small to change a float32
+        # score where fairseq's is 0 (CTranslate2's stopping rule needs one other than 0)
+        self.ct2_lenpen = self.lenpen if self.lenpen != 0 else 1e-12
 
     def _rows(self, tokens: torch.Tensor, words: List[str], pad: int) -> List[List[str]]:
         return [[words[i] for i in row if i != pad] for row in tokens.tolist()]
+
+    def max_len(self, source_length: int) -> int:
+        """The length limit (tokens before EOS) of a sentence of ``source_length`` tokens (its
+        EOS included): ``int(max_len_a * source_length + max_len_b)``, at most the decoder's
+        positions less one."""
+        return min(int(self.max_len_a * source_length + self.max_len_b), self.max_target_positions - 1)
 
     @torch.no_grad()
     def generate(self, models, sample, prefix_tokens=None, constraints=None, **unused):
@@ -473,8 +489,8 @@ class CTranslate2Generator:
             raise ValueError("the ctranslate2 engine takes no prefix tokens or constraints")
         ni = sample["net_input"]
         src = ni["src_tokens"].cpu()
-        width = int(src.size(1))
         pad, eos = self.src_dict.pad(), self.src_dict.eos()
+        limits = [self.max_len(n) for n in src.ne(pad).sum(1).tolist()]
         ctx = cb.get_context(ni)
         if cb.has_side(ctx, "src"):
             table = cb.table(ctx, "src")
@@ -482,7 +498,6 @@ class CTranslate2Generator:
                                          left_pad=True, max_len=self.max_source_positions)
         sources = self._rows(src, self.src_words, pad)
         B = len(sources)
-        max_len = int(min(self.max_len_a * width + self.max_len_b, self.max_target_positions - 1))
         tpad = self.tgt_dict.pad()
         prefixes = [[] for _ in range(B)]
         if cb.has_side(ctx, "tgt"):
@@ -492,45 +507,46 @@ class CTranslate2Generator:
                     for k in reversed(range(table.index.size(1)))]
             packed, _ = pack_segments(segs, tpad, left_pad=False)
             # the earliest context tokens go where the prefix and the sentence outgrow the positions
-            room = max(self.max_target_positions - (max_len + 1) - 1, 0)
+            rooms = [max(self.max_target_positions - (n + 1) - 1, 0) for n in limits]
             prefixes = [p[len(p) - room:] if len(p) > room else p
-                        for p in self._rows(packed, self.tgt_words, tpad)]
+                        for p, room in zip(self._rows(packed, self.tgt_words, tpad), rooms)]
         # the target prefix: the context, then fairseq's start token; CTranslate2 takes its
         # first token as the decoder's start and returns the rest before the translation
         targets = [p + [self.eos_word] for p in prefixes]
-        best = self._search(sources, targets, [len(p) for p in prefixes], max_len)
+        best = self._search(sources, targets, [len(p) for p in prefixes], limits)
         return [[{"tokens": torch.tensor(ids, dtype=torch.long), "score": score, "attention": None,
                   "alignment": None, "positional_scores": torch.zeros(len(ids))}]
                 for ids, score in best]
 
-    def _search(self, sources, targets, cut: List[int], max_len: int):
+    def _search(self, sources, targets, cut: List[int], limits: List[int]):
         """The best translation ``(token ids ending in EOS, score)`` of every row, ranked as
         fairseq ranks finished hypotheses: the sum of the translation's log-probabilities
         (EOS included) over its length (EOS included) to the power ``lenpen``.
 
-        CTranslate2's length limits and length normalisation count the returned prefix too,
-        one value per batch: the search runs unnormalised with every finished hypothesis
-        returned (:meth:`_finished`), and the hypotheses are ranked here. Where CTranslate2
-        keeps EOS out of the first step (``min_len``), it renormalises that step's
-        probabilities over the other tokens, which fairseq does not: every hypothesis of the
-        row gains ``-log(1 - p(EOS))``, taken off again (``p(EOS)`` scored by CTranslate2;
-        needed only where the hypotheses' lengths differ and the ranking is normalised). A
-        translation cut at the length limit is scored again, ending in EOS, as fairseq ends
-        and scores it."""
-        rows = self._finished(sources, targets, cut, max_len)
-        ranked = self.beam > 1 and self.lenpen != 0
-        need = [i for i, (hyps, masked) in enumerate(rows)
-                if masked and ranked and len({len(h[0]) for h in hyps}) > 1]
+        CTranslate2 normalises by the length of the returned prefix and translation, so the
+        hypotheses are ranked here (:meth:`_finished` returns each row's ``beam`` best).
+        Where CTranslate2 keeps EOS out of the first step (``min_len``), it renormalises that
+        step's probabilities over the other tokens, which fairseq does not: every hypothesis
+        of the row gains ``-log(1 - p(EOS))``, taken off again (``p(EOS)`` scored by
+        CTranslate2; needed only where the ranking depends on it). A translation cut at the
+        length limit is scored again, ending in EOS, as fairseq ends and scores it."""
+        rows = self._finished(sources, targets, cut, limits)
+        ranked = self.beam > 1
         # translations cut at the length limit: fairseq ends them with EOS there, scored so
-        cut_hyps = [(i, j) for i, (hyps, _) in enumerate(rows) for j, h in enumerate(hyps) if h[2]]
-        if ranked and cut_hyps:
+        cut_hyps = [(i, j) for i, hyps in enumerate(rows) for j, h in enumerate(hyps) if h[2]]
+        if cut_hyps:
             scored = self.translator.score_batch(
                 [sources[i] for i, _ in cut_hyps],
-                [targets[i] + [self.tgt_words[t] for t in rows[i][0][j][0]] for i, j in cut_hyps],
+                [targets[i] + [self.tgt_words[t] for t in rows[i][j][0]] for i, j in cut_hyps],
                 max_input_length=0)
             for (i, j), r in zip(cut_hyps, scored):
-                ids = rows[i][0][j][0]
-                rows[i][0][j] = (ids, float(sum(r.log_probs[-(len(ids) + 1):])), True)
+                ids = rows[i][j][0]
+                rows[i][j] = (ids, float(sum(r.log_probs[-(len(ids) + 1):])), True)
+        # the ranking depends on the renormalisation where the hypotheses' lengths differ
+        # (and it is normalised) or some were scored again
+        need = [i for i, hyps in enumerate(rows)
+                if ranked and self.min_len > 0 and len({(len(h[0]) if self.lenpen != 0 else 0, h[2])
+                                                        for h in hyps}) > 1]
         offset = [0.0] * len(rows)
         if need:
             scored = self.translator.score_batch([sources[i] for i in need], [targets[i] for i in need],
@@ -538,40 +554,96 @@ class CTranslate2Generator:
             for i, r in zip(need, scored):  # the last token scored: EOS right after the prefix
                 offset[i] = -math.log1p(-math.exp(min(float(r.log_probs[-1]), -1e-12)))
         out = []
-        for (hyps, _), c in zip(rows, offset):
+        for hyps, c in zip(rows, offset):
             fairseq_scores = [score if exact else score - c for _, score, exact in hyps]
             key = [f / (len(ids) + 1) ** self.lenpen for f, (ids, _, _) in zip(fairseq_scores, hyps)]
             best = max(range(len(hyps)), key=key.__getitem__)
             out.append((hyps[best][0] + [self.tgt_dict.eos()], fairseq_scores[best]))
         return out
 
-    def _finished(self, sources, targets, cut: List[int], max_len: int):
-        """Every row's finished hypotheses ``[(token ids without EOS, unnormalised score, cut at
-        the limit)]`` and whether CTranslate2 kept EOS out of its first step. The length limits are those
-        of the shortest prefix (at least ``min_len`` tokens before EOS) and of the longest
-        (at most ``max_len``: longer translations are cut there, as fairseq ends them); a row
-        whose hypotheses end too early for its own prefix is searched again on its own."""
-        short = min(cut)
+    def _finished(self, sources, targets, cut: List[int], limits: List[int]):
+        """Every row's finished hypotheses ``[(token ids without EOS, unnormalised score, to
+        be scored again ending in EOS)]``, each row searched as it is alone: the ``beam`` best
+        of a search that ends before the row's length limit, all those a search that reaches
+        the limit ends with.
+
+        CTranslate2 takes one length limit per call, counted with the prefix: a row's own is
+        its prefix, its limit and one step more, where fairseq forces EOS (a translation going
+        on there is cut at the limit and scored again ending in EOS, :meth:`_search`). The
+        rows are searched together under the longest of their limits; a search that ends
+        before its row's own limit is the same as alone. Greedy search cut at the limit is
+        its search alone. A beam search that reaches its row's limit is searched again with
+        the rows of the same limit, twice, with patience 2 and twice ``beam`` hypotheses
+        returned (the same search: it ends at the limit either way; nothing that ended
+        before is left out for the last step's hypotheses): to the step where fairseq forces
+        EOS, and to the step before, whose last step returns the hypotheses of fairseq's beam
+        at the limit (all of them unless some of that step's ``beam`` best candidates end
+        there: fairseq then refills the beam with candidates CTranslate2 returns only where
+        one of their continuations is among the next step's ``beam`` best).
+
+        EOS is kept out of each row's first step: the minimum length counts from the first
+        token of the prefix, so after a prefix the sequence ``</s> </s>`` is suppressed (the
+        prefix ends with the start token ``</s>``); a minimum length above one is searched
+        apart per prefix length."""
+        own = [c + n + 1 for c, n in zip(cut, limits)]
+        groups = {}
+        for i, c in enumerate(cut):
+            groups.setdefault(c if self.min_len > 1 else None, []).append(i)
+        out = [None] * len(sources)
+        again = {}
+        for key, rows in groups.items():
+            longest = max(own[i] for i in rows)
+            for i, hyps in zip(rows, self._translate(sources, targets, cut, rows, longest)):
+                if self.beam > 1 and max(len(ids) for ids, _, _ in hyps) >= limits[i]:
+                    again.setdefault((key, own[i]), []).append(i)
+                else:
+                    out[i] = hyps
+        for (_, longest), rows in again.items():
+            to_eos = self._translate(sources, targets, cut, rows, longest, patience=2)
+            to_limit = (self._translate(sources, targets, cut, rows, longest - 1, patience=2)
+                        if longest - 1 >= self._min_length(cut[rows[0]]) else [[] for _ in rows])
+            for i, a, b in zip(rows, to_eos, to_limit):
+                out[i] = a + b
+        rows = []
+        for hyps, n in zip(out, limits):
+            seen = {}
+            for ids, score, ended in sorted(hyps, key=lambda h: not h[2]):  # ended ones first
+                key = tuple(ids[:n])
+                if key not in seen:  # (ids, score, whether to be scored again ending in EOS)
+                    seen[key] = (list(key), score, not ended or len(ids) > n)
+            rows.append(list(seen.values()))
+        return rows
+
+    def _min_length(self, cut: int) -> int:
+        """CTranslate2's minimum length (counted with the prefix) of a search of rows whose
+        prefixes have ``cut`` tokens: ``min_len``, EOS being suppressed after the prefix by
+        :meth:`_translate`; above one, the rows are searched apart per prefix length."""
+        return (cut if self.min_len > 1 else 0) + self.min_len
+
+    def _translate(self, sources, targets, cut: List[int], rows: List[int], max_length: int,
+                   patience: int = 1):
+        """CTranslate2's ``patience * beam`` best hypotheses ``[(token ids without EOS,
+        unnormalised score, whether it ended with EOS)]`` of ``rows``, searched under one
+        length limit ``max_length`` (prefix included)."""
         results = self.translator.translate_batch(
-            sources, target_prefix=targets, beam_size=self.beam, num_hypotheses=self.beam,
-            length_penalty=0.0, max_decoding_length=max(cut) + max_len + 1,
-            min_decoding_length=short + self.min_len, return_scores=True, return_end_token=True,
-            disable_unk=self.disable_unk, max_input_length=0,
+            [sources[i] for i in rows], target_prefix=[targets[i] for i in rows], beam_size=self.beam,
+            patience=float(patience), num_hypotheses=self.beam * patience, length_penalty=self.ct2_lenpen,
+            max_decoding_length=max_length, min_decoding_length=self._min_length(cut[rows[0]]),
+            suppress_sequences=[[self.eos_word, self.eos_word]] if self.min_len > 0 else None,
+            return_scores=True, return_end_token=True, disable_unk=self.disable_unk, max_input_length=0,
         )
         eos = self.tgt_dict.eos()
         out = []
-        for i, r in enumerate(results):
+        for i, r in zip(rows, results):
             hyps = []
             for words, score in zip(r.hypotheses, r.scores):
+                # CTranslate2's score is divided by the hypothesis' length (prefix and EOS
+                # included) to the power of its length penalty
+                raw = float(score) * float(len(words)) ** self.ct2_lenpen
                 ids = [self.tgt_index[w] for w in words[cut[i]:]]
-                if ids and ids[-1] == eos:
-                    ids = ids[:-1]
-                # (ids, score, whether cut at the limit: the score is then not fairseq's)
-                hyps.append((ids[:max_len], float(score), len(ids) > max_len))
-            if cut[i] > short and any(len(h[0]) < self.min_len for h in hyps):
-                out.append(self._finished([sources[i]], [targets[i]], [cut[i]], max_len)[0])
-            else:
-                out.append((hyps, self.min_len > 0 and cut[i] == short))
+                ended = bool(ids) and ids[-1] == eos
+                hyps.append((ids[:-1] if ended else ids, raw, ended))
+            out.append(hyps)
         return out
 
 

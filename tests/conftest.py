@@ -16,12 +16,19 @@ from benchmarks.toy import TINY_MODEL, prepare_command, write_split, write_toy_d
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The tests that read the context probe's trained models run last: the models train in
-    the background meanwhile (probe_fixtures.py)."""
-    from probe_fixtures import TRAININGS
+    """The tests that read the context probe's trained models run last, in the order their
+    models are trained (probe_fixtures.py: QUEUE; a test waits for the last of its models): the
+    models train in the background meanwhile, and a test runs as soon as its models are there."""
+    from probe_fixtures import QUEUE
 
-    uses = [bool(set(getattr(item, "fixturenames", ())) & (set(TRAININGS) | {"sentence_acc"})) for item in items]
-    items[:] = [i for i, u in zip(items, uses) if not u] + [i for i, u in zip(items, uses) if u]
+    alias = {"sentence_acc": "sentence_model", "rnnsearch_acc": "rnnsearch_model"}
+
+    def last_model(item):
+        used = {alias.get(f, f) for f in getattr(item, "fixturenames", ())} & set(QUEUE)
+        return max(map(QUEUE.index, used), default=-1)
+
+    # a stable sort: the other tests first, in their order
+    items[:] = sorted(items, key=last_model)
 
 
 def venv_env():
@@ -234,7 +241,10 @@ def _start_rnnsearch_reverse(request, tmp_path_factory):
         return
     import concurrent.futures
 
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="reverse")
+    from probe_fixtures import lower_priority
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="reverse",
+                                                 initializer=lower_priority)
     _REVERSE["data"] = pool.submit(_prepare_reverse_bin, tmp_path_factory)
     _REVERSE["rnnsearch"] = pool.submit(lambda: _train_rnnsearch_reverse(_REVERSE["data"].result(), tmp_path_factory))
     yield

@@ -6,6 +6,7 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -116,6 +117,19 @@ def test_output_that_is_a_file_the_run_reads_is_refused(concat_both_ckpt, toy_bi
         assert code == 2 and f"-o {out}: " in line and "reads" in line, (argv, out, err)
         assert {p: p.read_bytes() for p in before} == before
         assert not [p for p in os.listdir(tmp_path) if p.endswith(".part")]
+
+
+def test_output_onto_the_training_data_the_checkpoint_records_is_refused(concat_both_ckpt, toy_bin, doc, capsys):
+    """Without --data the dictionaries come from the data directory the model was trained on
+    (the checkpoint's directory has none): an output there is a file the run reads."""
+    assert not list(Path(concat_both_ckpt).parent.glob("dict.*.txt"))
+    for name in ("dict.tgt.txt", "docctx.json"):
+        out = Path(toy_bin) / name
+        before = out.read_bytes()
+        code, _, err = translate([doc, "--path", concat_both_ckpt, "-o", out, *FAST], capsys)
+        line = one_line_error(err)
+        assert code == 2 and f"-o {out}: " in line and "reads" in line, err
+        assert out.read_bytes() == before
 
 
 def test_output_ids_beside_the_input_ids_leave_them_as_they_are(concat_both_ckpt, toy_bin, tmp_path, capsys):

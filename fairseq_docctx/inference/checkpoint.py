@@ -15,6 +15,8 @@ import hashlib
 import os
 from typing import List, NamedTuple, Optional
 
+import torch
+
 from fairseq import checkpoint_utils, tasks
 from omegaconf import DictConfig, open_dict
 
@@ -83,6 +85,23 @@ def trained_on(state: dict) -> Optional[str]:
     if cfg is not None and cfg.get("task") is not None:
         return cfg["task"].get("data")
     return getattr(state.get("args"), "data", None)
+
+
+def data_directory_of_file(path: str, data: Optional[str] = None) -> Optional[str]:
+    """:func:`data_directory` of the checkpoint file ``path`` without loading its weights (the
+    file is memory-mapped, its configuration read), for a command that must know every file a
+    run will read before it starts; ``None`` where the file is not a readable checkpoint or no
+    data directory is found (loading the model reports why)."""
+    if data is not None:
+        return os.fspath(data)
+    ckpt_dir = os.path.dirname(os.path.abspath(path))
+    if glob.glob(os.path.join(glob.escape(ckpt_dir), "dict.*.txt")):
+        return ckpt_dir
+    try:
+        state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except Exception:  # not there, not a zip checkpoint, unsafe: the real load reports it
+        return None
+    return trained_on(state) if isinstance(state, dict) else None
 
 
 def apply_overrides(state: dict, arg_overrides: dict) -> None:

@@ -281,10 +281,11 @@ def files_read(options, fmt: str) -> List[Tuple[str, str]]:
     """The files a run reads, as (what it is, path): the input, the document ids of a docids
     input, the checkpoint (``checkpoint_best.pt`` of a ``--path`` folder), the draft
     checkpoint, the SentencePiece model, the dictionaries, ``docctx.json`` and SentencePiece
-    models of ``--data`` and of the checkpoint's directory, and every file of an exported
-    model's folder (``--engine ctranslate2``: its ``model.bin``, vocabularies, configuration
-    and record)."""
-    from .checkpoint import checkpoint_path
+    models of ``--data``, of the checkpoint's directory and of the data directory the model is
+    loaded with (without ``--data``: the one it was trained on, where the checkpoint's directory
+    has no dictionaries), and every file of an exported model's folder (``--engine
+    ctranslate2``: its ``model.bin``, vocabularies, configuration and record)."""
+    from .checkpoint import checkpoint_path, data_directory_of_file
 
     exported = getattr(options, "engine", "fairseq") == "ctranslate2"
     checkpoint = options.path if exported else checkpoint_path(options.path)
@@ -294,6 +295,8 @@ def files_read(options, fmt: str) -> List[Tuple[str, str]]:
         files.append(("the input's document ids",
                       options.docids or (docids_path(options.input, None) if options.input else None)))
     folders = {options.data, os.path.dirname(os.path.abspath(checkpoint))}
+    if not exported and checkpoint:
+        folders.add(data_directory_of_file(checkpoint, options.data))
     if exported and os.path.isdir(options.path):
         files += [("the exported model's file", os.path.join(options.path, name))
                   for name in sorted(os.listdir(options.path))]

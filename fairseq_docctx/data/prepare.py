@@ -342,7 +342,7 @@ def _segment_pretrained(release: Release, data: Dict[str, SplitData], out: str, 
         shutil.copyfile(release.path(release.segmentation_file), os.path.join(out, release.segmentation_file))
         return None
     shutil.copyfile(release.path(release.segmentation_file), os.path.join(out, SPM_NAME + ".model"))
-    sp = release._sentencepiece()
+    sp = release.sentencepiece()
     with open(os.path.join(out, SPM_NAME + ".vocab"), "w", encoding="utf-8") as f:
         for i in range(sp.get_piece_size()):
             f.write(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n")

@@ -215,14 +215,15 @@ class Release:
         """The release's segmentation of raw sentences of data language ``lang``: pieces
         joined by single spaces (no language token)."""
         if self.segmentation == "sentencepiece":
-            sp = self._sentencepiece()
+            sp = self.sentencepiece()
             return [" ".join(p) for p in sp.encode(list(sentences), out_type=str, num_threads=workers)]
         if self._segmenter is None:
             self._segmenter = (FastBPE(self.path(self.segmentation_file)), MosesTokenizer())
         bpe, moses = self._segmenter
         return [bpe.apply(moses(s, lang)) for s in sentences]
 
-    def _sentencepiece(self):
+    def sentencepiece(self):
+        """The release's SentencePiece processor (opened once; errors name the file)."""
         if self._segmenter is None:
             import sentencepiece as spm
 
@@ -236,7 +237,7 @@ class Release:
     def check(self) -> None:
         """Open the segmentation file (errors name it) before any work is done."""
         if self.segmentation == "sentencepiece":
-            self._sentencepiece()
+            self.sentencepiece()
         else:
             self._segmenter = (FastBPE(self.path(self.segmentation_file)), MosesTokenizer())
 

@@ -8,6 +8,7 @@ import sys
 from typing import List, Optional
 
 from fairseq_docctx.data.prepare import SPLITS, PrepareError, prepare
+from fairseq_docctx.data.pretrained import FAMILIES, PretrainedError
 from fairseq_docctx.data.readers import INPUT_FORMATS, DocumentFormatError
 
 from . import exit_on_errors_and_signals
@@ -57,6 +58,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spm-model-type", default="unigram", choices=("unigram", "bpe", "char", "word"))
     p.add_argument("--spm-input-sentence-size", type=int, default=2_000_000, metavar="N",
                    help="sentences sampled for SentencePiece training (0 = all)")
+    p.add_argument("--pretrained", metavar="DIR",
+                   help="the release directory of a pretrained fairseq translation model: its "
+                   "dictionaries, segmentation (SentencePiece, or Moses + fastBPE codes) and language "
+                   "tokens make the data (see docs/pretrained.md)")
+    p.add_argument("--pretrained-family", choices=FAMILIES, metavar="NAME",
+                   help="the release's family (" + ", ".join(FAMILIES) + "; default: detected from "
+                   "DIR's files)")
+    p.add_argument("--pretrained-langs", metavar="SRC,TGT",
+                   help="the release's codes of the two languages for the language tokens (default: "
+                   "-s/-t when the release lists them, else its one code CODE_*, e.g. en -> en_XX)")
     p.add_argument("--context-separator", default="<sep>", metavar="SYM",
                    help="symbol put in every dictionary at index 4 (default: <sep>)")
     p.add_argument("--min-len", type=int, default=1, metavar="N",
@@ -83,7 +94,7 @@ def main(argv: Optional[List[str]] = None) -> dict:
 
 def cli_main(argv: Optional[List[str]] = None) -> None:
     """Console script: errors are printed as ``docctx-prepare: error: ...``, exit code 2."""
-    exit_on_errors_and_signals(PROG, main, argv, (DocumentFormatError, PrepareError, FileNotFoundError),
+    exit_on_errors_and_signals(PROG, main, argv, (DocumentFormatError, PrepareError, PretrainedError, FileNotFoundError),
                                message=_message)
 
 

@@ -6,7 +6,8 @@ This module alone reads and writes it. The manifest is a JSON object with, among
     source_lang, target_lang  the language codes of the binarized files
     joined_dictionary         true when both sides share one dictionary
     dictionaries              {lang: "dict.LANG.txt"}
-    context_separator         the separator symbol (index 4 of every dictionary)
+    context_separator         the separator symbol (index 4 of every dictionary; appended
+                              after the model's symbols with --pretrained)
     context_separator_index   {lang: index}
     spm                       null, or {"model": FILE, "vocab": FILE, "vocab_size": N,
                               "type": ..., "trained_from": ...}; FILE relative to the directory
@@ -18,6 +19,10 @@ This module alone reads and writes it. The manifest is a JSON object with, among
                               existed: 0); "filtered": what the training split's filters
                               removed (:func:`filtered`), null for the others
     command                   the docctx-prepare command line
+    pretrained                only with docctx-prepare --pretrained: {"family", "dir",
+                              "dictionary", "dictionary_sha1", "model_symbols",
+                              "added_symbols", "langtok", "segmentation", "tokenizer"}, the
+                              release the ids are those of (docs/pretrained.md)
     drafts                    {split: {"files", "sentences", "checkpoint", "checkpoint_sha1",
                               "beam", "max_tokens", "batch_size", "fp16"}}, written by
                               docctx-drafts (:func:`record_drafts`)

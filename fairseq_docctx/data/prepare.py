@@ -10,6 +10,12 @@ binarizes every split with fairseq's binarizer (:mod:`fairseq.binarizer`, what
 document index ``{split}.{src}-{tgt}.docs`` (:mod:`.doc_index`), and into the data directory
 the manifest ``docctx.json`` (:mod:`.manifest`). Everything is built in a temporary
 directory next to the destination and moved there only at the end.
+
+With ``--pretrained DIR`` the dictionaries, the segmentation and the language tokens are a
+released fairseq model's (:mod:`.pretrained`): the ids are the model's ids, the language tokens
+start every sentence of the families that prepend them, and the context separator, when the
+model's dictionary lacks it, is appended after the model's symbols (recorded in the manifest's
+``pretrained`` entry).
 """
 import argparse
 import logging
@@ -21,6 +27,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from .doc_index import DocIndex, doc_index_path
 from .manifest import FORMAT_VERSION, MANIFEST_NAME, SPM_MODEL_NAME, write_manifest
+from .pretrained import Release, load_release
 from .readers import DocumentFormatError, prefix_name, read_parallel, wmt_translators
 
 logger = logging.getLogger(__name__)
@@ -60,19 +67,41 @@ class SplitData:
         return [c for doc in self.context_only for c in doc]
 
 
+def _check_pretrained_args(args) -> None:
+    """Refuse the options ``--pretrained`` contradicts (the release fixes the dictionaries and
+    the segmentation), and the ``--pretrained-*`` options without it."""
+    if not getattr(args, "pretrained", None):
+        for opt in ("pretrained_family", "pretrained_langs"):
+            if getattr(args, opt, None):
+                raise PrepareError(f"--{opt.replace('_', '-')} needs --pretrained DIR")
+        return
+    given = [("--spm-vocab-size", args.spm_vocab_size), ("--spm-model", args.spm_model),
+             ("--srcdict", args.srcdict), ("--tgtdict", args.tgtdict),
+             ("--thresholdsrc", args.thresholdsrc), ("--thresholdtgt", args.thresholdtgt),
+             ("--nwordssrc", args.nwordssrc != -1), ("--nwordstgt", args.nwordstgt != -1)]
+    for opt, value in given:
+        if value:
+            raise PrepareError(f"{opt} contradicts --pretrained: the dictionaries and the segmentation "
+                               "are the pretrained model's")
+    langs = getattr(args, "pretrained_langs", None)
+    if langs is not None and (len(langs.split(",")) != 2 or not all(langs.split(","))):
+        raise PrepareError(f"--pretrained-langs {langs!r}: give the release's two codes, SRC,TGT")
+
+
 def _check_args(args) -> None:
     splits = [s for s in SPLITS if getattr(args, f"{s}pref")]
     if not splits:
         raise PrepareError("give at least one of --trainpref, --validpref, --testpref")
     if args.source_lang == args.target_lang:
         raise PrepareError("--source-lang and --target-lang must differ")
+    _check_pretrained_args(args)
     if args.spm_vocab_size and args.spm_model:
         raise PrepareError("--spm-vocab-size and --spm-model exclude each other")
     if args.spm_vocab_size < 0:
         raise PrepareError("--spm-vocab-size must be >= 0")
     if args.joined_dictionary and args.srcdict and args.tgtdict:
         raise PrepareError("cannot use both --srcdict and --tgtdict with --joined-dictionary")
-    if not args.trainpref:
+    if not args.trainpref and not getattr(args, "pretrained", None):
         if args.spm_vocab_size:
             raise PrepareError("--spm-vocab-size needs --trainpref (or give --spm-model)")
         if not (args.srcdict and (args.tgtdict or args.joined_dictionary)):
@@ -295,6 +324,66 @@ def _binarized_sizes(out: str, split: str, src: str, tgt: str, lang: str):
 
 
 # ------------------------------------------------------------------------------------------
+# a pretrained release (--pretrained DIR)
+
+
+def _segment_pretrained(release: Release, data: Dict[str, SplitData], out: str, src: str, tgt: str,
+                        workers: int, log: Log) -> Optional[dict]:
+    """Segment every split as the release does (in place) and copy its segmentation file into
+    ``out``; returns the manifest's ``spm`` entry (``None`` for fastBPE codes)."""
+    log(f"segmenting with the release's {release.segmentation_file}"
+        + (" after Moses tokenization" if release.tokenizer == "moses" else ""))
+    for d in data.values():
+        for lang, side in ((src, d.src), (tgt, d.tgt)):
+            flat = release.segment([s for doc in side for s in doc], lang, workers)
+            it = iter(flat)
+            side[:] = [[next(it) for _ in doc] for doc in side]
+    if release.segmentation == "bpe":
+        shutil.copyfile(release.path(release.segmentation_file), os.path.join(out, release.segmentation_file))
+        return None
+    shutil.copyfile(release.path(release.segmentation_file), os.path.join(out, SPM_NAME + ".model"))
+    sp = release.sentencepiece()
+    with open(os.path.join(out, SPM_NAME + ".vocab"), "w", encoding="utf-8") as f:
+        for i in range(sp.get_piece_size()):
+            f.write(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n")
+    return {"model": SPM_NAME + ".model", "vocab": SPM_NAME + ".vocab", "vocab_size": sp.get_piece_size(),
+            "type": _spm_model_type(sp), "trained_from": release.path(release.segmentation_file)}
+
+
+def _pretrained_dictionaries(release: Release, src: str, tgt: str, sep: str, log: Log):
+    """The model's dictionaries of both sides, the separator appended where one lacks it
+    (``Dictionary.index`` would silently give ``<unk>`` for it), and the manifest's
+    ``pretrained`` entry."""
+    dicts, model_symbols, added = {}, {}, {}
+    for lang in (src, tgt):
+        d = release.model_dictionary(lang)
+        model_symbols[lang] = len(d)
+        added[lang] = {}
+        if sep not in d.indices:
+            added[lang][sep] = d.add_symbol(sep)
+            log(f"{release.path(release.dict_files[lang])}: the model's dictionary ({model_symbols[lang]} "
+                f"symbols) lacks the context separator {sep}: appended at index {added[lang][sep]}")
+        for tok in filter(None, [release.langtok(lang)]):
+            if tok not in d.indices:  # augment_dictionary adds every listed language: cannot happen
+                raise PrepareError(f"{release.path(release.dict_files[lang])}: no language token {tok}")
+        dicts[lang] = d
+    seg = {"kind": release.segmentation,
+           "file": release.segmentation_file if release.segmentation == "bpe" else SPM_NAME + ".model"}
+    info = {
+        "family": release.family,
+        "dir": release.dir,
+        "dictionary": {lang: release.dict_files[lang] for lang in (src, tgt)},
+        "dictionary_sha1": {lang: release.dictionary_sha1(lang) for lang in (src, tgt)},
+        "model_symbols": model_symbols,
+        "added_symbols": added,
+        "langtok": {"source": release.langtok(src), "target": release.langtok(tgt), "placement": release.placement},
+        "segmentation": seg,
+        "tokenizer": release.tokenizer,
+    }
+    return dicts[src], dicts[tgt], info
+
+
+# ------------------------------------------------------------------------------------------
 # main
 
 
@@ -338,6 +427,15 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
     src, tgt, sep = args.source_lang, args.target_lang, args.context_separator
     splits = [s for s in SPLITS if getattr(args, f"{s}pref")]
     _check_destdir(args.destdir, _outputs(args, splits))
+    release = None
+    if getattr(args, "pretrained", None):
+        langs = args.pretrained_langs.split(",") if getattr(args, "pretrained_langs", None) else None
+        release = load_release(args.pretrained, src, tgt, getattr(args, "pretrained_family", None), langs)
+        release.check()
+        log(f"pretrained release {release.dir}: family {release.family}, dictionaries "
+            f"{', '.join(sorted(set(release.dict_files.values())))}, {release.segmentation} "
+            f"({release.segmentation_file})" + (f", language tokens {release.langtok(src)} "
+                                                 f"{release.langtok(tgt)}" if release.placement else ""))
 
     data: Dict[str, SplitData] = {}
     translator = getattr(args, "ref_translator", None)
@@ -357,7 +455,9 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
 
         # SentencePiece
         spm_info = None
-        if args.spm_vocab_size or args.spm_model:
+        if release is not None:
+            spm_info = _segment_pretrained(release, data, out, src, tgt, args.workers, log)
+        elif args.spm_vocab_size or args.spm_model:
             import sentencepiece as spm
 
             if args.spm_model:
@@ -397,6 +497,12 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
             if not tr.src:
                 raise PrepareError("the filters removed every training sentence pair")
 
+        if release is not None and release.placement == "prepend":
+            for d in data.values():
+                for lang, side in ((src, d.src), (tgt, d.tgt)):
+                    tok = release.langtok(lang)
+                    side[:] = [[f"{tok} {s}" for s in doc] for doc in side]
+
         # plain text for the binarizer
         for split, d in data.items():
             for lang, side in ((src, d.src), (tgt, d.tgt)):
@@ -406,7 +512,13 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
 
         # dictionaries (separator at index 4)
         trainfiles = {lang: os.path.join(work, f"train.{lang}") for lang in (src, tgt)}
-        if args.joined_dictionary:
+        pretrained_info = None
+        if release is not None:
+            sd, td, pretrained_info = _pretrained_dictionaries(release, src, tgt, sep, log)
+            if args.joined_dictionary and sd.symbols != td.symbols:
+                raise PrepareError(f"--joined-dictionary: the release's dictionaries "
+                                   f"{release.dict_files[src]} and {release.dict_files[tgt]} differ")
+        elif args.joined_dictionary:
             given = args.srcdict or args.tgtdict
             sd = td = (load_dictionary(given, sep, log) if given else build_dictionary(
                 [trainfiles[src], trainfiles[tgt]], sep, args.thresholdsrc, args.nwordssrc,
@@ -451,7 +563,7 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
             "format_version": FORMAT_VERSION,
             "source_lang": src,
             "target_lang": tgt,
-            "joined_dictionary": bool(args.joined_dictionary),
+            "joined_dictionary": bool(args.joined_dictionary) if release is None else sd.symbols == td.symbols,
             "dictionaries": {src: f"dict.{src}.txt", tgt: f"dict.{tgt}.txt"},
             "context_separator": sep,
             "context_separator_index": {src: sd.index(sep), tgt: td.index(sep)},
@@ -460,6 +572,8 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
             "splits": split_info,
             "command": command or "docctx-prepare",
         }
+        if pretrained_info is not None:
+            manifest["pretrained"] = pretrained_info
         write_manifest(out, manifest)
 
         # publish
@@ -470,7 +584,8 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
         else:
             os.replace(out, args.destdir)
         log(f"wrote {args.destdir}: {', '.join(splits)} ({src}-{tgt} .bin/.idx + .docs), "
-            f"dict.{src}.txt, dict.{tgt}.txt, {MANIFEST_NAME}" + (f", {SPM_MODEL_NAME}" if spm_info else ""))
+            f"dict.{src}.txt, dict.{tgt}.txt, {MANIFEST_NAME}" + (f", {SPM_MODEL_NAME}" if spm_info else "")
+            + (f", {release.segmentation_file}" if release is not None and release.segmentation == "bpe" else ""))
         return manifest
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

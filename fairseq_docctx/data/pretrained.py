@@ -1,0 +1,386 @@
+"""Pretrained fairseq translation releases as the vocabulary of a document data folder.
+
+``docctx-prepare --pretrained DIR`` (:mod:`.prepare`) reads here what a released fairseq
+translation model was built with, from the files of its release directory, so that the
+binarized data carries the pretrained model's own ids:
+
+* the **dictionary** as the model was built with it: fairseq's ``Dictionary.load`` of the
+  release file, then every symbol the family's task adds, in the task's order (the language
+  tokens of ``translation_multi_simple_epoch``, added by fairseq's own
+  :func:`fairseq.data.multilingual.multilingual_utils.augment_dictionary`; ``<mask>`` for the
+  mBART token style; NLLB's three data-source tags). Its length is the checkpoint's number of
+  embedding rows;
+* the **segmentation**: the release's SentencePiece model (as fairseq's ``sentencepiece`` BPE
+  encodes: the pieces joined by spaces), or its fastBPE codes applied as fastBPE applies them
+  (:class:`FastBPE`) after Moses tokenization (:class:`MosesTokenizer`, fairseq's ``moses``
+  tokenizer with its default options);
+* the **language tokens** of the families that prepend them to every sentence
+  (``translation_multi_simple_epoch --encoder-langtok src --decoder-langtok``).
+
+The families (:data:`FAMILIES`) and the files each release holds:
+
+``transformer``  fairseq ``transformer`` checkpoints with their own ``dict.{src,tgt}.txt`` and
+                 ``bpecodes`` (fastBPE), Moses-tokenized text (the WMT19 En<->De releases, Ng et
+                 al. 2019, §2-3: ``examples/wmt19``); no language tokens.
+``m2m100``       M2M-100 (Fan et al. 2021): ``model_dict.128k.txt``, ``spm.128k.model``,
+                 ``language_pairs*.txt`` (the language list is the sorted set of the pairs'
+                 languages, as ``translation_multi_simple_epoch`` infers it); tokens ``__en__``.
+``nllb``         NLLB-200 dense (NLLB Team 2022): ``dictionary.txt``, ``sentencepiece.bpe.model``,
+                 ``langs.txt`` (``examples/nllb/modeling/scripts/flores200/langs.txt`` of fairseq's
+                 ``nllb`` branch, comma-separated); tokens ``__eng_Latn__``, then the data-source
+                 tags ``<MINED_DATA> <MMT_BT_DATA> <SMT_BT_DATA>`` (256,206 embedding rows for
+                 255,997 dictionary lines: fairseq issue #4557).
+``mbart50``      mBART-50 fine-tuned (Tang et al. 2020): ``dict.{xx_XX}.txt`` (or ``dict.txt``),
+                 ``sentence.bpe.model``, ``ML50_langs.txt`` (one language a line, in order);
+                 tokens ``[en_XX]`` then ``<mask>``.
+
+mBART-25 (``mbart.cc25``: ``dict.txt`` + ``sentence.bpe.model`` without ``ML50_langs.txt``) is
+recognised and refused: its language token ends the sentence, which this module does not place.
+"""
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+FAMILIES = ("transformer", "m2m100", "nllb", "mbart50")
+#: where a family puts its language tokens (None: it has none)
+PLACEMENT = {"transformer": None, "m2m100": "prepend", "nllb": "prepend", "mbart50": "prepend"}
+#: fairseq's language-token style of each family (multilingual_utils.LangTokStyle)
+LANG_TOK_STYLE = {"m2m100": "multilingual", "nllb": "multilingual", "mbart50": "mbart"}
+#: the data-source tags the NLLB task adds after the language tokens
+#: (``--add-data-source-prefix-tags`` of fairseq's ``nllb`` branch)
+NLLB_DATA_SOURCE_TAGS = ("<MINED_DATA>", "<MMT_BT_DATA>", "<SMT_BT_DATA>")
+
+BPE_CODES = "bpecodes"
+M2M_DICT, M2M_SPM = "model_dict.128k.txt", "spm.128k.model"
+NLLB_DICT, NLLB_SPM, NLLB_LANGS = "dictionary.txt", "sentencepiece.bpe.model", "langs.txt"
+MBART_SPM, MBART50_LANGS = "sentence.bpe.model", "ML50_langs.txt"
+END_OF_WORD, JOINER = "</w>", "@@"
+
+
+class PretrainedError(ValueError):
+    """A release directory that cannot be used; ``str(err)`` is one line naming the file."""
+
+
+# ------------------------------------------------------------------------------ fastBPE
+
+
+class FastBPE:
+    """fastBPE's ``applybpe`` (Sennrich et al. 2016, §3.2, as fastBPE implements it): a word is
+    split into characters, ``</w>`` glued to the last one; while some adjacent pair is in the
+    codes, the pair of lowest rank (its line in the codes file) is merged at each of its
+    occurrences, left to right; the pieces are joined by ``@@ `` and ``</w>`` dropped.
+
+    ``path``: a codes file, one merge ``LEFT RIGHT COUNT`` a line (fastBPE's ``learnbpe``; the
+    two columns of subword-nmt after its ``#version`` line are read too)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.ranks: Dict[Tuple[str, str], int] = {}
+        self._cache: Dict[str, str] = {}
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except UnicodeDecodeError:
+            raise PretrainedError(f"{path}: not UTF-8 text (fastBPE codes expected)") from None
+        for n, line in enumerate(lines, 1):
+            if n == 1 and line.startswith("#version"):
+                continue
+            parts = line.split(" ")
+            if len(parts) not in (2, 3) or not all(parts[:2]) or (len(parts) == 3 and not parts[2].isdigit()):
+                raise PretrainedError(f"{path}:{n}: not a BPE merge (expected 'LEFT RIGHT COUNT')")
+            self.ranks.setdefault((parts[0], parts[1]), len(self.ranks))
+        if not self.ranks:
+            raise PretrainedError(f"{path}: no BPE merges")
+
+    def word(self, word: str) -> str:
+        """The pieces of one word, joined by ``@@ ``."""
+        done = self._cache.get(word)
+        if done is not None:
+            return done
+        pieces = list(word[:-1]) + [word[-1] + END_OF_WORD]
+        while len(pieces) > 1:
+            best, best_rank = None, None
+            for pair in zip(pieces, pieces[1:]):
+                r = self.ranks.get(pair)
+                if r is not None and (best_rank is None or r < best_rank):
+                    best, best_rank = pair, r
+            if best is None:
+                break
+            merged, i = [], 0
+            while i < len(pieces):
+                if i + 1 < len(pieces) and (pieces[i], pieces[i + 1]) == best:
+                    merged.append(pieces[i] + pieces[i + 1])
+                    i += 2
+                else:
+                    merged.append(pieces[i])
+                    i += 1
+            pieces = merged
+        pieces[-1] = pieces[-1][: -len(END_OF_WORD)]
+        done = (JOINER + " ").join(pieces)
+        self._cache[word] = done
+        return done
+
+    def apply(self, line: str) -> str:
+        """A whitespace-tokenized line, each word split into its pieces."""
+        return " ".join(self.word(w) for w in line.split())
+
+
+class MosesTokenizer:
+    """fairseq's ``moses`` tokenizer with its defaults (sacremoses, aggressive dash splits,
+    HTML escaping), one per language."""
+
+    def __init__(self):
+        self._tok = {}
+
+    def __call__(self, text: str, lang: str) -> str:
+        tok = self._tok.get(lang)
+        if tok is None:
+            try:
+                from sacremoses import MosesTokenizer as Moses
+            except ImportError:
+                raise PretrainedError("the 'transformer' family tokenizes with Moses: "
+                                      "install sacremoses (pip install sacremoses)") from None
+            tok = self._tok[lang] = Moses(lang)
+        return tok.tokenize(text, aggressive_dash_splits=True, return_str=True, escape=True)
+
+
+# ------------------------------------------------------------------------------ the release
+
+
+@dataclass
+class Release:
+    """A release directory read for one language pair of the data folder.
+
+    ``dict_files``: {data lang: release file name}; ``langtok_langs``: {data lang: the release's
+    language code} (empty without language tokens); ``languages``: the release's language list
+    in the order its task adds the tokens; ``lang_list_file``: the file it comes from."""
+
+    family: str
+    dir: str
+    dict_files: Dict[str, str]
+    segmentation: str  # "sentencepiece" | "bpe"
+    segmentation_file: str
+    tokenizer: Optional[str] = None
+    languages: List[str] = field(default_factory=list)
+    lang_list_file: Optional[str] = None
+    langtok_langs: Dict[str, str] = field(default_factory=dict)
+    _segmenter: object = None
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    @property
+    def placement(self) -> Optional[str]:
+        return PLACEMENT[self.family]
+
+    def langtok(self, lang: str) -> Optional[str]:
+        """The language token of a data language (``None`` for a family without them)."""
+        if not self.placement:
+            return None
+        from fairseq.data.multilingual.multilingual_utils import get_lang_tok
+
+        return get_lang_tok(self.langtok_langs[lang], LANG_TOK_STYLE[self.family])
+
+    def model_dictionary(self, lang: str):
+        """The dictionary the pretrained model was built with, for data language ``lang``:
+        ``Dictionary.load`` of the release file + the symbols the family's task adds."""
+        from fairseq.data import Dictionary
+
+        path = self.path(self.dict_files[lang])
+        try:
+            d = Dictionary.load(path)
+        except (ValueError, RuntimeError, UnicodeDecodeError) as e:
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise PretrainedError(f"{path}: not a fairseq dictionary ({msg})") from None
+        if len(d) == d.nspecial:
+            raise PretrainedError(f"{path}: not a fairseq dictionary (no entries)")
+        if self.placement:
+            from fairseq.data.multilingual.multilingual_utils import augment_dictionary
+
+            augment_dictionary(d, self.languages, LANG_TOK_STYLE[self.family])
+            if self.family == "nllb":
+                for tag in NLLB_DATA_SOURCE_TAGS:
+                    d.add_symbol(tag)
+        return d
+
+    def dictionary_sha1(self, lang: str) -> str:
+        h = hashlib.sha1()
+        with open(self.path(self.dict_files[lang]), "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+        return h.hexdigest()
+
+    def segment(self, sentences: Sequence[str], lang: str, workers: int = 1) -> List[str]:
+        """The release's segmentation of raw sentences of data language ``lang``: pieces
+        joined by single spaces (no language token)."""
+        if self.segmentation == "sentencepiece":
+            sp = self.sentencepiece()
+            return [" ".join(p) for p in sp.encode(list(sentences), out_type=str, num_threads=workers)]
+        if self._segmenter is None:
+            self._segmenter = (FastBPE(self.path(self.segmentation_file)), MosesTokenizer())
+        bpe, moses = self._segmenter
+        return [bpe.apply(moses(s, lang)) for s in sentences]
+
+    def sentencepiece(self):
+        """The release's SentencePiece processor (opened once; errors name the file)."""
+        if self._segmenter is None:
+            import sentencepiece as spm
+
+            path = self.path(self.segmentation_file)
+            try:
+                self._segmenter = spm.SentencePieceProcessor(model_file=path)
+            except (OSError, RuntimeError) as e:
+                raise PretrainedError(f"{path}: not a SentencePiece model ({str(e).strip()[:80]})") from None
+        return self._segmenter
+
+    def check(self) -> None:
+        """Open the segmentation file (errors name it) before any work is done."""
+        if self.segmentation == "sentencepiece":
+            self.sentencepiece()
+        else:
+            self._segmenter = (FastBPE(self.path(self.segmentation_file)), MosesTokenizer())
+
+
+def _files(d: str) -> List[str]:
+    return sorted(n for n in os.listdir(d) if os.path.isfile(os.path.join(d, n)))
+
+
+def detect_family(d: str) -> str:
+    """The family of a release directory, from the names of its files."""
+    names = set(_files(d))
+    if MBART50_LANGS in names:
+        return "mbart50"
+    if MBART_SPM in names and "dict.txt" in names:
+        raise PretrainedError(f"{os.path.join(d, MBART_SPM)}: an mBART-25 release (dict.txt + "
+                              f"{MBART_SPM}, no {MBART50_LANGS}): mBART-25 is not supported yet")
+    if any(n.startswith("model_dict.") and n.endswith(".txt") for n in names):
+        return "m2m100"
+    if NLLB_DICT in names and NLLB_SPM in names:
+        return "nllb"
+    if BPE_CODES in names:
+        return "transformer"
+    raise PretrainedError(
+        f"{d}: not a known release layout (transformer: dict.SRC.txt, dict.TGT.txt, {BPE_CODES}; "
+        f"m2m100: {M2M_DICT}, {M2M_SPM}, language_pairs*.txt; nllb: {NLLB_DICT}, {NLLB_SPM}, "
+        f"{NLLB_LANGS}; mbart50: dict.xx_XX.txt, {MBART_SPM}, {MBART50_LANGS}); "
+        "or give --pretrained-family")
+
+
+def _one(d: str, prefix: str, suffix: str, preferred: str, what: str) -> str:
+    """The one file of ``d`` named ``preferred``, else the only ``prefix*suffix``."""
+    names = _files(d)
+    if preferred in names:
+        return preferred
+    cands = [n for n in names if n.startswith(prefix) and n.endswith(suffix)]
+    if len(cands) == 1:
+        return cands[0]
+    if not cands:
+        raise PretrainedError(f"{os.path.join(d, preferred)}: missing ({what})")
+    raise PretrainedError(f"{d}: several {prefix}*{suffix} files ({', '.join(cands)}): keep the {what} only")
+
+
+def _need(d: str, name: str, what: str) -> str:
+    if not os.path.isfile(os.path.join(d, name)):
+        raise PretrainedError(f"{os.path.join(d, name)}: missing ({what})")
+    return name
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError:
+        raise PretrainedError(f"{path}: not UTF-8 text") from None
+
+
+def read_language_list(path: str, pairs: bool = False) -> List[str]:
+    """A release's language list: one code a line or comma-separated (``pairs``: ``a-b``
+    pairs, the sorted set of their languages, as ``translation_multi_simple_epoch`` infers it
+    from ``--lang-pairs``)."""
+    langs: List[str] = []
+    for n, line in enumerate(_read_text(path).splitlines(), 1):
+        for item in (x.strip() for x in line.split(",")):
+            if not item:
+                continue
+            if any(c.isspace() for c in item) or (pairs and (item.count("-") != 1 or item.startswith("-")
+                                                               or item.endswith("-"))):
+                raise PretrainedError(f"{path}:{n}: {item!r} is not a "
+                                      + ("language pair 'xx-yy'" if pairs else "language code"))
+            langs += item.split("-") if pairs else [item]
+    if not langs:
+        raise PretrainedError(f"{path}: no languages")
+    if pairs:
+        return sorted(set(langs))
+    seen = set()
+    return [x for x in langs if not (x in seen or seen.add(x))]
+
+
+def _langtok_langs(langs: List[str], lang_file: str, data_langs: Tuple[str, str],
+                   given: Optional[Sequence[str]]) -> Dict[str, str]:
+    """{data lang: release language}: ``given`` (``--pretrained-langs``), else each data
+    language itself when the list has it, else the one list entry ``CODE_*`` (``en`` ->
+    ``en_XX`` of mBART-50, ``eng`` -> ``eng_Latn`` of NLLB)."""
+    out = {}
+    for k, lang in enumerate(data_langs):
+        if given:
+            code = given[k]
+            if code not in langs:
+                raise PretrainedError(f"{lang_file}: no language {code} (--pretrained-langs): the model "
+                                      f"has no language token for it")
+        elif lang in langs:
+            code = lang
+        else:
+            cands = [x for x in langs if x.startswith(lang + "_")]
+            if len(cands) != 1:
+                raise PretrainedError(
+                    f"{lang_file}: no language {lang}" + (f" (several: {', '.join(cands)})" if cands else "")
+                    + "; give the release's codes with --pretrained-langs SRC,TGT")
+            code = cands[0]
+        out[lang] = code
+    return out
+
+
+def load_release(d: str, src: str, tgt: str, family: Optional[str] = None,
+                 langs: Optional[Sequence[str]] = None) -> Release:
+    """Read a release directory for the data pair ``src``-``tgt``; ``family`` overrides the
+    detection, ``langs`` = (source, target) codes of the release's language list. Raises
+    :class:`PretrainedError` (one line naming the file) for a missing or malformed file."""
+    if not os.path.isdir(d):
+        raise PretrainedError(f"--pretrained {d}: not a directory")
+    d = os.path.abspath(d)
+    family = family or detect_family(d)
+    if family not in FAMILIES:
+        raise PretrainedError(f"--pretrained-family {family}: unknown (one of {', '.join(FAMILIES)})")
+    if langs is not None and PLACEMENT[family] is None:
+        raise PretrainedError(f"--pretrained-langs: the {family} family has no language tokens")
+    if family == "transformer":
+        dicts = {lang: _need(d, f"dict.{lang}.txt", f"the {lang} dictionary of the release") for lang in (src, tgt)}
+        r = Release(family, d, dicts, "bpe", _need(d, BPE_CODES, "the fastBPE codes of the release"), "moses")
+    elif family == "m2m100":
+        dict_file = _one(d, "model_dict.", ".txt", M2M_DICT, "the fixed dictionary of M2M-100")
+        lang_file = _one(d, "language_pairs", ".txt", "language_pairs_small_models.txt",
+                         "the language pairs of M2M-100")
+        lang_list = read_language_list(os.path.join(d, lang_file), pairs=True)
+        r = Release(family, d, {src: dict_file, tgt: dict_file}, "sentencepiece",
+                    _one(d, "spm.", ".model", M2M_SPM, "the SentencePiece model of M2M-100"),
+                    languages=lang_list, lang_list_file=lang_file)
+    elif family == "nllb":
+        lang_file = _need(d, NLLB_LANGS, "the language list of NLLB-200, "
+                          "examples/nllb/modeling/scripts/flores200/langs.txt of fairseq's nllb branch")
+        dict_file = _need(d, NLLB_DICT, "the dictionary of NLLB-200")
+        r = Release(family, d, {src: dict_file, tgt: dict_file}, "sentencepiece",
+                    _need(d, NLLB_SPM, "the SentencePiece model of NLLB-200"),
+                    languages=read_language_list(os.path.join(d, lang_file)), lang_list_file=lang_file)
+    else:  # mbart50
+        lang_file = _need(d, MBART50_LANGS, "the language list of mBART-50")
+        r = Release(family, d, {}, "sentencepiece", _need(d, MBART_SPM, "the SentencePiece model of mBART-50"),
+                    languages=read_language_list(os.path.join(d, lang_file)), lang_list_file=lang_file)
+    if r.placement:
+        r.langtok_langs = _langtok_langs(r.languages, os.path.join(d, r.lang_list_file), (src, tgt), langs)
+    if family == "mbart50":
+        for lang in (src, tgt):
+            name = f"dict.{r.langtok_langs[lang]}.txt"
+            r.dict_files[lang] = name if os.path.isfile(os.path.join(d, name)) else _need(
+                d, "dict.txt", f"the dictionary of mBART-50 ({name} or dict.txt)")
+    return r

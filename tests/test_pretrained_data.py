@@ -1,0 +1,316 @@
+"""docctx-prepare --pretrained DIR: tiny releases in each family's layout, made with fairseq's and
+SentencePiece's own code -> the binarized data carries the release's ids, language tokens and
+segmentation; the separator the dictionary lacks is appended and recorded; one-line refusals."""
+import hashlib
+import json
+import random
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from fairseq_docctx.cli.prepare import cli_main, main
+from fairseq_docctx.data.doc_index import DocIndex, doc_index_path
+from fairseq_docctx.data.manifest import MANIFEST_NAME
+
+WORDS_EN = ("the cat dog house tree river sees likes finds a small big red green old new "
+            "mother father child friend city garden don't it's well-known rock&roll").split()
+WORDS_DE = ("die Katze Hund Haus Baum Fluss sieht mag findet ein kleine große rote grüne alte "
+            "neue Mutter Vater Kind Freund Stadt Garten nicht gut-bekannt Straße über").split()
+
+
+def _sentences(words, n, seed):
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        s = " ".join(rng.choice(words) for _ in range(rng.randint(3, 9)))
+        out.append(s[0].upper() + s[1:] + rng.choice([".", "!", "?", ", \"yes\"."]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Raw documents (marker format, ``<d>`` before each), train 300 and valid 40 pairs."""
+    root = tmp_path_factory.mktemp("corpus")
+    text = {}
+    for split, n, seed in (("train", 300, 1), ("valid", 40, 2)):
+        en, de = _sentences(WORDS_EN, n, seed), _sentences(WORDS_DE, n, seed + 10)
+        text[split] = {"en": en, "de": de}
+        for lang, sents in (("en", en), ("de", de)):
+            lines = []
+            for k, s in enumerate(sents):
+                if k % 10 == 0:
+                    lines.append("<d>")
+                lines.append(s)
+            (root / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root, text
+
+
+def _dictionary(lines_of_pieces, path):
+    """A release dictionary as fairseq-preprocess writes it: counted, sorted, padded to 8."""
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    for line in lines_of_pieces:
+        for p in line.split():
+            d.add_symbol(p)
+    d.finalize(padding_factor=8)
+    d.save(str(path))
+
+
+def _sentencepiece(corpus, path):
+    import sentencepiece as spm
+
+    _, text = corpus
+    sents = [s for lang in ("en", "de") for s in text["train"][lang]]
+    prefix = str(path)[: -len(".model")]
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(sents), model_prefix=prefix, vocab_size=120,
+                                   model_type="unigram", character_coverage=1.0, minloglevel=2)
+    shutil.move(prefix + ".model", path)
+    Path(prefix + ".vocab").unlink()
+
+
+def _fairseq_spm(path):
+    from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
+
+    return SentencepieceBPE(SentencepieceConfig(sentencepiece_model=str(path)))
+
+
+def _sp_release(corpus, root, family):
+    """A SentencePiece release in ``family``'s layout; returns (dir, segment(text, lang))."""
+    root.mkdir()
+    spm_name, dict_names, langs_file, langs_text = {
+        "m2m100": ("spm.128k.model", ["model_dict.128k.txt"], "language_pairs_small_models.txt",
+                   "en-de,de-en,en-fr,fr-en,af-en\n"),
+        "nllb": ("sentencepiece.bpe.model", ["dictionary.txt"], "langs.txt",
+                 "ace_Arab,fra_Latn,eng_Latn,deu_Latn\n"),
+        "mbart50": ("sentence.bpe.model", ["dict.en_XX.txt", "dict.de_DE.txt"], "ML50_langs.txt",
+                    "ar_AR\nen_XX\ncs_CZ\nde_DE\n"),
+    }[family]
+    _sentencepiece(corpus, root / spm_name)
+    enc = _fairseq_spm(root / spm_name)
+    _, text = corpus
+    pieces = [enc.encode(s) for lang in ("en", "de") for s in text["train"][lang]]
+    for name in dict_names:
+        _dictionary(pieces, root / name)
+    (root / langs_file).write_text(langs_text)
+    return root, lambda s, lang: enc.encode(s)
+
+
+def _learn_bpe(word_counts, merges):
+    """A small BPE learner (Sennrich et al. 2016, Algorithm 1): codes ``a b count`` and each
+    word's final segmentation (``</w>`` on the last symbol)."""
+    vocab = {w: list(w[:-1]) + [w[-1] + "</w>"] for w in word_counts}
+    codes = []
+    for _ in range(merges):
+        pairs = Counter()
+        for w, syms in vocab.items():
+            for pair in zip(syms, syms[1:]):
+                pairs[pair] += word_counts[w]
+        if not pairs:
+            break
+        best = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))[0]
+        codes.append((best, pairs[best]))
+        for w, syms in vocab.items():
+            out, i = [], 0
+            while i < len(syms):
+                if i + 1 < len(syms) and (syms[i], syms[i + 1]) == best:
+                    out.append(syms[i] + syms[i + 1])
+                    i += 2
+                else:
+                    out.append(syms[i])
+                    i += 1
+            vocab[w] = out
+    return codes, vocab
+
+
+def _bpe_release(corpus, root):
+    """A WMT19-layout release: dict.en.txt, dict.de.txt (different), bpecodes; the text
+    tokenized by fairseq's moses tokenizer with its defaults."""
+    from fairseq.data.encoders.moses_tokenizer import MosesTokenizer, MosesTokenizerConfig
+
+    root.mkdir()
+    _, text = corpus
+    moses = {lang: MosesTokenizer(MosesTokenizerConfig(source_lang=lang)) for lang in ("en", "de")}
+    counts = Counter(w for lang in ("en", "de") for split in ("train", "valid")
+                     for s in text[split][lang] for w in moses[lang].encode(s).split())
+    codes, segs = _learn_bpe(counts, 120)
+    (root / "bpecodes").write_text("".join(f"{a} {b} {c}\n" for (a, b), c in codes), encoding="utf-8")
+
+    def segment(s, lang):
+        words = moses[lang].encode(s).split()
+        return " ".join("@@ ".join(segs[w])[: -len("</w>")] for w in words)
+
+    for lang in ("en", "de"):
+        _dictionary([segment(s, lang) for s in text["train"][lang]], root / f"dict.{lang}.txt")
+    return root, segment
+
+
+# family -> (data languages given, --pretrained-langs, expected language tokens, symbols the task adds)
+FAMILY_CASES = {
+    "transformer": (None, None, []),
+    "m2m100": (None, ("__en__", "__de__"), ["__af__", "__de__", "__en__", "__fr__"]),  # sorted pair languages
+    "nllb": ("eng_Latn,deu_Latn", ("__eng_Latn__", "__deu_Latn__"),
+             ["__ace_Arab__", "__fra_Latn__", "__eng_Latn__", "__deu_Latn__",
+              "<MINED_DATA>", "<MMT_BT_DATA>", "<SMT_BT_DATA>"]),
+    "mbart50": (None, ("[en_XX]", "[de_DE]"), ["[ar_AR]", "[en_XX]", "[cs_CZ]", "[de_DE]", "<mask>"]),
+}
+RELEASE_DICT = {"transformer": {"en": "dict.en.txt", "de": "dict.de.txt"},
+                "m2m100": {"en": "model_dict.128k.txt", "de": "model_dict.128k.txt"},
+                "nllb": {"en": "dictionary.txt", "de": "dictionary.txt"},
+                "mbart50": {"en": "dict.en_XX.txt", "de": "dict.de_DE.txt"}}
+RELEASE_SEGMENTATION = {"transformer": "bpecodes", "m2m100": "spm.128k.model",
+                        "nllb": "sentencepiece.bpe.model", "mbart50": "sentence.bpe.model"}
+
+
+@pytest.fixture(scope="module")
+def releases(corpus, tmp_path_factory):
+    root = tmp_path_factory.mktemp("releases")
+    out = {"transformer": _bpe_release(corpus, root / "wmt19")}
+    for family, name in (("m2m100", "m2m"), ("nllb", "nllb"), ("mbart50", "mbart50")):
+        out[family] = _sp_release(corpus, root / name, family)
+    return out
+
+
+def _run(corpus, release_dir, dest, *extra):
+    root, _ = corpus
+    return main(["-s", "en", "-t", "de", "--trainpref", str(root / "train"), "--validpref",
+                 str(root / "valid"), "--destdir", str(dest), "--pretrained", str(release_dir), *extra])
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_CASES))
+def test_ids_are_the_release_ids(family, corpus, releases, tmp_path):
+    from fairseq.data import Dictionary, data_utils
+
+    langs, tokens, added_by_task = FAMILY_CASES[family]
+    release_dir, segment = releases[family]
+    dest = tmp_path / "bin"
+    manifest = _run(corpus, release_dir, dest, *(["--pretrained-langs", langs] if langs else []))
+    assert manifest == json.loads((dest / MANIFEST_NAME).read_text())
+    rec = manifest["pretrained"]
+    assert rec["family"] == family and rec["dir"] == str(release_dir)
+    assert rec["dictionary"] == RELEASE_DICT[family]
+    assert rec["tokenizer"] == ("moses" if family == "transformer" else None)
+    seg_file = "bpecodes" if family == "transformer" else "spm.model"
+    assert rec["segmentation"] == {"kind": "bpe" if family == "transformer" else "sentencepiece", "file": seg_file}
+    assert (dest / seg_file).read_bytes() == (release_dir / RELEASE_SEGMENTATION[family]).read_bytes()
+    assert rec["langtok"] == {"source": tokens[0] if tokens else None, "target": tokens[1] if tokens else None,
+                              "placement": "prepend" if tokens else None}
+    _, text = corpus
+    for lang in ("en", "de"):
+        release_file = release_dir / RELEASE_DICT[family][lang]
+        assert rec["dictionary_sha1"][lang] == hashlib.sha1(release_file.read_bytes()).hexdigest()
+        # the model's dictionary, as the family's task builds it: the release file + its symbols
+        model = Dictionary.load(str(release_file))
+        for sym in added_by_task:
+            model.add_symbol(sym)
+        assert rec["model_symbols"][lang] == len(model)
+        assert rec["added_symbols"][lang] == {"<sep>": len(model)}  # appended: the release lacks it
+        data_dict = Dictionary.load(str(dest / f"dict.{lang}.txt"))
+        assert data_dict.symbols == model.symbols + ["<sep>"]
+        assert manifest["context_separator_index"][lang] == len(model)
+        for split in ("train", "valid"):
+            ds = data_utils.load_indexed_dataset(str(dest / f"{split}.en-de.{lang}"), data_dict, "mmap")
+            idx = DocIndex.read(doc_index_path(str(dest), split, "en", "de"))
+            assert len(ds) == idx.num_sentences == len(text[split][lang]) and len(idx) == len(text[split][lang]) // 10
+            prefix = [model.index(tokens[0 if lang == "en" else 1])] if tokens else []
+            unk = 0
+            for k, raw in enumerate(text[split][lang]):
+                pieces = segment(raw, lang).split()
+                expected = prefix + [model.index(p) for p in pieces] + [model.eos()]
+                assert ds[k].tolist() == expected, (split, lang, k, raw)
+                unk += expected.count(model.unk())
+            assert unk <= len(text[split][lang])  # the release's pieces are known (a few <unk> at most)
+    if tokens:  # the language tokens sit after the release's entries, in the task's order
+        n = len(Dictionary.load(str(release_dir / RELEASE_DICT[family]["en"])))
+        assert [data_dict.symbols[n + i] for i in range(len(added_by_task))] == added_by_task
+
+
+def test_separator_the_release_has_is_not_added(corpus, releases, tmp_path):
+    from fairseq.data import Dictionary
+
+    release = tmp_path / "m2m"
+    shutil.copytree(releases["m2m100"][0], release)
+    with open(release / "model_dict.128k.txt", "a") as f:
+        f.write("<brk> 1\n")
+    manifest = _run(corpus, release, tmp_path / "bin", "--context-separator", "<brk>")
+    rec = manifest["pretrained"]
+    assert rec["added_symbols"] == {"en": {}, "de": {}}
+    d = Dictionary.load(str(tmp_path / "bin" / "dict.en.txt"))
+    assert len(d) == rec["model_symbols"]["en"] and d.index("<brk>") == manifest["context_separator_index"]["en"] != d.unk()
+
+
+def test_fastbpe_codes_as_fastbpe_applies_them(tmp_path):
+    """Merges by priority (the lowest line first), at every occurrence, left to right; ``@@ ``."""
+    from fairseq_docctx.data.pretrained import FastBPE
+
+    codes = tmp_path / "bpecodes"
+    codes.write_text("a a 9\nb c</w> 8\na b 7\naa a 6\n")
+    bpe = FastBPE(str(codes))
+    # aaa: (a,a) merges the first pair only -> aa a</w>, and (aa,a</w>) is no code;
+    # abc: (b,c</w>) ranks before (a,b) -> a bc</w>; aaaa: (a,a) at 0 (then (a,a</w>) is no
+    # code) -> aa a a</w>, then (aa,a) -> aaa a</w>
+    assert bpe.apply("aaa abc aaaa") == "aa@@ a a@@ bc aaa@@ a"
+    assert bpe.apply("x") == "x"
+
+
+def _refused(capsys, argv, what):
+    with pytest.raises(SystemExit) as e:
+        cli_main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("docctx-prepare: error: ") and what in err, err
+
+
+def test_refusals_one_line(corpus, releases, tmp_path, capsys):
+    root, _ = corpus
+    dest = tmp_path / "bin"
+    base = ["-s", "en", "-t", "de", "--trainpref", str(root / "train"), "--destdir", str(dest)]
+    m2m, mbart, nllb, wmt = (str(releases[f][0]) for f in ("m2m100", "mbart50", "nllb", "transformer"))
+    for extra, what in [
+        (["--pretrained", m2m, "--spm-vocab-size", "100"], "--spm-vocab-size contradicts --pretrained"),
+        (["--pretrained", m2m, "--spm-model", str(Path(m2m) / "spm.128k.model")], "--spm-model contradicts"),
+        (["--pretrained", m2m, "--srcdict", str(Path(m2m) / "model_dict.128k.txt")], "--srcdict contradicts"),
+        (["--pretrained", m2m, "--tgtdict", str(Path(m2m) / "model_dict.128k.txt")], "--tgtdict contradicts"),
+        (["--pretrained", m2m, "--thresholdtgt", "2"], "--thresholdtgt contradicts"),
+        (["--pretrained", m2m, "--nwordssrc", "100"], "--nwordssrc contradicts"),
+        (["--pretrained-langs", "en,de"], "--pretrained-langs needs --pretrained"),
+        (["--pretrained", mbart, "--pretrained-langs", "en_XX,fr_XX"],
+         f"{Path(mbart) / 'ML50_langs.txt'}: no language fr_XX"),
+        (["--pretrained", nllb], f"{Path(nllb) / 'langs.txt'}: no language en"),
+        (["--pretrained", wmt, "--pretrained-langs", "en,de"], "the transformer family has no language tokens"),
+        (["--pretrained", str(root)], "not a known release layout"),
+        (["--pretrained", wmt, "--pretrained-family", "nllb"], f"{Path(wmt) / 'langs.txt'}: missing"),
+    ]:
+        _refused(capsys, base + extra, what)
+    assert not dest.exists()
+
+
+def _broken(src, dst, edit):
+    shutil.copytree(src, dst)
+    edit(Path(dst))
+    return str(dst)
+
+
+def test_missing_or_malformed_release_files_one_line(corpus, releases, tmp_path, capsys):
+    root, _ = corpus
+    dest = tmp_path / "bin"
+    base = ["-s", "en", "-t", "de", "--trainpref", str(root / "train"), "--destdir", str(dest), "--pretrained"]
+    m2m, mbart, wmt = (releases[f][0] for f in ("m2m100", "mbart50", "transformer"))
+    cases = [
+        (lambda d: (d / "spm.128k.model").unlink(), m2m, "spm.128k.model: missing"),
+        (lambda d: (d / "spm.128k.model").write_bytes(b"not a model"), m2m, "spm.128k.model: not a SentencePiece model"),
+        (lambda d: (d / "model_dict.128k.txt").write_text("a 1\nb\n"), m2m,
+         "model_dict.128k.txt: not a fairseq dictionary"),
+        (lambda d: (d / "language_pairs_small_models.txt").write_text("en-de,ende\n"), m2m,
+         "language_pairs_small_models.txt:1: 'ende' is not a language pair"),
+        (lambda d: (d / "bpecodes").write_text("a b 3\nc\n"), wmt, "bpecodes:2: not a BPE merge"),
+        (lambda d: (d / "dict.de.txt").unlink(), wmt, "dict.de.txt: missing"),
+        (lambda d: ((d / "dict.en_XX.txt").unlink(), (d / "dict.de_DE.txt").rename(d / "dict.txt"),
+                    (d / "ML50_langs.txt").unlink()), mbart, "mBART-25 is not supported yet"),
+    ]
+    for k, (edit, src, what) in enumerate(cases):
+        broken = _broken(src, tmp_path / f"r{k}", edit)
+        _refused(capsys, base + [broken], what)
+        assert not dest.exists()

@@ -48,9 +48,11 @@ def add_args(parser):
                         "name and shape match from this sentence-level checkpoint")
     parser.add_argument("--freeze-sentence-weights", type=utils.eval_bool, nargs="?",
                         const=True, metavar="BOOL",
-                        help="with --init-from-sentence-checkpoint: train the context weights only")
+                        help="with --init-from-sentence-checkpoint or --init-from-pretrained: train the "
+                        "context weights only")
     parser.add_argument("--lr-scale-pretrained", type=float, metavar="S",
-                        help="with --init-from-sentence-checkpoint: the weights it gives learn at S times "
+                        help="with --init-from-sentence-checkpoint or --init-from-pretrained: the weights it "
+                        "gives learn at S times "
                         "the learning rate, the new weights at the learning rate (default 1: one learning "
                         "rate; Bao et al. 2021 fine-tune with 0.2)")
 
@@ -59,6 +61,8 @@ def set_defaults(args):
     """Defaults of the three options (for an architecture function)."""
     _set_defaults(args, init_from_sentence_checkpoint=None, freeze_sentence_weights=False,
                   lr_scale_pretrained=1.0)
+    if not hasattr(args, "init_from_pretrained"):
+        args.init_from_pretrained = None
 
 
 #: the ``param_group`` attribute of the parameters ``--lr-scale-pretrained`` scales
@@ -123,11 +127,32 @@ def load_part_weights(module, path: str, prefix: str, name: str, option: str,
 
 def apply(model, args, name: str, is_context: Callable[[str], bool],
           record_as: str = "initialized_from_sentence_checkpoint"):
-    """``--init-from-sentence-checkpoint``, ``--freeze-sentence-weights`` and
+    """``--init-from-sentence-checkpoint`` or ``--init-from-pretrained``
+    (:mod:`~fairseq_docctx.models.pretrained_init`), ``--freeze-sentence-weights`` and
     ``--lr-scale-pretrained`` on a freshly built ``model`` (``name``: its name in the
     messages; ``is_context(parameter name)``: the weights a sentence-level model lacks, never
-    frozen nor scaled). The path applied is kept in ``args.<record_as>``. Returns the model."""
+    frozen nor scaled, nor are the embedding tables ``--init-from-pretrained`` grows). The
+    path applied is kept in ``args.<record_as>`` (``args.initialized_from_pretrained`` for a
+    pretrained checkpoint). Returns the model."""
     path = getattr(args, "init_from_sentence_checkpoint", None)
+    pretrained = getattr(args, "init_from_pretrained", None)
+    if path and pretrained:
+        raise UsageError(f"{name}: --init-from-pretrained and --init-from-sentence-checkpoint exclude "
+                         "each other: give one")
+    grown = set()
+    if pretrained:
+        from . import pretrained_init
+
+        path, option, record_as = pretrained, pretrained_init.OPTION, "initialized_from_pretrained"
+        grown = pretrained_init.grown_names(model, args)
+
+        def load():
+            return pretrained_init.load_weights(model, path, name)
+    else:
+        option = "--init-from-sentence-checkpoint"
+
+        def load():
+            return load_sentence_weights(model, path, name)
     scale = getattr(args, "lr_scale_pretrained", None)
     scale = 1.0 if scale is None else float(scale)
     if scale != 1.0:
@@ -137,27 +162,29 @@ def apply(model, args, name: str, is_context: Callable[[str], bool],
         if getattr(args, "freeze_sentence_weights", False):
             raise UsageError(f"{name}: --lr-scale-pretrained {scale} with --freeze-sentence-weights: the "
                              "frozen weights do not learn; give one of the two")
-        if not path and not getattr(args, record_as, None):
+        if not path and not getattr(args, record_as, None) and not getattr(args, "initialized_from_pretrained", None):
             raise UsageError(f"{name}: --lr-scale-pretrained {scale} scales the weights "
-                             "--init-from-sentence-checkpoint gives: give the sentence-level checkpoint")
+                             "--init-from-sentence-checkpoint or --init-from-pretrained gives: give the checkpoint")
     resume = restore_path(args) if path else None
     if resume:
         # fairseq-train restores every weight from that checkpoint right after building
-        # the model: the sentence-level initialisation would be overwritten (so the
-        # sentence checkpoint need not exist any more); freezing is decided below
-        msg = (f"{name}: resuming from {resume}: --init-from-sentence-checkpoint "
-               f"{path} not applied again")
+        # the model: the initialisation would be overwritten (so the checkpoint it comes
+        # from need not exist any more); freezing is decided below
+        msg = f"{name}: resuming from {resume}: {option} {path} not applied again"
         print(msg, flush=True)
         logger.info(msg)
         loaded = [n for n, _ in model.named_parameters(remove_duplicate=False) if not is_context(n)]
     elif path:
-        loaded = load_sentence_weights(model, path, name)
+        loaded = load()
     else:
         loaded = [n for n, _ in model.named_parameters(remove_duplicate=False) if not is_context(n)]
+    loaded = [n for n in loaded if n not in grown]
     if path:
         # applied once: a checkpoint of this model restores its own weights (generation,
-        # resume) without needing the sentence-level checkpoint again
+        # resume) without needing the initialising checkpoint again
         args.init_from_sentence_checkpoint = None
+        if pretrained:
+            args.init_from_pretrained = None
         setattr(args, record_as, path)
     if getattr(args, "freeze_sentence_weights", False):
         loaded = set(loaded)
@@ -169,7 +196,7 @@ def apply(model, args, name: str, is_context: Callable[[str], bool],
         loaded = set(loaded)
         marked = {id(p): p for n, p in model.named_parameters(remove_duplicate=False) if n in loaded}
         mark_lr_scale(marked.values(), scale)
-        msg = (f"{name}: the {len(marked)} parameters from the sentence-level checkpoint learn at "
+        msg = (f"{name}: the {len(marked)} parameters from {option} learn at "
                f"{scale:g} x the learning rate (--lr-scale-pretrained)")
         print(msg, flush=True)
         logger.info(msg)

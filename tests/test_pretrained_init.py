@@ -214,3 +214,60 @@ def test_refusals(pre, tmp_path):
         build(data, "concat_transformer", *ARCHS["concat_transformer"], "--init-from-pretrained", path)
     record(rows)
     build(data, "concat_transformer", *ARCHS["concat_transformer"], "--init-from-pretrained", path)
+
+
+TRAIN = ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "500", "--cpu", "--num-workers", "0",
+         "--no-epoch-checkpoints", "--disable-validation", "--seed", "1", "--log-format", "simple"]
+
+
+def _cfg(ckpt):
+    from fairseq import checkpoint_utils
+
+    import fairseq_docctx  # noqa: F401  (the safe globals of checkpoint loading)
+
+    return checkpoint_utils.load_checkpoint_to_cpu(str(ckpt))["cfg"]["model"]
+
+
+def test_training_generation_and_resume(pre, tmp_path):
+    """fairseq-train from the checkpoint: ``g_transformer --freeze-sentence-weights`` keeps
+    every pretrained weight but the grown embedding table, trains the global attentions;
+    ``concat_transformer --lr-scale-pretrained`` trains, and after the pretrained file is gone
+    its run resumes (the network from the restored checkpoint, the weights not loaded again)
+    and fairseq-generate translates every test sentence with it."""
+    path = tmp_path / "pretrained.pt"
+    shutil.copy(pre["ckpt"]["transformer"], path)
+    ckpt = _weights(path)
+
+    save = tmp_path / "g"
+    p = run(["fairseq-train", pre["D"], "--user-dir", USER_DIR, "--task", "document_translation", "--arch",
+             "g_transformer", *ARCHS["g_transformer"], "--doc-noise-mask", "0", "--init-from-pretrained", path,
+             "--freeze-sentence-weights", *TRAIN, "--max-update", "4", "--save-dir", save])
+    assert "g_transformer: initialised from" in p.stdout
+    g = _weights(save / "checkpoint_last.pt")
+    for k, v in ckpt.items():
+        if k.endswith(("embed_tokens.weight", "output_projection.weight")):
+            assert not torch.equal(g[k][: v.shape[0]], v), k  # grown: it learns (its new row must)
+        else:
+            assert torch.equal(g[k], v), k
+    glob = "encoder.layers.1.self_attn.global_attn.q_proj.weight"
+    assert not torch.equal(g[glob], ckpt["encoder.layers.1.self_attn.q_proj.weight"])
+    cfg = _cfg(save / "checkpoint_last.pt")
+    assert cfg.init_from_pretrained is None and cfg.initialized_from_pretrained == str(path)
+    assert cfg.encoder_layers == 2 and cfg.encoder_normalize_before and cfg.activation_fn == "gelu"
+
+    save = tmp_path / "concat"
+    cmd = ["fairseq-train", pre["D"], "--user-dir", USER_DIR, "--task", "document_translation", "--arch",
+           "concat_transformer", *ARCHS["concat_transformer"], "--init-from-pretrained", path,
+           "--lr-scale-pretrained", "0.5", *TRAIN, "--save-dir", save]
+    p = run(cmd + ["--max-update", "2"])
+    assert "concat_transformer: initialised from" in p.stdout
+    assert "parameters from --init-from-pretrained learn at 0.5 x the learning rate" in p.stdout
+    path.unlink()
+    p = run(cmd + ["--max-update", "4"])
+    assert "resuming from" in p.stdout and "not applied again" in p.stdout
+    assert "initialised from" not in p.stdout and "num_updates 4" in p.stdout + p.stderr
+    p = run(["fairseq-generate", pre["D"], "--user-dir", USER_DIR, "--task", "document_translation", "--path",
+             save / "checkpoint_last.pt", *ARCHS["concat_transformer"], "--gen-subset", "test", "--beam", "1",
+             "--required-batch-size-multiple", "1", "--cpu", "--num-workers", "0"])
+    hyps = [line for line in p.stdout.splitlines() if line.startswith("H-")]
+    assert len(hyps) == sum(1 for _ in open(pre["root"] / "raw" / "test.src"))

@@ -271,3 +271,35 @@ def test_training_generation_and_resume(pre, tmp_path):
              "--required-batch-size-multiple", "1", "--cpu", "--num-workers", "0"])
     hyps = [line for line in p.stdout.splitlines() if line.startswith("H-")]
     assert len(hyps) == sum(1 for _ in open(pre["root"] / "raw" / "test.src"))
+
+
+#: the probe test's fine-tuning: updates and warmup (docs/pretrained.md: measured pronoun
+#: accuracy per update count, from the sentence model and from scratch)
+PROBE_UPDATES, PROBE_WARMUP = 175, 200
+
+
+@pytest.mark.slow  # two concat_transformer trainings of PROBE_UPDATES updates: see docs/tests.md
+def test_probe_learns_the_pronouns_sooner_from_the_sentence_model(probe, sentence_model, tmp_path):
+    """The issue's probe test: the probe's sentence-level ``transformer`` (600 updates) as
+    PATH, ``concat_transformer`` (K=2, both sides) for :data:`PROBE_UPDATES` updates gets the
+    context-dependent pronouns right (>= 0.90) where the same model from scratch for the same
+    updates does not."""
+    import concurrent.futures
+
+    import probe_utils as pu
+
+    args = ["--context-size", "2", "--context-sides", "both", "--warmup-updates", str(PROBE_WARMUP)]
+
+    def train(name, extra):
+        return pu.train(probe["data_bin"], "concat_transformer", str(tmp_path / name), task="document_translation",
+                        extra_args=args + extra, max_update=PROBE_UPDATES)["checkpoint"]
+
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        pre = ex.submit(train, "pre", ["--init-from-pretrained", sentence_model["checkpoint"]])
+        scratch = ex.submit(train, "scratch", [])
+        ckpts = {"pretrained": pre.result(), "scratch": scratch.result()}
+    acc = {name: pu.probe_accuracy(probe["data_bin"], ck, probe["annotations"], task="document_translation",
+                                   extra_args=args[:4], phenomenon="anaphora")
+           for name, ck in ckpts.items()}
+    print(f"pronouns after {PROBE_UPDATES} updates: {acc}")
+    assert acc["pretrained"] >= 0.90 > acc["scratch"]

@@ -44,6 +44,7 @@ from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, MODEL
 
 from ..data.manifest import ManifestError, read_manifest
 from ..errors import UsageError
+from .resume import restore_path
 
 logger = logging.getLogger(__name__)
 
@@ -201,8 +202,6 @@ def configure(args, task, name: str):
     own architecture function. On a resume of ``fairseq-train`` the pretrained checkpoint
     still gives the network; when it is gone, the checkpoint being restored does. Records the
     checkpoint's embedding rows per side in ``args.pretrained_rows``. Returns ``args``."""
-    from .sentence_init import restore_path
-
     path = getattr(args, "init_from_pretrained", None)
     if not path:
         return args

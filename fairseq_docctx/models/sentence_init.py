@@ -36,7 +36,9 @@ from typing import Callable, List, Sequence
 from fairseq import checkpoint_utils, utils
 
 from ..errors import UsageError
+from . import pretrained_init
 from .arch_defaults import set_defaults as _set_defaults
+from .resume import restore_path
 
 logger = logging.getLogger(__name__)
 
@@ -141,8 +143,6 @@ def apply(model, args, name: str, is_context: Callable[[str], bool],
                          "each other: give one")
     grown = set()
     if pretrained:
-        from . import pretrained_init
-
         path, option, record_as = pretrained, pretrained_init.OPTION, "initialized_from_pretrained"
         grown = pretrained_init.grown_names(model, args)
 
@@ -201,19 +201,3 @@ def apply(model, args, name: str, is_context: Callable[[str], bool],
         print(msg, flush=True)
         logger.info(msg)
     return model
-
-
-def restore_path(args):
-    """The checkpoint fairseq-train will restore the model from (as
-    ``checkpoint_utils.load_checkpoint`` finds it: ``--restore-file``, by default
-    ``checkpoint_last.pt`` in ``--save-dir``), or ``None`` on a first launch / outside
-    fairseq-train."""
-    restore, save_dir = getattr(args, "restore_file", None), getattr(args, "save_dir", None)
-    if not restore or save_dir is None:
-        return None
-    suffix = getattr(args, "checkpoint_suffix", "") or ""
-    if restore == "checkpoint_last.pt":
-        path = os.path.join(save_dir, f"checkpoint_last{suffix}.pt")
-    else:
-        path = restore.replace(".pt", suffix + ".pt") if suffix else restore
-    return path if os.path.exists(path) else None

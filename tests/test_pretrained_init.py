@@ -275,7 +275,7 @@ def test_training_generation_and_resume(pre, tmp_path):
 
 #: the probe test's fine-tuning: updates and warmup (docs/pretrained.md: measured pronoun
 #: accuracy per update count, from the sentence model and from scratch)
-PROBE_UPDATES, PROBE_WARMUP = 175, 200
+PROBE_UPDATES, PROBE_WARMUP = 125, 50
 
 
 @pytest.mark.slow  # two concat_transformer trainings of PROBE_UPDATES updates: see docs/tests.md

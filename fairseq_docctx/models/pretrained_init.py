@@ -129,6 +129,10 @@ def read_checkpoint(path: str) -> Tuple[dict, Dict[str, object], str]:
     saved = _as_dict(model_cfg)
     arch = saved.get("arch") or saved.get("_name")
     cls = ARCH_MODEL_NAME_REGISTRY.get(arch, arch if arch in MODEL_REGISTRY else None)
+    if cls is None and isinstance(arch, str) and arch.startswith("transformer_"):
+        # a transformer variant another fairseq branch registers (e.g. NLLB's): its saved
+        # configuration holds the sizes; fairseq's transformer defaults fill the rest
+        cls, arch = "transformer", "transformer"
     if cls not in MODEL_CLASSES:
         raise UsageError(f"{OPTION}: {path}: model class {cls or arch or 'unknown'} "
                          f"(--arch {arch}) is not one this option starts from "
@@ -216,6 +220,9 @@ def configure(args, task, name: str):
     else:
         weights, options, cls = read_checkpoint(path)
         rows = {side: _rows(weights, f"{side}.embed_tokens.weight") for side in ("encoder", "decoder")}
+    if options.get("share_all_embeddings") and task.source_dictionary != task.target_dictionary:
+        raise UsageError(f"{name}: {OPTION} {path}: the checkpoint shares one embedding table between source and "
+                         "target: the data folder needs a joined dictionary (docctx-prepare --joined-dictionary)")
     defaults = architecture_defaults(args.arch)
     given = {k for k, v in vars(args).items() if k in defaults and v != defaults[k]}
     taken = []

@@ -52,6 +52,10 @@ ARCHS = {
                       "--decoder-ctxlayers", "1", "--cross-ctxlayers", "1"],
 }
 
+#: the training options of the fairseq-train runs
+TRAIN = ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "500", "--cpu", "--num-workers", "0",
+         "--no-epoch-checkpoints", "--disable-validation", "--seed", "1", "--log-format", "simple"]
+
 
 @pytest.fixture(scope="module")
 def pre(tmp_path_factory):
@@ -174,6 +178,14 @@ def test_refusals(pre, tmp_path):
     with pytest.raises(UsageError, match="--no-scale-embedding True contradicts .*: its --no-scale-embedding is False"):
         build(pre["D"], "concat_transformer", *ARCHS["concat_transformer"], "--init-from-pretrained", path,
               "--no-scale-embedding")
+    # in fairseq-train: one line, exit 2, no traceback, nothing written
+    p = run(["fairseq-train", pre["D"], "--user-dir", USER_DIR, "--task", "document_translation", "--arch",
+             "han_transformer", *ARCHS["han_transformer"], "--init-from-pretrained", path, "--encoder-embed-dim", "64",
+             *TRAIN, "--max-update", "1", "--save-dir", tmp_path / "refused"], check=False)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.rstrip().splitlines()[-1] == (f"fairseq-train: error: han_transformer: --encoder-embed-dim 64 "
+                                                  f"contradicts {path}: its --encoder-embed-dim is 32")
+    assert not (tmp_path / "refused" / "checkpoint_last.pt").exists()
     args, _, _ = build(pre["D"], "concat_transformer", *ARCHS["concat_transformer"], "--init-from-pretrained", path,
                        "--encoder-layers", "2", "--dropout", "0.3")
     assert args.encoder_layers == 2 and args.dropout == 0.3
@@ -214,10 +226,6 @@ def test_refusals(pre, tmp_path):
         build(data, "concat_transformer", *ARCHS["concat_transformer"], "--init-from-pretrained", path)
     record(rows)
     build(data, "concat_transformer", *ARCHS["concat_transformer"], "--init-from-pretrained", path)
-
-
-TRAIN = ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "500", "--cpu", "--num-workers", "0",
-         "--no-epoch-checkpoints", "--disable-validation", "--seed", "1", "--log-format", "simple"]
 
 
 def _cfg(ckpt):

@@ -367,7 +367,7 @@ class GTransformerModel(SegmentModelMixin, TransformerModel):
         parser.add_argument("--doc-noise-epochs", type=int, metavar="N",
                             help="apply --doc-noise-mask in the epochs before epoch N")
         parser.add_argument("--global-attn-init", choices=["group", "random"],
-                            help="with --init-from-sentence-checkpoint: the global attentions start as "
+                            help="with --init-from-sentence-checkpoint or --init-from-pretrained: the global attentions start as "
                             "copies of the group attentions the checkpoint gives (group) or at random")
         sentence_init.add_args(parser)
         pretrained_init.add_args(parser)

@@ -224,7 +224,7 @@ def configure(args, task, name: str):
         raise UsageError(f"{name}: {OPTION} {path}: the checkpoint shares one embedding table between source and "
                          "target: the data folder needs a joined dictionary (docctx-prepare --joined-dictionary)")
     defaults = architecture_defaults(args.arch)
-    given = {k for k, v in vars(args).items() if k in defaults and v != defaults[k]}
+    given = {k for k, v in defaults.items() if hasattr(args, k) and getattr(args, k) != v}
     taken = []
     for k, v in options.items():
         mine = getattr(args, k, None)

@@ -18,6 +18,10 @@ Options:
   cleared in the model's arguments, so a checkpoint of the context model restores its own
   weights without the sentence checkpoint, and a resumed ``fairseq-train`` run (which
   restores every weight from its checkpoint) does not apply it again.
+* ``--init-from-pretrained PATH`` (:mod:`~fairseq_docctx.models.pretrained_init`, the
+  Transformer models only): the same with a public fairseq ``transformer``/``bart``
+  checkpoint, whose network the model is built with; the two exclude each other, and the two
+  options below act on either.
 * ``--freeze-sentence-weights``: the weights that came from the sentence model (on a resume:
   every weight that is not a context weight) get ``requires_grad=False``.
 * ``--lr-scale-pretrained S``: the same weights learn at S times the learning rate, the new

@@ -204,6 +204,26 @@ def test_refusals(pre, tmp_path):
         build(pre["D"], "g_transformer", *ARCHS["g_transformer"], "--init-from-pretrained",
               other / "checkpoint_last.pt")
 
+    # a transformer variant registered by another fairseq branch (NLLB's) reads as a transformer;
+    # a model class this option does not know is refused
+    state = torch.load(path, weights_only=False)
+    state["cfg"]["model"].arch = "transformer_24_24"
+    torch.save(state, tmp_path / "nllb_like.pt")
+    args, _, _ = build(pre["D"], "concat_transformer", *ARCHS["concat_transformer"], "--init-from-pretrained",
+                       tmp_path / "nllb_like.pt")
+    assert args.encoder_layers == 2 and args.encoder_normalize_before
+    state["cfg"]["model"].arch = "lstm"
+    torch.save(state, tmp_path / "lstm.pt")
+    with pytest.raises(UsageError, match=r"model class lstm \(--arch lstm\) is not one"):
+        build(pre["D"], "concat_transformer", *ARCHS["concat_transformer"], "--init-from-pretrained",
+              tmp_path / "lstm.pt")
+
+    # shared embeddings need a joined dictionary
+    run(["docctx-prepare", "-s", "src", "-t", "tgt", "--trainpref", pre["root"] / "raw" / "train",
+         "--destdir", tmp_path / "separate", "--workers", "1"])
+    with pytest.raises(UsageError, match="shares one embedding table .*: the data folder needs a joined dictionary"):
+        build(tmp_path / "separate", "concat_transformer", "--context-size", "2", "--init-from-pretrained", path)
+
     # the contract's record of docctx-prepare --pretrained
     data = tmp_path / "D"
     shutil.copytree(pre["D"], data)

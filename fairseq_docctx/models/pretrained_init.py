@@ -76,12 +76,6 @@ def add_args(parser):
                         "weights; the context parts start as the model's paper says")
 
 
-def set_defaults(args):
-    """Its default (for an architecture function)."""
-    if getattr(args, "init_from_pretrained", None) is None:
-        args.init_from_pretrained = None
-
-
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 

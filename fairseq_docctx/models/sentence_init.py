@@ -64,7 +64,8 @@ def add_args(parser):
 
 
 def set_defaults(args):
-    """Defaults of the three options (for an architecture function)."""
+    """Defaults of the three options and of ``--init-from-pretrained`` (none), for an
+    architecture function."""
     _set_defaults(args, init_from_sentence_checkpoint=None, freeze_sentence_weights=False,
                   lr_scale_pretrained=1.0)
     if not hasattr(args, "init_from_pretrained"):

@@ -27,6 +27,7 @@ from ..errors import UsageError
 from ..modules.context_concat import concat_with_context, gather_context_rows, pack_segments
 from ..modules.decoder_input import embed_decoder_input
 from ..modules.masks import BoolFutureMask
+from . import pretrained_init, sentence_init
 from .document_context import DocumentContextModel, task_context
 
 # positional embeddings the cached decoding can look up at per-row positions
@@ -244,7 +245,18 @@ class ConcatTransformerModel(DocumentContextModel, TransformerModel):
     """
 
     @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        sentence_init.add_args(parser)
+        pretrained_init.add_args(parser)
+
+    @classmethod
     def build_model(cls, args, task):
+        pretrained_init.configure(args, task, "concat_transformer")
+        concat_transformer_base(args)
+        if args.freeze_sentence_weights:
+            raise UsageError("concat_transformer: --freeze-sentence-weights would freeze every weight "
+                             "(all of them are a sentence-level transformer's)")
         sep = getattr(getattr(task, "cfg", None), "context_separator", "<sep>")
         for d in (task.source_dictionary, task.target_dictionary):
             if sep not in d.indices:
@@ -257,7 +269,9 @@ class ConcatTransformerModel(DocumentContextModel, TransformerModel):
         model.declare_context([s for s in sides if s in ("src", "tgt")], None)
         model.encoder.sep_idx = task.source_dictionary.index(sep)
         model.decoder.sep_idx = task.target_dictionary.index(sep)
-        return model
+        # every weight is a sentence-level transformer's (the separator's embedding row is
+        # new when the checkpoint's dictionary lacks it)
+        return sentence_init.apply(model, args, "concat_transformer", is_context=lambda name: False)
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
@@ -348,4 +362,5 @@ class ConcatTransformerModel(DocumentContextModel, TransformerModel):
 
 @register_model_architecture("concat_transformer", "concat_transformer")
 def concat_transformer_base(args):
+    sentence_init.set_defaults(args)
     base_architecture(args)

@@ -69,7 +69,7 @@ from ..modules.group_attention import (
     source_groups,
     target_groups,
 )
-from . import sentence_init
+from . import pretrained_init, sentence_init
 from .arch_defaults import set_defaults
 
 
@@ -262,9 +262,11 @@ class Doc2DocTransformerModel(SegmentModelMixin, TransformerModel):
     def add_args(cls, parser):
         super().add_args(parser)
         sentence_init.add_args(parser)
+        pretrained_init.add_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
+        pretrained_init.configure(args, task, "doc2doc_transformer")
         doc2doc_base(args)
         if args.freeze_sentence_weights:
             raise UsageError("doc2doc_transformer: --freeze-sentence-weights would freeze every weight "
@@ -365,12 +367,14 @@ class GTransformerModel(SegmentModelMixin, TransformerModel):
         parser.add_argument("--doc-noise-epochs", type=int, metavar="N",
                             help="apply --doc-noise-mask in the epochs before epoch N")
         parser.add_argument("--global-attn-init", choices=["group", "random"],
-                            help="with --init-from-sentence-checkpoint: the global attentions start as "
+                            help="with --init-from-sentence-checkpoint or --init-from-pretrained: the global attentions start as "
                             "copies of the group attentions the checkpoint gives (group) or at random")
         sentence_init.add_args(parser)
+        pretrained_init.add_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
+        pretrained_init.configure(args, task, "g_transformer")
         g_transformer_base(args)
         for side in ("encoder", "decoder", "cross"):
             n = getattr(args, f"{side}_ctxlayers")
@@ -380,7 +384,7 @@ class GTransformerModel(SegmentModelMixin, TransformerModel):
                                  f"{'encoder' if side == 'encoder' else 'decoder'}'s {layers} layers")
         if not 0 <= args.doc_noise_mask < 1:
             raise UsageError(f"g_transformer: --doc-noise-mask {args.doc_noise_mask} must be in [0, 1)")
-        path = getattr(args, "init_from_sentence_checkpoint", None)
+        path = getattr(args, "init_from_sentence_checkpoint", None) or getattr(args, "init_from_pretrained", None)
         fresh = bool(path) and not sentence_init.restore_path(args)
         model = cls._build(args, task, "g_transformer", is_new_weight=_is_g_weight)
         if fresh and args.global_attn_init == "group":

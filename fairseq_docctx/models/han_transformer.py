@@ -52,7 +52,7 @@ from ..errors import UsageError
 from ..modules import table_encoder
 from ..modules.han import HierarchicalAttention
 from ..modules.masks import BoolFutureMask
-from . import sentence_init
+from . import pretrained_init, sentence_init
 from .arch_defaults import set_defaults
 from .document_context import DocumentContextModel, batch_encoder_out, panel_distributions, resolve_context_size
 
@@ -329,9 +329,11 @@ class HANTransformerModel(DocumentContextModel, TransformerModel):
         parser.add_argument("--han-ffn-embed-dim", type=int, metavar="N",
                             help="HAN sentence-level FFN size (default: encoder FFN size)")
         sentence_init.add_args(parser)
+        pretrained_init.add_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
+        pretrained_init.configure(args, task, "han_transformer")
         resolve_context_size(args, "han_context_size", task)
         han_transformer(args)
         model = super().build_model(args, task)

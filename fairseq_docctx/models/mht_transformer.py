@@ -83,7 +83,7 @@ from ..modules.multi_hop import (
     gather_row_keys,
     static_attention,
 )
-from . import sentence_init
+from . import pretrained_init, sentence_init
 from .arch_defaults import set_defaults
 from .document_context import ContextAttentionUnsupported, DocumentContextModel, resolve_context_size
 
@@ -567,9 +567,11 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
                             "from the sentence-level checkpoints) or the model's (source side: the "
                             "encoder's, target side: the decoder's)")
         sentence_init.add_args(parser)
+        pretrained_init.add_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
+        pretrained_init.configure(args, task, "mht_transformer")
         resolve_context_size(args, "mht_context_size", task)
         mht_transformer(args)
         if args.encoder_embed_dim != args.decoder_embed_dim:

@@ -35,6 +35,7 @@ from ..modules.qcn import (
     gather_context_embeddings,
     word_mask,
 )
+from . import pretrained_init, sentence_init
 from .arch_defaults import set_defaults
 from .document_context import DocumentContextModel, panel_distributions, resolve_context_size
 
@@ -185,9 +186,12 @@ class QCNTransformerModel(DocumentContextModel, TransformerModel):
                             help="ablation: no capsule network / context attention")
         parser.add_argument("--no-pcc-regularizer", action="store_true",
                             help="ablation: no regularization layer")
+        sentence_init.add_args(parser)
+        pretrained_init.add_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
+        pretrained_init.configure(args, task, "qcn_transformer")
         resolve_context_size(args, "qcn_context_size", task)
         qcn_transformer(args)
         model = super().build_model(args, task)
@@ -197,7 +201,13 @@ class QCNTransformerModel(DocumentContextModel, TransformerModel):
             model.regularizer = PCCRegularizer(
                 args.encoder_embed_dim, args.num_capsules, args.capsule_dim, args.routing_iters
             )
-        return model
+        # the capsule network, the context attentions and the regularizer are the new weights
+        return sentence_init.apply(model, args, "qcn_transformer", is_context=cls.is_context_weight)
+
+    @staticmethod
+    def is_context_weight(name: str) -> bool:
+        """Weights a sentence-level ``transformer`` does not have."""
+        return name.startswith(("encoder.qcn.", "regularizer.")) or ".ctx_attn" in name
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
@@ -287,3 +297,4 @@ def qcn_transformer(args):
     base_architecture(args)
     set_defaults(args, num_capsules=4, routing_iters=4, capsule_dim=args.encoder_embed_dim, qcn_context_size=None,
                  no_qcn=False, no_pcc_regularizer=False)
+    sentence_init.set_defaults(args)

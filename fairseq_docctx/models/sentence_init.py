@@ -18,6 +18,10 @@ Options:
   cleared in the model's arguments, so a checkpoint of the context model restores its own
   weights without the sentence checkpoint, and a resumed ``fairseq-train`` run (which
   restores every weight from its checkpoint) does not apply it again.
+* ``--init-from-pretrained PATH`` (:mod:`~fairseq_docctx.models.pretrained_init`, the
+  Transformer models only): the same with a public fairseq ``transformer``/``bart``
+  checkpoint, whose network the model is built with; the two exclude each other, and the two
+  options below act on either.
 * ``--freeze-sentence-weights``: the weights that came from the sentence model (on a resume:
   every weight that is not a context weight) get ``requires_grad=False``.
 * ``--lr-scale-pretrained S``: the same weights learn at S times the learning rate, the new
@@ -36,7 +40,9 @@ from typing import Callable, List, Sequence
 from fairseq import checkpoint_utils, utils
 
 from ..errors import UsageError
+from . import pretrained_init
 from .arch_defaults import set_defaults as _set_defaults
+from .resume import restore_path
 
 logger = logging.getLogger(__name__)
 
@@ -48,17 +54,22 @@ def add_args(parser):
                         "name and shape match from this sentence-level checkpoint")
     parser.add_argument("--freeze-sentence-weights", type=utils.eval_bool, nargs="?",
                         const=True, metavar="BOOL",
-                        help="with --init-from-sentence-checkpoint: train the context weights only")
+                        help="with --init-from-sentence-checkpoint or --init-from-pretrained: train the "
+                        "context weights only")
     parser.add_argument("--lr-scale-pretrained", type=float, metavar="S",
-                        help="with --init-from-sentence-checkpoint: the weights it gives learn at S times "
+                        help="with --init-from-sentence-checkpoint or --init-from-pretrained: the weights it "
+                        "gives learn at S times "
                         "the learning rate, the new weights at the learning rate (default 1: one learning "
                         "rate; Bao et al. 2021 fine-tune with 0.2)")
 
 
 def set_defaults(args):
-    """Defaults of the three options (for an architecture function)."""
+    """Defaults of the three options and of ``--init-from-pretrained`` (none), for an
+    architecture function."""
     _set_defaults(args, init_from_sentence_checkpoint=None, freeze_sentence_weights=False,
                   lr_scale_pretrained=1.0)
+    if not hasattr(args, "init_from_pretrained"):
+        args.init_from_pretrained = None
 
 
 #: the ``param_group`` attribute of the parameters ``--lr-scale-pretrained`` scales
@@ -123,11 +134,30 @@ def load_part_weights(module, path: str, prefix: str, name: str, option: str,
 
 def apply(model, args, name: str, is_context: Callable[[str], bool],
           record_as: str = "initialized_from_sentence_checkpoint"):
-    """``--init-from-sentence-checkpoint``, ``--freeze-sentence-weights`` and
+    """``--init-from-sentence-checkpoint`` or ``--init-from-pretrained``
+    (:mod:`~fairseq_docctx.models.pretrained_init`), ``--freeze-sentence-weights`` and
     ``--lr-scale-pretrained`` on a freshly built ``model`` (``name``: its name in the
     messages; ``is_context(parameter name)``: the weights a sentence-level model lacks, never
-    frozen nor scaled). The path applied is kept in ``args.<record_as>``. Returns the model."""
+    frozen nor scaled, nor are the embedding tables ``--init-from-pretrained`` grows). The
+    path applied is kept in ``args.<record_as>`` (``args.initialized_from_pretrained`` for a
+    pretrained checkpoint). Returns the model."""
     path = getattr(args, "init_from_sentence_checkpoint", None)
+    pretrained = getattr(args, "init_from_pretrained", None)
+    if path and pretrained:
+        raise UsageError(f"{name}: --init-from-pretrained and --init-from-sentence-checkpoint exclude "
+                         "each other: give one")
+    grown = set()
+    if pretrained:
+        path, option, record_as = pretrained, pretrained_init.OPTION, "initialized_from_pretrained"
+        grown = pretrained_init.grown_names(model, args)
+
+        def load():
+            return pretrained_init.load_weights(model, path, name)
+    else:
+        option = "--init-from-sentence-checkpoint"
+
+        def load():
+            return load_sentence_weights(model, path, name)
     scale = getattr(args, "lr_scale_pretrained", None)
     scale = 1.0 if scale is None else float(scale)
     if scale != 1.0:
@@ -137,27 +167,29 @@ def apply(model, args, name: str, is_context: Callable[[str], bool],
         if getattr(args, "freeze_sentence_weights", False):
             raise UsageError(f"{name}: --lr-scale-pretrained {scale} with --freeze-sentence-weights: the "
                              "frozen weights do not learn; give one of the two")
-        if not path and not getattr(args, record_as, None):
+        if not path and not getattr(args, record_as, None) and not getattr(args, "initialized_from_pretrained", None):
             raise UsageError(f"{name}: --lr-scale-pretrained {scale} scales the weights "
-                             "--init-from-sentence-checkpoint gives: give the sentence-level checkpoint")
+                             "--init-from-sentence-checkpoint or --init-from-pretrained gives: give the checkpoint")
     resume = restore_path(args) if path else None
     if resume:
         # fairseq-train restores every weight from that checkpoint right after building
-        # the model: the sentence-level initialisation would be overwritten (so the
-        # sentence checkpoint need not exist any more); freezing is decided below
-        msg = (f"{name}: resuming from {resume}: --init-from-sentence-checkpoint "
-               f"{path} not applied again")
+        # the model: the initialisation would be overwritten (so the checkpoint it comes
+        # from need not exist any more); freezing is decided below
+        msg = f"{name}: resuming from {resume}: {option} {path} not applied again"
         print(msg, flush=True)
         logger.info(msg)
         loaded = [n for n, _ in model.named_parameters(remove_duplicate=False) if not is_context(n)]
     elif path:
-        loaded = load_sentence_weights(model, path, name)
+        loaded = load()
     else:
         loaded = [n for n, _ in model.named_parameters(remove_duplicate=False) if not is_context(n)]
+    loaded = [n for n in loaded if n not in grown]
     if path:
         # applied once: a checkpoint of this model restores its own weights (generation,
-        # resume) without needing the sentence-level checkpoint again
+        # resume) without needing the initialising checkpoint again
         args.init_from_sentence_checkpoint = None
+        if pretrained:
+            args.init_from_pretrained = None
         setattr(args, record_as, path)
     if getattr(args, "freeze_sentence_weights", False):
         loaded = set(loaded)
@@ -169,24 +201,8 @@ def apply(model, args, name: str, is_context: Callable[[str], bool],
         loaded = set(loaded)
         marked = {id(p): p for n, p in model.named_parameters(remove_duplicate=False) if n in loaded}
         mark_lr_scale(marked.values(), scale)
-        msg = (f"{name}: the {len(marked)} parameters from the sentence-level checkpoint learn at "
+        msg = (f"{name}: the {len(marked)} parameters from {option} learn at "
                f"{scale:g} x the learning rate (--lr-scale-pretrained)")
         print(msg, flush=True)
         logger.info(msg)
     return model
-
-
-def restore_path(args):
-    """The checkpoint fairseq-train will restore the model from (as
-    ``checkpoint_utils.load_checkpoint`` finds it: ``--restore-file``, by default
-    ``checkpoint_last.pt`` in ``--save-dir``), or ``None`` on a first launch / outside
-    fairseq-train."""
-    restore, save_dir = getattr(args, "restore_file", None), getattr(args, "save_dir", None)
-    if not restore or save_dir is None:
-        return None
-    suffix = getattr(args, "checkpoint_suffix", "") or ""
-    if restore == "checkpoint_last.pt":
-        path = os.path.join(save_dir, f"checkpoint_last{suffix}.pt")
-    else:
-        path = restore.replace(".pt", suffix + ".pt") if suffix else restore
-    return path if os.path.exists(path) else None

@@ -13,6 +13,7 @@ import pytest
 from fairseq_docctx.cli.prepare import cli_main, main
 from fairseq_docctx.data.doc_index import DocIndex, doc_index_path
 from fairseq_docctx.data.manifest import MANIFEST_NAME
+from fairseq_docctx.data.pretrained import merge_pair
 
 WORDS_EN = ("the cat dog house tree river sees likes finds a small big red green old new "
             "mother father child friend city garden don't it's well-known rock&roll").split()
@@ -113,15 +114,7 @@ def _learn_bpe(word_counts, merges):
         best = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))[0]
         codes.append((best, pairs[best]))
         for w, syms in vocab.items():
-            out, i = [], 0
-            while i < len(syms):
-                if i + 1 < len(syms) and (syms[i], syms[i + 1]) == best:
-                    out.append(syms[i] + syms[i + 1])
-                    i += 2
-                else:
-                    out.append(syms[i])
-                    i += 1
-            vocab[w] = out
+            vocab[w] = merge_pair(syms, best)
     return codes, vocab
 
 

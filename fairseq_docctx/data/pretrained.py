@@ -65,6 +65,20 @@ class PretrainedError(ValueError):
 # ------------------------------------------------------------------------------ fastBPE
 
 
+def merge_pair(pieces: List[str], pair: Tuple[str, str]) -> List[str]:
+    """``pieces`` with every occurrence of the adjacent ``pair`` merged into one piece, left to
+    right (one BPE merge)."""
+    merged, i = [], 0
+    while i < len(pieces):
+        if i + 1 < len(pieces) and (pieces[i], pieces[i + 1]) == pair:
+            merged.append(pieces[i] + pieces[i + 1])
+            i += 2
+        else:
+            merged.append(pieces[i])
+            i += 1
+    return merged
+
+
 class FastBPE:
     """fastBPE's ``applybpe`` (Sennrich et al. 2016, §3.2, as fastBPE implements it): a word is
     split into characters, ``</w>`` glued to the last one; while some adjacent pair is in the
@@ -107,15 +121,7 @@ class FastBPE:
                     best, best_rank = pair, r
             if best is None:
                 break
-            merged, i = [], 0
-            while i < len(pieces):
-                if i + 1 < len(pieces) and (pieces[i], pieces[i + 1]) == best:
-                    merged.append(pieces[i] + pieces[i + 1])
-                    i += 2
-                else:
-                    merged.append(pieces[i])
-                    i += 1
-            pieces = merged
+            pieces = merge_pair(pieces, best)
         pieces[-1] = pieces[-1][: -len(END_OF_WORD)]
         done = (JOINER + " ").join(pieces)
         self._cache[word] = done

@@ -143,6 +143,40 @@ def test_translate_raw_text(name, models, corpus, tmp_path):  # noqa: F811
             hub.task.pretrained_text.encode(src[0], "en").split())
 
 
+def test_drafts_start_with_the_language_token(models, corpus, tmp_path):  # noqa: F811
+    """docctx-drafts: every draft is a target sentence as the data binarizes them (the target
+    language token first, forced in the search, </s> last), one per source sentence."""
+    import shutil
+
+    from fairseq.data import Dictionary, data_utils
+
+    from fairseq_docctx.data.drafts import draft_prefix
+    from fairseq_docctx.inference.drafter import load_draft_translator
+
+    data, ckpt, langtok = models["m2m_sentence"]
+    _, text = corpus
+    work = tmp_path / "bin"
+    shutil.copytree(data, work)
+    run(["docctx-drafts", work, "--path", ckpt, "--splits", "valid", "--cpu", "--quiet", "--beam", "2"])
+    d = Dictionary.load(str(work / "dict.de.txt"))
+    drafts = data_utils.load_indexed_dataset(draft_prefix(str(work), "valid", "en", "de"), d, "mmap")
+    assert len(drafts) == len(text["valid"]["en"])
+    assert all(int(x[0]) == d.index(langtok) and int(x[-1]) == d.eos() for x in drafts)
+    # the forced prefix reaches the search (whatever the model would have chosen first)
+    translator = load_draft_translator(str(ckpt), str(work), beam=2, cpu=True)
+    seen = []
+    generate = translator.generator.generate
+
+    def spy(models_, sample, **kw):
+        seen.append(kw.get("prefix_tokens"))
+        return generate(models_, sample, **kw)
+
+    translator.generator.generate = spy
+    enc = Dictionary.load(str(work / "dict.en.txt"))
+    translator.translate([drafts[0].new_tensor([enc.index("__en__"), 10, 11, enc.eos()])])
+    assert seen and seen[0] is not None and seen[0].tolist() == [[d.index(langtok)]]
+
+
 def _one_line(p, prog):
     """The one error line of a refusal (fairseq's commands log INFO lines before it)."""
     err = [x for x in p.stderr.splitlines() if "error" in x.lower()]

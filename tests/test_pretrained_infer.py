@@ -14,6 +14,7 @@ from conftest import REPO, TINY_MODEL, run
 from test_pretrained_data import _bpe_release, _sp_release, corpus  # noqa: F401  (fixture)
 
 UPDATES = "80"
+SOURCE_TOKEN = {"__de__": "__en__", "[de_DE]": "[en_XX]"}
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +24,7 @@ def released(corpus, tmp_path_factory):  # noqa: F811
     raw, _ = corpus
     out = {}
     for family, make in (("m2m100", lambda: _sp_release(corpus, root / "m2m", "m2m100")),
+                         ("mbart50", lambda: _sp_release(corpus, root / "mbart50", "mbart50")),
                          ("transformer", lambda: _bpe_release(corpus, root / "wmt19"))):
         release, _ = make()
         dest = root / f"bin-{family}"
@@ -44,12 +46,14 @@ def _train(data, save, arch, *extra, share=True):
 def models(released, tmp_path_factory):
     """(data, checkpoint, target language token or None) by name."""
     root = tmp_path_factory.mktemp("pretrained_models")
-    m2m, wmt = released["m2m100"], released["transformer"]
+    m2m, mbart, wmt = released["m2m100"], released["mbart50"], released["transformer"]
     return {
         "m2m_sentence": (m2m, _train(m2m, root / "m2m_sentence", "transformer", "--context-size", "0"), "__de__"),
         # target context from the model's own translations: decoded in document order
         "m2m_concat": (m2m, _train(m2m, root / "m2m_concat", "concat_transformer", "--context-size", "1",
                                    "--context-sides", "both"), "__de__"),
+        "mbart_sentence": (mbart, _train(mbart, root / "mbart_sentence", "transformer", "--context-size", "0"),
+                           "[de_DE]"),
         "wmt_sentence": (wmt, _train(wmt, root / "wmt_sentence", "transformer", "--context-size", "0",
                                      share=False), None),
     }
@@ -69,7 +73,7 @@ def _plain(line):
     return "@@" not in line and "▁" not in line and "&apos;" not in line and "&quot;" not in line
 
 
-@pytest.mark.parametrize("name", ["m2m_sentence", "m2m_concat", "wmt_sentence"])
+@pytest.mark.parametrize("name", ["m2m_sentence", "m2m_concat", "mbart_sentence", "wmt_sentence"])
 def test_generate_forces_and_strips_the_language_token(name, models, corpus):  # noqa: F811
     data, ckpt, langtok = models[name]
     _, text = corpus
@@ -82,12 +86,30 @@ def test_generate_forces_and_strips_the_language_token(name, models, corpus):  #
         d = detok[i].split("\t", 1)[1]
         # the positional scores count the forced language token and </s>, the text neither
         assert len(scores[i].split()) == len(h.split()) + (2 if langtok else 1), (i, h, scores[i])
-        assert "__de__" not in h and "__de__" not in d and "__en__" not in d, (i, h, d)
+        assert not any(tok in x for tok in ("__de__", "__en__", "[de_DE]", "[en_XX]") for x in (h, d)), (i, h, d)
         assert _plain(d), (i, d)
     refs = _lines(out, "T")
-    assert all(_plain(refs[i]) and "__de__" not in refs[i] for i in range(n))
+    assert all(_plain(refs[i]) and "__de__" not in refs[i] and "[de_DE]" not in refs[i] for i in range(n))
     if name == "wmt_sentence":  # Moses detokenized: the reference is the raw sentence again
         assert [refs[i] for i in range(n)] == text["valid"]["de"]
+
+
+@pytest.mark.slow
+def test_docctx_generate_in_processes(models):
+    """docctx-generate: the documents in 2 processes give fairseq-generate's lines (the language
+    token forced and left out in every shard)."""
+    data, ckpt, _ = models["m2m_concat"]
+    single = _generate(data, ckpt).stdout
+    p = run(["docctx-generate", "--processes", "2", "--", data, "--user-dir", REPO / "fairseq_docctx",
+             "--task", "document_translation", "--path", ckpt, "--gen-subset", "test", "--beam", "2",
+             "--max-len-b", "20", "--required-batch-size-multiple", "1", "--batch-size", "16"])
+
+    def texts(out, kind):  # the scores differ in the last digits with the batches
+        return {i: x.split("\t", 1)[1] for i, x in _lines(out, kind).items()}
+
+    for kind in ("H", "D"):
+        assert texts(p.stdout, kind) == texts(single, kind) and len(texts(single, kind)) == 40
+    assert all(_plain(d) and "__de__" not in d for d in texts(p.stdout, "D").values())
 
 
 def _hub(data, ckpt):
@@ -96,14 +118,14 @@ def _hub(data, ckpt):
     return from_pretrained(str(ckpt), data=str(data))
 
 
-@pytest.mark.parametrize("name", ["m2m_sentence", "m2m_concat"])
+@pytest.mark.parametrize("name", ["m2m_sentence", "m2m_concat", "mbart_sentence"])
 def test_hub_forces_the_language_token_first(name, models, corpus):  # noqa: F811
     data, ckpt, langtok = models[name]
     _, text = corpus
     hub = _hub(data, ckpt)
     src = text["valid"]["en"][:10]
     tokens = [hub.encode(s) for s in src]
-    en = hub.src_dict.index("__en__")
+    en = hub.src_dict.index(SOURCE_TOKEN[langtok])
     assert all(int(t[0]) == en and int(t[-1]) == hub.src_dict.eos() for t in tokens)
     assert hub.encode_target(text["valid"]["de"][0])[0] == hub.tgt_dict.index(langtok)
     hypos = hub.generate_documents([tokens], beam=2)[0]
@@ -111,6 +133,13 @@ def test_hub_forces_the_language_token_first(name, models, corpus):  # noqa: F81
     assert len(hypos) == len(src) and all(int(h[0]["tokens"][0]) == de for h in hypos)
     if name == "m2m_concat":  # the model's own translations, as context, carry the token like the references
         assert hub.task.hypothesis_context
+    # docctx-score's teacher-forced references: the target token first, as the training targets
+    from fairseq_docctx.evaluation.scoring import ModelScorer
+
+    ref = ModelScorer(hub).encode_target(text["valid"]["de"][1])
+    assert int(ref[0]) == de and int(ref[-1]) == hub.tgt_dict.eos()
+    assert ref[1:].tolist() == hub.tgt_dict.encode_line(
+        hub.task.pretrained_text.encode(text["valid"]["de"][1], "de"), add_if_not_exist=False).tolist()
 
 
 def _translate(data, ckpt, tmp_path, sents, check=True):

@@ -6,7 +6,8 @@
 ['Erster Satz.', 'Er ist der zweite.']
 
 Built on fairseq's :class:`~fairseq.hub_utils.GeneratorHubInterface`: raw text in (the
-SentencePiece model stored with the data is applied), detokenized text out. Documents are
+SentencePiece model stored with the data is applied; on data written by ``docctx-prepare
+--pretrained``, the release's segmentation and language tokens), detokenized text out. Documents are
 decoded in document order, side by side (``batch_size`` documents at a time): sentence ``t``
 of every document is translated after sentence ``t-1``, so models with target context read
 their own previous translations. A segment model (a checkpoint trained with ``--doc-mode

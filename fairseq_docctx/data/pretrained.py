@@ -470,25 +470,44 @@ class PretrainedText:
                                       f"({str(e).strip()[:80]})") from None
         return self._sp
 
-    def encode(self, text: str, lang: str) -> str:
-        """One raw sentence of language ``lang`` as the release segments it (as
-        ``docctx-prepare --pretrained`` wrote the data folder)."""
+    def tokenize(self, text: str, lang: str) -> str:
+        """Moses tokenization of ``lang`` for the ``transformer`` family; else ``text`` as it is."""
+        if not self.moses:
+            return text
+        if self._tok is None:
+            self._tok = MosesTokenizer()
+        return self._tok(text, lang)
+
+    def detokenize(self, text: str, lang: str) -> str:
+        """The inverse of :meth:`tokenize`."""
+        if not self.moses:
+            return text
+        if self._detok is None:
+            self._detok = MosesDetokenizer()
+        return self._detok(text, lang)
+
+    def segment(self, text: str) -> str:
+        """The release's pieces of ``text`` (tokenized already for ``transformer``)."""
         if self.kind == "sentencepiece":
             return " ".join(self._sentencepiece().encode(text.strip(), out_type=str))
         if self._bpe is None:
-            self._bpe, self._tok = FastBPE(self.segmentation_file), MosesTokenizer()
-        return self._bpe.apply(self._tok(text.strip(), lang) if self.moses else text)
+            self._bpe = FastBPE(self.segmentation_file)
+        return self._bpe.apply(text)
+
+    def unsegment(self, pieces: str) -> str:
+        """The inverse of :meth:`segment`."""
+        if self.kind == "sentencepiece":
+            return self._sentencepiece().decode(pieces.split())
+        return remove_bpe(pieces)
+
+    def encode(self, text: str, lang: str) -> str:
+        """One raw sentence of language ``lang`` as the release segments it (as
+        ``docctx-prepare --pretrained`` wrote the data folder; no language token)."""
+        return self.segment(self.tokenize(text.strip(), lang))
 
     def decode(self, pieces: str, lang: str) -> str:
         """Pieces (joined by spaces, no language token) back into raw text of ``lang``."""
-        if self.kind == "sentencepiece":
-            return self._sentencepiece().decode(pieces.split())
-        words = remove_bpe(pieces)
-        if not self.moses:
-            return words
-        if self._detok is None:
-            self._detok = MosesDetokenizer()
-        return self._detok(words, lang)
+        return self.detokenize(self.unsegment(pieces), lang)
 
     def step(self, source_lang: str, target_lang: str, tokenizer: bool = False):
         """fairseq's BPE (or, ``tokenizer``, tokenizer) object: ``encode`` applies it to
@@ -506,21 +525,7 @@ class _Step:
         self.text, self.source_lang, self.target_lang, self.tokenizer = text, source_lang, target_lang, tokenizer
 
     def encode(self, x: str) -> str:
-        t = self.text
-        if self.tokenizer:
-            if t._tok is None:
-                t._tok = MosesTokenizer()
-            return t._tok(x, self.source_lang)
-        if t.kind == "sentencepiece":
-            return t.encode(x, self.source_lang)
-        if t._bpe is None:
-            t._bpe = FastBPE(t.segmentation_file)
-        return t._bpe.apply(x)
+        return self.text.tokenize(x, self.source_lang) if self.tokenizer else self.text.segment(x)
 
     def decode(self, x: str) -> str:
-        t = self.text
-        if self.tokenizer:
-            if t._detok is None:
-                t._detok = MosesDetokenizer()
-            return t._detok(x, self.target_lang)
-        return t._sentencepiece().decode(x.split()) if t.kind == "sentencepiece" else remove_bpe(x)
+        return self.text.detokenize(x, self.target_lang) if self.tokenizer else self.text.unsegment(x)

@@ -6,7 +6,8 @@
 ['Erster Satz.', 'Er ist der zweite.']
 
 Built on fairseq's :class:`~fairseq.hub_utils.GeneratorHubInterface`: raw text in (the
-SentencePiece model stored with the data is applied), detokenized text out. Documents are
+SentencePiece model stored with the data is applied; on data written by ``docctx-prepare
+--pretrained``, the release's segmentation and language tokens), detokenized text out. Documents are
 decoded in document order, side by side (``batch_size`` documents at a time): sentence ``t``
 of every document is translated after sentence ``t-1``, so models with target context read
 their own previous translations. A segment model (a checkpoint trained with ``--doc-mode
@@ -130,7 +131,58 @@ class DocumentHubInterface(GeneratorHubInterface):
                                   "sentence-level checkpoint that makes them (--draft-path)")
         return self.drafter.translate(sentences, max_tokens=max_tokens, batch_size=batch_size)
 
-    # raw text <-> model tokens: the SentencePiece model docctx-prepare trained
+    # raw text <-> model tokens: the data folder of a pretrained model (docctx-prepare
+    # --pretrained) says how; else the SentencePiece model docctx-prepare trained
+    @property
+    def pretrained_text(self):
+        """The task's :class:`~fairseq_docctx.data.pretrained.PretrainedText` (data written by
+        ``docctx-prepare --pretrained``), else ``None``."""
+        return getattr(self.task, "pretrained_text", None)
+
+    def _encode_pretrained(self, sentence: str, side: str) -> torch.LongTensor:
+        text = self.pretrained_text
+        source = side == "source"
+        d = self.src_dict if source else self.tgt_dict
+        lang = self.task.cfg.source_lang if source else self.task.cfg.target_lang
+        ids = d.encode_line(text.encode(sentence, lang), add_if_not_exist=False, append_eos=True).long()
+        langtok = text.source_langtok if source else text.target_langtok
+        if not langtok:
+            return ids
+        if langtok not in d.indices:
+            raise CheckpointError(f"{self.task.cfg.data}: the {side} dictionary has no language token {langtok} "
+                                  "(its docctx.json names it): prepare the data again")
+        return torch.cat([ids.new_tensor([d.index(langtok)]), ids])
+
+    def encode(self, sentence: str) -> torch.LongTensor:
+        """A raw source sentence -> token ids ending in EOS. On data of a pretrained model
+        (:attr:`pretrained_text`): the release's segmentation (Moses + fastBPE, or its
+        SentencePiece model) and the source language token first, as ``docctx-prepare
+        --pretrained`` binarized the data; else fairseq's (tokenizer, BPE or the data's
+        SentencePiece model)."""
+        if self.pretrained_text is None:
+            return super().encode(sentence)
+        return self._encode_pretrained(sentence, "source")
+
+    def encode_target(self, sentence: str) -> torch.LongTensor:
+        """A raw target sentence -> token ids ending in EOS, as the data's target sentences
+        are binarized (the target language token first on data with language tokens):
+        what teacher-forced scoring reads."""
+        if self.pretrained_text is None:
+            bpe = self.apply_bpe(self.tokenize(sentence))
+            return self.tgt_dict.encode_line(bpe, add_if_not_exist=False, append_eos=True).long()
+        return self._encode_pretrained(sentence, "target")
+
+    def decode(self, tokens: torch.LongTensor) -> str:
+        """Output token ids -> raw text. On data of a pretrained model the target language
+        token is left out and the release's segmentation undone (SentencePiece decoded, or
+        ``@@ `` removed and Moses detokenized)."""
+        text = self.pretrained_text
+        if text is None:
+            return super().decode(tokens)
+        strip = {self.tgt_dict.index(text.target_langtok)} if text.target_langtok else None
+        pieces = self.tgt_dict.string(tokens, extra_symbols_to_ignore=strip)
+        return text.decode(pieces, self.task.cfg.target_lang)
+
     def apply_bpe(self, sentence: str) -> str:
         if self.spm is None:
             return super().apply_bpe(sentence)
@@ -305,7 +357,7 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
     path = checkpoint_path(checkpoint_dir, checkpoint_file)
     models, cfg, task, state, data = load_models(path, data, {"target_context": "hypothesis", **overrides})
     spm_model = spm_model or find_spm_model(data, os.path.dirname(os.path.abspath(path)))
-    if spm_model is None:
+    if spm_model is None and getattr(task, "pretrained_text", None) is None:
         logger.warning("no SentencePiece model recorded in the data directory (docctx.json) nor "
                        "next to the checkpoint: input must be tokenized already")
     for m in models:
@@ -360,6 +412,7 @@ def from_exported(path: str, data: Optional[str] = None, spm_model: Optional[str
     record = ct2.read_export(path)
     ct2.check_export_files(path, record, data)
     task, model, data = ct2.exported_task(path, record, data, **{"target_context": "hypothesis", **overrides})
+    ct2.check_not_pretrained(task, path)
     if spm_model is None and record.get("spm_model"):
         spm_model = os.path.join(path, record["spm_model"])
     spm_model = spm_model or find_spm_model(data)
@@ -386,5 +439,6 @@ def export_ctranslate2(path: str, outdir: str, data: Optional[str] = None,
     ct2.check_outdir(os.fspath(outdir), force, ct2.files_read(path, data))  # before the model is loaded
     del state
     hub = from_pretrained(path, data=data)
+    ct2.check_not_pretrained(hub.task, path)
     return ct2.export(hub.models[0], hub.task, path, os.fspath(outdir), spm_model=hub.spm_model,
                       quantization=quantization, force=force)

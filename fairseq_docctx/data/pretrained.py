@@ -390,3 +390,148 @@ def load_release(d: str, src: str, tgt: str, family: Optional[str] = None,
             r.dict_files[lang] = name if os.path.isfile(os.path.join(d, name)) else _need(
                 d, "dict.txt", f"the dictionary of mBART-50 ({name} or dict.txt)")
     return r
+
+
+# ------------------------------------------------------------------------------ inference
+
+
+class MosesDetokenizer:
+    """The inverse of :class:`MosesTokenizer`: fairseq's ``moses`` tokenizer's ``decode``
+    (sacremoses' detokenizer, HTML entities unescaped), one per language."""
+
+    def __init__(self):
+        self._detok = {}
+
+    def __call__(self, text: str, lang: str) -> str:
+        detok = self._detok.get(lang)
+        if detok is None:
+            try:
+                from sacremoses import MosesDetokenizer as Detok
+            except ImportError:
+                raise PretrainedError("the 'transformer' family detokenizes with Moses: "
+                                      "install sacremoses (pip install sacremoses)") from None
+            detok = self._detok[lang] = Detok(lang)
+        return detok.detokenize(text.split())
+
+
+def remove_bpe(pieces: str) -> str:
+    """fastBPE/subword-nmt pieces joined back into words (``@@ `` removed)."""
+    return (pieces + " ").replace(JOINER + " ", "").rstrip()
+
+
+class PretrainedText:
+    """Raw text <-> the tokens of a data folder written by ``docctx-prepare --pretrained``,
+    from its manifest's ``pretrained`` record: the release's segmentation (the SentencePiece
+    model or Moses + the fastBPE codes the folder holds a copy of) and the language tokens
+    the family prepends (``--encoder-langtok src --decoder-langtok``). What inference needs
+    to read new input as the data was binarized and to give back plain text:
+
+    * :meth:`encode`: raw text -> pieces joined by spaces (no language token);
+    * :meth:`decode`: pieces -> raw text (SentencePiece decoded; or ``@@ `` removed and Moses
+      detokenized with the language's rules);
+    * :attr:`source_langtok`, :attr:`target_langtok`: the symbols the family puts first in
+      every source and every target sentence (``None`` for ``transformer``)."""
+
+    def __init__(self, data_dir: str, record: dict):
+        self.data_dir = data_dir
+        self.record = record
+        self.family = record.get("family")
+        langtok = record.get("langtok") or {}
+        prepend = langtok.get("placement") == "prepend"
+        self.source_langtok = langtok.get("source") if prepend else None
+        self.target_langtok = langtok.get("target") if prepend else None
+        seg = record.get("segmentation") or {}
+        self.kind = seg.get("kind")
+        name = seg.get("file")
+        self.segmentation_file = name if not name or os.path.isabs(name) else os.path.join(data_dir, name)
+        if self.kind not in ("sentencepiece", "bpe") or not self.segmentation_file:
+            raise PretrainedError(f"{os.path.join(data_dir, 'docctx.json')}: its pretrained record has no "
+                                  "segmentation (kind sentencepiece or bpe, and its file)")
+        if not os.path.isfile(self.segmentation_file):
+            raise PretrainedError(f"{self.segmentation_file}: missing (the segmentation of the pretrained "
+                                  f"{self.family} model, named by {os.path.join(data_dir, 'docctx.json')})")
+        self.moses = record.get("tokenizer") == "moses"
+        self._sp = self._bpe = self._tok = self._detok = None
+
+    @classmethod
+    def of_data(cls, data: Optional[str]) -> Optional["PretrainedText"]:
+        """The text of a data folder (``data``: fairseq's ``DATA`` argument, the first of
+        its ``:``-separated paths), ``None`` when its manifest has no ``pretrained`` record."""
+        from .manifest import read_manifest
+
+        if not data:
+            return None
+        first = str(data).split(":")[0]
+        record = (read_manifest(first) or {}).get("pretrained")
+        return cls(first, record) if record else None
+
+    def _sentencepiece(self):
+        if self._sp is None:
+            import sentencepiece as spm
+
+            try:
+                self._sp = spm.SentencePieceProcessor(model_file=self.segmentation_file)
+            except (OSError, RuntimeError) as e:
+                raise PretrainedError(f"{self.segmentation_file}: not a SentencePiece model "
+                                      f"({str(e).strip()[:80]})") from None
+        return self._sp
+
+    def tokenize(self, text: str, lang: str) -> str:
+        """Moses tokenization of ``lang`` for the ``transformer`` family; else ``text`` as it is."""
+        if not self.moses:
+            return text
+        if self._tok is None:
+            self._tok = MosesTokenizer()
+        return self._tok(text, lang)
+
+    def detokenize(self, text: str, lang: str) -> str:
+        """The inverse of :meth:`tokenize`."""
+        if not self.moses:
+            return text
+        if self._detok is None:
+            self._detok = MosesDetokenizer()
+        return self._detok(text, lang)
+
+    def segment(self, text: str) -> str:
+        """The release's pieces of ``text`` (tokenized already for ``transformer``)."""
+        if self.kind == "sentencepiece":
+            return " ".join(self._sentencepiece().encode(text.strip(), out_type=str))
+        if self._bpe is None:
+            self._bpe = FastBPE(self.segmentation_file)
+        return self._bpe.apply(text)
+
+    def unsegment(self, pieces: str) -> str:
+        """The inverse of :meth:`segment`."""
+        if self.kind == "sentencepiece":
+            return self._sentencepiece().decode(pieces.split())
+        return remove_bpe(pieces)
+
+    def encode(self, text: str, lang: str) -> str:
+        """One raw sentence of language ``lang`` as the release segments it (as
+        ``docctx-prepare --pretrained`` wrote the data folder; no language token)."""
+        return self.segment(self.tokenize(text.strip(), lang))
+
+    def decode(self, pieces: str, lang: str) -> str:
+        """Pieces (joined by spaces, no language token) back into raw text of ``lang``."""
+        return self.detokenize(self.unsegment(pieces), lang)
+
+    def step(self, source_lang: str, target_lang: str, tokenizer: bool = False):
+        """fairseq's BPE (or, ``tokenizer``, tokenizer) object: ``encode`` applies it to
+        input of ``source_lang`` (``fairseq-interactive``), ``decode`` undoes it on output of
+        ``target_lang`` (``fairseq-generate``'s D- lines). The SentencePiece families and the
+        BPE of ``transformer`` are one BPE step; Moses is the ``transformer`` family's
+        tokenizer step. Language tokens are not added here."""
+        return _Step(self, source_lang, target_lang, tokenizer)
+
+
+class _Step:
+    """One of :meth:`PretrainedText.step`: ``encode``/``decode`` as fairseq's encoders have them."""
+
+    def __init__(self, text: PretrainedText, source_lang: str, target_lang: str, tokenizer: bool):
+        self.text, self.source_lang, self.target_lang, self.tokenizer = text, source_lang, target_lang, tokenizer
+
+    def encode(self, x: str) -> str:
+        return self.text.tokenize(x, self.source_lang) if self.tokenizer else self.text.segment(x)
+
+    def decode(self, x: str) -> str:
+        return self.text.detokenize(x, self.target_lang) if self.tokenizer else self.text.unsegment(x)

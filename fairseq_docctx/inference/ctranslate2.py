@@ -658,6 +658,17 @@ def draft_generator(translator, task, record: dict, beam: int, **generation) -> 
         max_target_positions=record["max_target_positions"], unkpen=generation.get("unkpen", 0.0))
 
 
+def check_not_pretrained(task, path: str) -> None:
+    """Refuse (one line) a model whose data was written by ``docctx-prepare --pretrained``:
+    the export records no release segmentation and the engine forces no language token, so
+    its input and output would be read wrong."""
+    text = getattr(task, "pretrained_text", None)
+    if text is not None:
+        raise CheckpointError(f"{path}: its data {task.cfg.data} is that of a pretrained {text.family} model "
+                              "(docctx-prepare --pretrained): the ctranslate2 engine does not support such "
+                              "data yet (language tokens, the release's segmentation): use --engine fairseq")
+
+
 def exported_task(path: str, record: dict, data: Optional[str], **overrides):
     """The task of an exported folder (its recorded settings, the dictionaries of ``data``,
     default the folder itself) and the stand-in model it decodes with."""

@@ -114,7 +114,9 @@ class DraftTranslator:
         sample = dataset.collater([dataset[int(i)] for i in batch])
         if self.device.type != "cpu":
             sample = utils.move_to_cuda(sample, device=self.device)
-        hypos = self.generator.generate([self.model], sample)
+        # the target language token first on data with language tokens (the task's prefix)
+        prefix = getattr(self.task, "langtok_prefix", lambda s: None)(sample)
+        hypos = self.generator.generate([self.model], sample, prefix_tokens=prefix)
         order = sample["id"].tolist()
         out = {i: h[0]["tokens"].int().cpu() for i, h in zip(order, hypos)}
         if len(out) != len(batch):

@@ -40,6 +40,7 @@ from ..data import context_batch as cb
 from ..data import segments as seg
 from ..data.doc_index import DocIndex, balanced_shards, check_shard, doc_index_path
 from ..data.document_dataset import DocumentPairDataset
+from ..data.pretrained import PretrainedError, PretrainedText
 from ..errors import UsageError
 from ..models import document_context as dc
 from ..models import sentence_init
@@ -245,6 +246,18 @@ def dictionary_digest(d, separator: Optional[str] = None) -> str:
     return hashlib.sha1("\n".join(words).encode("utf-8")).hexdigest()[:16]
 
 
+def _encoder_name(args, kind: str) -> Optional[str]:
+    """The name a tokenizer/BPE configuration gives (``--tokenizer``/``--bpe``), ``None`` when
+    it gives none (fairseq-generate passes ``cfg.tokenizer``/``cfg.bpe``: ``None`` or a config
+    with ``_name``; an argparse namespace has the option as an attribute)."""
+    if args is None:
+        return None
+    name = getattr(args, "_name", None)
+    if name is None and not hasattr(args, "_name"):
+        name = getattr(args, kind, None)
+    return None if name in (None, "", "none") else str(name)
+
+
 def _set_cfg(cfg, name, value):
     try:
         with open_dict(cfg):
@@ -304,6 +317,52 @@ class DocumentTranslationTask(TranslationTask):
         self.model_cache = {}
         #: the contract of the last built model (batching of --doc-batching auto)
         self.model_spec = dc.SENTENCE_LEVEL
+
+    @property
+    def pretrained_text(self) -> Optional[PretrainedText]:
+        """The raw text <-> tokens of a data folder written by ``docctx-prepare --pretrained``
+        (:class:`~fairseq_docctx.data.pretrained.PretrainedText`: the release's segmentation and
+        the language tokens of its family), ``None`` for other data. Read once from the
+        manifest of the first path of ``DATA``; a record that cannot be used is a
+        :class:`UsageError` naming its file."""
+        if not hasattr(self, "_pretrained_text"):
+            try:
+                self._pretrained_text = PretrainedText.of_data(getattr(self.cfg, "data", None))
+            except PretrainedError as e:
+                raise UsageError(str(e)) from None
+        return self._pretrained_text
+
+    def target_langtok(self) -> Optional[int]:
+        """The index of the target language token every target sentence starts with (the
+        prepend families of a ``--pretrained`` data folder: m2m100, nllb, mbart50), else
+        ``None``. A token the target dictionary lacks is a :class:`UsageError`."""
+        text = self.pretrained_text
+        if text is None or not text.target_langtok:
+            return None
+        if text.target_langtok not in self.tgt_dict.indices:
+            raise UsageError(f"{self.cfg.data}: the target dictionary has no language token "
+                             f"{text.target_langtok} (its docctx.json names it): prepare the data again")
+        return self.tgt_dict.index(text.target_langtok)
+
+    def langtok_prefix(self, sample) -> Optional[torch.Tensor]:
+        """The forced first output token of every row of ``sample``: the target language token
+        (``[B, 1]``, as fairseq's ``translation_multi_simple_epoch --decoder-langtok`` forces
+        it), or ``None`` for data without language tokens."""
+        tok = self.target_langtok()
+        if tok is None:
+            return None
+        src = sample["net_input"]["src_tokens"]
+        return torch.full((src.size(0), 1), tok, dtype=src.dtype, device=src.device)
+
+    def check_langtok_segments(self):
+        """Segments of a data folder with language tokens are refused (one line): every
+        sentence of a segment carries its own language token, which the splitting of a
+        decoded segment into sentences does not place yet."""
+        text = self.pretrained_text
+        if self.segments and text is not None and text.target_langtok:
+            raise UsageError(f"--doc-mode segments: {self.cfg.data} is data of a pretrained {text.family} "
+                             "model with language tokens, which segment models do not decode yet: "
+                             "decode a sentence-level or concatenation model (--doc-mode sentences)")
 
     @property
     def context_sides(self):
@@ -694,13 +753,44 @@ class DocumentTranslationTask(TranslationTask):
         sentence. Every row's length limit (``--max-len-a``, ``--max-len-b``) comes from its own
         source length, not from the batch's width as in fairseq
         (:func:`~fairseq_docctx.tasks.length_limits.limit_each_row`), so that a sentence's
-        translation does not depend on what it is batched with."""
+        translation does not depend on what it is batched with.
+
+        On data with language tokens (:meth:`target_langtok`) the target language token is
+        one of the generator's ``symbols_to_strip_from_output`` (left out of fairseq-generate's
+        H-/D- lines, as ``translation_multi_simple_epoch`` does), and :meth:`inference_step`
+        forces it as the first output token; segment models are refused there
+        (:meth:`check_langtok_segments`)."""
+        self.check_langtok_segments()
+        tok = self.target_langtok()
+        if tok is not None:  # left out of the printed translations, as fairseq's multilingual task does
+            kwargs = dict(kwargs)
+            extra = dict(kwargs.get("extra_gen_cls_kwargs") or {})
+            extra["symbols_to_strip_from_output"] = set(extra.get("symbols_to_strip_from_output") or ()) | {tok}
+            kwargs["extra_gen_cls_kwargs"] = extra
         window = self.sentence_length_window(getattr(args, "min_len", 1))
         for m in models:
             if hasattr(m, "set_sentence_count_constraint"):
                 m.set_sentence_count_constraint(not getattr(self.cfg, "no_sentence_count_constraint", False))
                 m.set_sentence_length_window(window)
         return limit_each_row(super().build_generator(models, args, **kwargs))
+
+    def build_tokenizer(self, args):
+        """fairseq's tokenizer of ``--tokenizer``; without one, on data of a pretrained
+        ``transformer`` model (``docctx-prepare --pretrained``), the family's Moses
+        tokenizer of the target language: ``fairseq-generate`` detokenizes its D- lines with it."""
+        text = self.pretrained_text
+        if _encoder_name(args, "tokenizer") is None and text is not None and text.moses:
+            return text.step(self.cfg.source_lang, self.cfg.target_lang, tokenizer=True)
+        return super().build_tokenizer(args)
+
+    def build_bpe(self, args):
+        """fairseq's BPE of ``--bpe``; without one, on data written by ``docctx-prepare
+        --pretrained``, the release's segmentation (its SentencePiece model, or its fastBPE
+        codes): ``fairseq-generate``'s D- lines are then plain text."""
+        text = self.pretrained_text
+        if _encoder_name(args, "bpe") is None and text is not None:
+            return text.step(self.cfg.source_lang, self.cfg.target_lang)
+        return super().build_bpe(args)
 
     def sentence_length_window(self, min_len: int = 1) -> Optional[seg.LengthWindow]:
         """The length window of a segment model's output sentences (``--sentence-max-len-a``,
@@ -780,6 +870,8 @@ class DocumentTranslationTask(TranslationTask):
         if self.segments and sample.get(SEGMENT_SENTENCES) is not None:
             return self.segment_inference_step(generator, models, sample, prefix_tokens, constraints)
         sample = dc.sample_for_model(sample, models)
+        if prefix_tokens is None:  # the target language token first (data with language tokens)
+            prefix_tokens = self.langtok_prefix(sample)
         self.check_prefix(generator, sample, prefix_tokens)
         from_hypotheses = self.hypothesis_context and cb.get_context(sample) is not None
         cacher = None

@@ -15,6 +15,14 @@ pytest_plugins = ["probe_fixtures"]
 from benchmarks.toy import TINY_MODEL, prepare_command, write_split, write_toy_documents  # noqa: E402,F401
 
 
+def pytest_configure(config):
+    """One intra-op thread in the test process too: beside the background trainings a second
+    thread only competes for the cores (docs/tests.md)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 def pytest_collection_modifyitems(session, config, items):
     """The tests that read the context probe's trained models run last, in the order their
     models are trained (probe_fixtures.py: QUEUE; a test waits for the last of its models): the

@@ -120,6 +120,7 @@ def _generate_args(probe, concat_model):
             "--nbest", "2", "--max-tokens", "1000"]
 
 
+@pytest.mark.slow  # make test: test_batch_independence.py decodes the same way in 2 processes
 def test_generate_in_two_processes_gives_the_single_process_output(probe, concat_model, tmp_path, capsys):
     from fairseq_docctx.cli.generate import cli_main
 

@@ -160,6 +160,7 @@ def test_a_sentence_longer_than_the_model_takes_is_one_line(concat_both_ckpt, to
     assert code == 2 and f"{src}:3: " in one_line_error(err) and "--max-tokens 4" in err, err
 
 
+@pytest.mark.slow  # make test: the refused options of a shard process (the same one-line path)
 def test_a_shard_process_refusing_its_input_is_one_line(concat_both_ckpt, toy_bin):
     """``--processes 2``: the shard holding the long sentence refuses it; the command prints
     that line alone (file:line, standard input as ``<stdin>``) and exits 2."""

@@ -167,6 +167,7 @@ def test_docctx_generate_refuses_options_it_sets_and_reports_a_failing_shard(pro
     assert "checkpoint_last.pt.missing" in err  # fairseq's own error, from the shard's stderr
 
 
+@pytest.mark.slow  # make test: tests/test_batch_independence.py and tests/test_ctranslate2.py translate in 2 processes
 def test_translate_in_two_processes_gives_the_single_process_output(probe, concat_model, tmp_path, capsys):
     from fairseq_docctx.cli.translate import cli_main
 

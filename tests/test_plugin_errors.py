@@ -43,6 +43,7 @@ def g_ckpt(toy_bin, tmp_path_factory):
     return save / "checkpoint_last.pt"
 
 
+@pytest.mark.slow  # two fairseq-generate runs for one message (make test-all)
 def test_a_prefix_with_a_segment_model_is_one_line_whose_advice_holds(toy_bin, g_ckpt):
     """--prefix-size with a segment model: one line that does not send the user to --doc-mode
     sentences, which the model refuses (also one line)."""

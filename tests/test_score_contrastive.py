@@ -338,6 +338,7 @@ def han_ckpt(toy_bin, tmp_path_factory):
     return save / "checkpoint_last.pt"
 
 
+@pytest.mark.slow  # make test: QCN's routing heatmaps (tests/test_qcn.py) and the plot refusals
 def test_plot_han_attention_and_gate(han_ckpt, tmp_path):
     from fairseq_docctx.hub import from_pretrained
 

@@ -106,6 +106,7 @@ def test_distributed_training_two_cpu_ranks_agree(toy_bin, tmp_path):
         torch.testing.assert_close(r0["state"][k], r1["state"][k], rtol=0, atol=0)
 
 
+@pytest.mark.slow  # make test: docctx-translate's same messages (tests/test_translate_cli.py)
 def test_generate_with_other_dictionaries_says_whether_their_size_differs(toy_bin, concat_both_ckpt, tmp_path):
     """docctx-generate (fairseq's model loading) with a data directory whose dictionaries are
     not the model's: the message gives both sizes where they differ, "same size, other

@@ -6,9 +6,8 @@ to change (an option the model cannot honour, data that does not fit): raised in
 command that imported the plugin (``--user-dir``), it ends the command with one line,
 ``fairseq-train: error: MESSAGE``, and exit code 2, as fairseq's own option errors do
 (argparse), without a traceback. :func:`report_usage_errors` installs this when the plugin is
-imported; the ``docctx-*`` commands report their errors themselves
-(``fairseq_docctx.cli.exit_on_errors_and_signals``), and in Python a ``UsageError`` is a
-``ValueError`` like any other.
+imported; the ``docctx-*`` commands report their errors themselves (their own one-line
+messages and exit codes), and in Python a ``UsageError`` is a ``ValueError`` like any other.
 """
 import os
 import sys

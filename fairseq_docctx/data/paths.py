@@ -8,12 +8,22 @@ through a hard or symbolic link, or another spelling of its path), and a folder 
 writes whole must not be an input's folder or hold an input at any depth. The refusal is one
 line naming the output and the input.
 """
+import hashlib
 import os
 from typing import Iterable, Optional, Tuple
 
 
 class OutputClash(ValueError):
     """An output that is, or (a folder) holds, a file or folder the run reads; one line."""
+
+
+def file_sha1(path: str) -> str:
+    """The SHA-1 of a file's content (read in 4 MiB blocks)."""
+    h = hashlib.sha1()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def file_mode(target: str) -> int:

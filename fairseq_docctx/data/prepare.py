@@ -193,13 +193,27 @@ def _spm_model_type(sp) -> Optional[str]:
         return None
 
 
+def _replace_sentences(side: List[List[str]], flat: Sequence[str]) -> None:
+    """Replace the sentences of ``side`` (per document) by ``flat`` (in corpus order; in place)."""
+    it = iter(flat)
+    side[:] = [[next(it) for _ in doc] for doc in side]
+
+
 def tokenize_split(data: SplitData, sp, workers: int) -> None:
     """Replace every sentence by its SentencePiece pieces joined by spaces (in place)."""
     for side in (data.src, data.tgt):
-        flat = [s for doc in side for s in doc]
-        pieces = sp.encode(flat, out_type=str, num_threads=workers)
-        it = iter(" ".join(p) for p in pieces)
-        side[:] = [[next(it) for _ in doc] for doc in side]
+        pieces = sp.encode([s for doc in side for s in doc], out_type=str, num_threads=workers)
+        _replace_sentences(side, [" ".join(p) for p in pieces])
+
+
+def _spm_entry(sp, out: str, model_type: Optional[str], trained_from: str) -> dict:
+    """Write ``out/spm.vocab`` (each piece and its score) beside ``out/spm.model``; returns the
+    manifest's ``spm`` entry."""
+    with open(os.path.join(out, SPM_NAME + ".vocab"), "w", encoding="utf-8") as f:
+        for i in range(sp.get_piece_size()):
+            f.write(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n")
+    return {"model": SPM_NAME + ".model", "vocab": SPM_NAME + ".vocab", "vocab_size": sp.get_piece_size(),
+            "type": model_type, "trained_from": trained_from}
 
 
 def _ratio_above(a: int, b: int, ratio: Optional[float]) -> bool:
@@ -335,19 +349,13 @@ def _segment_pretrained(release: Release, data: Dict[str, SplitData], out: str, 
         + (" after Moses tokenization" if release.tokenizer == "moses" else ""))
     for d in data.values():
         for lang, side in ((src, d.src), (tgt, d.tgt)):
-            flat = release.segment([s for doc in side for s in doc], lang, workers)
-            it = iter(flat)
-            side[:] = [[next(it) for _ in doc] for doc in side]
+            _replace_sentences(side, release.segment([s for doc in side for s in doc], lang, workers))
     if release.segmentation == "bpe":
         shutil.copyfile(release.path(release.segmentation_file), os.path.join(out, release.segmentation_file))
         return None
     shutil.copyfile(release.path(release.segmentation_file), os.path.join(out, SPM_NAME + ".model"))
     sp = release.sentencepiece()
-    with open(os.path.join(out, SPM_NAME + ".vocab"), "w", encoding="utf-8") as f:
-        for i in range(sp.get_piece_size()):
-            f.write(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n")
-    return {"model": SPM_NAME + ".model", "vocab": SPM_NAME + ".vocab", "vocab_size": sp.get_piece_size(),
-            "type": _spm_model_type(sp), "trained_from": release.path(release.segmentation_file)}
+    return _spm_entry(sp, out, _spm_model_type(sp), release.path(release.segmentation_file))
 
 
 def _pretrained_dictionaries(release: Release, src: str, tgt: str, sep: str, log: Log):
@@ -470,13 +478,8 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
                 train_spm(sents, os.path.join(out, SPM_NAME), args.spm_vocab_size,
                           args.spm_model_type, args.workers, args.spm_input_sentence_size)
             sp = spm.SentencePieceProcessor(model_file=os.path.join(out, SPM_NAME + ".model"))
-            with open(os.path.join(out, SPM_NAME + ".vocab"), "w", encoding="utf-8") as f:
-                for i in range(sp.get_piece_size()):
-                    f.write(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n")
-            spm_info = {"model": SPM_NAME + ".model", "vocab": SPM_NAME + ".vocab",
-                        "vocab_size": sp.get_piece_size(),
-                        "type": args.spm_model_type if args.spm_vocab_size else _spm_model_type(sp),
-                        "trained_from": "train" if args.spm_vocab_size else args.spm_model}
+            spm_info = _spm_entry(sp, out, args.spm_model_type if args.spm_vocab_size else _spm_model_type(sp),
+                                  "train" if args.spm_vocab_size else args.spm_model)
             for d in data.values():
                 tokenize_split(d, sp, args.workers)
 

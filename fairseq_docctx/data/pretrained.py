@@ -12,7 +12,7 @@ binarized data carries the pretrained model's own ids:
   embedding rows;
 * the **segmentation**: the release's SentencePiece model (as fairseq's ``sentencepiece`` BPE
   encodes: the pieces joined by spaces), or its fastBPE codes applied as fastBPE applies them
-  (:class:`FastBPE`) after Moses tokenization (:class:`MosesTokenizer`, fairseq's ``moses``
+  (:class:`FastBPE`) after Moses tokenization (:func:`moses`, fairseq's own ``moses``
   tokenizer with its default options);
 * the **language tokens** of the families that prepend them to every sentence
   (``translation_multi_simple_epoch --encoder-langtok src --decoder-langtok``).
@@ -37,10 +37,12 @@ The families (:data:`FAMILIES`) and the files each release holds:
 mBART-25 (``mbart.cc25``: ``dict.txt`` + ``sentence.bpe.model`` without ``ML50_langs.txt``) is
 recognised and refused: its language token ends the sentence, which this module does not place.
 """
-import hashlib
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
+
+from .paths import file_sha1
 
 FAMILIES = ("transformer", "m2m100", "nllb", "mbart50")
 #: where a family puts its language tokens (None: it has none)
@@ -132,23 +134,29 @@ class FastBPE:
         return " ".join(self.word(w) for w in line.split())
 
 
-class MosesTokenizer:
-    """fairseq's ``moses`` tokenizer with its defaults (sacremoses, aggressive dash splits,
-    HTML escaping), one per language."""
+@functools.lru_cache(maxsize=None)
+def moses(lang: str):
+    """fairseq's ``moses`` tokenizer for one language with its default options (sacremoses,
+    aggressive dash splits, HTML escaping): ``encode`` tokenizes, ``decode`` detokenizes text
+    of ``lang``."""
+    try:
+        from fairseq.data.encoders.moses_tokenizer import MosesTokenizer, MosesTokenizerConfig
 
-    def __init__(self):
-        self._tok = {}
+        return MosesTokenizer(MosesTokenizerConfig(source_lang=lang, target_lang=lang))
+    except ImportError:
+        raise PretrainedError("the 'transformer' family tokenizes with Moses: "
+                              "install sacremoses (pip install sacremoses)") from None
 
-    def __call__(self, text: str, lang: str) -> str:
-        tok = self._tok.get(lang)
-        if tok is None:
-            try:
-                from sacremoses import MosesTokenizer as Moses
-            except ImportError:
-                raise PretrainedError("the 'transformer' family tokenizes with Moses: "
-                                      "install sacremoses (pip install sacremoses)") from None
-            tok = self._tok[lang] = Moses(lang)
-        return tok.tokenize(text, aggressive_dash_splits=True, return_str=True, escape=True)
+
+def open_sentencepiece(path: str):
+    """A SentencePiece processor of the model file ``path`` (an unreadable file: one line
+    naming it)."""
+    import sentencepiece as spm
+
+    try:
+        return spm.SentencePieceProcessor(model_file=path)
+    except (OSError, RuntimeError) as e:
+        raise PretrainedError(f"{path}: not a SentencePiece model ({str(e).strip()[:80]})") from None
 
 
 # ------------------------------------------------------------------------------ the release
@@ -211,11 +219,7 @@ class Release:
         return d
 
     def dictionary_sha1(self, lang: str) -> str:
-        h = hashlib.sha1()
-        with open(self.path(self.dict_files[lang]), "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                h.update(block)
-        return h.hexdigest()
+        return file_sha1(self.path(self.dict_files[lang]))
 
     def segment(self, sentences: Sequence[str], lang: str, workers: int = 1) -> List[str]:
         """The release's segmentation of raw sentences of data language ``lang``: pieces
@@ -224,20 +228,14 @@ class Release:
             sp = self.sentencepiece()
             return [" ".join(p) for p in sp.encode(list(sentences), out_type=str, num_threads=workers)]
         if self._segmenter is None:
-            self._segmenter = (FastBPE(self.path(self.segmentation_file)), MosesTokenizer())
-        bpe, moses = self._segmenter
-        return [bpe.apply(moses(s, lang)) for s in sentences]
+            self._segmenter = FastBPE(self.path(self.segmentation_file))
+        tok = moses(lang)
+        return [self._segmenter.apply(tok.encode(s)) for s in sentences]
 
     def sentencepiece(self):
         """The release's SentencePiece processor (opened once; errors name the file)."""
         if self._segmenter is None:
-            import sentencepiece as spm
-
-            path = self.path(self.segmentation_file)
-            try:
-                self._segmenter = spm.SentencePieceProcessor(model_file=path)
-            except (OSError, RuntimeError) as e:
-                raise PretrainedError(f"{path}: not a SentencePiece model ({str(e).strip()[:80]})") from None
+            self._segmenter = open_sentencepiece(self.path(self.segmentation_file))
         return self._segmenter
 
     def check(self) -> None:
@@ -245,7 +243,9 @@ class Release:
         if self.segmentation == "sentencepiece":
             self.sentencepiece()
         else:
-            self._segmenter = (FastBPE(self.path(self.segmentation_file)), MosesTokenizer())
+            self._segmenter = FastBPE(self.path(self.segmentation_file))
+            for lang in self.dict_files:
+                moses(lang)
 
 
 def _files(d: str) -> List[str]:
@@ -395,25 +395,6 @@ def load_release(d: str, src: str, tgt: str, family: Optional[str] = None,
 # ------------------------------------------------------------------------------ inference
 
 
-class MosesDetokenizer:
-    """The inverse of :class:`MosesTokenizer`: fairseq's ``moses`` tokenizer's ``decode``
-    (sacremoses' detokenizer, HTML entities unescaped), one per language."""
-
-    def __init__(self):
-        self._detok = {}
-
-    def __call__(self, text: str, lang: str) -> str:
-        detok = self._detok.get(lang)
-        if detok is None:
-            try:
-                from sacremoses import MosesDetokenizer as Detok
-            except ImportError:
-                raise PretrainedError("the 'transformer' family detokenizes with Moses: "
-                                      "install sacremoses (pip install sacremoses)") from None
-            detok = self._detok[lang] = Detok(lang)
-        return detok.detokenize(text.split())
-
-
 def remove_bpe(pieces: str) -> str:
     """fastBPE/subword-nmt pieces joined back into words (``@@ `` removed)."""
     return (pieces + " ").replace(JOINER + " ", "").rstrip()
@@ -451,7 +432,7 @@ class PretrainedText:
             raise PretrainedError(f"{self.segmentation_file}: missing (the segmentation of the pretrained "
                                   f"{self.family} model, named by {os.path.join(data_dir, 'docctx.json')})")
         self.moses = record.get("tokenizer") == "moses"
-        self._sp = self._bpe = self._tok = self._detok = None
+        self._sp = self._bpe = None
 
     @classmethod
     def of_data(cls, data: Optional[str]) -> Optional["PretrainedText"]:
@@ -467,30 +448,16 @@ class PretrainedText:
 
     def _sentencepiece(self):
         if self._sp is None:
-            import sentencepiece as spm
-
-            try:
-                self._sp = spm.SentencePieceProcessor(model_file=self.segmentation_file)
-            except (OSError, RuntimeError) as e:
-                raise PretrainedError(f"{self.segmentation_file}: not a SentencePiece model "
-                                      f"({str(e).strip()[:80]})") from None
+            self._sp = open_sentencepiece(self.segmentation_file)
         return self._sp
 
     def tokenize(self, text: str, lang: str) -> str:
         """Moses tokenization of ``lang`` for the ``transformer`` family; else ``text`` as it is."""
-        if not self.moses:
-            return text
-        if self._tok is None:
-            self._tok = MosesTokenizer()
-        return self._tok(text, lang)
+        return moses(lang).encode(text) if self.moses else text
 
     def detokenize(self, text: str, lang: str) -> str:
         """The inverse of :meth:`tokenize`."""
-        if not self.moses:
-            return text
-        if self._detok is None:
-            self._detok = MosesDetokenizer()
-        return self._detok(text, lang)
+        return moses(lang).decode(text) if self.moses else text
 
     def segment(self, text: str) -> str:
         """The release's pieces of ``text`` (tokenized already for ``transformer``)."""

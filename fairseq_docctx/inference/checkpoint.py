@@ -11,7 +11,6 @@ sequence: the data directory (:func:`data_directory`), the language pair
 is a :class:`CheckpointError` of one line naming the file.
 """
 import glob
-import hashlib
 import os
 from typing import List, NamedTuple, Optional
 
@@ -22,6 +21,7 @@ from omegaconf import DictConfig, open_dict
 
 from ..data import manifest as mf
 from ..data.manifest import spm_model_path
+from ..data.paths import file_sha1
 
 
 class CheckpointError(ValueError):
@@ -53,12 +53,8 @@ def find_spm_model(*dirs) -> Optional[str]:
 
 
 def checkpoint_sha1(path: str) -> str:
-    """The SHA-1 of a file's content (read in 4 MiB blocks)."""
-    h = hashlib.sha1()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
+    """The SHA-1 of a checkpoint file's content."""
+    return file_sha1(path)
 
 
 def load_checkpoint_state(path: str, arg_overrides: Optional[dict] = None) -> dict:
@@ -133,8 +129,7 @@ def _dictionary_rows(weights: dict, side: str) -> Optional[int]:
 
 def _dictionary_file_digest(path: str) -> Optional[str]:
     try:
-        with open(path, "rb") as f:
-            return hashlib.sha1(f.read()).hexdigest()
+        return file_sha1(path)
     except OSError:
         return None
 

@@ -104,12 +104,19 @@ def _weights(path):
 
 @pytest.mark.parametrize("cls", ["transformer", "bart"])
 @pytest.mark.parametrize("arch", list(ARCHS))
-def test_built_with_the_checkpoints_network_and_weights(pre, arch, cls, capsys):
+def test_built_with_the_checkpoints_network_and_weights(pre, arch, cls, capsys, monkeypatch):
     """Sizes and options come from PATH (none given), every PATH weight is in the model, the
     separator's row is new as fairseq initialises it (the row a model built from scratch with
-    the same network and seed has), and the report says so."""
+    the same network and seed has), and the report says so. PATH is read once."""
+    from fairseq import checkpoint_utils
+
     path = pre["ckpt"][cls]
+    reads, real = [], checkpoint_utils.load_checkpoint_to_cpu
+    monkeypatch.setattr(checkpoint_utils, "load_checkpoint_to_cpu",
+                        lambda p, *a, **k: reads.append(p) or real(p, *a, **k))
     args, task, model = build(pre["D"], arch, *ARCHS[arch], "--init-from-pretrained", path)
+    monkeypatch.undo()
+    assert reads.count(str(path)) == 1, reads
     out = capsys.readouterr().out
     net = NETWORKS[cls]
     assert args.encoder_layers == int(net[1]) and args.decoder_layers == int(net[3])

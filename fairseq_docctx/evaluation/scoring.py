@@ -129,11 +129,7 @@ class ModelScorer:
         a model; on data of a pretrained model its segmentation and the target language token,
         :meth:`~fairseq_docctx.hub.DocumentHubInterface.encode_target`; otherwise the text
         must already be tokenized)."""
-        encode = getattr(self.hub, "encode_target", None)
-        if encode is not None:
-            return encode(sentence)
-        bpe = self.hub.apply_bpe(self.hub.tokenize(sentence))
-        return self.tgt_dict.encode_line(bpe, add_if_not_exist=False, append_eos=True).long()
+        return self.hub.encode_target(sentence)
 
     # --------------------------------------------------------------- scoring
     def _dataset(self, documents: Sequence[TokenDocument]):

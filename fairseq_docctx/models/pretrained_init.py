@@ -140,6 +140,11 @@ def read_checkpoint(path: str) -> Tuple[dict, Dict[str, object], str]:
     return state["model"], options, cls
 
 
+#: the checkpoint :func:`configure` read, until :func:`load_weights` takes it (path -> what
+#: :func:`read_checkpoint` returns): a large checkpoint is read once and not kept afterwards
+_READ: Dict[str, Tuple[dict, Dict[str, object], str]] = {}
+
+
 def architecture_defaults(arch: str) -> Dict[str, object]:
     """What the architecture function ``arch`` sets on an empty namespace: its defaults."""
     ns = argparse.Namespace()
@@ -213,6 +218,8 @@ def configure(args, task, name: str):
         rows, cls = dict(saved.get("pretrained_rows") or {}), "resumed"
     else:
         weights, options, cls = read_checkpoint(path)
+        if not resume:  # load_weights takes it: the file is read once
+            _READ[path] = (weights, options, cls)
         rows = {side: _rows(weights, f"{side}.embed_tokens.weight") for side in ("encoder", "decoder")}
     if options.get("share_all_embeddings") and task.source_dictionary != task.target_dictionary:
         raise UsageError(f"{name}: {OPTION} {path}: the checkpoint shares one embedding table between source and "
@@ -264,7 +271,7 @@ def load_weights(model, path: str, name: str) -> List[str]:
     """Copy the checkpoint's weights into ``model`` (the module doc, 2.); print a report of
     what is loaded, grown, added (new) and left out. Returns the names of the loaded
     parameters and buffers (those of the tables that grew included)."""
-    weights, _, cls = read_checkpoint(path)
+    weights, _, cls = _READ.pop(path, None) or read_checkpoint(path)
     own = model.state_dict()
     params = dict(model.named_parameters(remove_duplicate=False))
     full, grown, ignored = {}, {}, []

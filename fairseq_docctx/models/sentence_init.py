@@ -67,9 +67,7 @@ def set_defaults(args):
     """Defaults of the three options and of ``--init-from-pretrained`` (none), for an
     architecture function."""
     _set_defaults(args, init_from_sentence_checkpoint=None, freeze_sentence_weights=False,
-                  lr_scale_pretrained=1.0)
-    if not hasattr(args, "init_from_pretrained"):
-        args.init_from_pretrained = None
+                  lr_scale_pretrained=1.0, init_from_pretrained=None)
 
 
 #: the ``param_group`` attribute of the parameters ``--lr-scale-pretrained`` scales

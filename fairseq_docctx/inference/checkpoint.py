@@ -90,9 +90,9 @@ def data_directory_of_file(path: str, data: Optional[str] = None) -> Optional[st
     data directory is found (loading the model reports why)."""
     if data is not None:
         return os.fspath(data)
-    ckpt_dir = os.path.dirname(os.path.abspath(path))
-    if glob.glob(os.path.join(glob.escape(ckpt_dir), "dict.*.txt")):
-        return ckpt_dir
+    beside = _dictionaries_beside(path)
+    if beside:
+        return beside
     try:
         state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
     except Exception:  # not there, not a zip checkpoint, unsafe: the real load reports it
@@ -253,6 +253,12 @@ def checkpoint_path(checkpoint: str, checkpoint_file: str = "checkpoint_best.pt"
     return os.path.join(checkpoint, checkpoint_file) if os.path.isdir(checkpoint) else checkpoint
 
 
+def _dictionaries_beside(path: str) -> Optional[str]:
+    """The checkpoint's directory where it holds ``dict.*.txt``, else ``None``."""
+    ckpt_dir = os.path.dirname(os.path.abspath(path))
+    return ckpt_dir if glob.glob(os.path.join(glob.escape(ckpt_dir), "dict.*.txt")) else None
+
+
 def data_directory(path: str, state: dict, data: Optional[str] = None) -> str:
     """The data directory (dictionaries) a checkpoint is loaded with: ``data`` if given
     (refused if it is not a directory), else the checkpoint's directory if it holds
@@ -262,9 +268,9 @@ def data_directory(path: str, state: dict, data: Optional[str] = None) -> str:
         if not os.path.isdir(data):
             raise CheckpointError(f"data={data}: no such directory", f"--data {data}: no such directory")
         return data
-    ckpt_dir = os.path.dirname(os.path.abspath(path))
-    if glob.glob(os.path.join(ckpt_dir, "dict.*.txt")):
-        return ckpt_dir
+    beside = _dictionaries_beside(path)
+    if beside:
+        return beside
     data = trained_on(state)
     if not data or not os.path.isdir(data):
         msg = (f"{path}: the dictionaries are not found: the model was trained on "

@@ -2,7 +2,7 @@
 
 Synthetic documents where a pronoun's target form depends on the class of a noun one or
 two sentences back (and a word must repeat a form chosen earlier in the document). Tiny
-models train for real on CPU (600 updates each, one shared training per model); the
+models train for real on CPU (300 to 800 updates, one shared training per model); the
 sentence-level `transformer` must stay near chance while every context model gets the
 context-dependent words right far more often.
 """
@@ -14,10 +14,10 @@ CXMI_DOCS = 80
 #: session model gave (measured, in brackets; docs/tests.md). A model that reads only how many
 #: previous sentences there are scores about 0 (hrnn_context with a sentence RNN of its own at
 #: chance on the pronouns: 0.000 to 0.014)
-MARGIN = {"concat": 0.09,  # (0.191)
-          "mht": 0.08,  # (0.161)
+MARGIN = {"concat": 0.075,  # (0.153)
+          "mht": 0.075,  # (0.155)
           "qcn": 0.045,  # (0.094)
-          "han_encoder": 0.055,  # (0.118)
+          "han_encoder": 0.055,  # (0.111)
           "han_decoder": 0.075,  # (0.157)
           "hrnn": 0.03,  # (0.061)
           "isg": 0.015,  # (0.036: K = 1, the pronouns one sentence back only)

@@ -139,7 +139,7 @@ release() {  # FAMILY (wmt19 | nllb): REL_DIR, REL_CKPT, REL_STEP (the step that
       "$DOWNLOADS/wmt19"
     step=unpack-wmt19
     local found
-    found=$(find "$DOWNLOADS/wmt19" -name model.pt | head -1)
+    found=$(find "$DOWNLOADS/wmt19" -name model.pt -print -quit)
     [[ -n $found ]] || die "$archive: no model.pt in it (unpacked into $DOWNLOADS/wmt19)"
     dir=$(dirname "$found")
     note="$WMT19_URL (the single model of the WMT19 En-De ensemble, fairseq's transformer.wmt19.en-de.single_model)"

@@ -5,15 +5,14 @@ import hashlib
 import json
 import random
 import shutil
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from examples.lib.tiny_release import bpe_release, sp_release
 from fairseq_docctx.cli.prepare import cli_main, main
 from fairseq_docctx.data.doc_index import DocIndex, doc_index_path
 from fairseq_docctx.data.manifest import MANIFEST_NAME
-from fairseq_docctx.data.pretrained import merge_pair
 
 WORDS_EN = ("the cat dog house tree river sees likes finds a small big red green old new "
             "mother father child friend city garden don't it's well-known rock&roll").split()
@@ -48,96 +47,18 @@ def corpus(tmp_path_factory):
     return root, text
 
 
-def _dictionary(lines_of_pieces, path):
-    """A release dictionary as fairseq-preprocess writes it: counted, sorted, padded to 8."""
-    from fairseq.data import Dictionary
-
-    d = Dictionary()
-    for line in lines_of_pieces:
-        for p in line.split():
-            d.add_symbol(p)
-    d.finalize(padding_factor=8)
-    d.save(str(path))
-
-
-def _sentencepiece(corpus, path):
-    import sentencepiece as spm
-
-    _, text = corpus
-    sents = [s for lang in ("en", "de") for s in text["train"][lang]]
-    prefix = str(path)[: -len(".model")]
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(sents), model_prefix=prefix, vocab_size=120,
-                                   model_type="unigram", character_coverage=1.0, minloglevel=2)
-    shutil.move(prefix + ".model", path)
-    Path(prefix + ".vocab").unlink()
-
-
-def _fairseq_spm(path):
-    from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
-
-    return SentencepieceBPE(SentencepieceConfig(sentencepiece_model=str(path)))
-
-
 def _sp_release(corpus, root, family):
     """A SentencePiece release in ``family``'s layout; returns (dir, segment(text, lang))."""
-    root.mkdir()
-    spm_name, dict_names, langs_file, langs_text = {
-        "m2m100": ("spm.128k.model", ["model_dict.128k.txt"], "language_pairs_small_models.txt",
-                   "en-de,de-en,en-fr,fr-en,af-en\n"),
-        "nllb": ("sentencepiece.bpe.model", ["dictionary.txt"], "langs.txt",
-                 "ace_Arab,fra_Latn,eng_Latn,deu_Latn\n"),
-        "mbart50": ("sentence.bpe.model", ["dict.en_XX.txt", "dict.de_DE.txt"], "ML50_langs.txt",
-                    "ar_AR\nen_XX\ncs_CZ\nde_DE\n"),
-    }[family]
-    _sentencepiece(corpus, root / spm_name)
-    enc = _fairseq_spm(root / spm_name)
     _, text = corpus
-    pieces = [enc.encode(s) for lang in ("en", "de") for s in text["train"][lang]]
-    for name in dict_names:
-        _dictionary(pieces, root / name)
-    (root / langs_file).write_text(langs_text)
-    return root, lambda s, lang: enc.encode(s)
-
-
-def _learn_bpe(word_counts, merges):
-    """A small BPE learner (Sennrich et al. 2016, Algorithm 1): codes ``a b count`` and each
-    word's final segmentation (``</w>`` on the last symbol)."""
-    vocab = {w: list(w[:-1]) + [w[-1] + "</w>"] for w in word_counts}
-    codes = []
-    for _ in range(merges):
-        pairs = Counter()
-        for w, syms in vocab.items():
-            for pair in zip(syms, syms[1:]):
-                pairs[pair] += word_counts[w]
-        if not pairs:
-            break
-        best = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))[0]
-        codes.append((best, pairs[best]))
-        for w, syms in vocab.items():
-            vocab[w] = merge_pair(syms, best)
-    return codes, vocab
+    return sp_release(root, [s for lang in ("en", "de") for s in text["train"][lang]], family)
 
 
 def _bpe_release(corpus, root):
     """A WMT19-layout release: dict.en.txt, dict.de.txt (different), bpecodes; the text
     tokenized by fairseq's moses tokenizer with its defaults."""
-    from fairseq.data.encoders.moses_tokenizer import MosesTokenizer, MosesTokenizerConfig
-
-    root.mkdir()
     _, text = corpus
-    moses = {lang: MosesTokenizer(MosesTokenizerConfig(source_lang=lang)) for lang in ("en", "de")}
-    counts = Counter(w for lang in ("en", "de") for split in ("train", "valid")
-                     for s in text[split][lang] for w in moses[lang].encode(s).split())
-    codes, segs = _learn_bpe(counts, 120)
-    (root / "bpecodes").write_text("".join(f"{a} {b} {c}\n" for (a, b), c in codes), encoding="utf-8")
-
-    def segment(s, lang):
-        words = moses[lang].encode(s).split()
-        return " ".join("@@ ".join(segs[w])[: -len("</w>")] for w in words)
-
-    for lang in ("en", "de"):
-        _dictionary([segment(s, lang) for s in text["train"][lang]], root / f"dict.{lang}.txt")
-    return root, segment
+    return bpe_release(root, {lang: text["train"][lang] + text["valid"][lang] for lang in ("en", "de")},
+                       {lang: text["train"][lang] for lang in ("en", "de")})
 
 
 # family -> (data languages given, --pretrained-langs, expected language tokens, symbols the task adds)

@@ -1,7 +1,8 @@
 # Maruf, Martins & Haffari (2019)'s document-level En-De corpora (TED = IWSLT2017, News
 # Commentary = NC-2016, Europarl7), the data of the QCN (Yang et al. 2019, §4.1) and MHT
 # (Zhang et al. 2021, §4.1) papers, for the recipes ted-ende, nc-ende and europarl-ende
-# (sourced after recipe.sh; documented in docs/recipes.md).
+# (maruf_ende_data: the files and the recipe's SentencePiece data folder) and pretrained
+# (maruf_ende_files: the files only) (sourced after recipe.sh; documented in docs/recipes.md).
 #
 # Files: CORPUS/concatenated_en2de_{train,dev,test}_{en,de}.txt, a line "<d>" before each
 # document. Dev and test are in the authors' repository: missing ones are downloaded (pinned
@@ -20,12 +21,11 @@
 MARUF_URL=https://raw.githubusercontent.com/sameenmaruf/selective-attn/1cb44c5ddd2cdf4f32ea74768a3389b52fc4db27/data
 MARUF_README=https://github.com/sameenmaruf/selective-attn/blob/master/data/readme.txt
 
-maruf_ende_data() {  # CORPUS_NAME (IWSLT2017 | NC-2016 | Europarl7): sets BIN, REF_TEST; step "prepare"
+maruf_ende_files() {  # CORPUS_NAME (IWSLT2017 | NC-2016 | Europarl7): MARUF_FILES (docctx-prepare's
+  # --trainpref, --validpref and --testpref of the split, raw text in the marker format),
+  # REF_TEST, DATA_MODE; missing dev and test files (and the TED training side) downloaded
   local corpus=$1 split lang f sum
   setting DATA ../shared/data/maruf-ende
-  setting SPM_VOCAB 30000 300
-  setting MAX_LEN 250
-  setting MAX_LEN_RATIO 3
   local dir=$DATA/$corpus got=$DOWNLOADS/$corpus
   for split in dev test; do
     for lang in en de; do
@@ -38,9 +38,6 @@ maruf_ende_data() {  # CORPUS_NAME (IWSLT2017 | NC-2016 | Europarl7): sets BIN, 
     done
   done
   _maruf() { if [[ -f $dir/${1//\{lang\}/en} ]]; then echo "$dir/$1"; else echo "$got/$1"; fi; }
-  local prep=(-s en -t de --input-format marker --joined-dictionary --workers "$(nproc)"
-    --spm-vocab-size "$SPM_VOCAB" --spm-model-type bpe --max-len "$MAX_LEN" --max-len-ratio "$MAX_LEN_RATIO")
-  BIN=$WORK/data-bin
   if [[ $SMOKE == 1 ]]; then
     mkdir -p "$WORK/smoke-data"
     for lang in en de; do
@@ -48,7 +45,7 @@ maruf_ende_data() {  # CORPUS_NAME (IWSLT2017 | NC-2016 | Europarl7): sets BIN, 
       slice_marker "$(_maruf concatenated_en2de_dev_$lang.txt)" "$SMOKE_TRAIN_DOCS" "$SMOKE_VALID_DOCS" "$WORK/smoke-data/valid.$lang"
       slice_marker "$(_maruf concatenated_en2de_test_$lang.txt)" 0 "$SMOKE_TEST_DOCS" "$WORK/smoke-data/test.$lang"
     done
-    prep+=(--trainpref "$WORK/smoke-data/train" --validpref "$WORK/smoke-data/valid" --testpref "$WORK/smoke-data/test")
+    MARUF_FILES=(--trainpref "$WORK/smoke-data/train" --validpref "$WORK/smoke-data/valid" --testpref "$WORK/smoke-data/test")
     REF_TEST=$WORK/smoke-data/test.de
     DATA_MODE=smoke
   else
@@ -67,12 +64,23 @@ maruf_ende_data() {  # CORPUS_NAME (IWSLT2017 | NC-2016 | Europarl7): sets BIN, 
         fi
       done
     fi
-    prep+=(--trainpref "$trainpref"
+    MARUF_FILES=(--trainpref "$trainpref"
       --validpref "$(_maruf 'concatenated_en2de_dev_{lang}.txt')"
       --testpref "$(_maruf 'concatenated_en2de_test_{lang}.txt')")
     REF_TEST=$(_maruf concatenated_en2de_test_de.txt)
     DATA_MODE="Maruf et al. (2019)'s $corpus split: train, dev (validation, checkpoint selection), test"
   fi
+}
+
+maruf_ende_data() {  # CORPUS_NAME (IWSLT2017 | NC-2016 | Europarl7): sets BIN, REF_TEST; step "prepare"
+  setting SPM_VOCAB 30000 300
+  setting MAX_LEN 250
+  setting MAX_LEN_RATIO 3
+  maruf_ende_files "$1"
+  local prep=(-s en -t de --input-format marker --joined-dictionary --workers "$(nproc)"
+    --spm-vocab-size "$SPM_VOCAB" --spm-model-type bpe --max-len "$MAX_LEN" --max-len-ratio "$MAX_LEN_RATIO"
+    "${MARUF_FILES[@]}")
+  BIN=$WORK/data-bin
   step prepare -o "$BIN/docctx.json" -- docctx-prepare "${prep[@]}" --destdir "$BIN"
 }
 

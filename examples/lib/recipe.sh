@@ -9,6 +9,9 @@
 #                                 the same command line and the same DEP steps; FRESH=1 redoes
 #   fetch URL SHA256 DEST [HOWTO] resumable download, checked against its sha256
 #   fetch_blob URL BLOB DEST [HOWTO]  the same, checked against its git blob id (git_blob_id FILE)
+#   fetch_or_record URL SHA256 DEST [HOWTO]  fetch when SHA256 is given; empty (no published
+#                                 checksum): downloaded unchecked; either way its sha256 is
+#                                 recorded in WORK/downloads.sha256
 #   need_file PATH HOWTO          a clear error when a file the user must supply is missing
 #   slice_marker FILE SKIP N OUT  documents SKIP+1 .. SKIP+N of a "<d>"-marked file
 #   merge_scores OUT IN...        one run's score files (docctx-score --json) joined into OUT
@@ -205,6 +208,21 @@ fetch_blob() {  # URL BLOB DEST [HOWTO]: resumable download, checked against its
   _download "$1" "$3" "${4:-}"
   got=$(git_blob_id "$3")
   [[ $got == "$2" ]] || die "git blob id mismatch for $3: $got, expected $2 (a changed or damaged download: delete the file to download it again)"
+}
+
+fetch_or_record() {  # URL SHA256 DEST [HOWTO]: fetch when SHA256 is given; empty (a file whose
+  # checksum is not published): downloaded unchecked; the file's sha256 is recorded in
+  # WORK/downloads.sha256 ("SHA256  DEST", one line a file) either way, so that it can be pinned
+  if [[ -n $2 ]]; then
+    fetch "$1" "$2" "$3" "${4:-}"
+  else
+    _download "$1" "$3" "${4:-}"
+  fi
+  local got record=$WORK/downloads.sha256
+  got=$(sha256sum < "$3" | cut -c1-64)
+  { [[ -f $record ]] && awk -v f="$3" 'substr($0, 67) != f' "$record"; echo "$got  $3"; } > "$record.part"
+  mv "$record.part" "$record"
+  [[ -n $2 ]] || say "$3: no published checksum, not checked; its sha256 $got is recorded in $record"
 }
 
 _download() {  # URL DEST HOWTO: DEST downloaded unless it is there (DEST.part until complete)

@@ -277,6 +277,44 @@ def test_decoding_returns_every_sentence(name):
     assert [int(h.eq(sep).sum()) + 1 for h in _decode(model, d, sources, 1)] != list(range(1, 21))
 
 
+@pytest.mark.parametrize("name", ["g_transformer", "doc2doc_transformer"])
+def test_language_token_first_in_every_sentence(name):
+    """Data with language tokens (``docctx-prepare --pretrained`` of M2M-100, NLLB, mBART-50):
+    every source sentence of a segment starts with the source token and, with the tokens set
+    (``set_sentence_start``, as the task sets them), every output sentence of every hypothesis
+    starts with the target token, beam 1 and 4, with the biased model of
+    ``test_decoding_returns_every_sentence``: the source's number of sentences, none empty
+    besides its token, each within the window of its source sentence with neither token
+    counted. Without the setting the model starts most sentences with another token."""
+    d = toy_dictionary()
+    src_tok, tgt_tok = d.add_symbol("__en__"), d.add_symbol("__de__")
+    model = (g_model(d, 1) if name == "g_transformer"
+             else build(Doc2DocTransformerModel, "doc2doc_transformer", d))
+    tilted_toward_ending(model, d)
+    sep, eos = d.index("<sep>"), d.eos()
+    sources = []
+    for plain in _issue_segments(d):
+        parts = seg.split_tokens(plain, sep, eos)
+        sources.append(torch.cat([torch.cat([torch.LongTensor([src_tok]), p[:-1],
+                                             torch.LongTensor([sep if i < len(parts) - 1 else eos])])
+                                  for i, p in enumerate(parts)]))
+    n_sentences = list(range(1, 21))
+    hyps = _decode(model, d, sources, 1)
+    starts = [int(o[0]) == tgt_tok for h in hyps for o in seg.split_tokens(h, sep, eos)]
+    assert sum(starts) < len(starts) / 2, sum(starts)
+    model.set_sentence_start(src_tok, tgt_tok)
+    for beam in (1, 4):
+        hyps = _decode(model, d, sources, beam)
+        assert [int(h.eq(sep).sum()) + 1 for h in hyps] == n_sentences, beam
+        pairs = []
+        for s, h in zip(sources, hyps):
+            src, out = seg.split_tokens(s, sep, eos), seg.split_tokens(h, sep, eos)
+            assert all(int(o[0]) == tgt_tok for o in out), (beam, out)
+            pairs += [(seg.sentence_length(a, src_tok), seg.sentence_length(b, tgt_tok)) for a, b in zip(src, out)]
+        assert len(pairs) == 210 and all(s > 0 for s, _ in pairs)
+        assert all(1 <= o <= int(1.2 * s + 10) for s, o in pairs), (beam, pairs)
+
+
 def reference_constraint(last, prev, n, src_lengths, window, eos, sep):
     """The constraint written out row by row (the reference of ``constrain_sentence_count``):
     ``last`` ``[B, V]`` unconstrained logits of the next position after ``prev`` ``[B, L]``

@@ -1,10 +1,10 @@
 """Inference on data written by ``docctx-prepare --pretrained``: tiny models trained from scratch
 (fairseq-train, a few dozen updates) on the data folders of a tiny M2M-100-style release
 (SentencePiece, language tokens) and of a tiny WMT19-style release (Moses + fastBPE) ->
-fairseq-generate and docctx-translate force the target language token first, leave it out of
-the text, undo the segmentation, and give one translation per sentence in order; what is not
-supported yet (segment models on language tokens, the ctranslate2 export) is refused with one
-line."""
+fairseq-generate and docctx-translate force the target language token first (a segment model:
+first in every sentence of the segment), leave it out of the text, undo the segmentation, and
+give one translation per sentence in order; what is not supported yet (a sentence-level model
+decoding segments of such data, the ctranslate2 export) is refused with one line."""
 import json
 import re
 
@@ -70,6 +70,10 @@ def models(released, tmp_path_factory):
                                                  "--context-size", "0"), "[de_DE]"),
         "wmt_sentence": lambda: (wmt, _train(wmt, root / "wmt_sentence", "transformer", "--context-size", "0",
                                              share=False), None),
+        # segments of the language-token data: every sentence starts with its token
+        "m2m_g": lambda: (m2m, _train(m2m, root / "m2m_g", "g_transformer", "--doc-mode", "segments",
+                                      "--max-segment-tokens", "64", "--encoder-ctxlayers", "1",
+                                      "--decoder-ctxlayers", "1", "--cross-ctxlayers", "1"), "__de__"),
     })
 
 
@@ -106,6 +110,33 @@ def test_generate_forces_and_strips_the_language_token(name, models, corpus):  #
     assert all(_plain(refs[i]) and "__de__" not in refs[i] and "[de_DE]" not in refs[i] for i in range(n))
     if name == "wmt_sentence":  # Moses detokenized: the reference is the raw sentence again
         assert [refs[i] for i in range(n)] == text["valid"]["de"]
+
+
+def test_segment_model_starts_every_sentence_with_the_language_token(models, corpus):  # noqa: F811
+    """g_transformer on segments of the M2M-100 data: fairseq-generate gives every test sentence
+    once, each hypothesis (the P- line scores it) starting with the forced __de__ and the H-/D-
+    lines without it; through the hub every sentence of a document starts with it too, and
+    the raw documents come back as as many plain sentences."""
+    data, ckpt, _ = models["m2m_g"]
+    _, text = corpus
+    n = len(text["valid"]["de"])
+    out = _generate(data, ckpt, "--doc-mode", "segments").stdout
+    hyps, detok, scores = _lines(out, "H"), _lines(out, "D"), _lines(out, "P")
+    assert sorted(hyps) == list(range(n)) and sorted(detok) == list(range(n))
+    for i in range(n):
+        h, d = hyps[i].split("\t", 1)[1], detok[i].split("\t", 1)[1]
+        assert "__de__" not in h and "__en__" not in h and _plain(d), (i, h, d)
+        # the language token and </s> are scored beside the sentence's own tokens
+        assert len(scores[i].split()) == len(h.split()) + 2, (i, h, scores[i])
+    hub = _hub(data, ckpt)
+    docs = [text["valid"]["en"][:3], text["valid"]["en"][3:5]]
+    de = hub.tgt_dict.index("__de__")
+    hypos = hub.generate_documents([[hub.encode(x) for x in doc] for doc in docs], beam=2)
+    assert [len(t) for t in hypos] == [3, 2]
+    assert all(int(h[0]["tokens"][0]) == de for t in hypos for h in t)
+    got = hub.translate_documents(docs, beam=2)
+    assert [len(t) for t in got] == [3, 2]
+    assert all("__de__" not in x and _plain(x) for t in got for x in t), got
 
 
 @pytest.mark.slow

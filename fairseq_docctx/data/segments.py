@@ -437,14 +437,19 @@ def without_separators(hypo: Dict, separator: int) -> Dict:
     return out
 
 
-def sentence_lengths(tokens: torch.Tensor, separator: int, pad: int, eos: int) -> torch.Tensor:
+def sentence_lengths(tokens: torch.Tensor, separator: int, pad: int, eos: int,
+                     start: Optional[int] = None) -> torch.Tensor:
     """``[B, N]``: the number of tokens of every sentence of every row of a batch of segments
     ``tokens`` ``[B, S]`` (either padding side), separators, ``</s>`` and padding not
-    counted; N is the most sentences of a row, a row's columns past its own sentences are 0."""
+    counted, nor ``start``, the token every sentence starts with where there is one (the
+    language token of data with language tokens); N is the most sentences of a row, a row's
+    columns past its own sentences are 0."""
     is_sep = tokens.eq(separator)
     seps = is_sep.long()
     sentence = seps.cumsum(1) - seps  # 0-based sentence of every token (a separator ends its own)
     word = tokens.ne(pad) & ~is_sep & tokens.ne(eos)
+    if start is not None:
+        word &= tokens.ne(start)
     n = int(seps.sum(1).max()) + 1 if tokens.numel() else 1
     return tokens.new_zeros(tokens.size(0), n).scatter_add_(1, sentence, word.long())
 
@@ -475,17 +480,27 @@ class LengthWindow:
         return shortest.clamp(min=0), longest
 
 
+def sentence_length(tokens: torch.Tensor, start: Optional[int] = None) -> int:
+    """The tokens of one sentence ending in ``</s>``: ``</s>`` not counted, nor ``start``
+    (the token every sentence starts with on data with language tokens)."""
+    body = tokens[:-1]
+    return int(body.numel() if start is None else body.ne(start).sum())
+
+
 def misalignment(pieces: Optional[List[Dict]], src_lengths: Sequence[int],
-                 window: Optional[Tuple[Sequence[int], Sequence[int]]] = None) -> Optional[str]:
+                 window: Optional[Tuple[Sequence[int], Sequence[int]]] = None,
+                 start: Optional[int] = None) -> Optional[str]:
     """Why a decoded segment, split into sentences (:func:`split_hypothesis`; ``None``: not
     the source's number of sentences), is not aligned with its source sentences of
     ``src_lengths`` tokens, or ``None`` when it is: ``"count"`` (another number of
     sentences), ``"empty"`` (an output sentence without a token while its source sentence
     has some), ``"window"`` (an output sentence's length outside ``window``, the
-    ``(shortest, longest)`` lists of :meth:`LengthWindow.bounds`; not checked without)."""
+    ``(shortest, longest)`` lists of :meth:`LengthWindow.bounds`; not checked without).
+    ``start``: the target token every sentence starts with, not counted (a sentence of only
+    the language token is empty)."""
     if pieces is None or len(pieces) != len(src_lengths):
         return "count"
-    lengths = [p["tokens"].numel() - 1 for p in pieces]
+    lengths = [sentence_length(p["tokens"], start) for p in pieces]
     if any(n == 0 and s > 0 for n, s in zip(lengths, src_lengths)):
         return "empty"
     if window is not None and any(not lo <= n <= hi for n, lo, hi in zip(lengths, *window)):

@@ -33,7 +33,11 @@ sentences n (``src_sentences``) and the length of each source sentence
   for an empty source sentence) and forced after ``int(a |s_i| + b)`` tokens (a = 1.2,
   b = 10 by default, the authors' run values; :class:`~fairseq_docctx.data.segments.
   LengthWindow`; ``set_sentence_length_window(False)`` turns this off, and so does turning
-  the sentence count off).
+  the sentence count off);
+* on data with language tokens (``docctx-prepare --pretrained`` of a family that puts the
+  target language token first in every sentence), forces that token first in every output
+  sentence, as the segments were trained (``set_sentence_start``); the language tokens
+  count in no sentence's length.
 
 Training and teacher-forced scoring are unaffected.
 
@@ -103,13 +107,17 @@ class SegmentEncoder(TransformerEncoderBase):
     def __init__(self, cfg, dictionary, embed_tokens, sep_idx: Optional[int] = None):
         super().__init__(cfg, dictionary, embed_tokens)
         self.sep_idx = sep_idx
+        #: the token every source sentence starts with (the source language token of data
+        #: with language tokens), not counted in the sentences' lengths (a setting)
+        self.sentence_start: Optional[int] = None
 
     def forward(self, src_tokens, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
                 token_embeddings: Optional[Tensor] = None):
         out = self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
         out["src_sentences"] = [sentence_counts(src_tokens, self.sep_idx)]
         d = self.dictionary
-        out["src_sentence_lengths"] = [sentence_lengths(src_tokens, self.sep_idx, d.pad(), d.eos())]
+        out["src_sentence_lengths"] = [sentence_lengths(src_tokens, self.sep_idx, d.pad(), d.eos(),
+                                                        self.sentence_start)]
         return out
 
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
@@ -132,6 +140,10 @@ class SegmentDecoder(TransformerDecoderBase):
         self.keep_sentence_count = True
         #: the length window of every output sentence within it (a setting; ``None``: none)
         self.length_window: Optional[LengthWindow] = LengthWindow()
+        #: the token every output sentence starts with (the target language token of data with
+        #: language tokens; a setting, ``None``: none): forced first in every sentence in
+        #: incremental decoding, and not counted in its length
+        self.sentence_start: Optional[int] = None
 
     def forward(self, prev_output_tokens, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
@@ -143,9 +155,37 @@ class SegmentDecoder(TransformerDecoderBase):
                                    full_context_alignment=full_context_alignment,
                                    alignment_layer=alignment_layer, alignment_heads=alignment_heads,
                                    src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
-        if incremental_state is not None and not features_only and self.keep_sentence_count:
-            x = self.constrain_sentence_count(x, prev_output_tokens, encoder_out)
+        if incremental_state is not None and not features_only:
+            if self.keep_sentence_count:
+                x = self.constrain_sentence_count(x, prev_output_tokens, encoder_out)
+            if self.sentence_start is not None:
+                x = self.force_sentence_start(x, prev_output_tokens)
         return x, extra
+
+    def _current_sentence(self, prev_output_tokens: Tensor):
+        """``(is_sep [B, L], m [B])``: which history positions are separators (not the
+        initial ``</s>``), and how many tokens the current sentence has (those after the last
+        separator, or after the start)."""
+        is_sep = prev_output_tokens.eq(self.sep_idx)
+        is_sep[:, 0] = False  # the initial </s>
+        width = prev_output_tokens.size(1)
+        positions = torch.arange(width, device=is_sep.device)
+        return is_sep, (width - 1) - (is_sep * positions).amax(1)
+
+    def force_sentence_start(self, logits: Tensor, prev_output_tokens: Tensor) -> Tensor:
+        """``logits`` with the :attr:`sentence_start` token forced at the last position of the
+        rows whose current sentence has no token yet (the first step, and the step after a
+        separator): every other token at -inf there, as fairseq's multilingual task forces the
+        language token first (``--decoder-langtok``), here in every sentence of the segment,
+        as the segments of such data were trained. Set in place."""
+        _, m = self._current_sentence(prev_output_tokens)
+        rows = m.eq(0).nonzero().squeeze(1)
+        if rows.numel():
+            last, tok = logits[:, -1], self.sentence_start
+            kept = last[rows, tok]
+            last[rows] = float("-inf")
+            last[rows, tok] = kept
+        return logits
 
     def constrain_sentence_count(self, logits: Tensor, prev_output_tokens: Tensor, encoder_out) -> Tensor:
         """``logits`` ``[B, T, V]`` with its last position constrained given the history
@@ -166,8 +206,9 @@ class SegmentDecoder(TransformerDecoderBase):
             raise ValueError(f"{type(self).__name__}: the encoder output has no src_sentences "
                              "(the sentence-count constraint needs the segment encoder's output)")
         n = encoder_out["src_sentences"][0]
-        is_sep = prev_output_tokens.eq(self.sep_idx)
-        is_sep[:, 0] = False  # the initial </s>
+        is_sep, m = self._current_sentence(prev_output_tokens)
+        if self.sentence_start is not None:  # the forced start token is not one of the sentence's
+            m = (m - 1).clamp(min=0)
         seps = is_sep.sum(1)
         more = seps < n - 1  # [B]: sentences still to come
         last, eos, sep = logits[:, -1], self.dictionary.eos(), self.sep_idx
@@ -182,10 +223,6 @@ class SegmentDecoder(TransformerDecoderBase):
             # the current sentence (never past n - 1 with the count rule; clamped for safety)
             k = seps.clamp(max=lengths.size(1) - 1).unsqueeze(1)
             lo, hi = window.bounds(lengths.gather(1, k).squeeze(1))
-            width = prev_output_tokens.size(1)
-            positions = torch.arange(width, device=is_sep.device)
-            # tokens of the current sentence: those after the last separator (or the start)
-            m = (width - 1) - (is_sep * positions).amax(1)
             early = m < lo
             eos_off, sep_off, forced = more | early, ~more | early, m >= hi
         # two columns of the last position, set in place: no [B, 1, V] mask, no copy of the logits
@@ -235,6 +272,15 @@ class SegmentModelMixin:
         by default; ``None`` or ``False``: none). It acts with the sentence-count constraint
         only: sentence i's window is that of source sentence i."""
         self.decoder.length_window = window if isinstance(window, LengthWindow) else None
+        return self
+
+    def set_sentence_start(self, source: Optional[int] = None, target: Optional[int] = None):
+        """The tokens every source and every target sentence of a segment starts with (the
+        language tokens of data written by ``docctx-prepare --pretrained`` for a family that
+        prepends them; ``None``: none): incremental decoding forces the target one first in
+        every output sentence, and neither counts in a sentence's length (its window, the
+        empty-sentence check)."""
+        self.encoder.sentence_start, self.decoder.sentence_start = source, target
         return self
 
     @property

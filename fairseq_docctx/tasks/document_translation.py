@@ -337,12 +337,21 @@ class DocumentTranslationTask(TranslationTask):
         prepend families of a ``--pretrained`` data folder: m2m100, nllb, mbart50), else
         ``None``. A token the target dictionary lacks is a :class:`UsageError`."""
         text = self.pretrained_text
-        if text is None or not text.target_langtok:
+        return self._langtok_index(text and text.target_langtok, self.tgt_dict, "target")
+
+    def source_langtok(self) -> Optional[int]:
+        """The index of the source language token every source sentence starts with, as
+        :meth:`target_langtok`."""
+        text = self.pretrained_text
+        return self._langtok_index(text and text.source_langtok, self.src_dict, "source")
+
+    def _langtok_index(self, symbol: Optional[str], d, side: str) -> Optional[int]:
+        if not symbol:
             return None
-        if text.target_langtok not in self.tgt_dict.indices:
-            raise UsageError(f"{self.cfg.data}: the target dictionary has no language token "
-                             f"{text.target_langtok} (its docctx.json names it): prepare the data again")
-        return self.tgt_dict.index(text.target_langtok)
+        if symbol not in d.indices:
+            raise UsageError(f"{self.cfg.data}: the {side} dictionary has no language token "
+                             f"{symbol} (its docctx.json names it): prepare the data again")
+        return d.index(symbol)
 
     def langtok_prefix(self, sample) -> Optional[torch.Tensor]:
         """The forced first output token of every row of ``sample``: the target language token
@@ -354,15 +363,23 @@ class DocumentTranslationTask(TranslationTask):
         src = sample["net_input"]["src_tokens"]
         return torch.full((src.size(0), 1), tok, dtype=src.dtype, device=src.device)
 
-    def check_langtok_segments(self):
-        """Segments of a data folder with language tokens are refused (one line): every
-        sentence of a segment carries its own language token, which the splitting of a
-        decoded segment into sentences does not place yet."""
-        text = self.pretrained_text
-        if self.segments and text is not None and text.target_langtok:
-            raise UsageError(f"--doc-mode segments: {self.cfg.data} is data of a pretrained {text.family} "
-                             "model with language tokens, which segment models do not decode yet: "
-                             "decode a sentence-level or concatenation model (--doc-mode sentences)")
+    def set_langtok_segments(self, models):
+        """Give the segment models the language tokens every sentence of a segment starts with
+        on such data (``set_sentence_start``: the target one forced first in every output
+        sentence; ``None`` on other data). A model decoding segments without that setting
+        (e.g. a sentence-level ``transformer`` with ``--doc-mode segments``) is refused on data
+        with language tokens (one line): it would place the token in the first sentence only."""
+        if not self.segments:
+            return
+        src_tok, tgt_tok = self.source_langtok(), self.target_langtok()
+        for m in models:
+            if hasattr(m, "set_sentence_start"):
+                m.set_sentence_start(src_tok, tgt_tok)
+            elif tgt_tok is not None:
+                raise UsageError(f"--doc-mode segments: {self.cfg.data} is data of a pretrained "
+                                 f"{self.pretrained_text.family} model with language tokens, which every "
+                                 f"sentence of a segment starts with; {type(m).__name__} does not place them "
+                                 "(doc2doc_transformer and g_transformer do): decode it with --doc-mode sentences")
 
     @property
     def context_sides(self):
@@ -758,9 +775,9 @@ class DocumentTranslationTask(TranslationTask):
         On data with language tokens (:meth:`target_langtok`) the target language token is
         one of the generator's ``symbols_to_strip_from_output`` (left out of fairseq-generate's
         H-/D- lines, as ``translation_multi_simple_epoch`` does), and :meth:`inference_step`
-        forces it as the first output token; segment models are refused there
-        (:meth:`check_langtok_segments`)."""
-        self.check_langtok_segments()
+        forces it as the first output token; segment models force it first in every sentence of
+        the segment (:meth:`set_langtok_segments`)."""
+        self.set_langtok_segments(models)
         tok = self.target_langtok()
         if tok is not None:  # left out of the printed translations, as fairseq's multilingual task does
             kwargs = dict(kwargs)
@@ -964,6 +981,7 @@ class DocumentTranslationTask(TranslationTask):
         sample = dc.sample_for_model(sample, models)
         sep, eos, pad = self.tgt_dict.index(self.cfg.context_separator), self.tgt_dict.eos(), self.tgt_dict.pad()
         src_sep = self.src_dict.index(self.cfg.context_separator)
+        src_start, tgt_start = self.source_langtok(), self.target_langtok()  # None without language tokens
         lenpen = float(getattr(generator, "len_penalty", 1.0))
         window = self.decoding_window(models)
         ni, target = sample["net_input"], sample.get("target")
@@ -980,12 +998,12 @@ class DocumentTranslationTask(TranslationTask):
             sources.extend(src)
             if target is not None:
                 targets.extend(seg.split_tokens(utils.strip_pad(target[i], pad), sep, eos))
-            src_lengths = [t.numel() - 1 for t in src]
+            src_lengths = [seg.sentence_length(t, src_start) for t in src]
             bounds = None
             if window is not None:
                 bounds = [b.tolist() for b in window.bounds(torch.tensor(src_lengths))]
             split = [seg.split_hypothesis(h, sep, eos, len(ids), lenpen) for h in hypos[i]]
-            why = [seg.misalignment(s, src_lengths, bounds) for s in split]
+            why = [seg.misalignment(s, src_lengths, bounds, tgt_start) for s in split]
             if not split or why[0] is not None:  # decoded again below, sentence by sentence
                 reasons[why[0] if split else "count"] += 1
                 per_sentence.extend([None] * len(ids))
@@ -1009,7 +1027,8 @@ class DocumentTranslationTask(TranslationTask):
             still_empty = 0
             for k, h in zip(todo, sub_hypos):
                 per_sentence[k] = [seg.without_separators(x, sep) for x in h]
-                still_empty += per_sentence[k][0]["tokens"].numel() == 1 and sources[k].numel() > 1
+                still_empty += (seg.sentence_length(per_sentence[k][0]["tokens"], tgt_start) == 0
+                                and seg.sentence_length(sources[k], src_start) > 0)
             logger.info(f"{fallbacks} of {len(groups)} segments of the batch decoded again sentence by "
                         f"sentence (misaligned: {_describe_reasons(reasons)})")
             if still_empty:
@@ -1042,7 +1061,7 @@ class DocumentTranslationTask(TranslationTask):
             return
         pad, eos = self.src_dict.pad(), self.src_dict.eos()
         sep = self.src_dict.index(self.cfg.context_separator)
-        lengths = seg.sentence_lengths(src_tokens, sep, pad, eos)
+        lengths = seg.sentence_lengths(src_tokens, sep, pad, eos, self.source_langtok())
         n = src_tokens.eq(sep).sum(1, keepdim=True) + 1
         real = torch.arange(lengths.size(1), device=lengths.device).unsqueeze(0) < n
         need = (window.bounds(lengths)[1] * real).sum(1) + n.squeeze(1) - 1  # [B]

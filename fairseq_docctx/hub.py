@@ -412,7 +412,6 @@ def from_exported(path: str, data: Optional[str] = None, spm_model: Optional[str
     record = ct2.read_export(path)
     ct2.check_export_files(path, record, data)
     task, model, data = ct2.exported_task(path, record, data, **{"target_context": "hypothesis", **overrides})
-    ct2.check_not_pretrained(task, path)
     if spm_model is None and record.get("spm_model"):
         spm_model = os.path.join(path, record["spm_model"])
     spm_model = spm_model or find_spm_model(data)
@@ -439,6 +438,5 @@ def export_ctranslate2(path: str, outdir: str, data: Optional[str] = None,
     ct2.check_outdir(os.fspath(outdir), force, ct2.files_read(path, data))  # before the model is loaded
     del state
     hub = from_pretrained(path, data=data)
-    ct2.check_not_pretrained(hub.task, path)
     return ct2.export(hub.models[0], hub.task, path, os.fspath(outdir), spm_model=hub.spm_model,
                       quantization=quantization, force=force)

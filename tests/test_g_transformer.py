@@ -282,7 +282,7 @@ def test_language_token_first_in_every_sentence(name):
     """Data with language tokens (``docctx-prepare --pretrained`` of M2M-100, NLLB, mBART-50):
     every source sentence of a segment starts with the source token and, with the tokens set
     (``set_sentence_start``, as the task sets them), every output sentence of every hypothesis
-    starts with the target token, beam 1 and 4, with the biased model of
+    starts with the target token and holds it nowhere else, beam 1 and 4, with the biased model of
     ``test_decoding_returns_every_sentence``: the source's number of sentences, none empty
     besides its token, each within the window of its source sentence with neither token
     counted. Without the setting the model starts most sentences with another token."""
@@ -309,7 +309,7 @@ def test_language_token_first_in_every_sentence(name):
         pairs = []
         for s, h in zip(sources, hyps):
             src, out = seg.split_tokens(s, sep, eos), seg.split_tokens(h, sep, eos)
-            assert all(int(o[0]) == tgt_tok for o in out), (beam, out)
+            assert all(int(o[0]) == tgt_tok and not o[1:].eq(tgt_tok).any() for o in out), (beam, out)
             pairs += [(seg.sentence_length(a, src_tok), seg.sentence_length(b, tgt_tok)) for a, b in zip(src, out)]
         assert len(pairs) == 210 and all(s > 0 for s, _ in pairs)
         assert all(1 <= o <= int(1.2 * s + 10) for s, o in pairs), (beam, pairs)

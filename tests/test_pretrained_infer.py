@@ -3,8 +3,8 @@
 (SentencePiece, language tokens) and of a tiny WMT19-style release (Moses + fastBPE) ->
 fairseq-generate and docctx-translate force the target language token first (a segment model:
 first in every sentence of the segment), leave it out of the text, undo the segmentation, and
-give one translation per sentence in order; what is not supported yet (a sentence-level model
-decoding segments of such data, the ctranslate2 export) is refused with one line."""
+give one translation per sentence in order, with either engine; a sentence-level model
+decoding segments of such data is refused with one line."""
 import json
 import re
 
@@ -265,12 +265,32 @@ def test_refusals_one_line(models, tmp_path):
     # a segment decoding of data with language tokens
     line = _one_line(_generate(data, ckpt, "--doc-mode", "segments", check=False), "fairseq-generate")
     assert "--doc-mode segments" in line and "language tokens" in line
-    # the ctranslate2 export of a model of such data
+
+
+@pytest.mark.parametrize("name", ["m2m_concat", "wmt_sentence"])
+def test_ctranslate2_engine_translates_as_the_fairseq_engine(name, models, corpus, tmp_path):  # noqa: F811
+    """docctx-export ctranslate2 of a model of such data carries the release's segmentation and
+    record; docctx-translate --engine ctranslate2 on raw documents (the export folder as the
+    data) gives the fairseq engine's translations line for line: the target language token
+    forced first (M2M-100), the segmentation undone, Moses-detokenized (WMT19), in document
+    order with the model's own translations as context (concat_transformer)."""
     pytest.importorskip("ctranslate2")
-    data, ckpt, _ = models["m2m_concat"]
-    p = run(["docctx-export", "ctranslate2", ckpt, tmp_path / "ct2", "--data", data], check=False)
-    line = _one_line(p, "docctx-export")
-    assert "docctx-prepare --pretrained" in line and "not support" in line and not (tmp_path / "ct2").exists()
+    data, ckpt, langtok = models[name]
+    _, text = corpus
+    src = text["valid"]["en"][:12]
+    out_dir = tmp_path / "ct2"
+    run(["docctx-export", "ctranslate2", ckpt, out_dir, "--data", data])
+    record = json.loads((out_dir / "docctx-export.json").read_text())
+    seg_file = record["pretrained"]["segmentation"]["file"]
+    assert (out_dir / seg_file).is_file() and record["pretrained"]["langtok"]["target"] == langtok
+    raw = tmp_path / "input.en"
+    raw.write_text("<d>\n" + "\n".join(src[:5]) + "\n<d>\n" + "\n".join(src[5:]) + "\n", encoding="utf-8")
+    common = [raw, "--quiet", "--beam", "2", "--cpu"]
+    fairseq = run(["docctx-translate", *common, "--path", ckpt, "--data", data]).stdout
+    ct2 = run(["docctx-translate", *common, "--path", out_dir, "--engine", "ctranslate2"]).stdout
+    lines = [x for x in ct2.splitlines() if x != "<d>" and x.strip()]
+    assert ct2 == fairseq and len(lines) == len(src)
+    assert all(_plain(x) and "__de__" not in x for x in lines), lines
 
 
 def test_record_names_the_tokens(released):

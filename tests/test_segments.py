@@ -671,6 +671,42 @@ def test_hub_decodes_a_segment_longer_than_200_tokens_whole(toy_bin, segments_ck
 
 
 @pytest.mark.parametrize("arch", ["g_transformer", "doc2doc_transformer"])
+def test_language_tokens_through_the_task(arch, monkeypatch):
+    """Segments whose every sentence starts with a language token (the data of a pretrained
+    M2M-100-style model; the task's tokens stood in for): the biased model of the test below,
+    beam 4, through the task under a limit below the longest segments' (``--max-len-a 0
+    --max-len-b 6``): every sentence comes back once, starting with the target token, not
+    empty besides it and within the window of its source sentence with neither token counted,
+    and no segment falls back."""
+    import fairseq_docctx.models  # noqa: F401  (registers the architectures)
+    from fairseq_docctx.tasks.document_translation import DocumentTranslationTask
+
+    task = make_task()
+    d = task.tgt_dict
+    src_tok, tgt_tok = d.add_symbol("__en__"), d.add_symbol("__de__")
+    monkeypatch.setattr(DocumentTranslationTask, "source_langtok", lambda self: src_tok)
+    monkeypatch.setattr(DocumentTranslationTask, "target_langtok", lambda self: tgt_tok)
+    torch.manual_seed(0)
+    model = tilted_toward_ending(task.build_model(tiny_segment_args(arch)).eval(), d)
+    plain, docs = toy_pair(d, [17, 1, 9, 4, 12, 3], seed=2, with_target=False)
+    src = [torch.cat([torch.LongTensor([src_tok]), plain.src[i]]) for i in range(len(plain))]
+    pair = LanguagePairDataset(src, [len(x) for x in src], d, None, None, d)
+    ds = seg.SegmentPairDataset(pair, seg.plan_segments(docs, pair.src_sizes, None, 64), d.index("<sep>"),
+                                shuffle=False)
+    generator = task.build_generator([model], argparse.Namespace(beam=4, max_len_a=0, max_len_b=6))
+    hypos = {}
+    with torch.no_grad():
+        for batch in task.get_batch_iterator(ds, max_sentences=4).next_epoch_itr(shuffle=False):
+            out = task.inference_step(generator, [model], batch)  # (the batch rewritten into its sentences)
+            hypos.update(zip(batch["id"].tolist(), out))
+    assert sorted(hypos) == list(range(len(pair)))
+    for i, h in hypos.items():
+        tokens, n = h[0]["tokens"], seg.sentence_length(src[i], src_tok)
+        assert int(tokens[0]) == tgt_tok and 1 <= seg.sentence_length(tokens, tgt_tok) <= int(1.2 * n + 10), (i, tokens)
+    assert task.segment_fallbacks == 0 and task.segments_decoded == len(ds)
+
+
+@pytest.mark.parametrize("arch", ["g_transformer", "doc2doc_transformer"])
 def test_misaligned_segments_fall_back_and_the_split_is_counted(arch, caplog):
     """The model biased towards ending (conftest's ``tilted_toward_ending``), beam 4, through
     the task (its batches, its generator, its inference step) on segments of up to 17

@@ -296,6 +296,14 @@ def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] =
         if spm_model:
             spm = os.path.basename(spm_model)
             shutil.copyfile(spm_model, os.path.join(tmp, spm))
+        pretrained = None
+        text = getattr(task, "pretrained_text", None)
+        if text is not None:  # the release's segmentation travels with the model (PretrainedText)
+            seg_file = os.path.basename(text.segmentation_file)
+            if not os.path.exists(os.path.join(tmp, seg_file)):
+                shutil.copyfile(text.segmentation_file, os.path.join(tmp, seg_file))
+            pretrained = json.loads(json.dumps(text.record))
+            pretrained["segmentation"] = dict(pretrained.get("segmentation") or {}, file=seg_file)
         task_cfg = _container(cfg)
         task_cfg.pop("data", None)
         record = {
@@ -306,6 +314,7 @@ def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] =
             "target_lang": tgt,
             "dictionaries": dicts,
             "spm_model": spm,
+            "pretrained": pretrained,
             "context": {"size": getattr(cfg, "context_size", 0), "sides": getattr(cfg, "context_sides", None),
                         "separator": getattr(cfg, "context_separator", None),
                         "model_sides": list(getattr(model, "context_sides", ()) if isinstance(
@@ -485,8 +494,12 @@ class CTranslate2Generator:
 
     @torch.no_grad()
     def generate(self, models, sample, prefix_tokens=None, constraints=None, **unused):
-        if prefix_tokens is not None or constraints is not None:
-            raise ValueError("the ctranslate2 engine takes no prefix tokens or constraints")
+        """``prefix_tokens`` ``[B, k]``: the first output tokens of every row, forced as
+        fairseq's generator forces them (the target language token of data with language
+        tokens): they are the first tokens of each translation, scored and counted in its
+        length and limit."""
+        if constraints is not None:
+            raise ValueError("the ctranslate2 engine takes no constraints")
         ni = sample["net_input"]
         src = ni["src_tokens"].cpu()
         pad, eos = self.src_dict.pad(), self.src_dict.eos()
@@ -513,12 +526,15 @@ class CTranslate2Generator:
         # the target prefix: the context, then fairseq's start token; CTranslate2 takes its
         # first token as the decoder's start and returns the rest before the translation
         targets = [p + [self.eos_word] for p in prefixes]
-        best = self._search(sources, targets, [len(p) for p in prefixes], limits)
+        forced = [[] for _ in range(B)]
+        if prefix_tokens is not None:
+            forced = self._rows(prefix_tokens.cpu(), self.tgt_words, tpad)
+        best = self._search(sources, targets, [len(p) for p in prefixes], limits, forced)
         return [[{"tokens": torch.tensor(ids, dtype=torch.long), "score": score, "attention": None,
                   "alignment": None, "positional_scores": torch.zeros(len(ids))}]
                 for ids, score in best]
 
-    def _search(self, sources, targets, cut: List[int], limits: List[int]):
+    def _search(self, sources, targets, cut: List[int], limits: List[int], forced=None):
         """The best translation ``(token ids ending in EOS, score)`` of every row, ranked as
         fairseq ranks finished hypotheses: the sum of the translation's log-probabilities
         (EOS included) over its length (EOS included) to the power ``lenpen``.
@@ -529,15 +545,30 @@ class CTranslate2Generator:
         step's probabilities over the other tokens, which fairseq does not: every hypothesis
         of the row gains ``-log(1 - p(EOS))``, taken off again (``p(EOS)`` scored by
         CTranslate2; needed only where the ranking depends on it). A translation cut at the
-        length limit is scored again, ending in EOS, as fairseq ends and scores it."""
+        length limit is scored again, ending in EOS, as fairseq ends and scores it.
+
+        ``forced``: per row, the words forced first in its translation (fairseq's
+        ``prefix_tokens``), given to CTranslate2 at the end of the target prefix; CTranslate2
+        returns them as the translation's first tokens, and their log-probabilities, which
+        fairseq counts in the score and CTranslate2 does not, are added (scored once per row).
+        A row with forced words has no first step whose EOS CTranslate2 keeps out."""
+        forced = forced or [[] for _ in sources]
+        starts, targets = targets, [t + f for t, f in zip(targets, forced)]
         rows = self._finished(sources, targets, cut, limits)
+        with_forced = [i for i, f in enumerate(forced) if f]
+        if with_forced:
+            scored = self.translator.score_batch([sources[i] for i in with_forced],
+                                                 [targets[i] for i in with_forced], max_input_length=0)
+            for i, r in zip(with_forced, scored):  # the forced words' log-probabilities (EOS after them not)
+                extra = float(sum(r.log_probs[-(len(forced[i]) + 1):-1]))
+                rows[i] = [(ids, score + extra, again) for ids, score, again in rows[i]]
         ranked = self.beam > 1
         # translations cut at the length limit: fairseq ends them with EOS there, scored so
         cut_hyps = [(i, j) for i, hyps in enumerate(rows) for j, h in enumerate(hyps) if h[2]]
         if cut_hyps:
             scored = self.translator.score_batch(
                 [sources[i] for i, _ in cut_hyps],
-                [targets[i] + [self.tgt_words[t] for t in rows[i][j][0]] for i, j in cut_hyps],
+                [starts[i] + [self.tgt_words[t] for t in rows[i][j][0]] for i, j in cut_hyps],
                 max_input_length=0)
             for (i, j), r in zip(cut_hyps, scored):
                 ids = rows[i][j][0]
@@ -545,8 +576,8 @@ class CTranslate2Generator:
         # the ranking depends on the renormalisation where the hypotheses' lengths differ
         # (and it is normalised) or some were scored again
         need = [i for i, hyps in enumerate(rows)
-                if ranked and self.min_len > 0 and len({(len(h[0]) if self.lenpen != 0 else 0, h[2])
-                                                        for h in hyps}) > 1]
+                if ranked and self.min_len > 0 and not forced[i]
+                and len({(len(h[0]) if self.lenpen != 0 else 0, h[2]) for h in hyps}) > 1]
         offset = [0.0] * len(rows)
         if need:
             scored = self.translator.score_batch([sources[i] for i in need], [targets[i] for i in need],
@@ -658,17 +689,6 @@ def draft_generator(translator, task, record: dict, beam: int, **generation) -> 
         max_target_positions=record["max_target_positions"], unkpen=generation.get("unkpen", 0.0))
 
 
-def check_not_pretrained(task, path: str) -> None:
-    """Refuse (one line) a model whose data was written by ``docctx-prepare --pretrained``:
-    the export records no release segmentation and the engine forces no language token, so
-    its input and output would be read wrong."""
-    text = getattr(task, "pretrained_text", None)
-    if text is not None:
-        raise CheckpointError(f"{path}: its data {task.cfg.data} is that of a pretrained {text.family} model "
-                              "(docctx-prepare --pretrained): the ctranslate2 engine does not support such "
-                              "data yet (language tokens, the release's segmentation): use --engine fairseq")
-
-
 def exported_task(path: str, record: dict, data: Optional[str], **overrides):
     """The task of an exported folder (its recorded settings, the dictionaries of ``data``,
     default the folder itself) and the stand-in model it decodes with."""
@@ -689,6 +709,14 @@ def exported_task(path: str, record: dict, data: Optional[str], **overrides):
         for k, v in overrides.items():
             setattr(task_cfg, k, v)
     task = tasks.setup_task(task_cfg, from_checkpoint=True)
+    if record.get("pretrained") and getattr(task, "pretrained_text", None) is None:
+        # the export's own copy of the release's segmentation (data of docctx-prepare --pretrained)
+        from ..data.pretrained import PretrainedError, PretrainedText
+
+        try:
+            task.set_pretrained_text(PretrainedText(path, record["pretrained"]))
+        except PretrainedError as e:
+            raise CheckpointError(str(e)) from None
     check_not_segments(task, path)
     model = exported_model(record, task)
     if hasattr(task, "model_spec"):

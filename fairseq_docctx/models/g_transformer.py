@@ -36,8 +36,8 @@ sentences n (``src_sentences``) and the length of each source sentence
   the sentence count off);
 * on data with language tokens (``docctx-prepare --pretrained`` of a family that puts the
   target language token first in every sentence), forces that token first in every output
-  sentence, as the segments were trained (``set_sentence_start``); the language tokens
-  count in no sentence's length.
+  sentence, as the segments were trained, and nowhere else (``set_sentence_start``); the
+  language tokens count in no sentence's length.
 
 Training and teacher-forced scoring are unaffected.
 
@@ -177,14 +177,17 @@ class SegmentDecoder(TransformerDecoderBase):
         rows whose current sentence has no token yet (the first step, and the step after a
         separator): every other token at -inf there, as fairseq's multilingual task forces the
         language token first (``--decoder-langtok``), here in every sentence of the segment,
-        as the segments of such data were trained. Set in place."""
+        as the segments of such data were trained; and at -inf everywhere else in the
+        sentence, so that every token the length window counts is one of the sentence's own.
+        Set in place."""
         _, m = self._current_sentence(prev_output_tokens)
-        rows = m.eq(0).nonzero().squeeze(1)
+        last, tok = logits[:, -1], self.sentence_start
+        first = m.eq(0)
+        kept = last[:, tok].masked_fill(~first, float("-inf"))
+        rows = first.nonzero().squeeze(1)
         if rows.numel():
-            last, tok = logits[:, -1], self.sentence_start
-            kept = last[rows, tok]
             last[rows] = float("-inf")
-            last[rows, tok] = kept
+        last[:, tok] = kept
         return logits
 
     def constrain_sentence_count(self, logits: Tensor, prev_output_tokens: Tensor, encoder_out) -> Tensor:

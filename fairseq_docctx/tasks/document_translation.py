@@ -332,6 +332,12 @@ class DocumentTranslationTask(TranslationTask):
                 raise UsageError(str(e)) from None
         return self._pretrained_text
 
+    def set_pretrained_text(self, text: Optional[PretrainedText]) -> None:
+        """Use ``text`` as :attr:`pretrained_text` (a model exported by ``docctx-export
+        ctranslate2`` carries its own copy of the release's segmentation and record, read when
+        its folder is the data directory)."""
+        self._pretrained_text = text
+
     def target_langtok(self) -> Optional[int]:
         """The index of the target language token every target sentence starts with (the
         prepend families of a ``--pretrained`` data folder: m2m100, nllb, mbart50), else
@@ -1053,6 +1059,7 @@ class DocumentTranslationTask(TranslationTask):
         :mod:`~fairseq_docctx.tasks.length_limits`) is raised to that sum where it is lower, and
         the generator's batch limit (from the batch's width) with it where the largest of them
         is above it (by raising ``max_len_b``; the model's positions still bound both).
+        On data with language tokens each sentence's token counts beside its window.
         Nothing changes without a ``window`` or for a generator without these limits."""
         b = getattr(generator, "max_len_b", None)
         a = getattr(generator, "max_len_a", None)
@@ -1065,6 +1072,8 @@ class DocumentTranslationTask(TranslationTask):
         n = src_tokens.eq(sep).sum(1, keepdim=True) + 1
         real = torch.arange(lengths.size(1), device=lengths.device).unsqueeze(0) < n
         need = (window.bounds(lengths)[1] * real).sum(1) + n.squeeze(1) - 1  # [B]
+        if self.target_langtok() is not None:  # and the language token starting every sentence
+            need = need + n.squeeze(1)
         rows = row_limit(generator)
         floor = rows.at_least(need) if rows is not None else contextlib.nullcontext()
         raise_by = max(int(need.max()) - int(a * src_tokens.size(1) + b), 0)

@@ -155,11 +155,13 @@ class SegmentDecoder(TransformerDecoderBase):
                                    full_context_alignment=full_context_alignment,
                                    alignment_layer=alignment_layer, alignment_heads=alignment_heads,
                                    src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
-        if incremental_state is not None and not features_only:
+        if incremental_state is not None and not features_only and (
+                self.keep_sentence_count or self.sentence_start is not None):
+            current = self._current_sentence(prev_output_tokens)  # once a step, for both rules
             if self.keep_sentence_count:
-                x = self.constrain_sentence_count(x, prev_output_tokens, encoder_out)
+                x = self.constrain_sentence_count(x, prev_output_tokens, encoder_out, current)
             if self.sentence_start is not None:
-                x = self.force_sentence_start(x, prev_output_tokens)
+                x = self.force_sentence_start(x, prev_output_tokens, current)
         return x, extra
 
     def _current_sentence(self, prev_output_tokens: Tensor):
@@ -172,15 +174,15 @@ class SegmentDecoder(TransformerDecoderBase):
         positions = torch.arange(width, device=is_sep.device)
         return is_sep, (width - 1) - (is_sep * positions).amax(1)
 
-    def force_sentence_start(self, logits: Tensor, prev_output_tokens: Tensor) -> Tensor:
+    def force_sentence_start(self, logits: Tensor, prev_output_tokens: Tensor, current=None) -> Tensor:
         """``logits`` with the :attr:`sentence_start` token forced at the last position of the
         rows whose current sentence has no token yet (the first step, and the step after a
         separator): every other token at -inf there, as fairseq's multilingual task forces the
         language token first (``--decoder-langtok``), here in every sentence of the segment,
         as the segments of such data were trained; and at -inf everywhere else in the
         sentence, so that every token the length window counts is one of the sentence's own.
-        Set in place."""
-        _, m = self._current_sentence(prev_output_tokens)
+        Set in place. ``current``: :meth:`_current_sentence` of the history, if computed."""
+        _, m = current if current is not None else self._current_sentence(prev_output_tokens)
         last, tok = logits[:, -1], self.sentence_start
         first = m.eq(0)
         kept = last[:, tok].masked_fill(~first, float("-inf"))
@@ -190,7 +192,8 @@ class SegmentDecoder(TransformerDecoderBase):
         last[:, tok] = kept
         return logits
 
-    def constrain_sentence_count(self, logits: Tensor, prev_output_tokens: Tensor, encoder_out) -> Tensor:
+    def constrain_sentence_count(self, logits: Tensor, prev_output_tokens: Tensor, encoder_out,
+                                 current=None) -> Tensor:
         """``logits`` ``[B, T, V]`` with its last position constrained given the history
         ``prev_output_tokens`` ``[B, L]`` (position 0 the initial ``</s>``), whose k separators
         put it in sentence k + 1 of the source's n:
@@ -204,12 +207,13 @@ class SegmentDecoder(TransformerDecoderBase):
           separator, so that fairseq can still end there at its maximum length).
 
         The columns are set in place (the logits are the output layer's fresh tensor): two
-        columns for every row and whole rows only for the forced ones, no ``[B, V]`` mask."""
+        columns for every row and whole rows only for the forced ones, no ``[B, V]`` mask.
+        ``current``: :meth:`_current_sentence` of the history, if computed."""
         if encoder_out is None or "src_sentences" not in encoder_out:
             raise ValueError(f"{type(self).__name__}: the encoder output has no src_sentences "
                              "(the sentence-count constraint needs the segment encoder's output)")
         n = encoder_out["src_sentences"][0]
-        is_sep, m = self._current_sentence(prev_output_tokens)
+        is_sep, m = current if current is not None else self._current_sentence(prev_output_tokens)
         if self.sentence_start is not None:  # the forced start token is not one of the sentence's
             m = (m - 1).clamp(min=0)
         seps = is_sep.sum(1)

@@ -991,10 +991,14 @@ class DocumentTranslationTask(TranslationTask):
         lenpen = float(getattr(generator, "len_penalty", 1.0))
         window = self.decoding_window(models)
         ni, target = sample["net_input"], sample.get("target")
-        with self.segment_length_limit(generator, ni["src_tokens"], window):
+        # [B, N]: every source sentence's own tokens (separators, </s>, language tokens not
+        # counted), for the segments' limits and the checks of their output below
+        src_lengths_all = seg.sentence_lengths(ni["src_tokens"], src_sep, self.src_dict.pad(), eos, src_start)
+        bounds_all = window.bounds(src_lengths_all) if window is not None else None
+        with self.segment_length_limit(generator, ni["src_tokens"], window, src_lengths_all):
             hypos = TranslationTask.inference_step(self, generator, models, sample)
         groups = [g.tolist() for g in sample[SEGMENT_SENTENCES]]
-        per_sentence, sources, targets = [], [], []
+        per_sentence, sources, targets, source_lengths = [], [], [], []
         reasons = dict.fromkeys(seg.MISALIGNMENTS, 0)
         for i, ids in enumerate(groups):
             src = seg.split_tokens(utils.strip_pad(ni["src_tokens"][i], pad), src_sep, eos)
@@ -1004,10 +1008,9 @@ class DocumentTranslationTask(TranslationTask):
             sources.extend(src)
             if target is not None:
                 targets.extend(seg.split_tokens(utils.strip_pad(target[i], pad), sep, eos))
-            src_lengths = [seg.sentence_length(t, src_start) for t in src]
-            bounds = None
-            if window is not None:
-                bounds = [b.tolist() for b in window.bounds(torch.tensor(src_lengths))]
+            src_lengths = src_lengths_all[i, :len(ids)].tolist()
+            source_lengths.extend(src_lengths)
+            bounds = None if bounds_all is None else [b[i, :len(ids)].tolist() for b in bounds_all]
             split = [seg.split_hypothesis(h, sep, eos, len(ids), lenpen) for h in hypos[i]]
             why = [seg.misalignment(s, src_lengths, bounds, tgt_start) for s in split]
             if not split or why[0] is not None:  # decoded again below, sentence by sentence
@@ -1034,7 +1037,7 @@ class DocumentTranslationTask(TranslationTask):
             for k, h in zip(todo, sub_hypos):
                 per_sentence[k] = [seg.without_separators(x, sep) for x in h]
                 still_empty += (seg.sentence_length(per_sentence[k][0]["tokens"], tgt_start) == 0
-                                and seg.sentence_length(sources[k], src_start) > 0)
+                                and source_lengths[k] > 0)
             logger.info(f"{fallbacks} of {len(groups)} segments of the batch decoded again sentence by "
                         f"sentence (misaligned: {_describe_reasons(reasons)})")
             if still_empty:
@@ -1052,7 +1055,8 @@ class DocumentTranslationTask(TranslationTask):
         return windows[0] if windows and all(w is not None and w == windows[0] for w in windows) else None
 
     @contextlib.contextmanager
-    def segment_length_limit(self, generator, src_tokens, window: Optional[seg.LengthWindow]):
+    def segment_length_limit(self, generator, src_tokens, window: Optional[seg.LengthWindow],
+                             lengths: Optional[torch.Tensor] = None):
         """Within the block, fairseq's ``generator`` ends no hypothesis of the batch of segments
         ``src_tokens`` before the sum of the length windows of its sentences plus its
         separators: each row's own limit (``int(max_len_a * its tokens + max_len_b)``,
@@ -1060,7 +1064,9 @@ class DocumentTranslationTask(TranslationTask):
         the generator's batch limit (from the batch's width) with it where the largest of them
         is above it (by raising ``max_len_b``; the model's positions still bound both).
         On data with language tokens each sentence's token counts beside its window.
-        Nothing changes without a ``window`` or for a generator without these limits."""
+        ``lengths``: the source sentences' lengths (:func:`~fairseq_docctx.data.segments.
+        sentence_lengths` of ``src_tokens``), if computed. Nothing changes without a ``window``
+        or for a generator without these limits."""
         b = getattr(generator, "max_len_b", None)
         a = getattr(generator, "max_len_a", None)
         if window is None or a is None or b is None or getattr(generator, "match_source_len", False):
@@ -1068,7 +1074,8 @@ class DocumentTranslationTask(TranslationTask):
             return
         pad, eos = self.src_dict.pad(), self.src_dict.eos()
         sep = self.src_dict.index(self.cfg.context_separator)
-        lengths = seg.sentence_lengths(src_tokens, sep, pad, eos, self.source_langtok())
+        if lengths is None:
+            lengths = seg.sentence_lengths(src_tokens, sep, pad, eos, self.source_langtok())
         n = src_tokens.eq(sep).sum(1, keepdim=True) + 1
         real = torch.arange(lengths.size(1), device=lengths.device).unsqueeze(0) < n
         need = (window.bounds(lengths)[1] * real).sum(1) + n.squeeze(1) - 1  # [B]

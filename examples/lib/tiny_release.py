@@ -104,13 +104,6 @@ def sp_release(root, sentences, family, vocab_size=120, hard_vocab_limit=True):
     return root, lambda s, lang: enc.encode(s)
 
 
-def moses_tokenizer(lang):
-    """fairseq's ``moses`` tokenizer of ``lang`` with its defaults."""
-    from fairseq.data.encoders.moses_tokenizer import MosesTokenizer, MosesTokenizerConfig
-
-    return MosesTokenizer(MosesTokenizerConfig(source_lang=lang))
-
-
 def learn_bpe(word_counts, merges):
     """A small BPE learner (Sennrich et al. 2016, Algorithm 1): codes ``((a, b), count)`` and
     each word's final segmentation (``</w>`` on the last symbol)."""
@@ -138,6 +131,8 @@ def bpe_release(root, codes_text, dict_text, merges=120, joined=False):
     sentences}; ``joined``: one dictionary of both languages in both files, as the
     ``joined-dict`` releases have). Returns (dir, segment(text, lang)); ``segment`` knows the
     words of ``codes_text``."""
+    from fairseq_docctx.data.pretrained import moses as moses_tokenizer  # fairseq's, with its defaults
+
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     moses = {lang: moses_tokenizer(lang) for lang in codes_text}

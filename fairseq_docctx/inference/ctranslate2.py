@@ -16,6 +16,7 @@ architecture, language pair, task settings with the context settings K, sides an
 The ``ctranslate2`` package is an optional dependency (``pip install
 fairseq_docctx[ctranslate2]``), imported only here and only when used.
 """
+import copy
 import json
 import math
 import os
@@ -302,7 +303,7 @@ def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] =
             seg_file = os.path.basename(text.segmentation_file)
             if not os.path.exists(os.path.join(tmp, seg_file)):
                 shutil.copyfile(text.segmentation_file, os.path.join(tmp, seg_file))
-            pretrained = json.loads(json.dumps(text.record))
+            pretrained = copy.deepcopy(text.record)
             pretrained["segmentation"] = dict(pretrained.get("segmentation") or {}, file=seg_file)
         task_cfg = _container(cfg)
         task_cfg.pop("data", None)

@@ -200,22 +200,29 @@ def count_flops(data_bin, name, size, batches):
     count_train_flops(train_args(data_bin, name, size), batches)
 
 
+def train_setup(argv):
+    """``(cfg, task)`` of ``fairseq-train argv`` as fairseq-train sets them up: the options
+    parsed, the user directory imported, the seed set, the task set up."""
+    from fairseq import options, tasks, utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    cfg = convert_namespace_to_omegaconf(
+        options.parse_args_and_arch(options.get_training_parser(), [str(a) for a in argv]))
+    utils.import_user_module(cfg.common)
+    utils.set_torch_seed(cfg.common.seed)
+    return cfg, tasks.setup_task(cfg.task)
+
+
 def count_train_flops(argv, batches):
     """Matrix-product FLOPs (forward + backward) per target word over the first ``batches``
     training steps of epoch 1 of ``fairseq-train argv``, taken by fairseq's own Trainer as
     fairseq-train sets it up (same options, seed and batches), and source words per target
     word, printed as ``FLOPS <per word> <src per tgt>``. Runs in its own process (a
     benchmark script's ``--count-flops`` worker, read by :func:`worker_flops`)."""
-    from fairseq import options, tasks, utils
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.trainer import Trainer
     from benchmarks.flops import flop_counter
 
-    cfg = convert_namespace_to_omegaconf(
-        options.parse_args_and_arch(options.get_training_parser(), [str(a) for a in argv]))
-    utils.import_user_module(cfg.common)
-    utils.set_torch_seed(cfg.common.seed)
-    task = tasks.setup_task(cfg.task)
+    cfg, task = train_setup(argv)
     trainer = Trainer(cfg, task, task.build_model(cfg.model), task.build_criterion(cfg.criterion))
     itr = trainer.get_train_iterator(epoch=1).next_epoch_itr(shuffle=True)
     counter, tgt, src = flop_counter(), 0, 0

@@ -112,28 +112,22 @@ def worker(name, data, max_tokens, step):
     """Build the model as fairseq-train does; count it; with ``step``, one training step.
     Prints one JSON line."""
     import torch
-    from fairseq import options, tasks, utils
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-    size = FAMILIES[name]
+    from benchmarks.bench_models import train_setup
+
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(
-        options.get_training_parser(), train_argv(data, size, max_tokens)))
-    utils.import_user_module(cfg.common)
-    utils.set_torch_seed(cfg.common.seed)
-    task = tasks.setup_task(cfg.task)
+    cfg, task = train_setup(train_argv(data, FAMILIES[name], max_tokens))
     out = {"family": name, "rows": len(task.source_dictionary), "base_gib": peak_gib()}
+    # built on the meta device (no memory) where it is only counted
+    with torch.device("cpu" if step else "meta"):
+        model = task.build_model(cfg.model)
+    out["params"] = sum(p.numel() for p in model.parameters())
     if not step:
-        with torch.device("meta"):
-            model = task.build_model(cfg.model)
-        out["params"] = sum(p.numel() for p in model.parameters())
         print("RESULT " + json.dumps(out), flush=True)
         return
     from fairseq.trainer import Trainer
     from fairseq_docctx.data import context_batch
 
-    model = task.build_model(cfg.model)
-    out["params"] = sum(p.numel() for p in model.parameters())
     trainer = Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
     out["built_gib"] = peak_gib()
     itr = trainer.get_train_iterator(epoch=1).next_epoch_itr(shuffle=False)

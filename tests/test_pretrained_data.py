@@ -221,8 +221,12 @@ def test_missing_or_malformed_release_files_one_line(corpus, releases, tmp_path,
          "language_pairs_small_models.txt:1: 'ende' is not a language pair"),
         (lambda d: (d / "bpecodes").write_text("a b 3\nc\n"), wmt, "bpecodes:2: not a BPE merge"),
         (lambda d: (d / "dict.de.txt").unlink(), wmt, "dict.de.txt: missing"),
-        (lambda d: ((d / "dict.en_XX.txt").unlink(), (d / "dict.de_DE.txt").rename(d / "dict.txt"),
-                    (d / "ML50_langs.txt").unlink()), mbart, "mBART-25 is not supported yet"),
+        # mBART-50 without its language list, and no dict.txt of mBART-25: neither family
+        (lambda d: (d / "ML50_langs.txt").unlink(), mbart, "not a known release layout"),
+        # mBART-25 without its dictionary
+        (lambda d: ((d / "dict.en_XX.txt").unlink(), (d / "ML50_langs.txt").unlink(),
+                    (d / "dict.de_DE.txt").rename(d / "dict.txt"), (d / "dict.txt").unlink()),
+         mbart, "not a known release layout"),
     ]
     for k, (edit, src, what) in enumerate(cases):
         broken = _broken(src, tmp_path / f"r{k}", edit)

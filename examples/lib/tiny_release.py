@@ -5,6 +5,7 @@ docs/recipes.md and docs/pretrained.md.
 
     python examples/lib/tiny_release.py wmt19 DIR --source FILE --target FILE [--updates N]
     python examples/lib/tiny_release.py nllb DIR --source FILE --target FILE [--updates N]
+    python examples/lib/tiny_release.py mbart25 DIR --source FILE --target FILE [--updates N]
 
 FILE: raw sentences, one a line (``<d>`` lines, document markers, are skipped), the two files
 line-aligned. DIR must not exist or be empty. The layouts (docs/pretrained.md):
@@ -18,12 +19,19 @@ line-aligned. DIR must not exist or be empty. The layouts (docs/pretrained.md):
   ``eng_Latn`` and ``deu_Latn``) and ``checkpoint.pt``, whose embeddings have a row per symbol
   of the dictionary, per language token ``__xxx_Xxxx__`` of ``langs.txt`` in its order, and
   per data-source tag (``<MINED_DATA>``, ``<MMT_BT_DATA>``, ``<SMT_BT_DATA>``), as the
-  ``nllb`` branch's task builds it.
+  ``nllb`` branch's task builds it;
+* ``mbart25``: mBART-25 (Liu et al. 2020, ``mbart.cc25``): ``sentence.bpe.model``, ``dict.txt``
+  (the pieces; no language tokens) and ``model.pt``, a ``bart`` model (``mbart_large`` at tiny
+  sizes) whose embeddings have a row per symbol of the dictionary, per language token
+  ``[xx_XX]`` of mBART-25's 25 languages in their order and one for ``<mask>``, without
+  ``decoder.output_projection.weight`` (as in the release, fairseq issue #1758).
 
-The checkpoint is a tiny fairseq ``transformer`` trained for a few updates by
-``fairseq-train --task translation`` on the sentences binarized with the release's own
-dictionary (for ``nllb`` with the language tokens first in every sentence, as
-``--encoder-langtok src --decoder-langtok`` puts them).
+The ``wmt19`` and ``nllb`` checkpoints are a tiny fairseq ``transformer`` trained for a few
+updates by ``fairseq-train --task translation`` on the sentences binarized with the release's
+own dictionary (for ``nllb`` with the language tokens first in every sentence, as
+``--encoder-langtok src --decoder-langtok`` puts them); the ``mbart25`` one is trained by
+``fairseq-train --task translation_from_pretrained_bart`` (en_XX -> de_DE), which places the
+language tokens as mBART-25's fine-tuning does.
 """
 import argparse
 import os
@@ -46,6 +54,7 @@ SP_LAYOUTS = {
     "nllb": ("sentencepiece.bpe.model", ["dictionary.txt"], "langs.txt", "ace_Arab,fra_Latn,eng_Latn,deu_Latn\n"),
     "mbart50": ("sentence.bpe.model", ["dict.en_XX.txt", "dict.de_DE.txt"], "ML50_langs.txt",
                 "ar_AR\nen_XX\ncs_CZ\nde_DE\n"),
+    "mbart25": ("sentence.bpe.model", ["dict.txt"], None, None),  # the languages: MBART25_LANGS
 }
 #: the data-source tags the NLLB task adds after the language tokens
 NLLB_TAGS = ("<MINED_DATA>", "<MMT_BT_DATA>", "<SMT_BT_DATA>")
@@ -100,7 +109,8 @@ def sp_release(root, sentences, family, vocab_size=120, hard_vocab_limit=True):
     pieces = [enc.encode(s) for s in sentences]
     for name in dict_names:
         fairseq_dictionary(pieces, root / name, padding_factor=8)
-    (root / langs_file).write_text(langs_text)
+    if langs_file:
+        (root / langs_file).write_text(langs_text)
     return root, lambda s, lang: enc.encode(s)
 
 
@@ -153,18 +163,29 @@ def bpe_release(root, codes_text, dict_text, merges=120, joined=False):
 # ------------------------------------------------------------------------------ the checkpoint
 
 
+#: ``fairseq-train`` with ``translation_from_pretrained_bart`` able to read its options: the
+#: task reads ``self.args``, which its dataclass-configured parent no longer sets (it keeps
+#: them as ``self.cfg``); nothing else is changed
+_TRAIN_BART = ("import sys; import fairseq.tasks.translation_from_pretrained_bart as t; "
+               "t.TranslationFromPretrainedBARTTask.args = property(lambda self: self.cfg); "
+               "from fairseq_cli.train import cli_main; sys.argv[0] = 'fairseq-train'; cli_main()")
+
+
 def _fairseq(module, args):
     """A fairseq command (``fairseq_cli.<module>``) in a subprocess; its log on failure."""
-    p = subprocess.run([sys.executable, "-m", f"fairseq_cli.{module}", *map(str, args)], capture_output=True,
-                       text=True)
+    args = [str(a) for a in args]
+    cmd = ([sys.executable, "-c", _TRAIN_BART] if module == "train" and "translation_from_pretrained_bart" in args
+           else [sys.executable, "-m", f"fairseq_cli.{module}"])
+    p = subprocess.run(cmd + args, capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"fairseq-{module} failed:\n{p.stdout[-2000:]}{p.stderr[-3000:]}")
 
 
-def train_checkpoint(dest, dictionary, src, tgt, source_lines, target_lines, updates=20, network=()):
-    """A tiny ``transformer`` trained ``updates`` updates by ``fairseq-train --task
-    translation`` on the lines (pieces, joined by spaces) binarized with ``dictionary`` (the
-    one file of both sides), saved as ``dest``."""
+def train_checkpoint(dest, dictionary, src, tgt, source_lines, target_lines, updates=20, network=(),
+                     model=("--task", "translation", "--arch", "transformer")):
+    """A tiny model (``model``: fairseq-train's task and architecture, a ``transformer`` by
+    default) trained ``updates`` updates on the lines (pieces, joined by spaces) binarized
+    with ``dictionary`` (the one file of both sides), saved as ``dest``."""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for lang, lines in ((src, source_lines), (tgt, target_lines)):
@@ -172,7 +193,7 @@ def train_checkpoint(dest, dictionary, src, tgt, source_lines, target_lines, upd
         _fairseq("preprocess", ["-s", src, "-t", tgt, "--srcdict", dictionary, "--tgtdict", dictionary,
                                 "--trainpref", tmp / "train", "--validpref", tmp / "train", "--destdir", tmp / "bin",
                                 "--workers", "1"])
-        _fairseq("train", [tmp / "bin", "--task", "translation", "--arch", "transformer", *TINY_NETWORK, *network,
+        _fairseq("train", [tmp / "bin", *model, *TINY_NETWORK, *network,
                            "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--max-update", updates,
                            "--cpu", "--num-workers", "0", "--save-dir", tmp / "ckpt", "--no-epoch-checkpoints",
                            "--no-save-optimizer-state", "--disable-validation", "--seed", "1",
@@ -215,6 +236,29 @@ def nllb_release(root, pairs, updates=20, vocab_size=500):
     return root
 
 
+def mbart25_release(root, pairs, updates=20, vocab_size=500):
+    """``sentence.bpe.model``, ``dict.txt`` and ``model.pt`` (a tiny ``mbart_large`` trained
+    by ``translation_from_pretrained_bart``, which adds the 25 language tokens and
+    ``<mask>`` to the dictionary and places ``[en_XX]``/``[de_DE]`` itself; its
+    ``decoder.output_projection.weight`` removed as in the release) of ``pairs``."""
+    import torch
+
+    from fairseq_docctx.data.pretrained import MBART25_LANGS
+
+    sents = [s for pair in pairs for s in pair]
+    root, segment = sp_release(root, sents, "mbart25", vocab_size=vocab_size, hard_vocab_limit=False)
+    train_checkpoint(root / "model.pt", root / "dict.txt", "en_XX", "de_DE", [segment(s, "en") for s, _ in pairs],
+                     [segment(t, "de") for _, t in pairs], updates,
+                     model=("--task", "translation_from_pretrained_bart", "--langs", ",".join(MBART25_LANGS),
+                            "--arch", "mbart_large", "--activation-fn", "gelu",
+                            # pre-norm, as mBART-25 was trained (mbart_large is post-norm unless told)
+                            "--encoder-normalize-before", "--decoder-normalize-before", "--layernorm-embedding"))
+    state = torch.load(root / "model.pt", map_location="cpu", weights_only=False)
+    state["model"].pop("decoder.output_projection.weight", None)
+    torch.save(state, root / "model.pt")
+    return root
+
+
 def read_pairs(source, target):
     """(source, target) sentence pairs of two line-aligned files; ``<d>`` lines skipped."""
     sides = []
@@ -234,7 +278,7 @@ def read_pairs(source, target):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="tiny_release.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("layout", choices=("wmt19", "nllb"))
+    parser.add_argument("layout", choices=("wmt19", "nllb", "mbart25"))
     parser.add_argument("dir")
     parser.add_argument("--source", required=True, help="English sentences, one a line")
     parser.add_argument("--target", required=True, help="German sentences, line-aligned")
@@ -244,7 +288,7 @@ def main(argv=None):
         if os.path.exists(args.dir) and (not os.path.isdir(args.dir) or os.listdir(args.dir)):
             raise ReleaseError(f"{args.dir}: exists and is not an empty folder")
         pairs = read_pairs(args.source, args.target)
-        make = wmt19_release if args.layout == "wmt19" else nllb_release
+        make = {"wmt19": wmt19_release, "nllb": nllb_release, "mbart25": mbart25_release}[args.layout]
         root = make(Path(args.dir), pairs, args.updates)
     except ReleaseError as e:
         sys.exit(f"tiny_release.py: error: {e}")

@@ -15,7 +15,10 @@ binarized data carries the pretrained model's own ids:
   (:class:`FastBPE`) after Moses tokenization (:func:`moses`, fairseq's own ``moses``
   tokenizer with its default options);
 * the **language tokens** of the families that prepend them to every sentence
-  (``translation_multi_simple_epoch --encoder-langtok src --decoder-langtok``).
+  (``translation_multi_simple_epoch --encoder-langtok src --decoder-langtok``), and those of
+  mBART-25, which ``translation_from_pretrained_bart`` places at the ends instead (placement
+  ``bart``: the source token after the source's ``</s>``, the target token as the decoder's
+  first input; the data folder's sentences carry none, the task places them).
 
 The families (:data:`FAMILIES`) and the files each release holds:
 
@@ -33,9 +36,10 @@ The families (:data:`FAMILIES`) and the files each release holds:
 ``mbart50``      mBART-50 fine-tuned (Tang et al. 2020): ``dict.{xx_XX}.txt`` (or ``dict.txt``),
                  ``sentence.bpe.model``, ``ML50_langs.txt`` (one language a line, in order);
                  tokens ``[en_XX]`` then ``<mask>``.
-
-mBART-25 (``mbart.cc25``: ``dict.txt`` + ``sentence.bpe.model`` without ``ML50_langs.txt``) is
-recognised and refused: its language token ends the sentence, which this module does not place.
+``mbart25``      mBART-25 (Liu et al. 2020), ``mbart.cc25``: ``dict.txt``, ``sentence.bpe.model``
+                 and no language file: the 25 languages of its pretraining in the order of
+                 fairseq's ``examples/mbart`` (``--langs ar_AR,cs_CZ,...``, :data:`MBART25_LANGS`);
+                 tokens ``[en_XX]`` then ``<mask>``, added by ``translation_from_pretrained_bart``.
 """
 import functools
 import os
@@ -44,11 +48,21 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .paths import file_sha1
 
-FAMILIES = ("transformer", "m2m100", "nllb", "mbart50")
-#: where a family puts its language tokens (None: it has none)
-PLACEMENT = {"transformer": None, "m2m100": "prepend", "nllb": "prepend", "mbart50": "prepend"}
+FAMILIES = ("transformer", "m2m100", "nllb", "mbart50", "mbart25")
+#: where a family puts its language tokens (None: it has none). ``prepend``: first in every
+#: source and target sentence (``translation_multi_simple_epoch --encoder-langtok src
+#: --decoder-langtok``), written into the data; ``bart``: the source token after the source's
+#: ``</s>`` and the target token as the decoder's first input (``translation_from_pretrained_bart``),
+#: placed by the task, not written into the data
+PLACEMENT = {"transformer": None, "m2m100": "prepend", "nllb": "prepend", "mbart50": "prepend",
+             "mbart25": "bart"}
 #: fairseq's language-token style of each family (multilingual_utils.LangTokStyle)
-LANG_TOK_STYLE = {"m2m100": "multilingual", "nllb": "multilingual", "mbart50": "mbart"}
+LANG_TOK_STYLE = {"m2m100": "multilingual", "nllb": "multilingual", "mbart50": "mbart", "mbart25": "mbart"}
+#: the languages of mBART-25's pretraining, in the order fairseq's ``examples/mbart`` gives them
+#: to ``--langs`` (the order its language tokens take in the dictionary; the release has no list)
+MBART25_LANGS = ("ar_AR", "cs_CZ", "de_DE", "en_XX", "es_XX", "et_EE", "fi_FI", "fr_XX", "gu_IN", "hi_IN",
+                 "it_IT", "ja_XX", "kk_KZ", "ko_KR", "lt_LT", "lv_LV", "my_MM", "ne_NP", "nl_XX", "ro_RO",
+                 "ru_RU", "si_LK", "tr_TR", "vi_VN", "zh_CN")
 #: the data-source tags the NLLB task adds after the language tokens
 #: (``--add-data-source-prefix-tags`` of fairseq's ``nllb`` branch)
 NLLB_DATA_SOURCE_TAGS = ("<MINED_DATA>", "<MMT_BT_DATA>", "<SMT_BT_DATA>")
@@ -258,8 +272,7 @@ def detect_family(d: str) -> str:
     if MBART50_LANGS in names:
         return "mbart50"
     if MBART_SPM in names and "dict.txt" in names:
-        raise PretrainedError(f"{os.path.join(d, MBART_SPM)}: an mBART-25 release (dict.txt + "
-                              f"{MBART_SPM}, no {MBART50_LANGS}): mBART-25 is not supported yet")
+        return "mbart25"
     if any(n.startswith("model_dict.") and n.endswith(".txt") for n in names):
         return "m2m100"
     if NLLB_DICT in names and NLLB_SPM in names:
@@ -269,7 +282,8 @@ def detect_family(d: str) -> str:
     raise PretrainedError(
         f"{d}: not a known release layout (transformer: dict.SRC.txt, dict.TGT.txt, {BPE_CODES}; "
         f"m2m100: {M2M_DICT}, {M2M_SPM}, language_pairs*.txt; nllb: {NLLB_DICT}, {NLLB_SPM}, "
-        f"{NLLB_LANGS}; mbart50: dict.xx_XX.txt, {MBART_SPM}, {MBART50_LANGS}); "
+        f"{NLLB_LANGS}; mbart50: dict.xx_XX.txt, {MBART_SPM}, {MBART50_LANGS}; mbart25: dict.txt, "
+        f"{MBART_SPM}); "
         "or give --pretrained-family")
 
 
@@ -378,12 +392,18 @@ def load_release(d: str, src: str, tgt: str, family: Optional[str] = None,
         r = Release(family, d, {src: dict_file, tgt: dict_file}, "sentencepiece",
                     _need(d, NLLB_SPM, "the SentencePiece model of NLLB-200"),
                     languages=read_language_list(os.path.join(d, lang_file)), lang_list_file=lang_file)
+    elif family == "mbart25":
+        dict_file = _need(d, "dict.txt", "the dictionary of mBART-25")
+        r = Release(family, d, {src: dict_file, tgt: dict_file}, "sentencepiece",
+                    _need(d, MBART_SPM, "the SentencePiece model of mBART-25"), languages=list(MBART25_LANGS))
     else:  # mbart50
         lang_file = _need(d, MBART50_LANGS, "the language list of mBART-50")
         r = Release(family, d, {}, "sentencepiece", _need(d, MBART_SPM, "the SentencePiece model of mBART-50"),
                     languages=read_language_list(os.path.join(d, lang_file)), lang_list_file=lang_file)
     if r.placement:
-        r.langtok_langs = _langtok_langs(r.languages, os.path.join(d, r.lang_list_file), (src, tgt), langs)
+        where = (os.path.join(d, r.lang_list_file) if r.lang_list_file
+                 else f"{d} (mBART-25's languages: {','.join(MBART25_LANGS)})")
+        r.langtok_langs = _langtok_langs(r.languages, where, (src, tgt), langs)
     if family == "mbart50":
         for lang in (src, tgt):
             name = f"dict.{r.langtok_langs[lang]}.txt"
@@ -411,16 +431,22 @@ class PretrainedText:
     * :meth:`decode`: pieces -> raw text (SentencePiece decoded; or ``@@ `` removed and Moses
       detokenized with the language's rules);
     * :attr:`source_langtok`, :attr:`target_langtok`: the symbols the family puts first in
-      every source and every target sentence (``None`` for ``transformer``)."""
+      every source and every target sentence (placement ``prepend``; else ``None``);
+    * :attr:`source_suffix`, :attr:`decoder_start`: mBART-25's tokens (placement ``bart``; else
+      ``None``), which the data's sentences do not carry: the source token follows the
+      encoder input's ``</s>``, the target token is the decoder's first input."""
 
     def __init__(self, data_dir: str, record: dict):
         self.data_dir = data_dir
         self.record = record
         self.family = record.get("family")
         langtok = record.get("langtok") or {}
-        prepend = langtok.get("placement") == "prepend"
+        self.placement = langtok.get("placement")
+        prepend, bart = self.placement == "prepend", self.placement == "bart"
         self.source_langtok = langtok.get("source") if prepend else None
         self.target_langtok = langtok.get("target") if prepend else None
+        self.source_suffix = langtok.get("source") if bart else None
+        self.decoder_start = langtok.get("target") if bart else None
         seg = record.get("segmentation") or {}
         self.kind = seg.get("kind")
         name = seg.get("file")

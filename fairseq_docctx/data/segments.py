@@ -440,14 +440,14 @@ def without_separators(hypo: Dict, separator: int) -> Dict:
 def sentence_lengths(tokens: torch.Tensor, separator: int, pad: int, eos: int,
                      start: Optional[int] = None) -> torch.Tensor:
     """``[B, N]``: the number of tokens of every sentence of every row of a batch of segments
-    ``tokens`` ``[B, S]`` (either padding side), separators, ``</s>`` and padding not
-    counted, nor ``start``, the token every sentence starts with where there is one (the
-    language token of data with language tokens); N is the most sentences of a row, a row's
-    columns past its own sentences are 0."""
+    ``tokens`` ``[B, S]`` (either padding side), separators, ``</s>``, what follows ``</s>``
+    (mBART-25's source language token) and padding not counted, nor ``start``, the token every
+    sentence starts with where there is one (the language token of data with language tokens);
+    N is the most sentences of a row, a row's columns past its own sentences are 0."""
     is_sep = tokens.eq(separator)
     seps = is_sep.long()
     sentence = seps.cumsum(1) - seps  # 0-based sentence of every token (a separator ends its own)
-    word = tokens.ne(pad) & ~is_sep & tokens.ne(eos)
+    word = tokens.ne(pad) & ~is_sep & tokens.eq(eos).long().cumsum(1).eq(0)
     if start is not None:
         word &= tokens.ne(start)
     n = int(seps.sum(1).max()) + 1 if tokens.numel() else 1

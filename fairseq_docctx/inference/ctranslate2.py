@@ -480,6 +480,8 @@ class CTranslate2Generator:
         self.tgt_words = _vocabulary(tgt_dict)
         self.tgt_index = {w: i for i, w in enumerate(self.tgt_words)}
         self.eos_word = self.tgt_words[tgt_dict.eos()]
+        #: the decoder's start token of the search under way (fairseq's </s>, or its ``bos_token``)
+        self.start_word = self.eos_word
         # CTranslate2's length penalty: fairseq's, or one too small to change a float32
         # score where fairseq's is 0 (CTranslate2's stopping rule needs one other than 0)
         self.ct2_lenpen = self.lenpen if self.lenpen != 0 else 1e-12
@@ -494,11 +496,13 @@ class CTranslate2Generator:
         return min(int(self.max_len_a * source_length + self.max_len_b), self.max_target_positions - 1)
 
     @torch.no_grad()
-    def generate(self, models, sample, prefix_tokens=None, constraints=None, **unused):
+    def generate(self, models, sample, prefix_tokens=None, constraints=None, bos_token=None, **unused):
         """``prefix_tokens`` ``[B, k]``: the first output tokens of every row, forced as
         fairseq's generator forces them (the target language token of data with language
         tokens): they are the first tokens of each translation, scored and counted in its
-        length and limit."""
+        length and limit. ``bos_token``: the decoder's start token in place of ``</s>``, as
+        fairseq's generator takes it (mBART-25's target language token)."""
+        self.start_word = self.tgt_words[bos_token] if bos_token is not None else self.eos_word
         if constraints is not None:
             raise ValueError("the ctranslate2 engine takes no constraints")
         ni = sample["net_input"]
@@ -526,7 +530,7 @@ class CTranslate2Generator:
                         for p, room in zip(self._rows(packed, self.tgt_words, tpad), rooms)]
         # the target prefix: the context, then fairseq's start token; CTranslate2 takes its
         # first token as the decoder's start and returns the rest before the translation
-        targets = [p + [self.eos_word] for p in prefixes]
+        targets = [p + [self.start_word] for p in prefixes]
         forced = [[] for _ in range(B)]
         if prefix_tokens is not None:
             forced = self._rows(prefix_tokens.cpu(), self.tgt_words, tpad)
@@ -615,7 +619,8 @@ class CTranslate2Generator:
 
         EOS is kept out of each row's first step: the minimum length counts from the first
         token of the prefix, so after a prefix the sequence ``</s> </s>`` is suppressed (the
-        prefix ends with the start token ``</s>``); a minimum length above one is searched
+        prefix ends with the start token ``</s>``, or the ``bos_token`` given to :meth:`generate`:
+        then that token followed by ``</s>``); a minimum length above one is searched
         apart per prefix length."""
         own = [c + n + 1 for c, n in zip(cut, limits)]
         groups = {}
@@ -661,7 +666,7 @@ class CTranslate2Generator:
             [sources[i] for i in rows], target_prefix=[targets[i] for i in rows], beam_size=self.beam,
             patience=float(patience), num_hypotheses=self.beam * patience, length_penalty=self.ct2_lenpen,
             max_decoding_length=max_length, min_decoding_length=self._min_length(cut[rows[0]]),
-            suppress_sequences=[[self.eos_word, self.eos_word]] if self.min_len > 0 else None,
+            suppress_sequences=[[self.start_word, self.eos_word]] if self.min_len > 0 else None,
             return_scores=True, return_end_token=True, disable_unk=self.disable_unk, max_input_length=0,
         )
         eos = self.tgt_dict.eos()

@@ -116,7 +116,9 @@ class DraftTranslator:
             sample = utils.move_to_cuda(sample, device=self.device)
         # the target language token first on data with language tokens (the task's prefix)
         prefix = getattr(self.task, "langtok_prefix", lambda s: None)(sample)
-        hypos = self.generator.generate([self.model], sample, prefix_tokens=prefix)
+        search = getattr(self.task, "search", None)  # the task's placing of mBART-25's tokens
+        hypos = (search(self.generator, [self.model], sample, prefix_tokens=prefix) if search is not None
+                 else self.generator.generate([self.model], sample, prefix_tokens=prefix))
         order = sample["id"].tolist()
         out = {i: h[0]["tokens"].int().cpu() for i, h in zip(order, hypos)}
         if len(out) != len(batch):

@@ -449,7 +449,8 @@ class GTransformerModel(SegmentModelMixin, TransformerModel):
         self.doc_noise_mask = float(getattr(args, "doc_noise_mask", 0.0) or 0.0)
         self.doc_noise_epochs = int(getattr(args, "doc_noise_epochs", 0) or 0)
         self.epoch = 1  # fairseq counts epochs from 1; the task sets it (set_epoch)
-
+        #: the data's language tokens, never masked (set by the task: set_language_tokens)
+        self.language_tokens: Tuple[int, ...] = ()
 
     def copy_group_to_global(self):
         """Every global attention starts as a copy of its layer's group attention."""
@@ -457,6 +458,12 @@ class GTransformerModel(SegmentModelMixin, TransformerModel):
             if isinstance(m, GroupAttention) and m.combined:
                 own = {k: v for k, v in m.state_dict().items() if not k.startswith(("global_attn.", "gate."))}
                 m.global_attn.load_state_dict(own)
+
+    def set_language_tokens(self, tokens) -> None:
+        """The indices of the data's language tokens (of a pretrained release's data), which
+        the word masking of ``--doc-noise-mask`` leaves as they are: the authors' noise skips
+        the symbols their mBART task appends (``naddition``)."""
+        self.language_tokens = tuple(int(t) for t in tokens)
 
     def set_epoch(self, epoch: int):
         """The training epoch (fairseq's, from 1), which decides ``--doc-noise-epochs``; the
@@ -473,9 +480,11 @@ class GTransformerModel(SegmentModelMixin, TransformerModel):
     def add_doc_noise(self, tokens: Tensor, dictionary, sep_idx: int) -> Tensor:
         """``tokens`` with each word (not a special symbol, not the separator, so the group
         tags are unchanged) replaced by ``<mask>`` (``<unk>`` without one) with probability
-        ``--doc-noise-mask``."""
+        ``--doc-noise-mask``; the language tokens (:meth:`set_language_tokens`) are kept."""
         mask_idx = dictionary.indices.get("<mask>", dictionary.unk())
         word = tokens.ge(dictionary.nspecial) & tokens.ne(sep_idx) & tokens.ne(mask_idx)
+        for tok in self.language_tokens:
+            word &= tokens.ne(tok)
         drop = torch.rand(tokens.shape, device=tokens.device) < self.doc_noise_mask
         return tokens.masked_fill(word & drop, mask_idx)
 

@@ -22,7 +22,7 @@ import contextlib
 import logging
 import os
 import re
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
@@ -358,6 +358,63 @@ class DocumentTranslationTask(TranslationTask):
             raise UsageError(f"{self.cfg.data}: the {side} dictionary has no language token "
                              f"{symbol} (its docctx.json names it): prepare the data again")
         return d.index(symbol)
+
+    def bart_langtoks(self) -> Optional[Tuple[int, int]]:
+        """mBART-25's ``(source token, target token)`` indices on data of an ``mbart25``
+        release (placement ``bart``, as fairseq's ``translation_from_pretrained_bart`` places
+        them: the source token after the encoder input's ``</s>``, the target token as the
+        decoder's first input), else ``None``. The data's sentences do not carry them:
+        :meth:`place_langtoks` puts them into each batch the model reads."""
+        text = self.pretrained_text
+        if text is None or text.placement != "bart":
+            return None
+        return (self._langtok_index(text.source_suffix, self.src_dict, "source"),
+                self._langtok_index(text.decoder_start, self.tgt_dict, "target"))
+
+    def language_token_ids(self) -> Tuple[int, ...]:
+        """The indices of the language tokens the data's sentences or the task's batches carry
+        (:meth:`source_langtok`, :meth:`target_langtok`, :meth:`bart_langtoks`); empty on data
+        without them."""
+        toks = [self.source_langtok(), self.target_langtok(), *(self.bart_langtoks() or ())]
+        return tuple(sorted({t for t in toks if t is not None}))
+
+    def place_langtoks(self, sample):
+        """``sample`` as the model reads it on mBART-25 data (:meth:`bart_langtoks`): a copy
+        whose encoder input ends ``</s> [src]`` (``src_tokens`` one column wider,
+        ``src_lengths`` one more) and whose decoder input starts with ``[tgt]`` instead of
+        ``</s>``; on other data ``sample`` itself. The context sentences HAN, QCN and MHT
+        encode apart are left as they are (mBART-25 places its token in the input the
+        encoder translates)."""
+        toks = self.bart_langtoks()
+        if toks is None or sample is None or "net_input" not in sample:
+            return sample
+        src_tok, tgt_tok = toks
+        ni = dict(sample["net_input"])
+        src, lengths = ni["src_tokens"], ni["src_lengths"]
+        wide = src.new_full((src.size(0), src.size(1) + 1), self.src_dict.pad())
+        wide[:, :src.size(1)] = src
+        if self.cfg.left_pad_source:
+            wide[:, -1] = src_tok
+        else:
+            wide[torch.arange(src.size(0), device=src.device), lengths] = src_tok
+        ni["src_tokens"], ni["src_lengths"] = wide, lengths + 1
+        prev = ni.get("prev_output_tokens")
+        if prev is not None:
+            prev = prev.clone()
+            prev[:, 0] = tgt_tok
+            ni["prev_output_tokens"] = prev
+        return {**sample, "net_input": ni}
+
+    def search(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        """fairseq's ``inference_step`` (``generator.generate``) on the batch as the model
+        reads it (:meth:`place_langtoks`); on mBART-25 data the search starts from the target
+        language token (``bos_token``), as ``translation_from_pretrained_bart`` starts it."""
+        toks = self.bart_langtoks()
+        if toks is None:
+            return TranslationTask.inference_step(self, generator, models, sample, prefix_tokens, constraints)
+        with torch.no_grad():
+            return generator.generate(models, self.place_langtoks(sample), prefix_tokens=prefix_tokens,
+                                      constraints=constraints, bos_token=toks[1])
 
     def langtok_prefix(self, sample) -> Optional[torch.Tensor]:
         """The forced first output token of every row of ``sample``: the target language token
@@ -732,6 +789,8 @@ class DocumentTranslationTask(TranslationTask):
         if dc.reads_context(model):  # the K it reads, where the hub and generation read it
             model.declare_context(model.context_sides, k)
         self.model_spec = dc.context_spec(model)
+        if hasattr(model, "set_language_tokens"):  # kept out of g_transformer's word masking
+            model.set_language_tokens(self.language_token_ids())
         if self.uses_context and not self.model_spec.reads_context:
             logger.info(
                 f"{model.__class__.__name__} does not read document context: it is "
@@ -873,11 +932,12 @@ class DocumentTranslationTask(TranslationTask):
             raise UsageError(f"{model.__class__.__name__} packs its training output (real "
                              "target positions only): --ignore-prefix-size is not supported")
         return super().train_step(
-            dc.sample_for_model(sample, model), model, criterion, optimizer, update_num, ignore_grad
+            self.place_langtoks(dc.sample_for_model(sample, model)), model, criterion, optimizer, update_num,
+            ignore_grad
         )
 
     def valid_step(self, sample, model, criterion):
-        return super().valid_step(dc.sample_for_model(sample, model), model, criterion)
+        return super().valid_step(self.place_langtoks(dc.sample_for_model(sample, model)), model, criterion)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         """Beam search; in document-order inference (``--target-context hypothesis``) the
@@ -901,17 +961,13 @@ class DocumentTranslationTask(TranslationTask):
         if from_hypotheses and len(models) == 1 and dc.context_spec(models[0]).caches:
             cacher = models[0].document_cache_entries
         if not self.hypothesis_context:  # batches are length-sorted: nothing to do
-            return super().inference_step(
-                generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
-            )
+            return self.search(generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints)
         if from_hypotheses:
             sample = self.with_hypothesis_context(sample, with_cache=cacher is not None)
         # one search for the whole position batch: every row ends at its own length limit
         # (:mod:`~fairseq_docctx.tasks.length_limits`), whatever the lengths beside it
         with _captured_encoder_out(generator if cacher is not None else None) as captured:
-            hypos = super().inference_step(
-                generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
-            )
+            hypos = self.search(generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints)
         entries = [None] * len(hypos)
         if cacher is not None:
             entries = cacher({**sample, dc.ENCODER_OUT: captured[0]} if captured else sample, hypos)
@@ -996,7 +1052,7 @@ class DocumentTranslationTask(TranslationTask):
         src_lengths_all = seg.sentence_lengths(ni["src_tokens"], src_sep, self.src_dict.pad(), eos, src_start)
         bounds_all = window.bounds(src_lengths_all) if window is not None else None
         with self.segment_length_limit(generator, ni["src_tokens"], window, src_lengths_all):
-            hypos = TranslationTask.inference_step(self, generator, models, sample)
+            hypos = self.search(generator, models, sample)
         groups = [g.tolist() for g in sample[SEGMENT_SENTENCES]]
         per_sentence, sources, targets, source_lengths = [], [], [], []
         reasons = dict.fromkeys(seg.MISALIGNMENTS, 0)
@@ -1032,7 +1088,7 @@ class DocumentTranslationTask(TranslationTask):
                 },
             }
             with self.segment_length_limit(generator, sub_tokens, window):
-                sub_hypos = TranslationTask.inference_step(self, generator, models, sub)
+                sub_hypos = self.search(generator, models, sub)
             still_empty = 0
             for k, h in zip(todo, sub_hypos):
                 per_sentence[k] = [seg.without_separators(x, sep) for x in h]

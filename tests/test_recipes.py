@@ -910,7 +910,7 @@ def test_es_en_scores_tokenized_bleu_lowercased_and_results_say_how(tmp_path, st
 
 # ------------------------------------------------------------------------------ pretrained (examples/pretrained)
 
-PRETRAINED_MODELS = ["wmt19-concat", "wmt19-g-transformer", "nllb-concat"]
+PRETRAINED_MODELS = ["wmt19-concat", "wmt19-g-transformer", "nllb-concat", "mbart25-g-transformer"]
 
 
 def _maruf_files(root):
@@ -923,50 +923,53 @@ def _maruf_files(root):
     return root
 
 
-def test_pretrained_refuses_mbart25_and_unknown_models_before_any_step(tmp_path):
-    for models, line in [("wmt19-concat,mbart25-g-transformer",
-                          "pretrained: error: MODELS: mbart25-g-transformer: mBART-25 is not supported yet "
-                          "(its language token ends the sentence; docs/pretrained.md)"),
-                         ("nllb-g-transformer", "pretrained: error: MODELS: no model 'nllb-g-transformer' "
-                                                "(wmt19-concat, wmt19-g-transformer, nllb-concat)")]:
+def test_pretrained_refuses_unknown_models_before_any_step(tmp_path):
+    for models, line in [("nllb-g-transformer", "pretrained: error: MODELS: no model 'nllb-g-transformer' "
+                                                "(wmt19-concat, wmt19-g-transformer, nllb-concat, "
+                                                "mbart25-g-transformer)")]:
         rc, out = _recipe("pretrained", tmp_path, SMOKE="1", MODELS=models)
         assert rc == 2 and out.rstrip().splitlines()[-1] == line, out
         assert "(log:" not in out and "Traceback" not in out, out
 
 
 def test_pretrained_fine_tunes_with_the_papers_settings(tmp_path, stub_tools):
-    """examples/pretrained/run.sh's wiring on releases already on disk (WMT19_DIR, NLLB_DIR):
-    one data folder per release (NLLB's with its language codes), each model started from its
-    release's checkpoint with the fine-tuning settings of Bao et al. (2021)'s run-mbart.sh (WMT19)
-    or the NLLB Team's configuration (NLLB), an update of their tokens, decoded with beam 5."""
-    wmt, nllb = tmp_path / "wmt19", tmp_path / "nllb"
-    for d, f in ((wmt, "model.pt"), (nllb, "checkpoint.pt")):
+    """examples/pretrained/run.sh's wiring on releases already on disk (WMT19_DIR, NLLB_DIR,
+    MBART25_DIR): one data folder per release (NLLB's with its language codes), each model
+    started from its release's checkpoint with the fine-tuning settings of Bao et al. (2021)'s
+    run-mbart.sh (WMT19, mBART-25) or the NLLB Team's configuration (NLLB), an update of their
+    tokens, decoded with beam 5."""
+    wmt, nllb, mbart = tmp_path / "wmt19", tmp_path / "nllb", tmp_path / "mbart25"
+    for d, f in ((wmt, "model.pt"), (nllb, "checkpoint.pt"), (mbart, "model.pt")):
         d.mkdir()
         (d / f).write_text("stub")
     rc, out, calls = _stub_recipe("pretrained", tmp_path, stub_tools, DATA=str(_maruf_files(tmp_path / "maruf")),
-                                  WMT19_DIR=str(wmt), NLLB_DIR=str(nllb))
+                                  WMT19_DIR=str(wmt), NLLB_DIR=str(nllb), MBART25_DIR=str(mbart))
     assert rc == 0, out[-4000:]
     work = tmp_path / "work"
     prepare = {c.split("--destdir ")[1].split()[0]: c for c in calls if c.startswith("docctx-prepare ")}
-    assert set(prepare) == {str(work / "data-bin" / "wmt19"), str(work / "data-bin" / "nllb")}, calls
+    assert set(prepare) == {str(work / "data-bin" / f) for f in ("wmt19", "nllb", "mbart25")}, calls
+    assert f"--pretrained {mbart} " in prepare[str(work / "data-bin" / "mbart25")]
+    assert "--pretrained-langs" not in prepare[str(work / "data-bin" / "mbart25")]  # en_XX, de_DE found
     assert f"--pretrained {wmt} " in prepare[str(work / "data-bin" / "wmt19")]
     assert "--pretrained-langs" not in prepare[str(work / "data-bin" / "wmt19")]
     assert f"--pretrained {nllb} --pretrained-langs eng_Latn,deu_Latn " in prepare[str(work / "data-bin" / "nllb")]
     train = {c.split("--save-dir ")[1].split()[0].rsplit("/", 1)[1]: c + " " for c in calls
              if c.startswith("fairseq-train ")}
     assert set(train) == set(PRETRAINED_MODELS), calls
-    bao = ["--lr 3e-5 ", "--lr-scheduler polynomial_decay ", "--warmup-updates 2500 ", "--total-num-update 1000000 ",
-           "--label-smoothing 0.2 ", "--dropout 0.3 ", "--attention-dropout 0.1 ", "--adam-eps 1e-06 ",
-           "--max-tokens 2048 --update-freq 8 ", "--patience 5 ", f"--init-from-pretrained {wmt}/model.pt ",
-           f"{work}/data-bin/wmt19 "]
+    bao_settings = ["--lr 3e-5 ", "--lr-scheduler polynomial_decay ", "--warmup-updates 2500 ",
+                    "--total-num-update 1000000 ", "--label-smoothing 0.2 ", "--dropout 0.3 ", "--attention-dropout 0.1 ",
+                    "--adam-eps 1e-06 ", "--max-tokens 2048 --update-freq 8 ", "--patience 5 "]
+    bao = bao_settings + [f"--init-from-pretrained {wmt}/model.pt ", f"{work}/data-bin/wmt19 "]
+    g_transformer = ["--arch g_transformer ", "--doc-mode segments ", "--max-segment-tokens 512 ",
+                     "--encoder-ctxlayers 2 ", "--global-attn-init random "]
     nllb_ft = ["--lr 5e-5 ", "--lr-scheduler inverse_sqrt ", "--warmup-updates 10 ", "--warmup-init-lr 1e-07 ",
                "--label-smoothing 0.1 ", "--dropout 0.1 ", "--attention-dropout 0.1 ",
                "--max-tokens 4000 --update-freq 4 ", f"--init-from-pretrained {nllb}/checkpoint.pt ",
                f"{work}/data-bin/nllb "]
     for name, has in (("wmt19-concat", bao + ["--arch concat_transformer ", "--context-size 1 "]),
-                      ("wmt19-g-transformer", bao + ["--arch g_transformer ", "--doc-mode segments ",
-                                                     "--max-segment-tokens 512 ", "--encoder-ctxlayers 2 ",
-                                                     "--global-attn-init random "]),
+                      ("wmt19-g-transformer", bao + g_transformer),
+                      ("mbart25-g-transformer", bao_settings + g_transformer + [
+                          f"--init-from-pretrained {mbart}/model.pt ", f"{work}/data-bin/mbart25 "]),
                       ("nllb-concat", nllb_ft + ["--arch concat_transformer ", "--context-size 1 "])):
         missing = [flag for flag in has if flag not in train[name]]
         assert not missing, (name, missing, train[name])
@@ -974,10 +977,11 @@ def test_pretrained_fine_tunes_with_the_papers_settings(tmp_path, stub_tools):
         assert not any(f in train[name] for f in ("--encoder-layers", "--encoder-embed-dim", "--doc-noise-mask")), \
             train[name]
     gen = [c for c in calls if c.startswith("fairseq-generate ")]
-    assert len(gen) == 3 and all("--beam 5 " in c and "--scoring sacrebleu" in c for c in gen), gen
+    assert len(gen) == 4 and all("--beam 5 " in c and "--scoring sacrebleu" in c for c in gen), gen
     results = (work / "results.md").read_text()
     assert all(f"| {name} |" in results for name in PRETRAINED_MODELS), results
     assert f"the release in {wmt} (WMT19_DIR)" in results and f"the release in {nllb} (NLLB_DIR)" in results
+    assert f"the release in {mbart} (MBART25_DIR)" in results
 
 
 def test_pretrained_downloads_are_recorded_or_checked(tmp_path):
@@ -1009,12 +1013,15 @@ def test_pretrained_downloads_are_recorded_or_checked(tmp_path):
     assert rc == 2 and "step unpack-wmt19 failed" in out, out  # 'wrong' is no archive
     assert f"{wrong}  {work / 'downloads' / 'wmt19.en-de.joined-dict.single_model.tar.gz'}" in \
         (work / "downloads.sha256").read_text().splitlines()
+    rc, out = _recipe("pretrained", tmp_path, DATA=str(data), PATH=path, MODELS="mbart25-g-transformer")
+    assert "https://dl.fbaipublicfiles.com/fairseq/models/mbart/mbart.cc25.v2.tar.gz" in (bin_ / "urls").read_text()
+    assert rc == 2 and "step unpack-mbart25 failed" in out, out
 
 
 @needs_data
 @pytest.mark.slow  # about 2 minutes (130 s on 2 shared cores): make test-all
 def test_pretrained_smoke(tmp_path):
-    """examples/pretrained/run.sh with SMOKE=1: tiny releases in the WMT19 and NLLB layouts
+    """examples/pretrained/run.sh with SMOKE=1: tiny releases in the WMT19, NLLB and mBART-25 layouts
     (examples/lib/tiny_release.py) -> docctx-prepare --pretrained -> fairseq-train
     --init-from-pretrained -> fairseq-generate -> docctx-score -> results.md: the weights are
     loaded (the separator's rows grown), every test sentence is translated once, the output text
@@ -1025,9 +1032,10 @@ def test_pretrained_smoke(tmp_path):
     _check_smoke(work, out, PRETRAINED_MODELS, ["bleu", "d-bleu"])
     results = (work / "results.md").read_text()
     assert "Segment models (trained and decoded on segments of at most 512 tokens" in results, results
-    assert all(f"a tiny local release in the {fam} layout" in results for fam in ("wmt19", "nllb")), results
+    assert all(f"a tiny local release in the {fam} layout" in results for fam in ("wmt19", "nllb", "mbart25")), results
     refs = [ln for ln in (work / "smoke-data" / "test.de").read_text().splitlines() if ln.strip() != "<d>"]
-    ckpt = {"wmt19": work / "releases" / "wmt19" / "model.pt", "nllb": work / "releases" / "nllb" / "checkpoint.pt"}
+    ckpt = {"wmt19": work / "releases" / "wmt19" / "model.pt", "nllb": work / "releases" / "nllb" / "checkpoint.pt",
+            "mbart25": work / "releases" / "mbart25" / "model.pt"}
     for name in PRETRAINED_MODELS:
         gen = (work / "generate" / name / "generate-test.txt").read_text()
         for kind in ("H", "D", "T"):
@@ -1040,10 +1048,12 @@ def test_pretrained_smoke(tmp_path):
             pattern = ".+?".join(re.escape(re.sub(r"\s", "", part)) for part in ref.split("<<unk>>"))
             assert re.fullmatch(pattern, re.sub(r"\s", "", refs[int(i)])), (name, i, ref, refs[int(i)])
         texts = re.findall(r"^[DT]-\d+\t(?:\S*\t)?(.*)$", gen, re.M)
-        for bad in ("__deu_Latn__", "__eng_Latn__", "<MINED_DATA>", "@@ ", "\u2581", "&apos;", "&quot;"):
+        for bad in ("__deu_Latn__", "__eng_Latn__", "<MINED_DATA>", "[de_DE]", "[en_XX]", "@@ ", "\u2581", "&apos;",
+                    "&quot;"):
             assert not any(bad in t for t in texts), (name, bad)
         log = (work / "logs" / f"train-{name}.log").read_text()
-        m = re.search(r"initialised from (\S+) \(--init-from-pretrained, transformer\): (\d+) loaded, (\d+) grown, "
+        m = re.search(r"initialised from (\S+) \(--init-from-pretrained, (?:transformer|bart)\): (\d+) loaded, "
+                      r"(\d+) grown, "
                       r"(\d+) new, 0 left out", log)
         assert m and m.group(1) == str(ckpt[name.split("-")[0]]), log[-3000:]
         assert int(m.group(2)) > 0 and int(m.group(3)) >= 1, m.group(0)  # the separator's rows are new

@@ -11,19 +11,20 @@
 #   wmt19-concat           WMT19 En->De single model (Ng et al. 2019) -> concat_transformer
 #   wmt19-g-transformer    the same release -> g_transformer on segments (Bao et al. 2021)
 #   nllb-concat            NLLB-200 distilled 600M (NLLB Team 2022) -> concat_transformer
-#   mbart25-g-transformer  refused: mBART-25 (the G-Transformer authors' run-mbart.sh) is not
-#                          supported yet (docs/pretrained.md)
+#   mbart25-g-transformer  mBART-25 (Liu et al. 2020) -> g_transformer on segments, as the
+#                          G-Transformer authors' run-mbart.sh (Bao et al. 2021)
 #
 # Settings (environment variables, defaults in brackets; [full / SMOKE] where they differ):
-#   MODELS [wmt19-concat,wmt19-g-transformer,nllb-concat]  METRICS [bleu,d-bleu]
+#   MODELS [wmt19-concat,wmt19-g-transformer,nllb-concat,mbart25-g-transformer]  METRICS [bleu,d-bleu]
 #   data (examples/lib/maruf-ende.sh): DATA [../shared/data/maruf-ende] MAX_LEN [250]
 #     MAX_LEN_RATIO [3] SMOKE_TRAIN_DOCS [6] SMOKE_VALID_DOCS [1] SMOKE_TEST_DOCS [2]
-#   releases: WMT19_DIR, NLLB_DIR [empty: downloaded into DOWNLOADS / SMOKE: tiny releases made
-#     by examples/lib/tiny_release.py; a folder: the release already there, in its layout]
-#     WMT19_SHA256, NLLB_CHECKPOINT_SHA256, NLLB_DICTIONARY_SHA256, NLLB_SPM_SHA256 [empty: no
+#   releases: WMT19_DIR, NLLB_DIR, MBART25_DIR [empty: downloaded into DOWNLOADS / SMOKE: tiny
+#     releases made by examples/lib/tiny_release.py; a folder: the release already there, in its
+#     layout] WMT19_SHA256, NLLB_CHECKPOINT_SHA256, NLLB_DICTIONARY_SHA256, NLLB_SPM_SHA256,
+#     MBART25_SHA256 [empty: no
 #     checksum is published; the sha256 of what was downloaded is recorded in
 #     WORK/downloads.sha256: set these to pin it] SMOKE_RELEASE_UPDATES [20]
-#   from WMT19 (Bao et al. 2021's fine-tuning of a pretrained model, run-mbart.sh):
+#   from WMT19 and mBART-25 (Bao et al. 2021's fine-tuning of mBART-25, run-mbart.sh):
 #     PT_DROPOUT [0.3] PT_ATTENTION_DROPOUT [0.1] PT_LR [3e-5 / 3e-3] PT_WARMUP [2500 / 5]
 #     PT_TOTAL_UPDATES [1000000] PT_LABEL_SMOOTHING [0.2] PT_MAX_TOKENS [2048 / 1000]
 #     PT_BATCHES [8: 4 GPUs x --update-freq 2 / 1] GT_CTXLAYERS [2 / 1]
@@ -43,12 +44,11 @@ source "$(dirname "$0")/../lib/recipe.sh"
 source "$RECIPE_LIB/models.sh"
 source "$RECIPE_LIB/maruf-ende.sh"
 recipe_init pretrained
-setting MODELS wmt19-concat,wmt19-g-transformer,nllb-concat
+setting MODELS wmt19-concat,wmt19-g-transformer,nllb-concat,mbart25-g-transformer
 for name in ${MODELS//,/ }; do
   case $name in
-    wmt19-concat|wmt19-g-transformer|nllb-concat) ;;
-    mbart25-g-transformer) die "MODELS: mbart25-g-transformer: mBART-25 is not supported yet (its language token ends the sentence; docs/pretrained.md)" ;;
-    *) die "MODELS: no model '$name' (wmt19-concat, wmt19-g-transformer, nllb-concat)" ;;
+    wmt19-concat|wmt19-g-transformer|nllb-concat|mbart25-g-transformer) ;;
+    *) die "MODELS: no model '$name' (wmt19-concat, wmt19-g-transformer, nllb-concat, mbart25-g-transformer)" ;;
   esac
 done
 setting METRICS bleu,d-bleu
@@ -60,10 +60,12 @@ setting SMOKE_VALID_DOCS 1
 setting SMOKE_TEST_DOCS 2
 setting WMT19_DIR ""
 setting NLLB_DIR ""
+setting MBART25_DIR ""
 setting WMT19_SHA256 ""
 setting NLLB_CHECKPOINT_SHA256 ""
 setting NLLB_DICTIONARY_SHA256 ""
 setting NLLB_SPM_SHA256 ""
+setting MBART25_SHA256 ""
 setting SMOKE_RELEASE_UPDATES 20
 setting PT_DROPOUT 0.3
 setting PT_ATTENTION_DROPOUT 0.1
@@ -94,13 +96,13 @@ _pt_batch() {  # BATCH BATCHES: PER_GPU and UF (models.sh's _per_gpu) that keep 
   BATCHES_PER_UPDATE=$keep
 }
 _pt_batch "$PT_MAX_TOKENS" "$PT_BATCHES"
-RECIPE_NOTES+=("one update (wmt19 rows): $(_train_gpus) process(es) x update-freq $UF x $PER_GPU tokens (PT_BATCHES $PT_BATCHES x PT_MAX_TOKENS $PT_MAX_TOKENS; Bao et al.'s run-mbart.sh: 4 GPUs x update-freq 2 x 2048)")
+RECIPE_NOTES+=("one update (wmt19 and mbart25 rows): $(_train_gpus) process(es) x update-freq $UF x $PER_GPU tokens (PT_BATCHES $PT_BATCHES x PT_MAX_TOKENS $PT_MAX_TOKENS; Bao et al.'s run-mbart.sh: 4 GPUs x update-freq 2 x 2048)")
 _pt_batch "$NLLB_MAX_TOKENS" "$NLLB_BATCHES"
 RECIPE_NOTES+=("one update (nllb rows): $(_train_gpus) process(es) x update-freq $UF x $PER_GPU tokens (NLLB_BATCHES $NLLB_BATCHES x NLLB_MAX_TOKENS $NLLB_MAX_TOKENS; the NLLB Team's fine-tuning: 64 GPUs x 250)")
 recipe_settings
 SRC=en TGT=de
 PAPER_SCORES=$REPO/examples/pretrained/paper-scores.tsv
-SEGMENT_MODELS+="wmt19-g-transformer "
+SEGMENT_MODELS+="wmt19-g-transformer mbart25-g-transformer "
 maruf_ende_files IWSLT2017
 
 # ---------------------------------------------------------------- the releases
@@ -113,13 +115,16 @@ NLLB_SPM_URL=https://tinyurl.com/flores200sacrebleuspm
 # the language list: fairseq's nllb branch at commit ec0ae71a, pinned by its git blob id
 NLLB_LANGS_URL=https://raw.githubusercontent.com/facebookresearch/fairseq/ec0ae71a24fbc2f42252f37735f59dd6547eba38/examples/nllb/modeling/scripts/flores200/langs.txt
 NLLB_LANGS_BLOB=b6670e3c2fdc2d6b46fa5582bb1ae44f65a4d4df
+# mBART-25: the link of fairseq's examples/mbart/README.md (model.pt, dict.txt, sentence.bpe.model)
+MBART25_URL=https://dl.fbaipublicfiles.com/fairseq/models/mbart/mbart.cc25.v2.tar.gz
 declare -A REL_DIR REL_CKPT REL_STEP REL_NOTE
 
-release() {  # FAMILY (wmt19 | nllb): REL_DIR, REL_CKPT, REL_STEP (the step that makes it, or none), REL_NOTE
+release() {  # FAMILY (wmt19 | nllb | mbart25): REL_DIR, REL_CKPT, REL_STEP (the step that makes it, or none), REL_NOTE
   local fam=$1 dir ckpt step="" note
   local given=${WMT19_DIR}
   [[ $fam == nllb ]] && given=$NLLB_DIR
-  if [[ $fam == wmt19 ]]; then ckpt=model.pt; else ckpt=checkpoint.pt; fi
+  [[ $fam == mbart25 ]] && given=$MBART25_DIR
+  if [[ $fam == nllb ]]; then ckpt=checkpoint.pt; else ckpt=model.pt; fi
   if [[ -n $given ]]; then
     dir=$(cd "$given" 2>/dev/null && pwd) || die "missing folder $given (${fam^^}_DIR)"
     need_file "$dir/$ckpt" "${fam^^}_DIR=$given must hold the release's $ckpt (README.md: the layout)"
@@ -143,6 +148,18 @@ release() {  # FAMILY (wmt19 | nllb): REL_DIR, REL_CKPT, REL_STEP (the step that
     [[ -n $found ]] || die "$archive: no model.pt in it (unpacked into $DOWNLOADS/wmt19)"
     dir=$(dirname "$found")
     note="$WMT19_URL (the single model of the WMT19 En-De ensemble, fairseq's transformer.wmt19.en-de.single_model)"
+  elif [[ $fam == mbart25 ]]; then
+    local archive=$DOWNLOADS/mbart.cc25.v2.tar.gz
+    fetch_or_record "$MBART25_URL" "$MBART25_SHA256" "$archive" \
+      "no network? download it elsewhere, unpack it and set MBART25_DIR to the folder holding model.pt"
+    step unpack-mbart25 -o "$DOWNLOADS/mbart25" -- bash -c 'mkdir -p "$2" && tar -xzf "$1" -C "$2"' _ "$archive" \
+      "$DOWNLOADS/mbart25"
+    step=unpack-mbart25
+    local found
+    found=$(find "$DOWNLOADS/mbart25" -name model.pt -print -quit)
+    [[ -n $found ]] || die "$archive: no model.pt in it (unpacked into $DOWNLOADS/mbart25)"
+    dir=$(dirname "$found")
+    note="$MBART25_URL (mBART-25, fairseq's mbart.CC25)"
   else
     dir=$DOWNLOADS/nllb-200-distilled-600M
     local howto="no network? put checkpoint.pt, dictionary.txt, sentencepiece.bpe.model and langs.txt in a folder and set NLLB_DIR"
@@ -212,6 +229,12 @@ for name in ${MODELS//,/ }; do
       # Bao et al.'s run-mbart.sh: segments of 512 tokens, combined attention in the top 2 layers
       # of each kind, the global attentions at random (--load-partial without
       # --load-partial-global-from-local), no word masking
+      TRAIN_BIN=$BIN TRAIN_PREPARE=prepare-$fam train "$name" bao_pretrained -- -s en -t de --doc-mode segments \
+        --max-segment-tokens "$SEG_TOKENS" --arch g_transformer --encoder-ctxlayers "$GT_CTXLAYERS" \
+        --decoder-ctxlayers "$GT_CTXLAYERS" --cross-ctxlayers "$GT_CTXLAYERS" --global-attn-init random "${init[@]}" ;;
+    mbart25-g-transformer)
+      # Bao et al.'s run-mbart.sh itself: mBART-25 (pre-norm, layernorm_embedding: the
+      # checkpoint's network), segments of 512 tokens, the settings of wmt19-g-transformer
       TRAIN_BIN=$BIN TRAIN_PREPARE=prepare-$fam train "$name" bao_pretrained -- -s en -t de --doc-mode segments \
         --max-segment-tokens "$SEG_TOKENS" --arch g_transformer --encoder-ctxlayers "$GT_CTXLAYERS" \
         --decoder-ctxlayers "$GT_CTXLAYERS" --cross-ctxlayers "$GT_CTXLAYERS" --global-attn-init random "${init[@]}" ;;

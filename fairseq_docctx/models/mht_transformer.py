@@ -579,7 +579,7 @@ class MHTTransformerModel(DocumentContextModel, TransformerModel):
                              "--encoder-embed-dim must equal --decoder-embed-dim")
         if args.mht_context_size < 1:
             raise UsageError("mht_transformer: --mht-context-size must be >= 1")
-        unsupported = [o for o in ("checkpoint_activations", "scale_attn", "scale_fc", "scale_heads",
+        unsupported = [o for o in ("checkpoint_activations", "offload_activations", "scale_attn", "scale_fc", "scale_heads",
                                    "scale_resids", "cross_self_attention") if getattr(args, o, False)]
         if unsupported:
             raise UsageError("mht_transformer does not support " + ", ".join(

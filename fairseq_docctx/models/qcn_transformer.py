@@ -14,6 +14,8 @@ The paper's Table 2 rows are flags: Transformer (``--no-qcn --no-pcc-regularizer
 paper's dropout for a context-agnostic model, ``--dropout 0.1``), +regularizer (``--no-qcn``),
 +QCN (``--no-pcc-regularizer``), +QCN+regularizer (default).
 """
+import functools
+
 import torch
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
@@ -62,14 +64,18 @@ class QCNEncoderLayer(TransformerEncoderLayerBase):
         x = self.residual_connection(x, residual)
         return x if self.normalize_before else norm(x)
 
-    def forward(self, x, encoder_padding_mask, attn_mask=None):
+    def forward(self, x, encoder_padding_mask, attn_mask=None, capsules=None):
+        """``capsules``: the output capsules to attend to (default: :attr:`capsules`, set by the
+        encoder; given explicitly by the activation checkpointing, whose recomputation in the
+        backward pass runs after the encoder has taken them off the layer)."""
+        capsules = self.capsules if capsules is None else capsules
         if attn_mask is not None:
             attn_mask = attn_mask.masked_fill(attn_mask.to(torch.bool), -1e8 if x.dtype == torch.float32 else -1e4)
         x = self._sublayer(x, self.self_attn_layer_norm, lambda h: self.self_attn(
             query=h, key=h, value=h, key_padding_mask=encoder_padding_mask,
             need_weights=False, attn_mask=attn_mask)[0])
-        if self.capsules is not None:
-            caps = self.capsules.to(x.dtype)
+        if capsules is not None:
+            caps = capsules.to(x.dtype)
             x = self._sublayer(x, self.ctx_attn_layer_norm, lambda h: self.ctx_attn(
                 query=h, key=caps, value=caps, need_weights=False, static_kv=True)[0])
         return self._sublayer(x, self.final_layer_norm, lambda h: self.fc2(
@@ -89,9 +95,22 @@ class QCNTransformerEncoder(TransformerEncoderBase):
             )
 
     def build_encoder_layer(self, cfg):
+        """fairseq's layer without capsules (``--no-qcn``), else a :class:`QCNEncoderLayer`,
+        wrapped as fairseq wraps its layers (``--checkpoint-activations``,
+        ``--offload-activations``, FSDP): the checkpointed forward is handed the capsules the
+        layer reads, a tensor input of the checkpoint, so that the recomputation attends to them
+        and their gradient reaches the capsule network."""
         if self._capsule_dim is None:
             return super().build_encoder_layer(cfg)
-        return QCNEncoderLayer(cfg, self._capsule_dim)
+        from fairseq.distributed import fsdp_wrap
+        from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+
+        layer = QCNEncoderLayer(cfg, self._capsule_dim)
+        checkpoint = cfg.checkpoint_activations
+        if checkpoint:
+            checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+            layer.forward = functools.partial(_forward_with_capsules, layer, layer.forward)
+        return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
 
     def capsule_inputs(self, src_tokens, context, gathered: bool = True, token_embeddings=None):
         """Embeddings and word masks of the current sentences and of their context:
@@ -134,6 +153,12 @@ class QCNTransformerEncoder(TransformerEncoderBase):
         finally:
             for layer in self.layers:
                 layer.capsules = None
+
+
+def _forward_with_capsules(layer, checkpointed, *args, **kwargs):
+    """fairseq's checkpointed forward of a :class:`QCNEncoderLayer`, handed the capsules the
+    layer reads now."""
+    return checkpointed(*args, capsules=layer.capsules, **kwargs)
 
 
 class QCNTransformerDecoder(BoolFutureMask, TransformerDecoderBase):

@@ -69,6 +69,8 @@ from .arch_defaults import set_defaults
 from .document_context import DocumentContextModel
 
 DEFAULT_MAX_POSITIONS = int(1e5)
+#: fairseq Transformer options the RNN models accept only to refuse them with one line
+UNSUPPORTED_FLAGS = ("--checkpoint-activations", "--offload-activations")
 OUTPUT_ACTIVATIONS = ("maxout", "tanh")
 #: what ``s_0`` reads (``--decoder-init``): the backward RNN's last state or the annotations' mean
 DECODER_INITS = ("backward", "mean")
@@ -511,6 +513,9 @@ class RNNSearchModel(FairseqEncoderDecoderModel):
         parser.add_argument("--decoder-init", choices=DECODER_INITS,
                             help="what the decoder's initial state s_0 reads: backward (the backward RNN's last "
                             "state, Bahdanau et al. 2015) or mean (the mean of the annotations, Nematus)")
+        for flag in UNSUPPORTED_FLAGS:  # fairseq's Transformer options, refused here with one line
+            parser.add_argument(flag, action="store_true", help="not supported by the RNN models (refused): "
+                                "fairseq's activation checkpointing wraps Transformer layers")
 
     @classmethod
     def build_embeddings(cls, args, task):
@@ -528,6 +533,11 @@ class RNNSearchModel(FairseqEncoderDecoderModel):
 
     @classmethod
     def build_model(cls, args, task):
+        given = [f for f in UNSUPPORTED_FLAGS if getattr(args, f[2:].replace("-", "_"), False)]
+        if given:
+            arch = getattr(args, "arch", None) or "rnnsearch"
+            raise UsageError(f"{arch} does not support {', '.join(given)}: fairseq's activation checkpointing "
+                             "wraps Transformer layers (the RNN models' memory is their batch's states)")
         rnnsearch(args)
         enc_emb, dec_emb = cls.build_embeddings(args, task)
         encoder = cls.build_encoder(args, task.source_dictionary, enc_emb)

@@ -275,9 +275,11 @@ def size_label(argv):
 
 def training_runs(data_bin, s, dry_run, save_dir):
     """Run name -> (architecture, fairseq-train argv without precision and updates): the
-    architectures of :data:`ARCHITECTURES` and :data:`QCN_BASELINE` with the sizes and options
+    architectures of :data:`ARCHITECTURES` and :data:`QCN_BASELINE` (where QCN's size is not the
+    transformer's) with the sizes and options
     of ``bench_models``, ``bench_segments`` and ``bench_rnn``, the check's batches (``--max-tokens``), every
-    loss logged (``--log-interval 1``), nothing saved."""
+    loss logged (``--log-interval 1``), nothing saved, one device (fairseq-train's ``main`` is
+    called directly, without its launcher of one process per GPU)."""
     t, q = s["transformer_size"], s["qcn_size"]
     segments = ["--max-segment-tokens", str(s["segment_tokens"]), "--criterion", "label_smoothed_cross_entropy"]
     family = {
@@ -288,6 +290,8 @@ def training_runs(data_bin, s, dry_run, save_dir):
         "qcn_transformer": ("qcn_transformer", bench_models.MODELS["qcn"], q),
         "mht_transformer": ("mht_transformer", bench_models.MODELS["mht"], t),
     }
+    if q == t:  # the dry run's one size: the transformer is QCN's baseline
+        del family[QCN_BASELINE]
     runs = {name: (arch, [str(data_bin), *USER_DIR, "--task", "document_translation", *opts, *size,
                           *bench_models.COMMON])
             for name, (arch, opts, size) in family.items()}
@@ -298,7 +302,7 @@ def training_runs(data_bin, s, dry_run, save_dir):
                              *bench_segments.MODELS[name], *segments, *t, *bench_models.COMMON])
     device = ["--cpu"] if dry_run else []
     check = ["--max-tokens", str(s["max_tokens"]), "--log-interval", "1", "--no-save", "--disable-validation",
-             "--save-dir", str(save_dir), "--seed", "1", *device]
+             "--save-dir", str(save_dir), "--seed", "1", "--distributed-world-size", "1", *device]
     return {name: (arch, [a for a in argv if a != "--cpu"] + check) for name, (arch, argv) in runs.items()}
 
 
@@ -428,7 +432,7 @@ def add_ratios(results):
     """Each run's words/s over its baseline's in the same precision (fairseq's figure and the
     one after warm-up), and over rnnsearch's for the two RNN context models."""
     for name, res in results.items():
-        base = QCN_BASELINE if res["arch"] == "qcn_transformer" else BASELINE
+        base = QCN_BASELINE if res["arch"] == "qcn_transformer" and QCN_BASELINE in results else BASELINE
         res["baseline"] = base
         for precision, r in res["precisions"].items():
             b = results[base]["precisions"].get(precision, {})
@@ -676,13 +680,13 @@ def markdown(report):
     g = report["generation"]
     lines += ["", f"## Generation ({g['precision']}, beam {g['beam']}, --batch-size {g['batch_size']})", "",
               "| run | sentences | tokens/s | ratio |", "| --- | --- | --- | --- |"]
-    base = None
+    base = next(iter(g["runs"].values())).get("tokens_per_s")  # sentence-level generation
     for name, r in g["runs"].items():
         if "tokens_per_s" not in r:
             lines.append(f"| {name} | {r.get('skipped') or r.get('error')} | | |")
             continue
-        base = base or r["tokens_per_s"]
-        lines.append(f"| {name} | {r['sentences']} | {r['tokens_per_s']:.0f} | {r['tokens_per_s'] / base:.2f} |")
+        lines.append(f"| {name} | {r['sentences']} | {r['tokens_per_s']:.0f} "
+                     f"| {fmt(r['tokens_per_s'] / base if base else None)} |")
     c = report["ctranslate2"]
     lines += ["", "## CTranslate2 against fairseq (docctx-translate)", ""]
     if "skipped" in c:

@@ -409,7 +409,7 @@ def training(runs, s, records, clock):
                                clear_tpu=precision == "bf16")
             results[name]["precisions"][precision] = r
             clock.log(f"{name} ({precision}): " + (r["error"] if "error" in r else
-                      f"{r['wps']:.0f} words/s, after warm-up {r['wps_steady'] or 0:.0f}, peak "
+                      f"{fmt(r['wps'], '.0f')} words/s, after warm-up {fmt(r['wps_steady'], '.0f')}, peak "
                       f"{r['peak_memory_mib']} MiB, losses finite: {r['losses_finite']}, {r['seconds']} s"))
     if probe is None:
         probe = bf16_probe(runs[BASELINE][1], records, clock)

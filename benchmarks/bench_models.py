@@ -217,8 +217,9 @@ def count_train_flops(argv, batches):
     """Matrix-product FLOPs (forward + backward) per target word over the first ``batches``
     training steps of epoch 1 of ``fairseq-train argv``, taken by fairseq's own Trainer as
     fairseq-train sets it up (same options, seed and batches), and source words per target
-    word, printed as ``FLOPS <per word> <src per tgt>``. Runs in its own process (a
-    benchmark script's ``--count-flops`` worker, read by :func:`worker_flops`)."""
+    word, printed as ``FLOPS <per word> <src per tgt>`` and returned as that pair. The speed
+    benchmarks run it in its own process (a script's ``--count-flops`` worker, read by
+    :func:`worker_flops`); ``benchmarks.gpu_check`` calls it in the running process."""
     from fairseq.trainer import Trainer
     from benchmarks.flops import flop_counter
 
@@ -232,6 +233,7 @@ def count_train_flops(argv, batches):
             tgt += sample["ntokens"]
             src += int(sample["net_input"]["src_lengths"].sum())
     print(f"FLOPS {counter.get_total_flops() / tgt} {src / tgt}")
+    return counter.get_total_flops() / tgt, src / tgt
 
 
 def flops(data_bin, name, size, batches):

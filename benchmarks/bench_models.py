@@ -202,12 +202,17 @@ def count_flops(data_bin, name, size, batches):
 
 def train_setup(argv):
     """``(cfg, task)`` of ``fairseq-train argv`` as fairseq-train sets them up: the options
-    parsed, the user directory imported, the seed set, the task set up."""
+    parsed (``--bf16`` on the trainer's device, as the plugin runs it:
+    :func:`fairseq_docctx.bf16.bf16_off_tpu`), the user directory imported, the seed set, the
+    task set up."""
     from fairseq import options, tasks, utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
+    from fairseq_docctx.bf16 import bf16_off_tpu
+
     cfg = convert_namespace_to_omegaconf(
         options.parse_args_and_arch(options.get_training_parser(), [str(a) for a in argv]))
+    bf16_off_tpu(cfg)
     utils.import_user_module(cfg.common)
     utils.set_torch_seed(cfg.common.seed)
     return cfg, tasks.setup_task(cfg.task)

@@ -34,13 +34,15 @@ Each part has a deadline within the 8 minutes; a run that would pass it (its exp
 the longest run of its part so far) is skipped and listed as skipped. Progress lines carry
 the seconds since the start.
 
-fairseq 0.12's ``--bf16`` sets ``--tpu`` (``fairseq/options.py``), so the Trainer asks for a
-TPU device: the check tries that once, records what happens (``bf16_as_fairseq_parses_it``),
-and trains the bf16 runs with the TPU flag cleared after parsing.
+fairseq 0.12's ``--bf16`` sets ``--tpu`` (``fairseq/options.py``); ``fairseq-train --user-dir
+fairseq_docctx`` runs it on the trainer's device where ``torch_xla`` is missing
+(``fairseq_docctx/bf16.py``). The check calls fairseq-train's ``main`` directly and applies
+the same step to each configuration (:func:`training_cfg`).
 
-``--dry-run`` runs the same code on the CPU at tiny sizes (fairseq refuses ``--fp16`` and
-``--bf16`` without CUDA: fp32), a few updates, in seconds, and writes the same files with
-``"dry_run": true``: a check that the script works, not a measurement.
+``--dry-run`` runs the same code on the CPU at tiny sizes, a few updates, in seconds, training
+in bfloat16 through fairseq's own ``--bf16`` path (``FP16Optimizer`` without loss scaling;
+``--fp16`` needs CUDA), and writes the same files with ``"dry_run": true``: a check that the
+script works and that every architecture trains under fairseq's bf16, not a measurement.
 
 On the GPU machine (Python 3.12, a CUDA PyTorch, no network, no fairseq), install the wheels
 that ``benchmarks/device_wheels.sh`` downloads beforehand into ``.whl/`` (docs/benchmarks.md).
@@ -96,7 +98,7 @@ GPU = {
     "deadlines": {"prepare": 40, "training": 290, "flops": 330, "generation": 410, "ctranslate2": 465},
 }
 DRY = {
-    "precisions": ["fp32"], "updates": 2, "warmup_updates": 1, "flop_batches": 1,
+    "precisions": ["bf16"], "updates": 2, "warmup_updates": 1, "flop_batches": 1,
     "max_tokens": 256, "segment_tokens": 64,
     "transformer_size": bench_segments.SIZES["tiny"], "qcn_size": bench_segments.SIZES["tiny"],
     "rnn_size": "tiny", "gen_updates": 2, "beam": 2, "gen_batch": 4, "ct2_quantization": "float32",
@@ -310,15 +312,17 @@ def precision_args(precision):
     return {"fp16": ["--fp16"], "bf16": ["--bf16"], "fp32": []}[precision]
 
 
-def training_cfg(argv, clear_tpu=False):
-    """fairseq-train's configuration of ``argv``; with ``clear_tpu``, the TPU flag that
-    fairseq's ``--bf16`` sets is cleared (a CUDA device trains in bfloat16)."""
+def training_cfg(argv):
+    """fairseq-train's configuration of ``argv``, as ``fairseq-train --user-dir
+    fairseq_docctx`` runs it: ``--bf16`` on the trainer's device (the plugin's
+    :func:`~fairseq_docctx.bf16.bf16_off_tpu`)."""
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
+    from fairseq_docctx.bf16 import bf16_off_tpu
+
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
-    if clear_tpu:
-        cfg.common.tpu = False
+    bf16_off_tpu(cfg)
     return cfg
 
 
@@ -361,7 +365,7 @@ def parse_training(messages, warmup):
     }
 
 
-def train_once(argv, records, warmup, clear_tpu=False):
+def train_once(argv, records, warmup):
     """One fairseq-train run (fairseq_cli.train.main) in this process: its figures (see
     :func:`parse_training`), the peak GPU memory and the seconds it took, or the error."""
     import torch
@@ -371,7 +375,7 @@ def train_once(argv, records, warmup, clear_tpu=False):
     t = time.perf_counter()
     with records.capture() as messages:
         try:
-            train.main(training_cfg(argv, clear_tpu))
+            train.main(training_cfg(argv))
             error = None
         except (Exception, SystemExit) as e:  # one run's failure is reported, the check goes on
             error = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
@@ -387,45 +391,29 @@ def train_once(argv, records, warmup, clear_tpu=False):
 
 def training(runs, s, records, clock):
     """Part 1: every run in every precision (all runs of the first precision first, the
-    baselines first within each), the bf16 probe, the FLOPs per word of each model."""
+    baselines first within each), the FLOPs per word of each model."""
     updates = ["--max-update", str(s["updates"])]
     results = {name: {"arch": arch, "size": size_label(argv), "precisions": {}} for name, (arch, argv) in runs.items()}
     first = s["precisions"][0]
     # the process's CUDA start, cuBLAS handles and allocator pools go to an untimed run
     warm = train_once([*runs[BASELINE][1], *precision_args(first), "--max-update", str(s["warmup_updates"])],
-                      records, 0, clear_tpu=first == "bf16")
+                      records, 0)
     clock.log(f"warm-up run ({BASELINE}, {first}, {s['warmup_updates']} updates): {warm['seconds']} s"
               + (f", {warm['error']}" if "error" in warm else ""))
-    probe = None
     for precision in s["precisions"]:
-        if precision == "bf16":
-            probe = bf16_probe(runs[BASELINE][1], records, clock)
         for name, (arch, argv) in runs.items():
             if not clock.fits("training", f"{name} ({precision})"):
                 results[name]["precisions"][precision] = {"skipped": "the training part's time was spent"}
                 continue
             with clock.timed("training"):
-                r = train_once([*argv, *precision_args(precision), *updates], records, s["warmup_updates"],
-                               clear_tpu=precision == "bf16")
+                r = train_once([*argv, *precision_args(precision), *updates], records, s["warmup_updates"])
             results[name]["precisions"][precision] = r
             clock.log(f"{name} ({precision}): " + (r["error"] if "error" in r else
                       f"{fmt(r['wps'], '.0f')} words/s, after warm-up {fmt(r['wps_steady'], '.0f')}, peak "
                       f"{r['peak_memory_mib']} MiB, losses finite: {r['losses_finite']}, {r['seconds']} s"))
-    if probe is None:
-        probe = bf16_probe(runs[BASELINE][1], records, clock)
     add_ratios(results)
     count_flops(runs, results, s, clock)
-    return results, probe
-
-
-def bf16_probe(argv, records, clock):
-    """``--bf16`` as fairseq parses it (it sets ``--tpu``): one update of the baseline, as
-    ``fairseq-train --bf16`` would run it."""
-    r = train_once([*argv, "--bf16", "--max-update", "1"], records, 0, clear_tpu=False)
-    ok = "error" not in r
-    clock.log("fairseq-train --bf16 as parsed (--tpu implied): " + ("trains" if ok else r["error"]))
-    return {"trains": ok, "error": r.get("error"), "note": "fairseq 0.12's --bf16 sets --tpu; the bf16 runs of the "
-            "table clear it after parsing"}
+    return results
 
 
 def add_ratios(results):
@@ -497,7 +485,7 @@ def train_checkpoint(argv, name, updates, out, records, clock, precision):
     kept = [a for a in argv if a not in ("--no-save",)]
     r = train_once([*kept, *precision_args(precision), "--max-update", str(updates), "--lr-scheduler", "inverse_sqrt",
                     "--warmup-updates", str(max(1, updates // 2)), "--lr", "1e-3", "--no-epoch-checkpoints",
-                    "--save-dir", str(save), "--log-interval", "10"], records, 0, clear_tpu=precision == "bf16")
+                    "--save-dir", str(save), "--log-interval", "10"], records, 0)
     ckpt = save / "checkpoint_last.pt"
     clock.log(f"trained {name} for {updates} updates to decode: {r['seconds']} s"
               + (f", {r['error']}" if "error" in r else ""))
@@ -674,9 +662,6 @@ def markdown(report):
                 f"| {fmt(r['wps_steady'], '.0f')} | {fmt(r['ratio_steady'])} | {fmt(res.get('mflop_per_word'), '.1f')} "
                 f"| {fmt(res.get('ceiling'))} | {fmt(r.get('efficiency'))} | {met} "
                 f"| {fmt(r['peak_memory_mib'], '.0f', 'n/a')} | {'yes' if r['losses_finite'] else 'NO'} |")
-    probe = report["bf16_as_fairseq_parses_it"]
-    lines += ["", f"`fairseq-train --bf16` as fairseq parses it (`--tpu` implied): "
-                  f"{'trains' if probe['trains'] else probe['error']}. {probe['note']}."]
     g = report["generation"]
     lines += ["", f"## Generation ({g['precision']}, beam {g['beam']}, --batch-size {g['batch_size']})", "",
               "| run | sentences | tokens/s | ratio |", "| --- | --- | --- | --- |"]
@@ -728,7 +713,7 @@ def main(argv=None):
               f"{info['fairseq']}; writing to {out}")
     raw, data_bin, data = prepare(out, s, clock)
     runs = training_runs(data_bin, s, args.dry_run, out / "no-save")
-    results, probe = training(runs, s, records, clock)
+    results = training(runs, s, records, clock)
     verdicts(results)
     first = s["precisions"][0]
     ckpts = {}
@@ -743,7 +728,7 @@ def main(argv=None):
         "dry_run": args.dry_run, "device": info, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "targets": TARGETS, "architectures": list(ARCHITECTURES),
         "settings": {k: v for k, v in s.items() if k not in ("transformer_size", "qcn_size", "deadlines")},
-        "data": data, "training": results, "bf16_as_fairseq_parses_it": probe, "generation": gen,
+        "data": data, "training": results, "generation": gen,
         "ctranslate2": ct2, "skipped": clock.skipped, "seconds": round(clock.now(), 1),
     }
     (out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str) + "\n")

@@ -17,6 +17,7 @@ import math
 
 import torch
 
+from conftest import REPO, TINY_MODEL, run
 from test_batch_independence import probe_documents
 
 #: the largest difference of a training batch's loss per target token (nats) from float32's:
@@ -138,3 +139,39 @@ def test_doc2doc_transformer(probe, doc2doc_model):
 
 def test_g_transformer(probe, g_model):
     _check(probe, g_model)
+
+
+# ------------------------------------------------------------------ fairseq's --bf16
+def test_fairseq_train_bf16_runs_on_the_trainers_device(toy_bin, tmp_path):
+    """fairseq 0.12 turns --bf16 into --tpu; with the plugin, fairseq-train --bf16 trains in
+    bfloat16 on the trainer's device (here the CPU) where torch_xla is missing: fairseq's own
+    bf16 training (FP16Optimizer without loss scaling) with finite, falling losses."""
+    import re
+
+    p = run(["fairseq-train", toy_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
+             "--arch", "concat_transformer", "--context-size", "1", *TINY_MODEL, "--bf16", "--max-update", "6",
+             "--max-tokens", "500", "--log-interval", "1", "--no-save", "--disable-validation", "--save-dir", tmp_path])
+    log = p.stdout + p.stderr
+    assert "--bf16 without torch_xla: bfloat16 training on the trainer's device" in log, log[-3000:]
+    losses = [float(x) for x in re.findall(r"train_inner \| .* loss=([\d.na]+),", log)]
+    assert len(losses) == 6 and all(math.isfinite(x) for x in losses) and losses[-1] < losses[0], losses
+
+
+def test_bf16_keeps_fairseqs_tpu_path_where_torch_xla_is_installed(monkeypatch):
+    from types import SimpleNamespace
+
+    from fairseq.distributed import utils as distributed_utils
+
+    from fairseq_docctx import bf16
+
+    cfg = SimpleNamespace(common=SimpleNamespace(bf16=True, tpu=True))
+    monkeypatch.setattr(bf16, "has_xla", lambda: True)
+    assert not bf16.bf16_off_tpu(cfg) and cfg.common.tpu
+    monkeypatch.setattr(bf16, "has_xla", lambda: False)
+    assert bf16.bf16_off_tpu(cfg) and not cfg.common.tpu
+    plain = SimpleNamespace(common=SimpleNamespace(bf16=False, tpu=True))  # --tpu asked for itself
+    assert not bf16.bf16_off_tpu(plain) and plain.common.tpu
+    wrapped = distributed_utils.call_main
+    assert wrapped.docctx_bf16  # installed when the plugin is imported, once
+    bf16.install_bf16_fix()
+    assert distributed_utils.call_main is wrapped

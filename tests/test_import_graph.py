@@ -9,7 +9,7 @@ parent packages Python imports on the way are not edges.
 
 The layers, lowest first (docs/inference.md, "The package's layers")::
 
-    safe_loading, errors < data < modules < models < criterions, tasks < the package __init__
+    safe_loading, errors, bf16 < data < modules < models < criterions, tasks < the package __init__
       < inference < hub < evaluation < probe < cli
 
 The package ``__init__`` is what ``--user-dir fairseq_docctx`` imports: it registers the
@@ -28,7 +28,7 @@ PACKAGE = "fairseq_docctx"
 
 #: the layers, lowest first; a module's layer is that of its longest listed prefix
 LAYERS = [
-    ["safe_loading", "errors"],
+    ["safe_loading", "errors", "bf16"],
     ["data"],
     ["modules"],
     ["models"],

@@ -70,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "-s/-t when the release lists them, else its one code CODE_*, e.g. en -> en_XX)")
     p.add_argument("--context-separator", default="<sep>", metavar="SYM",
                    help="symbol put in every dictionary at index 4 (default: <sep>)")
+    p.add_argument("--mask-symbol", default=None, metavar="SYM",
+                   help="also put SYM (e.g. <mask>) in both dictionaries: the mask of CoWord dropout "
+                   "(fairseq-train --coword-dropout; Fernandes et al. 2021), right after the separator in a "
+                   "dictionary built here, appended to a given or pretrained one that lacks it; recorded in "
+                   "docctx.json (default: none)")
     p.add_argument("--min-len", type=int, default=1, metavar="N",
                    help="train: drop pairs with fewer than N tokens on either side")
     p.add_argument("--max-len", type=int, default=None, metavar="N",

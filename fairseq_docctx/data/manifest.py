@@ -9,6 +9,9 @@ This module alone reads and writes it. The manifest is a JSON object with, among
     context_separator         the separator symbol (index 4 of every dictionary; appended
                               after the model's symbols with --pretrained)
     context_separator_index   {lang: index}
+    mask_symbol               only with docctx-prepare --mask-symbol: the mask of CoWord dropout
+                              (index 5 of a dictionary built there; appended to a given one)
+    mask_symbol_index         {lang: index}, with mask_symbol
     spm                       null, or {"model": FILE, "vocab": FILE, "vocab_size": N,
                               "type": ..., "trained_from": ...}; FILE relative to the directory
     input_format              the --input-format docctx-prepare was given

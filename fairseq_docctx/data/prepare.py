@@ -110,6 +110,10 @@ def _check_args(args) -> None:
     sep = args.context_separator
     if not sep or any(c.isspace() for c in sep) or sep in FAIRSEQ_SPECIALS:
         raise PrepareError(f"--context-separator {sep!r} must be one token, not one of {FAIRSEQ_SPECIALS}")
+    mask = getattr(args, "mask_symbol", None)
+    if mask is not None and (not mask or any(c.isspace() for c in mask) or mask in FAIRSEQ_SPECIALS or mask == sep):
+        raise PrepareError(f"--mask-symbol {mask!r} must be one token, not one of {FAIRSEQ_SPECIALS} nor the "
+                           "context separator")
     if args.min_len < 0 or (args.max_len is not None and args.max_len < 1):
         raise PrepareError("--min-len must be >= 0 and --max-len >= 1")
     for name in ("max_len_ratio", "tuple_max_len_ratio"):
@@ -129,7 +133,8 @@ def _check_args(args) -> None:
 
 
 def read_split(name: str, prefixes: Sequence[str], src: str, tgt: str, input_format: str,
-               separator: str, log: Log = logger.info, translator: Optional[str] = None) -> SplitData:
+               separator: str, log: Log = logger.info, translator: Optional[str] = None,
+               mask: Optional[str] = None) -> SplitData:
     """Read and concatenate the prefixes of one split (raw sentences); doc ids that collide
     with an earlier prefix's are qualified as ``NAME:id``. A prefix that is one WMT 2021+
     XML or JSON Lines file gives both sides (``translator``: the WMT reference to use)."""
@@ -151,6 +156,10 @@ def read_split(name: str, prefixes: Sequence[str], src: str, tgt: str, input_for
                         raise DocumentFormatError(
                             d.path, ln, f"the context separator {separator!r} occurs in the text; "
                             "choose another one with --context-separator")
+                    if mask is not None and mask in s:
+                        raise DocumentFormatError(
+                            d.path, ln, f"the mask symbol {mask!r} occurs in the text; choose another one "
+                            "with --mask-symbol")
         ids = [d.doc_id for d in pd.src]
         for qual in ("", prefix_name(prefix) + ":", f"{name}{k + 1}:"):
             cand = [qual + i for i in ids]
@@ -283,27 +292,41 @@ def filter_split(data: SplitData, min_len: int, max_len: Optional[int], max_rati
 
 
 def build_dictionary(files: List[str], separator: str, threshold: int, nwords: int,
-                     workers: int, padding_factor: int = 8):
-    """fairseq-preprocess's dictionary, with ``separator`` right after the special symbols."""
+                     workers: int, padding_factor: int = 8, mask: Optional[str] = None):
+    """fairseq-preprocess's dictionary, with ``separator`` right after the special symbols
+    (and ``mask``, when given, right after it)."""
     from fairseq.data import Dictionary
     from fairseq.tokenizer import tokenize_line
 
     d = Dictionary()
     for f in files:
         Dictionary.add_file_to_dictionary(f, d, tokenize_line, workers)
-    d.add_symbol(separator, n=max(d.count) + 1)
+    if mask is None:
+        d.add_symbol(separator, n=max(d.count) + 1)
+    else:  # finalize sorts by count: the separator at index 4, the mask at 5
+        d.add_symbol(separator, n=max(d.count) + 2)
+        d.add_symbol(mask, n=max(d.count) - 1)
     d.finalize(threshold=threshold, nwords=nwords, padding_factor=padding_factor)
     return d
 
 
-def load_dictionary(path: str, separator: str, log: Log = logger.info):
+def load_dictionary(path: str, separator: str, log: Log = logger.info, mask: Optional[str] = None):
     from fairseq.data import Dictionary
 
     d = Dictionary.load(path)
     if separator not in d.indices:
         log(f"{path}: adding the context separator {separator} to the dictionary")
         d.add_symbol(separator)
+    add_mask(d, mask, path, log)
     return d
+
+
+def add_mask(d, mask: Optional[str], path: str, log: Log = logger.info) -> None:
+    """Append the mask symbol of CoWord dropout (``--mask-symbol``) to ``d`` where it lacks it
+    (``Dictionary.index`` would silently give ``<unk>``'s id for it)."""
+    if mask is not None and mask not in d.indices:
+        log(f"{path}: adding the mask symbol {mask} to the dictionary at index {len(d)}")
+        d.add_symbol(mask)
 
 
 def binarize(work: str, out: str, splits: List[str], langs: Sequence[str], dicts, workers: int,
@@ -358,10 +381,11 @@ def _segment_pretrained(release: Release, data: Dict[str, SplitData], out: str, 
     return _spm_entry(sp, out, _spm_model_type(sp), release.path(release.segmentation_file))
 
 
-def _pretrained_dictionaries(release: Release, src: str, tgt: str, sep: str, log: Log):
-    """The model's dictionaries of both sides, the separator appended where one lacks it
-    (``Dictionary.index`` would silently give ``<unk>`` for it), and the manifest's
-    ``pretrained`` entry."""
+def _pretrained_dictionaries(release: Release, src: str, tgt: str, sep: str, log: Log,
+                             mask: Optional[str] = None):
+    """The model's dictionaries of both sides, the separator (and the mask symbol, when asked
+    for) appended where one lacks it (``Dictionary.index`` would silently give ``<unk>`` for
+    it), and the manifest's ``pretrained`` entry."""
     dicts, model_symbols, added = {}, {}, {}
     for lang in (src, tgt):
         d = release.model_dictionary(lang)
@@ -371,6 +395,10 @@ def _pretrained_dictionaries(release: Release, src: str, tgt: str, sep: str, log
             added[lang][sep] = d.add_symbol(sep)
             log(f"{release.path(release.dict_files[lang])}: the model's dictionary ({model_symbols[lang]} "
                 f"symbols) lacks the context separator {sep}: appended at index {added[lang][sep]}")
+        if mask is not None and mask not in d.indices:
+            added[lang][mask] = d.add_symbol(mask)
+            log(f"{release.path(release.dict_files[lang])}: the model's dictionary lacks the mask symbol "
+                f"{mask}: appended at index {added[lang][mask]}")
         for tok in filter(None, [release.langtok(lang)]):
             if tok not in d.indices:  # augment_dictionary adds every listed language: cannot happen
                 raise PrepareError(f"{release.path(release.dict_files[lang])}: no language token {tok}")
@@ -433,6 +461,7 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
     ``FileNotFoundError``."""
     _check_args(args)
     src, tgt, sep = args.source_lang, args.target_lang, args.context_separator
+    mask = getattr(args, "mask_symbol", None)
     splits = [s for s in SPLITS if getattr(args, f"{s}pref")]
     _check_destdir(args.destdir, _outputs(args, splits))
     release = None
@@ -449,7 +478,7 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
     translator = getattr(args, "ref_translator", None)
     for split in splits:
         prefixes = [p for p in getattr(args, f"{split}pref").split(",") if p]
-        data[split] = read_split(split, prefixes, src, tgt, args.input_format, sep, log, translator)
+        data[split] = read_split(split, prefixes, src, tgt, args.input_format, sep, log, translator, mask)
     if translator is not None and not any(i["format"] == "wmt-xml" for d in data.values() for i in d.inputs):
         raise PrepareError("--ref-translator chooses the reference of a WMT 2021+ XML input, but no input is one")
 
@@ -517,25 +546,25 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
         trainfiles = {lang: os.path.join(work, f"train.{lang}") for lang in (src, tgt)}
         pretrained_info = None
         if release is not None:
-            sd, td, pretrained_info = _pretrained_dictionaries(release, src, tgt, sep, log)
+            sd, td, pretrained_info = _pretrained_dictionaries(release, src, tgt, sep, log, mask)
             if args.joined_dictionary and sd.symbols != td.symbols:
                 raise PrepareError(f"--joined-dictionary: the release's dictionaries "
                                    f"{release.dict_files[src]} and {release.dict_files[tgt]} differ")
         elif args.joined_dictionary:
             given = args.srcdict or args.tgtdict
-            sd = td = (load_dictionary(given, sep, log) if given else build_dictionary(
+            sd = td = (load_dictionary(given, sep, log, mask) if given else build_dictionary(
                 [trainfiles[src], trainfiles[tgt]], sep, args.thresholdsrc, args.nwordssrc,
-                args.workers, args.padding_factor))
+                args.workers, args.padding_factor, mask))
         else:
-            sd = (load_dictionary(args.srcdict, sep, log) if args.srcdict else build_dictionary(
+            sd = (load_dictionary(args.srcdict, sep, log, mask) if args.srcdict else build_dictionary(
                 [trainfiles[src]], sep, args.thresholdsrc, args.nwordssrc, args.workers,
-                args.padding_factor))
-            td = (load_dictionary(args.tgtdict, sep, log) if args.tgtdict else build_dictionary(
+                args.padding_factor, mask))
+            td = (load_dictionary(args.tgtdict, sep, log, mask) if args.tgtdict else build_dictionary(
                 [trainfiles[tgt]], sep, args.thresholdtgt, args.nwordstgt, args.workers,
-                args.padding_factor))
+                args.padding_factor, mask))
         log(f"dictionaries: {src} {len(sd)} types, {tgt} {len(td)} types"
             + (" (joined)" if args.joined_dictionary else "")
-            + f"; {sep} at index {sd.index(sep)}")
+            + f"; {sep} at index {sd.index(sep)}" + (f", {mask} at index {sd.index(mask)}" if mask else ""))
         log(f"binarizing {', '.join(splits)}")
         binarize(work, out, splits, (src, tgt), (sd, td), args.workers, log)
 
@@ -570,6 +599,8 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
             "dictionaries": {src: f"dict.{src}.txt", tgt: f"dict.{tgt}.txt"},
             "context_separator": sep,
             "context_separator_index": {src: sd.index(sep), tgt: td.index(sep)},
+            **({"mask_symbol": mask, "mask_symbol_index": {src: sd.index(mask), tgt: td.index(mask)}}
+               if mask else {}),
             "spm": spm_info,
             "input_format": args.input_format,
             "splits": split_info,

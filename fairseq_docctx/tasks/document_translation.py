@@ -158,6 +158,18 @@ class DocumentTranslationConfig(TranslationConfig):
         default=seg.SENTENCE_MAX_LEN_B,
         metadata={"help": "--doc-mode segments, generation: the length window's b (the authors' 10)"},
     )
+    coword_dropout: float = field(
+        default=0.0,
+        metadata={"help": "training: CoWord dropout (Fernandes et al. 2021, section 3): each word of the current "
+                  "source sentence (not its context, not the target; never at validation or inference) is "
+                  "replaced by --coword-mask with this probability (0: off); the data needs the mask symbol "
+                  "(docctx-prepare --mask-symbol)"},
+    )
+    coword_mask: str = field(
+        default="<mask>",
+        metadata={"help": "the symbol --coword-dropout writes (in the source dictionary: docctx-prepare "
+                  "--mask-symbol SYM)"},
+    )
     # fairseq's --num-shards / --shard-id (dataset options, which fairseq-generate itself
     # ignores): generation of shard I of N decodes the documents of that shard only
     num_shards: int = II("dataset.num_shards")
@@ -789,6 +801,9 @@ class DocumentTranslationTask(TranslationTask):
         if dc.reads_context(model):  # the K it reads, where the hub and generation read it
             model.declare_context(model.context_sides, k)
         self.model_spec = dc.context_spec(model)
+        if self.coword_mask_index() is not None and dc.reads_segments(model):
+            raise UsageError(f"--coword-dropout: {type(model).__name__} translates segments, whose sentences are "
+                             "one another's context: there is no current sentence to mask apart from its context")
         if hasattr(model, "set_language_tokens"):  # kept out of g_transformer's word masking
             model.set_language_tokens(self.language_token_ids())
         if self.uses_context and not self.model_spec.reads_context:
@@ -926,14 +941,49 @@ class DocumentTranslationTask(TranslationTask):
                 return name
         return None
 
+    def coword_mask_index(self) -> Optional[int]:
+        """The index of the mask symbol of ``--coword-dropout`` (``None`` when it is off); a
+        source dictionary without the symbol is refused (one line): ``Dictionary.index`` would
+        give ``<unk>``'s index for it, and the model would learn to read unknown words as
+        dropped ones."""
+        p = float(getattr(self.cfg, "coword_dropout", 0.0) or 0.0)
+        if p <= 0:
+            return None
+        if p >= 1:
+            raise UsageError(f"--coword-dropout {p:g}: a probability below 1")
+        sym = self.cfg.coword_mask
+        if sym not in self.src_dict.indices:
+            raise UsageError(f"--coword-dropout: {self.cfg.data}'s source dictionary has no {sym} (the mask): "
+                             f"prepare the data with docctx-prepare --mask-symbol {sym}")
+        return self.src_dict.index(sym)
+
+    def coword_dropout(self, sample, model):
+        """``sample`` with CoWord dropout applied (Fernandes et al. 2021, §3): a copy whose
+        current source sentences (``net_input["src_tokens"]``) have each word replaced by the
+        mask with probability ``--coword-dropout``; the context (the batch's context tables,
+        which hold their own copy of every sentence), the target and the decoder input are
+        untouched. Words are the tokens past fairseq's special symbols other than the separator,
+        the mask and the data's language tokens (``</s>`` stays, where the authors' code masks
+        it too: docs/context-usage.md). The segment models, whose sentences are one another's
+        context, are refused when they are built (:meth:`build_model`)."""
+        mask = self.coword_mask_index()
+        if mask is None or "net_input" not in sample or dc.reads_segments(model):
+            return sample
+        src = sample["net_input"]["src_tokens"]
+        word = src.ge(self.src_dict.nspecial) & src.ne(mask)
+        for tok in (self.src_dict.index(self.cfg.context_separator), *self.language_token_ids()):
+            word &= src.ne(tok)
+        drop = word & (torch.rand(src.shape, device=src.device) < float(self.cfg.coword_dropout))
+        return {**sample, "net_input": {**sample["net_input"], "src_tokens": src.masked_fill(drop, mask)}}
+
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         if dc.context_spec(model).packs_training_output and getattr(criterion, "ignore_prefix_size", 0) > 0:
             # fairseq's criteria cut the prefix off the [B, T, V] output: not that of packed positions
             raise UsageError(f"{model.__class__.__name__} packs its training output (real "
                              "target positions only): --ignore-prefix-size is not supported")
+        sample = self.coword_dropout(dc.sample_for_model(sample, model), model)
         return super().train_step(
-            self.place_langtoks(dc.sample_for_model(sample, model)), model, criterion, optimizer, update_num,
-            ignore_grad
+            self.place_langtoks(sample), model, criterion, optimizer, update_num, ignore_grad
         )
 
     def valid_step(self, sample, model, criterion):

@@ -232,3 +232,19 @@ def test_missing_or_malformed_release_files_one_line(corpus, releases, tmp_path,
         broken = _broken(src, tmp_path / f"r{k}", edit)
         _refused(capsys, base + [broken], what)
         assert not dest.exists()
+
+
+def test_mask_symbol_appended_where_the_release_lacks_it(corpus, releases, tmp_path):
+    """--mask-symbol: M2M-100's dictionary lacks <mask>: appended after the separator and
+    recorded with it; mBART-50's has it (the task adds it): kept where it is."""
+    from fairseq.data import Dictionary
+
+    m2m = _run(corpus, releases["m2m100"][0], tmp_path / "m2m", "--mask-symbol", "<mask>")
+    n = m2m["pretrained"]["model_symbols"]["en"]
+    assert m2m["pretrained"]["added_symbols"]["en"] == {"<sep>": n, "<mask>": n + 1}
+    assert m2m["mask_symbol_index"] == {"en": n + 1, "de": n + 1}
+    mbart = _run(corpus, releases["mbart50"][0], tmp_path / "mbart", "--mask-symbol", "<mask>")
+    n = mbart["pretrained"]["model_symbols"]["de"]
+    assert mbart["pretrained"]["added_symbols"]["de"] == {"<sep>": n}
+    d = Dictionary.load(str(tmp_path / "mbart" / "dict.de.txt"))
+    assert mbart["mask_symbol_index"]["de"] == d.index("<mask>") < n

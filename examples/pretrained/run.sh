@@ -119,6 +119,18 @@ NLLB_LANGS_BLOB=b6670e3c2fdc2d6b46fa5582bb1ae44f65a4d4df
 MBART25_URL=https://dl.fbaipublicfiles.com/fairseq/models/mbart/mbart.cc25.v2.tar.gz
 declare -A REL_DIR REL_CKPT REL_STEP REL_NOTE
 
+unpacked_release() {  # FAMILY URL SHA256 ARCHIVE: the archive downloaded (or its checksum recorded),
+  # unpacked into DOWNLOADS/FAMILY (step unpack-FAMILY); UNPACKED: the folder holding its model.pt
+  local fam=$1 archive=$DOWNLOADS/$4 found
+  fetch_or_record "$2" "$3" "$archive" \
+    "no network? download it elsewhere, unpack it and set ${fam^^}_DIR to the folder holding model.pt"
+  step "unpack-$fam" -o "$DOWNLOADS/$fam" -- bash -c 'mkdir -p "$2" && tar -xzf "$1" -C "$2"' _ "$archive" \
+    "$DOWNLOADS/$fam"
+  found=$(find "$DOWNLOADS/$fam" -name model.pt -print -quit)
+  [[ -n $found ]] || die "$archive: no model.pt in it (unpacked into $DOWNLOADS/$fam)"
+  UNPACKED=$(dirname "$found")
+}
+
 release() {  # FAMILY (wmt19 | nllb | mbart25): REL_DIR, REL_CKPT, REL_STEP (the step that makes it, or none), REL_NOTE
   local fam=$1 dir ckpt step="" note
   local given=${WMT19_DIR}
@@ -137,28 +149,12 @@ release() {  # FAMILY (wmt19 | nllb | mbart25): REL_DIR, REL_CKPT, REL_STEP (the
       "$WORK/smoke-data/train.de" "$SMOKE_RELEASE_UPDATES"
     note="a tiny local release in the $fam layout (examples/lib/tiny_release.py, $SMOKE_RELEASE_UPDATES updates)"
   elif [[ $fam == wmt19 ]]; then
-    local archive=$DOWNLOADS/wmt19.en-de.joined-dict.single_model.tar.gz
-    fetch_or_record "$WMT19_URL" "$WMT19_SHA256" "$archive" \
-      "no network? download it elsewhere, unpack it and set WMT19_DIR to the folder holding model.pt"
-    step unpack-wmt19 -o "$DOWNLOADS/wmt19" -- bash -c 'mkdir -p "$2" && tar -xzf "$1" -C "$2"' _ "$archive" \
-      "$DOWNLOADS/wmt19"
-    step=unpack-wmt19
-    local found
-    found=$(find "$DOWNLOADS/wmt19" -name model.pt -print -quit)
-    [[ -n $found ]] || die "$archive: no model.pt in it (unpacked into $DOWNLOADS/wmt19)"
-    dir=$(dirname "$found")
+    unpacked_release wmt19 "$WMT19_URL" "$WMT19_SHA256" wmt19.en-de.joined-dict.single_model.tar.gz
+    dir=$UNPACKED step=unpack-wmt19
     note="$WMT19_URL (the single model of the WMT19 En-De ensemble, fairseq's transformer.wmt19.en-de.single_model)"
   elif [[ $fam == mbart25 ]]; then
-    local archive=$DOWNLOADS/mbart.cc25.v2.tar.gz
-    fetch_or_record "$MBART25_URL" "$MBART25_SHA256" "$archive" \
-      "no network? download it elsewhere, unpack it and set MBART25_DIR to the folder holding model.pt"
-    step unpack-mbart25 -o "$DOWNLOADS/mbart25" -- bash -c 'mkdir -p "$2" && tar -xzf "$1" -C "$2"' _ "$archive" \
-      "$DOWNLOADS/mbart25"
-    step=unpack-mbart25
-    local found
-    found=$(find "$DOWNLOADS/mbart25" -name model.pt -print -quit)
-    [[ -n $found ]] || die "$archive: no model.pt in it (unpacked into $DOWNLOADS/mbart25)"
-    dir=$(dirname "$found")
+    unpacked_release mbart25 "$MBART25_URL" "$MBART25_SHA256" mbart.cc25.v2.tar.gz
+    dir=$UNPACKED step=unpack-mbart25
     note="$MBART25_URL (mBART-25, fairseq's mbart.CC25)"
   else
     dir=$DOWNLOADS/nllb-200-distilled-600M

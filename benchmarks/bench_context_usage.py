@@ -1,0 +1,106 @@
+"""Do the training methods of docs/context-usage.md make a model use its context more? A
+``concat_transformer`` (K=2, source and target context; the context probe's tiny size and
+training settings, ``tests/probe_utils.py``) trained on the context probe (``fairseq_docctx.probe``:
+a pronoun whose class a noun one or two sentences back sets, a word whose translation an earlier
+mention fixes) for the same number of updates with each method and without, on the same data
+(the probe prepared by ``docctx-prepare --mask-symbol <mask>``, so every run has the same
+dictionary).
+
+For every run: the probe's accuracy on the words that need context (beam 4, the test split,
+document order with the model's own translations as target context) and CXMI on the test split
+(``docctx-score cxmi``: nats per target token of the references with the true context against
+none, and against a random document's context; seed 1).
+
+Runs (``--runs``): ``baseline`` (no method), ``coword`` (``--coword-dropout P``, Fernandes et al.
+2021, §3; P from ``--coword-dropout``, 0.1 as in the authors' code).
+
+    python -m benchmarks.bench_context_usage --updates 300 --seeds 1,2,3 --runs baseline,coword
+
+The figures of docs/context-usage.md came from this script.
+"""
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import shutil
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+K = ["--context-size", "2", "--context-sides", "both"]
+
+
+def runs(coword: float) -> dict:
+    """Run name -> the task/model options of its method."""
+    return {"baseline": [], "coword": ["--coword-dropout", str(coword)]}
+
+
+def prepare(work: str) -> dict:
+    """The probe's text (``tests/probe_utils.make_probe_data``) prepared by docctx-prepare with
+    the mask symbol: {"data_bin", "annotations"}."""
+    from benchmarks.toy import prepare_command, run
+    from tests import probe_utils as pu
+
+    probe_dir = os.path.join(work, "probe")
+    data_bin = os.path.join(probe_dir, "data-bin-mask")
+    annotations = os.path.join(probe_dir, "text", "test.probe.jsonl")
+    if not os.path.isfile(os.path.join(data_bin, "docctx.json")):
+        if not os.path.isfile(annotations):
+            shutil.rmtree(probe_dir, ignore_errors=True)
+            pu.make_probe_data(probe_dir)
+        run([*prepare_command(os.path.join(probe_dir, "text"), data_bin), "--mask-symbol", "<mask>"])
+    return {"data_bin": data_bin, "annotations": annotations}
+
+
+def one_run(job) -> dict:
+    from benchmarks.probe_hrnn import content
+    from tests import probe_utils as pu
+
+    name, method, seed, updates, probe, work = job
+    save = os.path.join(work, f"{name}-{updates}-s{seed}")
+    shutil.rmtree(save, ignore_errors=True)  # fairseq-train would resume from an earlier run
+    t = time.time()
+    out = pu.train(probe["data_bin"], "concat_transformer", save, task="document_translation",
+                   extra_args=K + method + ["--seed", str(seed)], max_update=updates)
+    res = pu.probe_accuracy(probe["data_bin"], out["checkpoint"], probe["annotations"],
+                            task="document_translation", extra_args=K, beam=4)
+    row = dict(run=name, seed=seed, updates=updates, seconds=round(time.time() - t),
+               accuracy={k: round(v["accuracy"], 3) for k, v in res["by_phenomenon"].items()
+                         if v["accuracy"] is not None})
+    row["cxmi"] = content(out["checkpoint"], probe["data_bin"], 2)
+    return row
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", default="baseline,coword")
+    p.add_argument("--coword-dropout", type=float, default=0.1)
+    p.add_argument("--updates", type=int, default=300)
+    p.add_argument("--seeds", default="1")
+    p.add_argument("--jobs", type=int, default=2, help="trainings side by side (one thread each)")
+    p.add_argument("--work", default=os.path.join(REPO, "bench-work", "context-usage"))
+    p.add_argument("--json", help="also write the rows to this JSON file")
+    a = p.parse_args(argv)
+    methods = runs(a.coword_dropout)
+    unknown = [r for r in a.runs.split(",") if r not in methods]
+    if unknown:
+        p.error(f"--runs: no run {', '.join(unknown)} (of {', '.join(methods)})")
+    probe = prepare(a.work)
+    jobs = [(r, methods[r], int(s), a.updates, probe, a.work) for s in a.seeds.split(",") for r in a.runs.split(",")]
+    rows = []
+    with cf.ProcessPoolExecutor(a.jobs) as ex:
+        for row in ex.map(one_run, jobs):
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    print("| run | seed | updates | pronouns | consistency | CXMI true - none | CXMI true - random |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        acc = r["accuracy"]
+        print(f"| {r['run']} | {r['seed']} | {r['updates']} | {acc.get('anaphora', '–')} | "
+              f"{acc.get('consistency', '–')} | {r['cxmi']['cxmi']:+.4f} | {r['cxmi']['true_vs_random']:+.4f} |")
+    if a.json:
+        with open(a.json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

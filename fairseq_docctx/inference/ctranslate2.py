@@ -31,6 +31,7 @@ from ..models.document_context import DocumentContextModel
 from ..data.drafts import DEFAULT_BEAM
 from ..data.paths import check_output
 from ..modules.context_concat import concat_with_context, gather_context_rows, pack_segments
+from ..modules.sentence_positions import DocumentPositions
 from .checkpoint import CheckpointError, checkpoint_sha1
 
 #: the description of an exported folder, beside CTranslate2's files
@@ -109,6 +110,13 @@ def _check_exportable(model, where: str) -> None:
         problems.append("--cross-self-attention")
     if getattr(enc, "quant_noise", None) is not None or getattr(dec, "quant_noise", None) is not None:
         problems.append("--quant-noise-pq")
+    # document positions (Lupo et al. 2022, 2023): CTranslate2 numbers the tokens of the joined
+    # sequence 0, 1, 2, ... and adds nothing else
+    if any(isinstance(p, DocumentPositions) and p.shift for p in (enc.embed_positions, dec.embed_positions)):
+        problems.append("--segment-shifted-positions")
+    if any(isinstance(p, DocumentPositions) and p.sentence_embeddings is not None
+           for p in (enc.embed_positions, dec.embed_positions)):
+        problems.append("--sentence-position-embeddings")
     if problems:
         raise ExportError(f"{where}: CTranslate2 does not compute this model as fairseq does: "
                           + ", ".join(problems))

@@ -5,7 +5,13 @@ The K previous source sentences are joined to the current one with a separator t
 encoder side (``x_{j-K} <sep> ... <sep> x_{j-1} <sep> x_j``). With target context
 (``--context-sides target|both``) the previous target sentences form a decoder prefix
 (``y_{j-K} <sep> ... y_{j-1} <sep>``) that the decoder reads but that is not scored: the
-outputs at prefix positions are cut away before the loss.
+outputs at prefix positions are cut away before the loss. On request (``context_outputs=True``,
+the criterion ``label_smoothed_cross_entropy_focused`` with ``--context-loss-weight``, Lupo et
+al. 2022) the outputs at the prefix positions and their targets come back as extras.
+
+Options (Lupo et al. 2022, 2023; :mod:`fairseq_docctx.modules.sentence_positions`):
+``--segment-shifted-positions SHIFT`` and ``--sentence-position-embeddings
+sinusoidal|learned``, on the encoder and the decoder.
 """
 from typing import List, Optional
 
@@ -27,8 +33,9 @@ from ..errors import UsageError
 from ..modules.context_concat import concat_with_context, gather_context_rows, pack_segments
 from ..modules.decoder_input import embed_decoder_input
 from ..modules.masks import BoolFutureMask
+from ..modules.sentence_positions import SENTENCE_EMBEDDINGS, DocumentPositions, document_positional_embedding
 from . import pretrained_init, sentence_init
-from .document_context import DocumentContextModel, task_context
+from .document_context import DEFAULT_CONTEXT_SIZE, DocumentContextModel, task_context
 
 # positional embeddings the cached decoding can look up at per-row positions
 _CACHED_POSITIONS = (LearnedPositionalEmbedding, SinusoidalPositionalEmbedding)
@@ -87,7 +94,8 @@ class ConcatContextDecoder(BoolFutureMask, TransformerDecoderBase):
 
     sep_idx: int = -1  # set by ConcatTransformerModel.build_model
 
-    def forward(self, prev_output_tokens, encoder_out=None, incremental_state=None, **kwargs):
+    def forward(self, prev_output_tokens, encoder_out=None, incremental_state=None,
+                context_outputs: bool = False, **kwargs):
         prefix = encoder_out.get("tgt_prefix") if encoder_out is not None else None
         if not prefix:
             return super().forward(prev_output_tokens, encoder_out, incremental_state, **kwargs)
@@ -96,12 +104,22 @@ class ConcatContextDecoder(BoolFutureMask, TransformerDecoderBase):
                                        incremental_state, **kwargs)
             if out is not None:
                 return out
-        return self._forward_full(prev_output_tokens, encoder_out, prefix[0], **kwargs)
+        return self._forward_full(prev_output_tokens, encoder_out, prefix[0],
+                                  context_outputs=context_outputs, **kwargs)
 
-    def _forward_full(self, prev_output_tokens, encoder_out, prefix, **kwargs):
+    def _forward_full(self, prev_output_tokens, encoder_out, prefix, context_outputs: bool = False,
+                      **kwargs):
         """The decoder over ``prefix + prev_output_tokens``, outputs at the current sentence's
         positions ``[B, T, V]`` (teacher forcing; row lengths over ``max_target_positions``
-        lose their earliest prefix tokens)."""
+        lose their earliest prefix tokens).
+
+        With ``context_outputs`` the extras also hold ``context_out`` ``[[B, P-1, V]]``, the
+        outputs at the first ``P-1`` positions (P the longest prefix of the batch), and
+        ``context_target`` ``[[B, P-1]]``: at prefix position ``t`` the prefix token ``t+1``
+        (the next context token, separators included), padding where ``t+1`` is past the row's
+        prefix. The prefix's first token has no position before it and is not predicted; the
+        last separator's position is followed by the start token ``</s>`` of the current
+        sentence, which is not a context token either."""
         pad = self.padding_idx
         width = prev_output_tokens.size(1)
         cur_len = prev_output_tokens.ne(pad).sum(1)
@@ -111,6 +129,12 @@ class ConcatContextDecoder(BoolFutureMask, TransformerDecoderBase):
         )
         prefix_len = lengths - cur_len
         x, extra = super().forward(tokens, encoder_out, None, **kwargs)
+        if context_outputs:
+            span = max(int(prefix_len.max()) - 1, 0)
+            nxt = torch.arange(1, span + 1, device=x.device)
+            extra["context_out"] = [x[:, :span]]
+            extra["context_target"] = [tokens[:, 1:span + 1].masked_fill(
+                nxt.unsqueeze(0) >= prefix_len.unsqueeze(1), pad)]
         # keep the outputs at the current sentence's positions only
         pos = (prefix_len.unsqueeze(1) + torch.arange(width, device=x.device)).clamp(
             max=tokens.size(1) - 1
@@ -136,6 +160,8 @@ class ConcatContextDecoder(BoolFutureMask, TransformerDecoderBase):
             return None
         first = state is None
         prefix_len = prefix.ne(pad).sum(1) if first else state["prefix_len"]
+        # the current sentence's index in the row (the prefix's separators): its position shift
+        prefix_sents = prefix.eq(self.sep_idx).sum(1) if first else state["prefix_sents"]
         width = prev_output_tokens.size(1)
         if (
             full_context_alignment
@@ -159,8 +185,10 @@ class ConcatContextDecoder(BoolFutureMask, TransformerDecoderBase):
             pad_mask = None  # the cached prefix padding stays masked in the layers' buffers
             positions = None
             if self.embed_positions is not None:
-                positions = self._embed_positions_at((pad + prefix_len + width).unsqueeze(1))
-        self.set_incremental_state(incremental_state, "concat_prefix", {"prefix_len": prefix_len})
+                positions = self._embed_positions_at((pad + prefix_len + width).unsqueeze(1),
+                                                     prefix_sents.unsqueeze(1))
+        self.set_incremental_state(incremental_state, "concat_prefix",
+                                   {"prefix_len": prefix_len, "prefix_sents": prefix_sents})
         x, extra = self._extract_features_cached(
             tokens, positions, encoder_out, incremental_state, pad_mask, causal=first,
             alignment_layer=alignment_layer, alignment_heads=alignment_heads,
@@ -173,10 +201,16 @@ class ConcatContextDecoder(BoolFutureMask, TransformerDecoderBase):
             x = self.output_layer(x)
         return x, extra
 
-    def _embed_positions_at(self, positions: Tensor) -> Tensor:
+    def _embed_positions_at(self, positions: Tensor, sentence: Optional[Tensor] = None) -> Tensor:
         """Positional embeddings ``[B, T, C]`` of the absolute positions ``[B, T]`` (fairseq's
-        numbering: the first real token is at ``padding_idx + 1``)."""
+        numbering: the first real token is at ``padding_idx + 1``) of tokens of the current
+        sentence, the row's sentence ``sentence`` ``[B, T]`` (0 = its first; document
+        positions shift them and add the current sentence's embedding)."""
         emb = self.embed_positions
+        if isinstance(emb, DocumentPositions):
+            if sentence is None:
+                sentence = torch.zeros_like(positions)
+            return emb.embed_at(positions + emb.shift * sentence, positions.ne(emb.padding_idx).long())
         if isinstance(emb, SinusoidalPositionalEmbedding):
             return emb.weights.index_select(0, positions.reshape(-1)).view(
                 *positions.shape, -1).detach()
@@ -232,7 +266,8 @@ class ConcatContextDecoder(BoolFutureMask, TransformerDecoderBase):
         """The rows' prefix lengths follow the beams (the layers reorder their own buffers)."""
         state = self.get_incremental_state(incremental_state, "concat_prefix")
         if state is not None and state.get("prefix_len") is not None:
-            state["prefix_len"] = state["prefix_len"].index_select(0, new_order)
+            for key in ("prefix_len", "prefix_sents"):
+                state[key] = state[key].index_select(0, new_order)
             self.set_incremental_state(incremental_state, "concat_prefix", state)
 
 
@@ -244,11 +279,24 @@ class ConcatTransformerModel(DocumentContextModel, TransformerModel):
     it reads the ``src`` and ``tgt`` sides the task gives, all K sentences.
     """
 
+    #: the decoder returns the outputs at the target-context positions on request
+    #: (``forward(..., context_outputs=True)``; ``label_smoothed_cross_entropy_focused``)
+    supports_context_outputs = True
+
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
         sentence_init.add_args(parser)
         pretrained_init.add_args(parser)
+        parser.add_argument(
+            "--segment-shifted-positions", type=int, metavar="SHIFT",
+            help="segment-shifted positions (Lupo et al. 2022): the tokens of the i-th sentence of "
+                 "a concatenation (i = 0 the first) are at their position plus i*SHIFT, on the "
+                 "encoder and the decoder (0: off, the default; the authors' scripts: 21 En-De, 8 En-Ru)")
+        parser.add_argument(
+            "--sentence-position-embeddings", choices=SENTENCE_EMBEDDINGS, metavar="KIND",
+            help="add to every token embedding an embedding of its sentence's distance from the "
+                 "current sentence (Lupo et al. 2023): none (default), sinusoidal or learned")
 
     @classmethod
     def build_model(cls, args, task):
@@ -264,11 +312,24 @@ class ConcatTransformerModel(DocumentContextModel, TransformerModel):
                     f"concat_transformer needs the context separator {sep} in the "
                     "dictionaries: use --task document_translation"
                 )
+        shift = int(args.segment_shifted_positions or 0)
+        if shift < 0:
+            raise UsageError(f"concat_transformer: --segment-shifted-positions {shift}: the shift is >= 0")
         model = super().build_model(args, task)
-        sides, _ = task_context(task)
+        sides, K = task_context(task)
         model.declare_context([s for s in sides if s in ("src", "tgt")], None)
         model.encoder.sep_idx = task.source_dictionary.index(sep)
         model.decoder.sep_idx = task.target_dictionary.index(sep)
+        if shift or args.sentence_position_embeddings != "none":
+            # the number of sentences a row holds sizes the learned tables: recorded in the
+            # checkpoint (the task's K + 1 when the model is first built)
+            if getattr(args, "concat_max_sentences", None) is None:
+                args.concat_max_sentences = (int(K) if K is not None else DEFAULT_CONTEXT_SIZE) + 1
+            for part, max_pos in ((model.encoder, args.max_source_positions),
+                                  (model.decoder, args.max_target_positions)):
+                part.embed_positions = document_positional_embedding(
+                    part.embed_positions, max_pos, args.concat_max_sentences, part.sep_idx,
+                    part.dictionary.eos(), shift, args.sentence_position_embeddings)
         # every weight is a sentence-level transformer's (the separator's embedding row is
         # new when the checkpoint's dictionary lacks it)
         return sentence_init.apply(model, args, "concat_transformer", is_context=lambda name: False)
@@ -286,7 +347,9 @@ class ConcatTransformerModel(DocumentContextModel, TransformerModel):
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, context=None,
                 return_all_hiddens: bool = True, features_only: bool = False,
-                alignment_layer=None, alignment_heads=None):
+                alignment_layer=None, alignment_heads=None, context_outputs: bool = False):
+        """fairseq's forward; ``context_outputs``: the extras also hold the outputs at the
+        target-context positions and their targets (``ConcatContextDecoder._forward_full``)."""
         encoder_out = self.encoder(
             src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
             context=context,
@@ -295,6 +358,7 @@ class ConcatTransformerModel(DocumentContextModel, TransformerModel):
             prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
             alignment_layer=alignment_layer, alignment_heads=alignment_heads,
             src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
+            context_outputs=context_outputs,
         )
 
     @torch.no_grad()
@@ -363,4 +427,6 @@ class ConcatTransformerModel(DocumentContextModel, TransformerModel):
 @register_model_architecture("concat_transformer", "concat_transformer")
 def concat_transformer_base(args):
     sentence_init.set_defaults(args)
+    args.segment_shifted_positions = getattr(args, "segment_shifted_positions", None) or 0
+    args.sentence_position_embeddings = getattr(args, "sentence_position_embeddings", None) or "none"
     base_architecture(args)

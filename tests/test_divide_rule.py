@@ -337,7 +337,8 @@ def test_k0_then_k1_on_split_pairs_then_k1_on_documents(tmp_path):
     """The schedule with real training on toy documents: K0 (the sentence transformer); K1
     (han_encoder_transformer, K=1) from it on the middle-split pairs, its sentence weights
     frozen; K1 fine-tuned from that on the documents (fairseq's --finetune-from-model), still
-    frozen. The sentence weights end as K0's, the context weights move in both stages."""
+    frozen. The sentence weights end as K0's (frozen, and loaded by --finetune-from-model), the
+    context weights move in the fine-tuning."""
     raw = write_toy_documents(tmp_path / "raw", docs=(40, 4, 4), lengths=(2, 12))
     _prepare(raw, tmp_path / "docs")
     main(["-s", "src", "-t", "tgt", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),

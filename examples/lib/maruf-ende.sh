@@ -17,6 +17,9 @@
 #   MAX_LEN [250] MAX_LEN_RATIO [3] (training pairs longer are dropped, docctx-prepare reports
 #   how many) SMOKE_TRAIN_DOCS, SMOKE_VALID_DOCS, SMOKE_TEST_DOCS (SMOKE: train on the first
 #   dev documents, validate on the next ones, test on the first test documents)
+#   DIVIDE_AND_RULE [none | middle | aligned: Lupo et al. (2022)'s pre-training of the HAN models
+#   on the training pairs split in two (step prepare-split, data-bin-split-MODE; models.sh,
+#   _divide_and_rule)] DR_MIN_LEN [7: pairs of fewer source words stay whole] DR_FINETUNE_LR [2e-4]
 
 MARUF_URL=https://raw.githubusercontent.com/sameenmaruf/selective-attn/1cb44c5ddd2cdf4f32ea74768a3389b52fc4db27/data
 MARUF_README=https://github.com/sameenmaruf/selective-attn/blob/master/data/readme.txt
@@ -82,6 +85,19 @@ maruf_ende_data() {  # CORPUS_NAME (IWSLT2017 | NC-2016 | Europarl7): sets BIN, 
     "${MARUF_FILES[@]}")
   BIN=$WORK/data-bin
   step prepare -o "$BIN/docctx.json" -- docctx-prepare "${prep[@]}" --destdir "$BIN"
+  if [[ ${DIVIDE_AND_RULE:-none} != none ]]; then
+    # divide and rule (Lupo et al. 2022): the training pairs cut in two, with the SentencePiece
+    # model and the dictionary of BIN (the models move from one to the other); validation as is
+    local files=() k
+    for (( k = 0; k < ${#MARUF_FILES[@]}; k += 2 )); do
+      [[ ${MARUF_FILES[k]} == --testpref ]] || files+=("${MARUF_FILES[k]}" "${MARUF_FILES[k + 1]}")
+    done
+    BIN_SPLIT=$WORK/data-bin-split-$DIVIDE_AND_RULE
+    step prepare-split -d prepare -o "$BIN_SPLIT/docctx.json" -- docctx-prepare -s en -t de --input-format marker \
+      --joined-dictionary --workers "$(nproc)" --spm-model "$BIN/spm.model" --srcdict "$BIN/dict.en.txt" \
+      --max-len "$MAX_LEN" --max-len-ratio "$MAX_LEN_RATIO" "${files[@]}" \
+      --split-sentences "$DIVIDE_AND_RULE" --split-min-len "$DR_MIN_LEN" --destdir "$BIN_SPLIT"
+  fi
 }
 
 meteor15_setup() {  # METEOR 1.5 (METRICS meteor-1.5*): a Java runtime (Debian's) and pycocoevalcap's jar
@@ -113,6 +129,16 @@ maruf_ende_recipe() {  # RECIPE CORPUS TITLE MODELS SMOKE_TRAIN_DOCS SMOKE_VALID
   setting SMOKE_VALID_DOCS "$6"
   setting SMOKE_TEST_DOCS "$7"
   setting QCN_MAX_TOKENS "$8" 1000   # Yang et al. 2019, §4.1: batches of 1500 tokens on TED, 900 on News and Europarl
+  # divide and rule (Lupo et al. 2022): the HAN models pre-trained on the training pairs split in two
+  setting DIVIDE_AND_RULE none
+  [[ $DIVIDE_AND_RULE == none || $DIVIDE_AND_RULE == middle || $DIVIDE_AND_RULE == aligned ]] ||
+    die "DIVIDE_AND_RULE=$DIVIDE_AND_RULE: none, middle or aligned"
+  if [[ $DIVIDE_AND_RULE != none ]]; then
+    [[ ,$MODELS, == *,han* ]] || die "DIVIDE_AND_RULE=$DIVIDE_AND_RULE pre-trains the context weights of the HAN models (the multi-encoder model of Lupo et al. 2022), and MODELS ($MODELS) has none"
+    [[ ,$MODELS, == *,transformer,* ]] || die "DIVIDE_AND_RULE=$DIVIDE_AND_RULE starts the HAN models from the sentence transformer (K0): put transformer in MODELS"
+    setting DR_MIN_LEN 7
+    setting DR_FINETUNE_LR 2e-4
+  fi
   model_settings
   recipe_settings
   SRC=en TGT=de

@@ -285,6 +285,13 @@ train_model() {  # NAME: one of the models below (the sentence baseline first: o
         han-decoder-alignment) arch=han_decoder_alignment_transformer sides=both ;;
       esac
       _need_model transformer "$name"
+      if [[ ${DIVIDE_AND_RULE:-none} != none ]]; then
+        # divide and rule (Lupo et al. 2022, as their released commands run it: K0 the
+        # sentence transformer, K1 trained on the split pairs from it, then fine-tuned on the
+        # documents, the sentence weights frozen in both stages)
+        _divide_and_rule "$name" "$arch" "$sides"
+        return
+      fi
       if [[ $name == han && $HAN_JOINT_FROM == encoder ]]; then
         from=han-encoder
         train_model han-encoder  # a step: skipped when han-encoder is trained already
@@ -370,6 +377,37 @@ train_model() {  # NAME: one of the models below (the sentence baseline first: o
   esac
 }
 
+_divide_and_rule() {  # NAME ARCH SIDES: a HAN model trained by divide and rule (Lupo, Dinarelli &
+  # Besacier 2022, ACL; lorelupo/divide-and-rule, README steps 5-8 and sh/run/en-de/iwslt17/han.sh):
+  # NAME-split, the context model (K1) started from the sentence transformer (K0) and trained on
+  # the training pairs split in two (BIN_SPLIT, step prepare-split: docctx-prepare
+  # --split-sentences DIVIDE_AND_RULE), then NAME, fine-tuned from it on the documents; the
+  # sentence weights stay frozen in both stages (their --freeze-transfo-params); the
+  # fine-tuning learns at a fixed DR_FINETUNE_LR, x0.99 each epoch (their --lr-scheduler fixed
+  # --lr 2e-4 --fa 1 --lr-shrink 0.99)
+  local name=$1 arch=$2 sides=$3
+  [[ -n ${BIN_SPLIT:-} ]] || die "DIVIDE_AND_RULE=$DIVIDE_AND_RULE: this recipe prepares no split corpus"
+  local model=(-s "$SRC" -t "$TGT" --context-size "$CONTEXT_SIZE" --context-sides "$sides" --arch "$arch"
+    --han-context-size "$CONTEXT_SIZE" --freeze-sentence-weights)
+  TRAIN_BIN=$BIN_SPLIT TRAIN_PREPARE=prepare-split train "$name-split" vaswani -d train-transformer -- \
+    "${model[@]}" --init-from-sentence-checkpoint "$CKPT/transformer/checkpoint_best.pt"
+  train "$name" drfinetune -d "train-$name-split" -- "${model[@]}" \
+    --finetune-from-model "$CKPT/$name-split/checkpoint_best.pt"
+}
+
+_drfinetune() {  # Lupo et al. (2022)'s fine-tuning on the documents: the Transformer-base
+  # settings with Adam at a fixed DR_FINETUNE_LR, shrunk x0.99 each epoch
+  _vaswani
+  local hp=() k=0
+  while (( k < ${#HP[@]} )); do
+    case ${HP[k]} in
+      --lr|--lr-scheduler|--warmup-updates|--warmup-init-lr) k=$(( k + 2 )) ;;
+      *) hp+=("${HP[k]}"); k=$(( k + 1 )) ;;
+    esac
+  done
+  HP=("${hp[@]}" --lr "$DR_FINETUNE_LR" --lr-scheduler fixed --force-anneal 1 --lr-shrink 0.99)
+}
+
 hrnn_init_note() {  # the line results.md gives the hrnn_context rows: how they were initialised
   if [[ $HRNN_INIT == nematus ]]; then
     echo "hrnn rows: two-stage, every weight copied from the trained nematus model first (HRNN_INIT=nematus; a variant: Wang et al. 2017 describe no such stage)."
@@ -379,6 +417,10 @@ hrnn_init_note() {  # the line results.md gives the hrnn_context rows: how they 
 }
 
 han_note() {  # the line results.md gives the HAN rows: how their stages were trained
+  if [[ ${DIVIDE_AND_RULE:-none} != none ]]; then
+    echo "HAN rows: divide and rule (Lupo et al. 2022; DIVIDE_AND_RULE=$DIVIDE_AND_RULE): each HAN model (K1) started from the sentence transformer (K0) and trained on the training pairs split in two ($DIVIDE_AND_RULE split, pairs of at least $DR_MIN_LEN source words; checkpoints/NAME-split), then fine-tuned on the documents at a fixed learning rate $DR_FINETUNE_LR (x0.99 each epoch), the sentence weights frozen in both stages, as the authors' released commands."
+    return
+  fi
   local epochs="until MAX_UPDATE or PATIENCE (HAN_STAGE2_EPOCHS=0)"
   (( HAN_STAGE2_EPOCHS > 0 )) && epochs="$HAN_STAGE2_EPOCHS epoch(s) (HAN_STAGE2_EPOCHS=$HAN_STAGE2_EPOCHS; the authors' released commands: 1)"
   if [[ $HAN_JOINT_FROM == encoder ]]; then

@@ -14,6 +14,8 @@
 #     also qcn-transformer, qcn-regularizer-only,
 #     qcn-no-regularizer: Yang et al. 2019, Table 2]  METRICS [bleu,d-bleu,bleu_tok,meteor
 #     (+ meteor-1.5-exact-stem in full runs)]
+#   DIVIDE_AND_RULE [none | middle | aligned: the HAN models pre-trained on the training pairs
+#     split in two, then fine-tuned on the talks (Lupo et al. 2022)] DR_MIN_LEN [7] DR_FINETUNE_LR [2e-4]
 #   data: DATA [../shared/data/maruf-ende] SPM_VOCAB [30000 / 300] MAX_LEN [250]
 #     MAX_LEN_RATIO [3] SMOKE_TRAIN_DOCS [6] SMOKE_VALID_DOCS [1] SMOKE_TEST_DOCS [2]
 #   models (examples/lib/models.sh): LAYERS [6 / 1] DIM [512 / 32] FFN [2048 / 64] HEADS [8 / 2]

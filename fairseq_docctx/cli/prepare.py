@@ -10,6 +10,8 @@ from typing import List, Optional
 from fairseq_docctx.data.prepare import SPLITS, PrepareError, prepare
 from fairseq_docctx.data.pretrained import FAMILIES, PretrainedError
 from fairseq_docctx.data.readers import INPUT_FORMATS, DocumentFormatError
+from fairseq_docctx.data.split import DEFAULT_MIN_LEN as SPLIT_MIN_LEN
+from fairseq_docctx.data.split import MODES as SPLIT_MODES
 
 from . import exit_on_errors_and_signals
 
@@ -87,6 +89,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tuple-max-len-ratio", type=float, default=None, metavar="R",
                    help="train, the tuple filter of Kuang & Xiong (2018): drop a pair (x, y) when the "
                    "lengths of x and before-x differ by a factor above R (longer/shorter)")
+    p.add_argument("--split-sentences", choices=SPLIT_MODES, default=None, metavar="MODE",
+                   help="divide and rule (Lupo et al. 2022): cut every training pair in two, its first half "
+                   "the previous sentence of its second in the pair's document; MODE middle (each side at "
+                   "its middle word) or aligned (a cut that crosses no word-alignment link, eflomal's or "
+                   "--split-alignment's); validation and test are not split (default: off)")
+    p.add_argument("--split-min-len", type=int, default=None, metavar="N",
+                   help=f"with --split-sentences: pairs of fewer than N source words (or fewer than 2 target "
+                   f"words) stay whole (default {SPLIT_MIN_LEN}, the authors')")
+    p.add_argument("--split-alignment", metavar="FILE",
+                   help="with --split-sentences aligned: Pharaoh links (i-j, 0-based whitespace words), one "
+                   "line per training pair in the order read, instead of aligning with eflomal")
     return p
 
 

@@ -20,7 +20,9 @@ This module alone reads and writes it. The manifest is a JSON object with, among
                               counts every binarized sentence, "context_only" those that are
                               context but never a training target (absent before they
                               existed: 0); "filtered": what the training split's filters
-                              removed (:func:`filtered`), null for the others
+                              removed (:func:`filtered`), null for the others;
+                              "split_sentences": only in the training split of data
+                              prepared with --split-sentences (:func:`split_sentences`)
     command                   the docctx-prepare command line
     pretrained                only with docctx-prepare --pretrained: {"family", "dir",
                               "dictionary", "dictionary_sha1", "model_symbols",
@@ -125,6 +127,23 @@ def filtered(data_dir: Optional[str], split: str = "train") -> Optional[dict]:
     and without a manifest."""
     entry = ((read_manifest(data_dir) or {}).get("splits") or {}).get(split)
     return entry.get("filtered") if isinstance(entry, dict) else None
+
+
+def split_sentences(data_dir: Optional[str], split: str = "train") -> Optional[dict]:
+    """What ``docctx-prepare --split-sentences`` (divide and rule, Lupo et al. 2022;
+    :mod:`fairseq_docctx.data.split`) did to ``split``'s pairs, ``None`` where it did nothing
+    (validation and test, data prepared without it, no manifest). Keys: ``mode`` (``middle``
+    or ``aligned``), ``min_len`` (pairs of fewer source words, or fewer than 2 target words,
+    stay whole), ``alignment`` (``null`` for ``middle``; ``{"file": PATH}`` for given links;
+    ``{"aligner": "eflomal", "symmetrize": ..., "words": ...}``), ``pairs`` (the pairs read),
+    ``split_pairs`` (those cut in two), ``kept_whole`` (those too short to cut), ``cuts``
+    (``middle``, ``aligned``, ``middle_fallback``: split pairs by where they were cut;
+    ``middle_fallback``: aligned mode, every cut crossed a link) and ``halves``
+    (``"in_document"``: each pair's halves are consecutive sentences in its place in its
+    document, the first the second's previous sentence). The split's ``sentences`` count is
+    ``pairs + split_pairs``."""
+    entry = ((read_manifest(data_dir) or {}).get("splits") or {}).get(split)
+    return entry.get("split_sentences") if isinstance(entry, dict) else None
 
 
 # ------------------------------------------------------------------ drafts

@@ -16,6 +16,10 @@ released fairseq model's (:mod:`.pretrained`): the ids are the model's ids, the 
 start every sentence of the families that prepend them, and the context separator, when the
 model's dictionary lacks it, is appended after the model's symbols (recorded in the manifest's
 ``pretrained`` entry).
+
+With ``--split-sentences MODE`` the training pairs are cut in two before the segmentation, each
+first half the previous sentence of its second half (divide and rule, Lupo et al. 2022:
+:mod:`.split`); the validation and test splits stay as they are.
 """
 import argparse
 import logging
@@ -25,10 +29,13 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
+from .alignment import AlignmentError
 from .doc_index import DocIndex, doc_index_path
 from .manifest import FORMAT_VERSION, MANIFEST_NAME, SPM_MODEL_NAME, write_manifest
 from .pretrained import Release, load_release
 from .readers import DocumentFormatError, prefix_name, read_parallel, wmt_translators
+from .split import DEFAULT_MIN_LEN as DEFAULT_SPLIT_MIN_LEN
+from .split import split_documents
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +62,8 @@ class SplitData:
     filtered: Optional[dict] = None
     #: per document, per sentence: the pair is context only, never a training target
     context_only: Optional[List[List[bool]]] = None
+    #: ``--split-sentences``: what was split (the manifest's record, :mod:`.split`)
+    split_sentences: Optional[dict] = None
 
     @property
     def num_sentences(self) -> int:
@@ -94,6 +103,7 @@ def _check_args(args) -> None:
         raise PrepareError("give at least one of --trainpref, --validpref, --testpref")
     if args.source_lang == args.target_lang:
         raise PrepareError("--source-lang and --target-lang must differ")
+    _check_split_args(args)
     _check_pretrained_args(args)
     if args.spm_vocab_size and args.spm_model:
         raise PrepareError("--spm-vocab-size and --spm-model exclude each other")
@@ -126,6 +136,28 @@ def _check_args(args) -> None:
     for f in (args.srcdict, args.tgtdict, args.spm_model):
         if f and not os.path.isfile(f):
             raise PrepareError(f"no such file: {f}")
+
+
+def _check_split_args(args) -> None:
+    """``--split-sentences`` (divide and rule) and its options: the training split only."""
+    mode = getattr(args, "split_sentences", None)
+    min_len = getattr(args, "split_min_len", None)
+    align = getattr(args, "split_alignment", None)
+    if mode is None:
+        for opt, value in (("--split-min-len", min_len), ("--split-alignment", align)):
+            if value is not None:
+                raise PrepareError(f"{opt} needs --split-sentences")
+        return
+    if not args.trainpref:
+        raise PrepareError(f"--split-sentences {mode} splits the training pairs: give --trainpref "
+                           "(validation and test splits are never split)")
+    if min_len is not None and min_len < 2:
+        raise PrepareError(f"--split-min-len {min_len}: a pair needs at least 2 source words to be cut in two")
+    if align is not None:
+        if mode != "aligned":
+            raise PrepareError(f"--split-alignment gives the links of --split-sentences aligned, not {mode}")
+        if not os.path.isfile(align):
+            raise PrepareError(f"no such file: {align}")
 
 
 # ------------------------------------------------------------------------------------------
@@ -463,6 +495,7 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
     src, tgt, sep = args.source_lang, args.target_lang, args.context_separator
     mask = getattr(args, "mask_symbol", None)
     splits = [s for s in SPLITS if getattr(args, f"{s}pref")]
+    split_mode = getattr(args, "split_sentences", None)
     _check_destdir(args.destdir, _outputs(args, splits))
     release = None
     if getattr(args, "pretrained", None):
@@ -490,10 +523,10 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
         os.makedirs(work)
         os.makedirs(out)
 
-        # SentencePiece
-        spm_info = None
+        # SentencePiece (a model is trained on the training sentences as read: before they are split)
+        spm_info = sp = None
         if release is not None:
-            spm_info = _segment_pretrained(release, data, out, src, tgt, args.workers, log)
+            pass  # segmented below, after the split
         elif args.spm_vocab_size or args.spm_model:
             import sentencepiece as spm
 
@@ -509,6 +542,20 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
             sp = spm.SentencePieceProcessor(model_file=os.path.join(out, SPM_NAME + ".model"))
             spm_info = _spm_entry(sp, out, args.spm_model_type if args.spm_vocab_size else _spm_model_type(sp),
                                   "train" if args.spm_vocab_size else args.spm_model)
+
+        # divide and rule (training split only): at words, before the subword segmentation
+        if split_mode:
+            tr = data["train"]
+            try:
+                tr.src, tr.tgt, tr.split_sentences = split_documents(
+                    tr.src, tr.tgt, split_mode, getattr(args, "split_min_len", None) or DEFAULT_SPLIT_MIN_LEN,
+                    getattr(args, "split_alignment", None), log)
+            except AlignmentError as e:
+                raise PrepareError(str(e)) from None
+
+        if release is not None:
+            spm_info = _segment_pretrained(release, data, out, src, tgt, args.workers, log)
+        elif sp is not None:
             for d in data.values():
                 tokenize_split(d, sp, args.workers)
 
@@ -588,6 +635,8 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
                 "source_tokens": tokens[src], "target_tokens": tokens[tgt],
                 "filtered": d.filtered,
             }
+            if d.split_sentences is not None:
+                split_info[split]["split_sentences"] = d.split_sentences
             log(f"{split}: {len(idx)} documents, {idx.num_sentences} sentences"
                 + (f" ({idx.num_context_only} context only)" if idx.num_context_only else "")
                 + f", {tokens[src]} {src} / {tokens[tgt]} {tgt} tokens")

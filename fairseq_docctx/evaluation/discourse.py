@@ -35,13 +35,13 @@ word2vec text file (``--vectors``) or from a fairseq checkpoint's decoder embedd
 with its dictionary (``--checkpoint``/``--dict``, text split into the model's tokens with
 ``--spm-model`` or at whitespace).
 """
-import os
 import re
 from collections import Counter
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
+from fairseq_docctx.data import alignment
 from fairseq_docctx.evaluation.io import Corpus, ScoreInputError
 
 WORD_RE = re.compile(r"\w+|[^\w\s]")
@@ -105,84 +105,32 @@ def tokenize(sentence: str, mode: str = "words") -> List[str]:
 
 def parse_pharaoh(line: str, path: str = "<alignment>", lineno: int = 0,
                   n_src: Optional[int] = None, n_tgt: Optional[int] = None) -> Set[Tuple[int, int]]:
-    links = set()
-    for item in line.split():
-        m = re.fullmatch(r"(\d+)[-:](\d+)", item)
-        if not m:
-            raise ScoreInputError(f"{path}:{lineno}: malformed alignment link {item!r} (expected i-j)")
-        i, j = int(m.group(1)), int(m.group(2))
-        if (n_src is not None and i >= n_src) or (n_tgt is not None and j >= n_tgt):
-            raise ScoreInputError(
-                f"{path}:{lineno}: link {item} outside the sentence pair ({n_src} source, {n_tgt} target words)")
-        links.add((i, j))
-    return links
+    """:func:`fairseq_docctx.data.alignment.parse_pharaoh`, its errors as :class:`ScoreInputError`."""
+    try:
+        return alignment.parse_pharaoh(line, path, lineno, n_src, n_tgt)
+    except alignment.AlignmentError as e:
+        raise ScoreInputError(str(e)) from None
 
 
 def read_alignment_file(path: str, src_tokens: Sequence[Sequence[str]], tgt_tokens: Sequence[Sequence[str]]):
-    from fairseq_docctx.data.readers import read_lines
-
-    lines = read_lines(path)
-    if len(lines) != len(src_tokens):
-        raise ScoreInputError(f"{path} has {len(lines)} lines but there are {len(src_tokens)} sentences")
-    return [parse_pharaoh(ln, path, k, len(s), len(t))
-            for k, (ln, s, t) in enumerate(zip(lines, src_tokens, tgt_tokens), 1)]
+    try:
+        return alignment.read_alignment_lines(path, src_tokens, tgt_tokens)
+    except alignment.AlignmentError as e:
+        raise ScoreInputError(str(e)) from None
 
 
-def grow_diag_final_and(fwd: Set[Tuple[int, int]], rev: Set[Tuple[int, int]]) -> Set[Tuple[int, int]]:
-    """Koehn et al.'s symmetrization: the intersection, grown by neighbouring (incl. diagonal)
-    union links that align a still unaligned word, then union links joining two unaligned words."""
-    union = fwd | rev
-    a = set(fwd & rev)
-    src_done = {i for i, _ in a}
-    tgt_done = {j for _, j in a}
-    neighbours = [(-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)]
-    grown = True
-    while grown:
-        grown = False
-        for i, j in sorted(a):
-            for di, dj in neighbours:
-                p = (i + di, j + dj)
-                if p in union and p not in a and (p[0] not in src_done or p[1] not in tgt_done):
-                    a.add(p)
-                    src_done.add(p[0])
-                    tgt_done.add(p[1])
-                    grown = True
-    for links in (fwd, rev):
-        for i, j in sorted(links):
-            if i not in src_done and j not in tgt_done:
-                a.add((i, j))
-                src_done.add(i)
-                tgt_done.add(j)
-    return a
+grow_diag_final_and = alignment.grow_diag_final_and
 
 
 def eflomal_align(src_tokens: Sequence[Sequence[str]], tgt_tokens: Sequence[Sequence[str]],
                   symmetrize: str = "grow-diag-final-and", seed_iterations=None) -> List[Set[Tuple[int, int]]]:
-    """Word alignment of each sentence pair with eflomal (PyPI ``eflomal``)."""
-    import logging
-    import tempfile
-
-    logging.getLogger("eflomal").setLevel(logging.WARNING)
+    """Word alignment of each sentence pair with eflomal (PyPI ``eflomal``;
+    :func:`fairseq_docctx.data.alignment.eflomal_align`), its errors as :class:`ScoreInputError`."""
     try:
-        import eflomal
-    except ImportError:
-        raise ScoreInputError("word alignment needs eflomal (`pip install eflomal==2.0.0`) or "
-                              "alignment files (--align-ref/--align-hyp)") from None
-    with tempfile.TemporaryDirectory() as d:
-        fwd, rev = os.path.join(d, "fwd"), os.path.join(d, "rev")
-        eflomal.Aligner(n_iterations=seed_iterations).align(
-            [" ".join(s) for s in src_tokens], [" ".join(t) for t in tgt_tokens],
-            links_filename_fwd=fwd, links_filename_rev=rev, quiet=True)
-        with open(fwd) as f:
-            fl = f.read().split("\n")[: len(src_tokens)]
-        with open(rev) as f:
-            rl = f.read().split("\n")[: len(src_tokens)]
-    out = []
-    for a, b in zip(fl, rl):
-        fa, ra = parse_pharaoh(a, fwd), parse_pharaoh(b, rev)
-        out.append({"grow-diag-final-and": grow_diag_final_and, "intersect": lambda x, y: x & y,
-                    "union": lambda x, y: x | y, "forward": lambda x, y: x}[symmetrize](fa, ra))
-    return out
+        return alignment.eflomal_align(src_tokens, tgt_tokens, symmetrize, seed_iterations,
+                                       alternative="alignment files (--align-ref/--align-hyp)")
+    except alignment.AlignmentError as e:
+        raise ScoreInputError(str(e)) from None
 
 
 # ------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ def check_panel(p, sample):
         assert w.size(2) == width
     assert (w[~cm.unsqueeze(1).expand_as(w)] == 0).all()  # nothing at padding
     assert (w[~rm.unsqueeze(2).expand_as(w)] == 0).all()  # nothing on absent rows
-    assert ((w >= 0) & (w <= 1)).all()
+    assert ((w >= 0) & (w <= 1 + 1e-6)).all()  # sums of probabilities: 1 up to float32 rounding
     if p["normalized"]:
         live = rm.any(1, keepdim=True) & cm  # [B, C]
         torch.testing.assert_close(w.sum(1)[live], torch.ones(int(live.sum())), atol=1e-5, rtol=0)
@@ -74,6 +74,7 @@ def test_han_context_weights(config):
 
 
 def test_concat_context_weights():
+    torch.manual_seed(0)  # the same random model whatever ran before
     d = _dict()
     model = build_concat(d)
     sample = toy_document_batch(d, DOCS, seed=1, sides="source")

@@ -39,6 +39,11 @@ Shared by the sides:
 
 Context never crosses a document boundary: a document's first sentence has an all ``-1``
 index row.
+
+**Context variants** (``sample["context_variants"]``, beside ``net_input``; validation with
+``--validate-cxmi`` only): other contexts of the same rows, by name (``none``, ``random``:
+:mod:`~fairseq_docctx.data.context_variants`), each a context in the layout above, for scoring
+the batch's references with them (:func:`variant_sample`).
 """
 from dataclasses import dataclass
 from typing import Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
@@ -53,6 +58,8 @@ TABLE_FIELDS = ("tokens", "lengths")
 ROW_FIELDS = ("index", "self")
 IDS = "ids"
 CACHE = "cache"
+#: the key of a sample holding its context variants (see the module doc)
+VARIANTS_KEY = "context_variants"
 
 
 @dataclass(frozen=True)
@@ -179,6 +186,25 @@ def without_context(sample: dict) -> dict:
     if get_context(sample) is None:
         return sample
     return with_context(sample, None)
+
+
+def with_variants(sample: dict, variants: Mapping[str, dict]) -> dict:
+    """``sample`` (in place; returned) with the context variants ``variants`` (name ->
+    context of the same rows)."""
+    sample[VARIANTS_KEY] = dict(variants)
+    return sample
+
+
+def variants(sample: dict) -> Optional[dict]:
+    """The context variants of a sample (name -> context), ``None`` if it carries none."""
+    return sample.get(VARIANTS_KEY) if isinstance(sample, dict) else None
+
+
+def variant_sample(sample: dict, name: str) -> dict:
+    """A shallow copy of ``sample`` whose context is its variant ``name`` (and that carries
+    no variants): the same rows, sentences and targets with that context."""
+    ctx = variants(sample)[name]
+    return with_context({k: v for k, v in sample.items() if k != VARIANTS_KEY}, ctx)
 
 
 # ------------------------------------------------------------------ building
@@ -331,7 +357,8 @@ def cut_width(tokens: Tensor, width: int, left_pad: bool) -> Tensor:
 
 __all__ = [
     "ContextSide", "SideTable", "register_side", "get_side", "declared_sides", "parse_sides",
-    "format_sides", "get_context", "with_context", "without_context", "new_context",
+    "format_sides", "get_context", "with_context", "without_context", "with_variants", "variants",
+    "variant_sample", "new_context",
     "add_table", "has_side", "sides", "table", "index", "context_ids", "cache", "row_map",
     "select_rows", "replace_side", "gather_rows", "gather_tokens", "left_padded", "cut_width",
 ]

@@ -39,6 +39,7 @@ import torch
 from fairseq.data import FairseqDataset, data_utils
 
 from . import context_batch as cb
+from . import context_variants as cv
 from .doc_index import DocIndex
 
 logger = logging.getLogger(__name__)
@@ -115,6 +116,10 @@ class DocumentPairDataset(FairseqDataset):
         #: the longest context sentence per dictionary ("source", "target"); None = any
         self.context_limits: Dict[str, Optional[int]] = {"source": None, "target": None}
         self._limited_sizes: Dict[str, np.ndarray] = {}
+        #: --validate-cxmi: the seed of the random contexts collated with every batch
+        #: (:meth:`set_context_variants`); None: no context variants
+        self.variant_seed: Optional[int] = None
+        self._random_context = None
 
     @property
     def context_sides(self) -> str:
@@ -284,9 +289,12 @@ class DocumentPairDataset(FairseqDataset):
         return (tokens, lengths, torch.from_numpy(index.astype(np.int64)),
                 torch.from_numpy(np.searchsorted(rows, ids).astype(np.int64)))
 
-    def collate_context(self, ids) -> dict:
+    def collate_context(self, ids, prev: Optional[np.ndarray] = None) -> dict:
+        """The context of the batch rows ``ids`` (corpus indices): their previous sentences,
+        or those of ``prev [len(ids), K]`` (corpus indices, ``-1`` = none; e.g. a
+        :mod:`~.context_variants` row set)."""
         ids = np.asarray(ids, dtype=np.int64)
-        prev = self.context_rows(ids)
+        prev = self.context_rows(ids) if prev is None else np.asarray(prev, dtype=np.int64)
         # corpus ids of the context sentences: inference fills target context from them
         ctx = cb.new_context(torch.from_numpy(prev))
         for side in self.sides:
@@ -294,10 +302,29 @@ class DocumentPairDataset(FairseqDataset):
                 cb.add_table(ctx, side, *self._table(ids, prev, side))
         return ctx
 
+    def set_context_variants(self, seed: Optional[int]):
+        """Collate with every batch its context variants (``--validate-cxmi``): the rows'
+        contexts of no context and of a random document's context drawn with ``seed``
+        (:mod:`~.context_variants`); ``None``: none (the default)."""
+        self.variant_seed = seed
+        self._random_context = None if seed is None else cv.RandomContext(self.docs.lengths, seed)
+
+    def collate_variants(self, ids) -> dict:
+        """``{name: context}`` of the rows ``ids``: no context (``none``) and a random
+        document's context (``random``) in the layout of :meth:`collate_context`, with as many
+        sentences as each row's true context."""
+        ids = np.asarray(ids, dtype=np.int64)
+        n = (self.context_rows(ids) >= 0).sum(axis=1)
+        return {cv.NONE: self.collate_context(ids, cv.no_context_rows(len(ids), self.context_size)),
+                cv.RANDOM: self.collate_context(ids, self._random_context.rows(ids, n, self.context_size))}
+
     def collater(self, samples, pad_to_length=None):
         res = self.pair.collater(samples, pad_to_length=pad_to_length)
         if self.has_context and len(samples) > 0:
-            res = cb.with_context(res, self.collate_context(res["id"].numpy()))
+            ids = res["id"].numpy()
+            res = cb.with_context(res, self.collate_context(ids))
+            if self._random_context is not None:
+                cb.with_variants(res, self.collate_variants(ids))
         return res
 
     # --------------------------------------------------------------- batching

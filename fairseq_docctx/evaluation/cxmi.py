@@ -8,7 +8,11 @@ model, teacher-forced (:class:`~.scoring.ModelScorer`):
 * without context (context size 0 at inference — every model here can run so, since
   document-initial sentences have no context during training either);
 * with a random context: ``n`` consecutive sentences (source and target) of another document,
-  chosen with a seeded generator, where ``n`` is the number of true context sentences.
+  drawn with a generator seeded with the seed and the sentence's corpus index, where ``n`` is
+  the number of true context sentences
+  (:class:`~fairseq_docctx.data.context_variants.RandomContext`: the same draw as
+  ``fairseq-train --validate-cxmi``'s, so its validation figure is this module's on the same
+  split and seed).
 
 ``CXMI = mean over target tokens of log p(y_t | x, C) - log p(y_t | x)`` (nats per token);
 ``cxmi_random`` is the same with the random context and ``true_vs_random`` their difference.
@@ -27,6 +31,8 @@ from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 import torch
+
+from ..data.context_variants import RandomContext
 
 Doc = List[torch.Tensor]
 
@@ -83,9 +89,11 @@ def cxmi_documents(src_docs: Sequence[Doc], tgt_docs: Sequence[Doc], context_siz
     the number of true context sentences of each sentence. ``fit(src, tgt)``: how many of
     the context sentences of a scoring document (all but its last pair) the model reads (a
     segment model's :meth:`~.scoring.ModelScorer.segment_context`); the true context is cut
-    to them."""
-    rng = np.random.RandomState(seed)
-    lengths = np.array([len(d) for d in src_docs])
+    to them. The random context of sentence ``j`` of document ``d`` is
+    :class:`~fairseq_docctx.data.context_variants.RandomContext`'s for the sentence's corpus
+    index (the documents' sentences numbered in order), the one ``fairseq-train
+    --validate-cxmi`` scores on the same split with the same seed."""
+    random_context = RandomContext([len(d) for d in src_docs], seed)
     true, none, rand, n_ctx = [], [], [], []
     for d, (s, t) in enumerate(zip(src_docs, tgt_docs)):
         for j in range(len(s)):
@@ -95,18 +103,13 @@ def cxmi_documents(src_docs: Sequence[Doc], tgt_docs: Sequence[Doc], context_siz
             true.append((s[j - n: j + 1], t[j - n: j + 1]))
             none.append(([s[j]], [t[j]]))
             n_ctx.append(n)
-            if n == 0:
+            drawn = random_context.draw(int(random_context.offsets[d]) + j, n)
+            if drawn is None:
                 rand.append(none[-1])
                 continue
-            others = np.flatnonzero((lengths >= n) & (np.arange(len(lengths)) != d))
-            if len(others) == 0:  # no other document is long enough: as much as there is
-                others = np.flatnonzero(np.arange(len(lengths)) != d)
-            if len(others) == 0:
-                rand.append(none[-1])
-                continue
-            o = int(others[rng.randint(len(others))])
-            m = min(n, lengths[o])
-            r = rng.randint(lengths[o] - m + 1)
+            start, m = drawn
+            o = int(random_context.sent_doc[start])
+            r = start - int(random_context.offsets[o])
             rand.append((list(src_docs[o][r: r + m]) + [s[j]], list(tgt_docs[o][r: r + m]) + [t[j]]))
     return true, none, rand, np.array(n_ctx)
 

@@ -195,7 +195,7 @@ class ModelScorer:
         """Per-token target log-probabilities of every row of a collated batch (of a segment
         model: of the tokens of every row's last group only)."""
         model = self.model
-        from ..models.document_context import sample_for_model
+        from ..models.document_context import sample_for_model, target_logprobs
 
         sample = sample_for_model(sample, model)
         place = getattr(self.task, "place_langtoks", None)  # mBART-25's tokens, as the task trains
@@ -203,10 +203,8 @@ class ModelScorer:
         device = next(model.parameters()).device
         sample = utils.move_to_cuda(sample, device=device) if device.type == "cuda" else sample
         net_output = model(**sample["net_input"])
-        lprobs = model.get_normalized_probs(net_output, log_probs=True, sample=sample)
+        tok, mask = target_logprobs(model, net_output, sample, self.tgt_dict.pad())
         target = sample["target"]
-        tok = lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1).float()
-        mask = target.ne(self.tgt_dict.pad())
         rows = [tok[i][mask[i]].cpu().numpy() for i in range(tok.size(0))]
         if not self.reads_segments:
             return rows

@@ -200,9 +200,30 @@ class ContextSpec:
 SENTENCE_LEVEL = ContextSpec(reads_context=False)
 
 
+def _data_parallel_wrappers() -> tuple:
+    from fairseq.distributed import (DistributedTimeoutWrapper, LegacyDistributedDataParallel,
+                                     ModuleProxyWrapper, TPUDistributedDataParallel)
+
+    return (ModuleProxyWrapper, DistributedTimeoutWrapper, LegacyDistributedDataParallel,
+            TPUDistributedDataParallel, torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+
+
+def unwrapped(model):
+    """The model inside fairseq's and torch's data-parallel wrappers: in distributed
+    training fairseq's trainer hands the task ``ModuleProxyWrapper(DistributedDataParallel(
+    model))`` (``legacy_ddp``: ``LegacyDistributedDataParallel``), whose class is not the
+    model's."""
+    wrappers = _data_parallel_wrappers()
+    while isinstance(model, wrappers):
+        model = model.module
+    return model
+
+
 def context_spec(model) -> ContextSpec:
-    """The contract of any model: a :class:`DocumentContextModel`'s declarations, or
-    :data:`SENTENCE_LEVEL` for every other model."""
+    """The contract of any model (inside its data-parallel wrappers, :func:`unwrapped`): a
+    :class:`DocumentContextModel`'s declarations, or :data:`SENTENCE_LEVEL` for every other
+    model."""
+    model = unwrapped(model)
     if not isinstance(model, DocumentContextModel):
         return SENTENCE_LEVEL
     return ContextSpec(True, tuple(model.context_sides), model.context_size, model.doc_batching,
@@ -410,13 +431,27 @@ def panel_distributions(panels, items: str):
     return out
 
 
+def target_logprobs(model, net_output, sample, pad: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Teacher-forced scores of a batch's references: ``(logprobs [B, T], mask [B, T])``, the
+    model's log-probability (natural log, float32) of every target token of ``sample`` given
+    ``net_output`` (its output on the sample: evaluation mode, unpacked), and which positions
+    are tokens (not ``pad``, the target dictionary's padding; EOS included). Shared by ``docctx-score``'s scorer
+    (:class:`~fairseq_docctx.evaluation.scoring.ModelScorer`) and ``--validate-cxmi``, so both
+    score a reference alike."""
+    lprobs = model.get_normalized_probs(net_output, log_probs=True, sample=sample)
+    target = sample["target"]
+    tok = lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1).float()
+    return tok, target.ne(pad)
+
+
 def batch_encoder_out(sample) -> Optional[dict]:
     """The encoder output the task handed over with a batch (``document_cache_entries``)."""
     return sample.get(ENCODER_OUT) if isinstance(sample, dict) else None
 
 
 __all__ = [
-    "DocumentContextModel", "ContextSpec", "SENTENCE_LEVEL", "context_spec", "reads_context",
+    "DocumentContextModel", "ContextSpec", "SENTENCE_LEVEL", "context_spec", "reads_context", "unwrapped",
+    "target_logprobs",
     "task_context", "resolve_context_size", "check_context", "ContextMismatchError",
     "sample_for_model", "batch_encoder_out", "reads_segments", "ENCODER_OUT", "DEFAULT_CONTEXT_SIZE",
     "ContextAttentionUnsupported", "context_attention", "panel_distributions", "ANALYSES",

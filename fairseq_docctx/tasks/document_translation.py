@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from dataclasses import dataclass, field
 
-from fairseq import utils
+from fairseq import metrics, utils
 from fairseq.data import data_utils, iterators
 from fairseq.dataclass import ChoiceEnum
 from fairseq.models import ARCH_MODEL_REGISTRY
@@ -37,6 +37,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II, open_dict
 
 from ..data import context_batch as cb
+from ..data import context_variants as cv
 from ..data import segments as seg
 from ..data.doc_index import DocIndex, balanced_shards, check_shard, doc_index_path
 from ..data.document_dataset import DocumentPairDataset
@@ -57,6 +58,11 @@ ADOPTED_SETTINGS = ("context_size", "context_sides", "doc_mode", "max_segment_to
 NAMED_SETTINGS = ("doc_mode", "segment_packing")
 #: the batch key of the corpus indices of every row's sentences (--doc-mode segments)
 SEGMENT_SENTENCES = "segment_sentences"
+#: --validate-cxmi: the sums a validation batch adds to its logging output (summed over batches
+#: and workers like fairseq's --eval-bleu counts): target tokens, and the summed per-token
+#: log-probability differences true - none and random - none (nats)
+CXMI_TOKENS, CXMI_TRUE_NONE, CXMI_RANDOM_NONE = "_cxmi_tokens", "_cxmi_true_none", "_cxmi_random_none"
+CXMI_SUMS = (CXMI_TOKENS, CXMI_TRUE_NONE, CXMI_RANDOM_NONE)
 #: training default of --context-sides (at inference: the checkpoint's); that of
 #: --context-size is :data:`~fairseq_docctx.models.document_context.DEFAULT_CONTEXT_SIZE`
 DEFAULT_CONTEXT_SIDES = "source"
@@ -170,6 +176,17 @@ class DocumentTranslationConfig(TranslationConfig):
         metadata={"help": "the symbol --coword-dropout writes (in the source dictionary: docctx-prepare "
                   "--mask-symbol SYM)"},
     )
+    validate_cxmi: bool = field(
+        default=False,
+        metadata={"help": "validation: also score every batch's references with no context and with a random "
+                  "document's context (drawn with --seed and the sentence ids) and log cxmi (true - none), "
+                  "cxmi_random (random - none) and cxmi_true_vs_random (true - random) in nats per target "
+                  "token, the figures of docctx-score cxmi (Fernandes et al. 2021); three forward passes per "
+                  "validation batch instead of one. Does nothing for a model that reads no context; refused "
+                  "with --doc-mode segments"},
+    )
+    # fairseq's --seed: that of --validate-cxmi's random contexts
+    seed: int = II("common.seed")
     # fairseq's --num-shards / --shard-id (dataset options, which fairseq-generate itself
     # ignores): generation of shard I of N decodes the documents of that shard only
     num_shards: int = II("dataset.num_shards")
@@ -310,6 +327,10 @@ class DocumentTranslationTask(TranslationTask):
             raise UsageError("--context-size must be >= 0")
         cb.parse_sides(cfg.context_sides)  # a clear error for an unknown side
         self.check_doc_mode()
+        if getattr(cfg, "validate_cxmi", False) and self.segments:
+            raise UsageError("--validate-cxmi with --doc-mode segments: a segment holds its context inside it, "
+                             "validation batches have no context to take away or swap; measure a segment model "
+                             "with docctx-score cxmi")
         #: --doc-mode segments: segments decoded, and those whose best hypothesis was
         #: misaligned with their source and were decoded again sentence by sentence, by
         #: reason (:func:`~fairseq_docctx.data.segments.misalignment`; :meth:`inference_step`),
@@ -574,7 +595,7 @@ class DocumentTranslationTask(TranslationTask):
             logger.info(f"{split}: {docs.num_context_only} of {docs.num_sentences} sentences are "
                         "context only (pairs docctx-prepare's filters removed from the training "
                         "targets): context of the next sentences, never a target")
-        self.datasets[split] = DocumentPairDataset(
+        ds = self.datasets[split] = DocumentPairDataset(
             pair,
             docs,
             context_size=self.cfg.context_size,
@@ -585,6 +606,8 @@ class DocumentTranslationTask(TranslationTask):
             position_major=(split != self.cfg.train_subset and self.hypothesis_context),
             side_data=self.load_side_data(split, data_path, pair),
         )
+        if getattr(self.cfg, "validate_cxmi", False) and ds.has_context and split != self.cfg.train_subset:
+            ds.set_context_variants(self.cxmi_seed)
 
     def segment_dataset(self, split, pair, docs: DocIndex) -> seg.SegmentPairDataset:
         """``--doc-mode segments``: the split's sentences packed into segments under
@@ -811,6 +834,10 @@ class DocumentTranslationTask(TranslationTask):
                 f"{model.__class__.__name__} does not read document context: it is "
                 "trained and decoded at sentence level"
             )
+        if getattr(self.cfg, "validate_cxmi", False) and not from_checkpoint and not self.model_spec.reads_context:
+            logger.warning(f"--validate-cxmi does nothing: {model.__class__.__name__} reads no document context "
+                           f"(--context-size {self.cfg.context_size}, --context-sides {self.cfg.context_sides}), "
+                           "its CXMI is 0; validation scores each batch once")
         if not from_checkpoint and isinstance(cfg, argparse.Namespace):
             # recorded with the model's args, read back at inference (:meth:`build_model`)
             for name in ADOPTED_SETTINGS:  # plain values (a choice is an enum of fairseq's)
@@ -987,7 +1014,79 @@ class DocumentTranslationTask(TranslationTask):
         )
 
     def valid_step(self, sample, model, criterion):
-        return super().valid_step(self.place_langtoks(dc.sample_for_model(sample, model)), model, criterion)
+        """fairseq's validation step; with ``--validate-cxmi`` (a model that reads context) the
+        batch's references are also scored with no context and with a random document's
+        context, the batch's context variants (:meth:`cxmi_sums`)."""
+        true = self.place_langtoks(dc.sample_for_model(sample, model))
+        if not self.validates_cxmi(model):
+            return super().valid_step(true, model, criterion)
+        with _captured_output(model) as captured:  # the criterion's forward pass: the true context's scores
+            loss, sample_size, logging_output = super().valid_step(true, model, criterion)
+        logging_output.update(self.cxmi_sums(sample, model, captured.output))
+        return loss, sample_size, logging_output
+
+    @property
+    def cxmi_seed(self) -> int:
+        """The seed of ``--validate-cxmi``'s random contexts: fairseq's ``--seed`` (1 where the
+        configuration does not resolve it, e.g. a task made by hand)."""
+        try:
+            return int(self.cfg.seed)
+        except Exception:
+            return 1
+
+    def validates_cxmi(self, model) -> bool:
+        """Whether validation measures CXMI: ``--validate-cxmi`` and a model that reads context."""
+        return bool(getattr(self.cfg, "validate_cxmi", False)) and dc.reads_context(model) and not self.segments
+
+    def cxmi_sums(self, sample, model, true_output=None) -> dict:
+        """The CXMI sums of a validation batch (:data:`CXMI_SUMS`) for ``model``, which reads
+        context: its target tokens and the sums over them of ``log p(y_t | x, C) - log p(y_t |
+        x)`` (true context against none) and of the same with the random context, in nats, each
+        reference scored teacher-forced by
+        :func:`~fairseq_docctx.models.document_context.target_logprobs` as ``docctx-score
+        cxmi`` scores it. ``true_output``: the model's output on ``sample`` as the model reads
+        it (:meth:`place_langtoks`; the criterion's forward pass), else computed here. A batch without context variants — the trainer's
+        stand-in for a worker's missing batch, a training batch whose logging output it zeroes
+        — runs the same forward passes on itself and adds zeros, so every worker runs as many
+        forward passes and logs the same keys."""
+        pad = self.tgt_dict.pad()
+        read = self.place_langtoks(sample)
+        if true_output is None:
+            true_output = model(**read["net_input"])
+        true, mask = dc.target_logprobs(model, true_output, read, pad)
+        variants = cb.variants(sample)
+        diffs = {}
+        for name in cv.VARIANTS:
+            other = self.place_langtoks(cb.variant_sample(sample, name)) if variants is not None else read
+            lp, _ = dc.target_logprobs(model, model(**other["net_input"]), other, pad)
+            diffs[name] = (true - lp).masked_fill(~mask, 0.0).double().sum()
+        if variants is None:
+            return dict.fromkeys(CXMI_SUMS, 0.0)
+        return {CXMI_TOKENS: float(mask.sum()), CXMI_TRUE_NONE: float(diffs[cv.NONE]),
+                CXMI_RANDOM_NONE: float(diffs[cv.NONE] - diffs[cv.RANDOM])}
+
+    def reduce_metrics(self, logging_outputs, criterion):
+        """fairseq's metrics; with ``--validate-cxmi`` also ``cxmi`` (true - none),
+        ``cxmi_random`` (random - none) and ``cxmi_true_vs_random`` (true - random), nats per
+        target token: the sums of :meth:`cxmi_sums` over the batches and workers of the
+        validation, divided by its target tokens (derived metrics, so also selectable with
+        ``--best-checkpoint-metric``)."""
+        super().reduce_metrics(logging_outputs, criterion)
+        if not any(CXMI_TOKENS in log for log in logging_outputs):
+            return
+        for key in CXMI_SUMS:
+            total = sum(log.get(key, 0) for log in logging_outputs)
+            metrics.log_scalar(key, float(total.cpu()) if torch.is_tensor(total) else float(total))
+
+        def per_token(numerator):
+            def fn(meters):
+                tokens = meters[CXMI_TOKENS].sum
+                return round(float(numerator(meters) / tokens), 4) if tokens > 0 else 0.0
+            return fn
+
+        metrics.log_derived("cxmi", per_token(lambda m: m[CXMI_TRUE_NONE].sum))
+        metrics.log_derived("cxmi_random", per_token(lambda m: m[CXMI_RANDOM_NONE].sum))
+        metrics.log_derived("cxmi_true_vs_random", per_token(lambda m: m[CXMI_TRUE_NONE].sum - m[CXMI_RANDOM_NONE].sum))
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         """Beam search; in document-order inference (``--target-context hypothesis``) the
@@ -1265,6 +1364,27 @@ class DocumentTranslationTask(TranslationTask):
                     "use --target-context reference for oracle context)"
                 ) from None
         return cb.with_context(sample, ctx)
+
+
+class _captured_output:
+    """``with _captured_output(model) as c:`` — ``c.output``, the output of the first call of
+    ``model`` inside the block (``None`` if there is none): a forward hook, whatever calls it
+    (the criterion)."""
+
+    def __init__(self, model):
+        self.model, self.output = model, None
+
+    def __enter__(self):
+        def hook(module, args, output):
+            if self.output is None:
+                self.output = output
+
+        self.handle = self.model.register_forward_hook(hook)
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.remove()
+        return False
 
 
 class _captured_encoder_out:

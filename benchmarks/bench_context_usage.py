@@ -12,7 +12,11 @@ document order with the model's own translations as target context) and CXMI on 
 none, and against a random document's context; seed 1).
 
 Runs (``--runs``): ``baseline`` (no method), ``coword`` (``--coword-dropout P``, Fernandes et al.
-2021, §3; P from ``--coword-dropout``, 0.1 as in the authors' code).
+2021, §3; P from ``--coword-dropout``, 0.1 as in the authors' code), ``focused`` (the
+context-discounted loss of Lupo et al. 2022, ``label_smoothed_cross_entropy_focused
+--context-loss-weight 0.01`` as in the authors' scripts), ``focused-shift`` (the same with
+``--segment-shifted-positions 8``, about the probe's sentence length: the authors' scripts shift
+by about a sentence's length, 21 on IWSLT17).
 
     python -m benchmarks.bench_context_usage --updates 300 --seeds 1,2,3 --runs baseline,coword
 
@@ -31,7 +35,9 @@ K = ["--context-size", "2", "--context-sides", "both"]
 
 def runs(coword: float) -> dict:
     """Run name -> the task/model options of its method."""
-    return {"baseline": [], "coword": ["--coword-dropout", str(coword)]}
+    focused = ["--criterion", "label_smoothed_cross_entropy_focused", "--context-loss-weight", "0.01"]
+    return {"baseline": [], "coword": ["--coword-dropout", str(coword)], "focused": focused,
+            "focused-shift": focused + ["--segment-shifted-positions", "8"]}
 
 
 def prepare(work: str) -> dict:
@@ -72,7 +78,7 @@ def one_run(job) -> dict:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", default="baseline,coword")
+    p.add_argument("--runs", default="baseline,coword,focused,focused-shift")
     p.add_argument("--coword-dropout", type=float, default=0.1)
     p.add_argument("--updates", type=int, default=300)
     p.add_argument("--seeds", default="1")

@@ -226,6 +226,14 @@ def test_aligned_split_with_eflomal_never_cuts_its_links(tmp_path, monkeypatch):
     rec = split_sentences(str(tmp_path / "bin"))
     assert aligned == rec["cuts"]["aligned"] > 0 and fallback == rec["cuts"]["middle_fallback"]
     assert rec["alignment"]["aligner"] == "eflomal"
+    # eflomal has no seed: its links are kept, and given back they make the same split again
+    kept = tmp_path / "bin" / rec["alignment"]["links"]
+    assert [alignment.parse_pharaoh(ln) for ln in kept.read_text().splitlines()] == seen
+    _prepare(raw, tmp_path / "again", "--split-sentences", "aligned", "--split-alignment", kept)
+    for lang in ("src", "tgt"):
+        for ext in ("bin", "idx"):
+            name = f"train.src-tgt.{lang}.{ext}"
+            assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "bin" / name).read_bytes()
 
 
 def _refused(argv, capsys):

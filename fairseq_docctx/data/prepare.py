@@ -455,9 +455,14 @@ def _pretrained_dictionaries(release: Release, src: str, tgt: str, sep: str, log
 # main
 
 
+#: the links eflomal gave the aligned split (--split-sentences aligned), kept in the data folder
+SPLIT_ALIGNMENT_NAME = "train.split-alignment"
+
 def _outputs(args, splits: List[str]) -> List[str]:
     s, t = args.source_lang, args.target_lang
     names = [f"dict.{s}.txt", f"dict.{t}.txt", MANIFEST_NAME]
+    if getattr(args, "split_sentences", None) == "aligned" and not getattr(args, "split_alignment", None):
+        names.append(SPLIT_ALIGNMENT_NAME)
     for split in splits:
         names.append(os.path.basename(doc_index_path("", split, s, t)))
         names += [f"{split}.{s}-{t}.{lang}.{ext}" for lang in (s, t) for ext in ("bin", "idx")]
@@ -549,7 +554,7 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
             try:
                 tr.src, tr.tgt, tr.split_sentences = split_documents(
                     tr.src, tr.tgt, split_mode, getattr(args, "split_min_len", None) or DEFAULT_SPLIT_MIN_LEN,
-                    getattr(args, "split_alignment", None), log)
+                    getattr(args, "split_alignment", None), log, os.path.join(out, SPLIT_ALIGNMENT_NAME))
             except AlignmentError as e:
                 raise PrepareError(str(e)) from None
 

@@ -26,6 +26,7 @@ their Moses-tokenized text at, before subword segmentation):
   is cut at the middle, as the authors' script does (counted as ``middle_fallback``). A pair
   without links has every cut, and its aligned cut is the middle one.
 """
+import os
 import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -113,13 +114,16 @@ Aligner = Callable[[Sequence[Sequence[str]], Sequence[Sequence[str]]], List[set]
 
 def split_documents(src_docs: List[List[str]], tgt_docs: List[List[str]], mode: str,
                     min_len: int = DEFAULT_MIN_LEN, alignment_file: Optional[str] = None,
-                    log: Callable[[str], None] = print) -> Tuple[List[List[str]], List[List[str]], dict]:
+                    log: Callable[[str], None] = print,
+                    save_alignment: Optional[str] = None) -> Tuple[List[List[str]], List[List[str]], dict]:
     """Split the pairs of ``src_docs``/``tgt_docs`` (per document, one string a sentence, words
     separated by whitespace); returns the new documents (each split pair's halves in its place,
     the first before the second; document order and count unchanged) and the record of
     ``docctx.json`` (``splits.train.split_sentences``, :func:`fairseq_docctx.data.manifest.split_sentences`).
     ``alignment_file``: Pharaoh links, one line per pair in corpus order (``aligned`` mode;
-    without it eflomal aligns)."""
+    without it eflomal aligns). ``save_alignment``: where eflomal's links are written, in that
+    format (eflomal draws from the system's entropy, with no seed: given back as
+    ``alignment_file`` they make the same split again)."""
     if mode not in MODES:
         raise ValueError(f"unknown split mode {mode!r} ({', '.join(MODES)})")
     src_words = [s.split() for doc in src_docs for s in doc]
@@ -139,6 +143,10 @@ def split_documents(src_docs: List[List[str]], tgt_docs: List[List[str]], mode: 
                                             alternative="a Pharaoh file of the training pairs (--split-alignment FILE)")
             how_aligned = {"aligner": "eflomal", "symmetrize": SYMMETRIZE,
                            "words": "lowercased, punctuation at their edges removed"}
+            if save_alignment:
+                with open(save_alignment, "w", encoding="utf-8") as f:
+                    f.writelines(" ".join(f"{i}-{j}" for i, j in sorted(pair)) + "\n" for pair in links)
+                how_aligned["links"] = os.path.basename(save_alignment)
     counts = {"middle": 0, "aligned": 0, "middle_fallback": 0, "too_short": 0}
     new_src, new_tgt = [], []
     k = 0

@@ -32,7 +32,8 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 
 from ..errors import UsageError
-from ..models.document_context import task_context
+from ..models.document_context import task_context, unwrapped
+from .label_smoothing import logging_output
 
 
 @dataclass
@@ -42,12 +43,6 @@ class LabelSmoothedCrossEntropyFocusedConfig(LabelSmoothedCrossEntropyCriterionC
         metadata={"help": "weight λ (0 to 1) of the target-context tokens' loss (Lupo et al. 2022's "
                           "context discount); 0: the context is read, not scored"},
     )
-
-
-def _unwrapped(model):
-    while hasattr(model, "module"):
-        model = model.module
-    return model
 
 
 @register_criterion("label_smoothed_cross_entropy_focused", dataclass=LabelSmoothedCrossEntropyFocusedConfig)
@@ -85,8 +80,8 @@ class LabelSmoothedCrossEntropyFocusedCriterion(LabelSmoothedCrossEntropyCriteri
     def forward(self, model, sample, reduce=True):
         if self.context_loss_weight == 0:
             return super().forward(model, sample, reduce=reduce)
-        if not getattr(_unwrapped(model), "supports_context_outputs", False):
-            raise UsageError(f"--context-loss-weight: {type(_unwrapped(model)).__name__} does not predict its "
+        if not getattr(unwrapped(model), "supports_context_outputs", False):
+            raise UsageError(f"--context-loss-weight: {type(unwrapped(model)).__name__} does not predict its "
                              "target context (use --arch concat_transformer)")
         net_output = model(**sample["net_input"], context_outputs=True)
         loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
@@ -94,21 +89,9 @@ class LabelSmoothedCrossEntropyFocusedCriterion(LabelSmoothedCrossEntropyCriteri
         if reduce:
             loss = loss + self.context_loss_weight * ctx_loss
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
-        logging_output = {
-            "loss": loss.data,
-            "nll_loss": nll_loss.data,
-            "ntokens": sample["ntokens"],
-            "nsentences": sample["target"].size(0),
-            "sample_size": sample_size,
-            "context_loss": ctx_loss.data,
-            "context_nll_loss": ctx_nll.data,
-            "context_ntokens": ctx_ntokens,
-        }
-        if self.report_accuracy:
-            n_correct, total = self.compute_accuracy(model, net_output, sample)
-            logging_output["n_correct"] = n_correct.data
-            logging_output["total"] = total.data
-        return loss, sample_size, logging_output
+        return loss, sample_size, logging_output(self, model, net_output, sample, loss, nll_loss, sample_size,
+                                                 context_loss=ctx_loss.data, context_nll_loss=ctx_nll.data,
+                                                 context_ntokens=ctx_ntokens)
 
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:

@@ -18,6 +18,8 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterionConfig,
 )
 
+from .label_smoothing import logging_output
+
 
 @dataclass
 class LabelSmoothedCrossEntropyPCCConfig(LabelSmoothedCrossEntropyCriterionConfig):
@@ -53,19 +55,8 @@ class LabelSmoothedCrossEntropyPCCCriterion(LabelSmoothedCrossEntropyCriterion):
         pcc = self.pcc_term(model, net_output, sample)
         if pcc is not None:
             loss = loss - self.pcc_weight * pcc
-        logging_output = {
-            "loss": loss.data,
-            "nll_loss": nll_loss.data,
-            "ntokens": sample["ntokens"],
-            "nsentences": sample["target"].size(0),
-            "sample_size": sample_size,
-            "pcc": pcc.data if pcc is not None else 0.0,
-        }
-        if self.report_accuracy:
-            n_correct, total = self.compute_accuracy(model, net_output, sample)
-            logging_output["n_correct"] = n_correct.data
-            logging_output["total"] = total.data
-        return loss, sample_size, logging_output
+        return loss, sample_size, logging_output(self, model, net_output, sample, loss, nll_loss, sample_size,
+                                                 pcc=pcc.data if pcc is not None else 0.0)
 
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:

@@ -23,11 +23,11 @@ by about a sentence's length, 21 on IWSLT17).
 The figures of docs/context-usage.md came from this script.
 """
 import argparse
-import concurrent.futures as cf
-import json
 import os
 import shutil
 import time
+
+from benchmarks.probe_hrnn import run_jobs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 K = ["--context-size", "2", "--context-sides", "both"]
@@ -92,20 +92,13 @@ def main(argv=None):
         p.error(f"--runs: no run {', '.join(unknown)} (of {', '.join(methods)})")
     probe = prepare(a.work)
     jobs = [(r, methods[r], int(s), a.updates, probe, a.work) for s in a.seeds.split(",") for r in a.runs.split(",")]
-    rows = []
-    with cf.ProcessPoolExecutor(a.jobs) as ex:
-        for row in ex.map(one_run, jobs):
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    rows = run_jobs(one_run, jobs, a.jobs, a.json)
     print("| run | seed | updates | pronouns | consistency | CXMI true - none | CXMI true - random |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         acc = r["accuracy"]
         print(f"| {r['run']} | {r['seed']} | {r['updates']} | {acc.get('anaphora', '–')} | "
               f"{acc.get('consistency', '–')} | {r['cxmi']['cxmi']:+.4f} | {r['cxmi']['true_vs_random']:+.4f} |")
-    if a.json:
-        with open(a.json, "w", encoding="utf-8") as f:
-            json.dump(rows, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -108,6 +108,20 @@ def content(ckpt: str, data_bin: str, K: int) -> dict:
     return {k: round(rep[k], 4) for k in ("cxmi", "cxmi_random", "true_vs_random")}
 
 
+def run_jobs(one_run, jobs, workers: int, json_path=None) -> list:
+    """``one_run(job)`` of every job, ``workers`` side by side (one process each): the rows, each
+    printed as a JSON line as it comes, and written to ``json_path`` when given."""
+    rows = []
+    with cf.ProcessPoolExecutor(workers) as ex:
+        for row in ex.map(one_run, jobs):
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+    return rows
+
+
 def met(row) -> bool:
     """The run's pronouns reach :data:`PRONOUNS_MET` and CXMI true - random :data:`CONTENT_MET`."""
     return (row["accuracy"].get("anaphora", 0) >= PRONOUNS_MET
@@ -155,19 +169,12 @@ def main(argv=None):
              else {"data_bin": os.path.join(probe_dir, "data-bin"),
                    "annotations": os.path.join(probe_dir, "text", "test.probe.jsonl")})
     jobs = [(r, a.preset, int(s), a.updates, probe, a.work) for s in a.seeds.split(",") for r in a.runs.split(",")]
-    rows = []
-    with cf.ProcessPoolExecutor(a.jobs) as ex:
-        for row in ex.map(one_run, jobs):
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    rows = run_jobs(one_run, jobs, a.jobs, a.json)
     for run in a.runs.split(","):
         mine = [r for r in rows if r["run"] == run]
         if mine and RUNS[run][0] == "hrnn_context":
             print(f"{run}, {a.preset}, {a.updates} updates: pronouns >= {PRONOUNS_MET} and true - random >= "
                   f"{CONTENT_MET} on {sum(map(met, mine))} of {len(mine)} seeds")
-    if a.json:
-        with open(a.json, "w", encoding="utf-8") as f:
-            json.dump(rows, f, indent=1)
 
 
 if __name__ == "__main__":

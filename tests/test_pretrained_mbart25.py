@@ -12,6 +12,7 @@ import torch
 
 from conftest import REPO, run
 from test_pretrained_data import corpus  # noqa: F401  (fixture)
+from test_pretrained_init import build as _build
 
 USER_DIR = str(REPO / "fairseq_docctx")
 
@@ -28,18 +29,6 @@ def mbart(corpus, tmp_path_factory):  # noqa: F811
     main(["-s", "en", "-t", "de", "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),
           "--testpref", str(raw / "valid"), "--destdir", str(root / "bin"), "--pretrained", str(release)])
     return release, root / "bin"
-
-
-def _build(data, arch, *extra):
-    """``task.build_model`` of ``fairseq-train DATA --task document_translation --arch ARCH``."""
-    from fairseq import options, tasks
-
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [str(data), "--user-dir", USER_DIR, "--task", "document_translation",
-                                                "--arch", arch, *map(str, extra)])
-    task = tasks.setup_task(args)
-    torch.manual_seed(1)
-    return args, task, task.build_model(args)
 
 
 def _batch(task, split="valid", n=6):

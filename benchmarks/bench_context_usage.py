@@ -16,7 +16,13 @@ Runs (``--runs``): ``baseline`` (no method), ``coword`` (``--coword-dropout P``,
 context-discounted loss of Lupo et al. 2022, ``label_smoothed_cross_entropy_focused
 --context-loss-weight 0.01`` as in the authors' scripts), ``focused-shift`` (the same with
 ``--segment-shifted-positions 8``, about the probe's sentence length: the authors' scripts shift
-by about a sentence's length, 21 on IWSLT17).
+by about a sentence's length, 21 on IWSLT17); and divide-and-rule pre-training (Lupo et al. 2022,
+ACL) as its authors schedule it: a sentence-level ``transformer`` (K0, ``--updates`` updates, seed
+1) starts a ``han_encoder_transformer`` reading the two previous source sentences with the
+sentence weights frozen, trained ``--updates`` updates on the documents (``han``), or half of them
+on the training pairs split in two at their middle (``docctx-prepare --split-sentences middle
+--split-min-len 4``: the probe's sentences have 5 to 9 words) and half on the documents
+(``han-divide-rule``).
 
     python -m benchmarks.bench_context_usage --updates 300 --seeds 1,2,3 --runs baseline,coword
 
@@ -33,8 +39,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 K = ["--context-size", "2", "--context-sides", "both"]
 
 
+HAN = ["--context-size", "2", "--context-sides", "source", "--han-context-size", "2",
+       "--freeze-sentence-weights"]
+DIVIDE_RULE = ["han", "han-divide-rule"]
+
+
 def runs(coword: float) -> dict:
-    """Run name -> the task/model options of its method."""
+    """Run name -> the task/model options of its method (the ``concat_transformer`` runs)."""
     focused = ["--criterion", "label_smoothed_cross_entropy_focused", "--context-loss-weight", "0.01"]
     return {"baseline": [], "coword": ["--coword-dropout", str(coword)], "focused": focused,
             "focused-shift": focused + ["--segment-shifted-positions", "8"]}
@@ -57,6 +68,51 @@ def prepare(work: str) -> dict:
     return {"data_bin": data_bin, "annotations": annotations}
 
 
+def prepare_split(probe: dict) -> str:
+    """The probe's training pairs split in two at their middle (``--split-sentences middle
+    --split-min-len 4``), with the documents' dictionary; validation as it is."""
+    from benchmarks.toy import run
+
+    text = os.path.join(os.path.dirname(probe["data_bin"]), "text")
+    split = probe["data_bin"] + "-split"
+    if not os.path.isfile(os.path.join(split, "docctx.json")):
+        run(["docctx-prepare", "-s", "src", "-t", "tgt", "--joined-dictionary", "--workers", "1",
+             "--srcdict", os.path.join(probe["data_bin"], "dict.src.txt"),
+             "--trainpref", os.path.join(text, "train"), "--validpref", os.path.join(text, "valid"),
+             "--split-sentences", "middle", "--split-min-len", "4", "--mask-symbol", "<mask>",
+             "--destdir", split])
+    return split
+
+
+def sentence_model(probe: dict, updates: int, work: str) -> str:
+    """K0: the probe's sentence-level ``transformer``, ``updates`` updates, seed 1 (trained once)."""
+    from tests import probe_utils as pu
+
+    ckpt = os.path.join(work, f"k0-{updates}", "checkpoint_last.pt")
+    if not os.path.isfile(ckpt):
+        shutil.rmtree(os.path.dirname(ckpt), ignore_errors=True)
+        pu.train(probe["data_bin"], "transformer", os.path.dirname(ckpt), task="document_translation",
+                 extra_args=["--context-size", "0", "--seed", "1"], max_update=updates)
+    return ckpt
+
+
+def train_divide_rule(name, seed, updates, probe, work) -> str:
+    """``han`` (K0, then the documents) or ``han-divide-rule`` (K0, then the split pairs, then
+    the documents, half of the updates each); the last checkpoint."""
+    from tests import probe_utils as pu
+
+    stages = [(probe["data_bin"], updates)] if name == "han" else \
+        [(probe["split"], updates // 2), (probe["data_bin"], updates - updates // 2)]
+    init = ["--init-from-sentence-checkpoint", probe["k0"]]
+    for i, (data, n) in enumerate(stages):
+        save = os.path.join(work, f"{name}-{updates}-s{seed}-{i}")
+        shutil.rmtree(save, ignore_errors=True)
+        ckpt = pu.train(data, "han_encoder_transformer", save, task="document_translation",
+                        extra_args=HAN + init + ["--seed", str(seed)], max_update=n)["checkpoint"]
+        init = ["--finetune-from-model", ckpt]
+    return ckpt
+
+
 def one_run(job) -> dict:
     from benchmarks.probe_hrnn import content
     from tests import probe_utils as pu
@@ -65,20 +121,23 @@ def one_run(job) -> dict:
     save = os.path.join(work, f"{name}-{updates}-s{seed}")
     shutil.rmtree(save, ignore_errors=True)  # fairseq-train would resume from an earlier run
     t = time.time()
-    out = pu.train(probe["data_bin"], "concat_transformer", save, task="document_translation",
-                   extra_args=K + method + ["--seed", str(seed)], max_update=updates)
-    res = pu.probe_accuracy(probe["data_bin"], out["checkpoint"], probe["annotations"],
-                            task="document_translation", extra_args=K, beam=4)
+    if name in DIVIDE_RULE:
+        ckpt, k = train_divide_rule(name, seed, updates, probe, work), HAN[:4]
+    else:
+        ckpt, k = pu.train(probe["data_bin"], "concat_transformer", save, task="document_translation",
+                           extra_args=K + method + ["--seed", str(seed)], max_update=updates)["checkpoint"], K
+    res = pu.probe_accuracy(probe["data_bin"], ckpt, probe["annotations"],
+                            task="document_translation", extra_args=k, beam=4)
     row = dict(run=name, seed=seed, updates=updates, seconds=round(time.time() - t),
                accuracy={k: round(v["accuracy"], 3) for k, v in res["by_phenomenon"].items()
                          if v["accuracy"] is not None})
-    row["cxmi"] = content(out["checkpoint"], probe["data_bin"], 2)
+    row["cxmi"] = content(ckpt, probe["data_bin"], 2)
     return row
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", default="baseline,coword,focused,focused-shift")
+    p.add_argument("--runs", default="baseline,coword,focused,focused-shift,han,han-divide-rule")
     p.add_argument("--coword-dropout", type=float, default=0.1)
     p.add_argument("--updates", type=int, default=300)
     p.add_argument("--seeds", default="1")
@@ -86,11 +145,13 @@ def main(argv=None):
     p.add_argument("--work", default=os.path.join(REPO, "bench-work", "context-usage"))
     p.add_argument("--json", help="also write the rows to this JSON file")
     a = p.parse_args(argv)
-    methods = runs(a.coword_dropout)
+    methods = dict(runs(a.coword_dropout), **{name: [] for name in DIVIDE_RULE})
     unknown = [r for r in a.runs.split(",") if r not in methods]
     if unknown:
         p.error(f"--runs: no run {', '.join(unknown)} (of {', '.join(methods)})")
     probe = prepare(a.work)
+    if set(DIVIDE_RULE) & set(a.runs.split(",")):
+        probe.update(split=prepare_split(probe), k0=sentence_model(probe, a.updates, a.work))
     jobs = [(r, methods[r], int(s), a.updates, probe, a.work) for s in a.seeds.split(",") for r in a.runs.split(",")]
     rows = run_jobs(one_run, jobs, a.jobs, a.json)
     print("| run | seed | updates | pronouns | consistency | CXMI true - none | CXMI true - random |")

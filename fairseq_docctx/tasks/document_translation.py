@@ -1280,7 +1280,9 @@ class DocumentTranslationTask(TranslationTask):
         On data with language tokens each sentence's token counts beside its window.
         ``lengths``: the source sentences' lengths (:func:`~fairseq_docctx.data.segments.
         sentence_lengths` of ``src_tokens``), if computed. Nothing changes without a ``window``
-        or for a generator without these limits."""
+        or for a generator without these limits. A generator that keeps each row's limit
+        itself and offers ``at_least(floor)`` (the CTranslate2 engine's) gets the rows' raised
+        limits through it, its ``max_len_b`` untouched."""
         b = getattr(generator, "max_len_b", None)
         a = getattr(generator, "max_len_a", None)
         if window is None or a is None or b is None or getattr(generator, "match_source_len", False):

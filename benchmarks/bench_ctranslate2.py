@@ -12,12 +12,23 @@ which sets both engines' threads), the same beam and batch size:
     difference, and the share of sentences translated identically;
   * ``docctx-drafts`` of the test split with the transformer (MHT's drafts): sentences/s,
     the ratio, and the share of drafts identical to fairseq's.
+  * the segment model ``doc2doc_transformer`` (initialised from the transformer, trained
+    ``--doc2doc-updates`` more updates on segments of ``--max-segment-tokens``): the same
+    ``docctx-translate`` rows, the documents packed into segments as the fairseq path packs
+    them; each row also gives the segments decoded again sentence by sentence (the command's
+    line: fairseq's search keeps the sentence count and length windows inside it, CTranslate2's
+    search is checked after it, so its misaligned segments are decoded again).
 
 Targets: >= 2x sentences/s in float32 with BLEU within 0.1, >= 3x in int8 with
-BLEU within 0.5; docctx-drafts >= 2x likewise.
+BLEU within 0.5; docctx-drafts >= 2x likewise; doc2doc through CTranslate2 (float32) >= 2x its
+fairseq path.
 
 Usage: python -m benchmarks.bench_ctranslate2 [--updates 300] [--concat-updates N]
+       [--doc2doc-updates 100] [--max-segment-tokens 512] [--no-doc2doc]
        [--beam 4] [--batch-size 32] [--test-docs N] [--threads 1,all] [--repeats 1]
+A smoke run: --updates 20 --doc2doc-updates 10 --test-docs 2 --threads 1 --no-drafts
+       (bench-work/inference keeps the models: a later run with other --updates needs its own
+       WORK, or the models removed)
 """
 import argparse
 import os
@@ -42,6 +53,24 @@ def concat_model(data_bin: Path, updates: int) -> Path:
             "--context-size", "3", "--context-sides", "both",
             *[a if a != "transformer" else "concat_transformer" for a in MODEL],
             "--max-update", str(updates), "--save-dir", ckpt.parent])
+    return ckpt
+
+
+DOC2DOC = "doc2doc_transformer (segments)"
+
+
+def doc2doc_model(data_bin: Path, init_from: Path, updates: int, segment_tokens: int) -> Path:
+    """A ``doc2doc_transformer`` of bench_inference's size on segments of ``segment_tokens``,
+    initialised from the sentence-level ``init_from`` and trained ``updates`` more updates
+    (once per setting)."""
+    ckpt = WORK / f"doc2doc-{segment_tokens}-{updates}-ckpt" / "checkpoint_last.pt"
+    if not ckpt.exists():
+        print(f"training doc2doc_transformer (segments of {segment_tokens} tokens) for {updates} updates ...",
+              flush=True)
+        sh(["fairseq-train", data_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
+            "--doc-mode", "segments", "--max-segment-tokens", str(segment_tokens),
+            *[a if a != "transformer" else "doc2doc_transformer" for a in MODEL],
+            "--init-from-sentence-checkpoint", init_from, "--max-update", str(updates), "--save-dir", ckpt.parent])
     return ckpt
 
 
@@ -108,14 +137,21 @@ def _text(path: Path):
     return [ln.rstrip("\n") for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip() != "<d>"]
 
 
+#: docctx-translate's line of a segment model's fallbacks
+FALLBACKS = re.compile(r"docctx-translate: (\d+) of (\d+) segments decoded again sentence by sentence")
+
+
 def translate(path, data_bin, raw, engine, threads, args, out: Path):
-    """``docctx-translate``: (sentences/s, translations)."""
-    best = 0.0
+    """``docctx-translate``: (sentences/s, translations, a segment model's ``(segments decoded
+    again sentence by sentence, segments)`` or ``None``)."""
+    best, fallbacks = 0.0, None
     for _ in range(args.repeats):
         p = sh_threads(["docctx-translate", raw, "--path", path, "--data", data_bin, "--engine", engine, "--cpu",
                         "--beam", args.beam, "--batch-size", args.batch_size, "-o", out], threads)
         best = max(best, float(re.search(r"\(([\d.]+) sentences/s\)", p.stderr).group(1)))
-    return best, _text(out)
+        m = FALLBACKS.search(p.stderr)
+        fallbacks = (int(m.group(1)), int(m.group(2))) if m else None
+    return best, _text(out), fallbacks
 
 
 def drafts(path, test_bin, engine, threads, args, dest: Path):
@@ -137,6 +173,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--updates", type=int, default=300, help="training updates of the transformer")
     ap.add_argument("--concat-updates", type=int, default=None, help="of the concat_transformer (default --updates)")
+    ap.add_argument("--doc2doc-updates", type=int, default=100,
+                    help="updates of the doc2doc_transformer after its initialisation from the transformer")
+    ap.add_argument("--max-segment-tokens", type=int, default=512, help="the doc2doc_transformer's segments")
+    ap.add_argument("--no-doc2doc", action="store_true", help="leave out the doc2doc_transformer rows")
     ap.add_argument("--beam", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--test-docs", type=int, default=None, help="only the first N test documents")
@@ -152,26 +192,33 @@ def main():
     models = {"transformer (sentence level)": sentence_model(data_bin, WORK, args.updates),
               "concat_transformer (K=3 both), document order":
                   concat_model(data_bin, args.concat_updates or args.updates)}
+    if not args.no_doc2doc:
+        models[DOC2DOC] = doc2doc_model(data_bin, models["transformer (sentence level)"], args.doc2doc_updates,
+                                        args.max_segment_tokens)
     threads = [os.cpu_count() if t == "all" else int(t) for t in args.threads.split(",")]
     out_dir = WORK / "ct2-out"
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"beam {args.beam}, batch size {args.batch_size}, {len(ref)} test sentences, threads {threads}")
-    print(f"{'run':58s} {'thr':>3s} {'sent/s':>8s} {'ratio':>6s} {'BLEU':>6s} {'dBLEU':>6s} {'same':>6s}")
+    print(f"{'run':58s} {'thr':>3s} {'sent/s':>8s} {'ratio':>6s} {'BLEU':>6s} {'dBLEU':>6s} {'same':>6s}"
+          "   (segments decoded again sentence by sentence)")
     for name, ckpt in models.items():
-        short = "concat" if name.startswith("concat") else "transformer"
+        short = ("concat" if name.startswith("concat") else f"doc2doc-{args.max_segment_tokens}" if name == DOC2DOC
+                 else "transformer")
         for t in threads:
             base = None
             for engine, q in ENGINES:
                 path = ckpt if engine == "fairseq" else export(ckpt, data_bin, short, q)
                 start = time.time()
-                rate, hyp = translate(path, data_bin, raw, engine, t, args, out_dir / f"{short}-{engine}-{q}-{t}.txt")
+                rate, hyp, fell = translate(path, data_bin, raw, engine, t, args,
+                                            out_dir / f"{short}-{engine}-{q}-{t}.txt")
                 bleu = sacrebleu.corpus_bleu(hyp, [ref]).score
                 if base is None:
                     base = (rate, bleu, hyp)
                 same = sum(a == b for a, b in zip(hyp, base[2])) / max(len(hyp), 1)
                 label = f"{name}: {engine}{' ' + q if q else ''}"
                 print(f"{label:58s} {t:3d} {rate:8.1f} {rate / base[0]:6.2f} {bleu:6.2f} {bleu - base[1]:+6.2f} "
-                      f"{same:6.1%}   ({time.time() - start:.0f}s)", flush=True)
+                      f"{same:6.1%}   ({time.time() - start:.0f}s"
+                      + (f"; {fell[0]} of {fell[1]} segments)" if fell else ")"), flush=True)
         if short == "concat":
             p, g = decoder_steps(out_dir / f"concat-fairseq-None-{threads[0]}.txt", data_bin / "spm.model", 3, args.beam)
             print(f"  concat decoder steps per sentence: target prefix {p:.1f} tokens + {g:.1f} generated; "

@@ -384,8 +384,13 @@ class ExportedHubInterface(DocumentHubInterface):
         self.record = record
 
     def build_generator(self, gen_args):
+        """The CTranslate2 generator of ``gen_args``; a segment model's stand-in gets the task's
+        segment rules (sentence count, length windows), which the task checks after each
+        search (:meth:`~fairseq_docctx.tasks.document_translation.DocumentTranslationTask.segment_inference_step`)."""
         from .inference.ctranslate2 import CTranslate2Generator
 
+        if hasattr(self.task, "set_segment_rules"):
+            self.task.set_segment_rules(self.models, gen_args.min_len)
         sep = getattr(self.task.cfg, "context_separator", None)
         return CTranslate2Generator(
             self.translator, self.src_dict, self.tgt_dict,
@@ -422,8 +427,8 @@ def from_exported(path: str, data: Optional[str] = None, spm_model: Optional[str
 
 def export_ctranslate2(path: str, outdir: str, data: Optional[str] = None,
                        quantization: Optional[str] = None, force: bool = False) -> dict:
-    """``docctx-export ctranslate2``: the checkpoint ``path`` (``transformer`` or
-    ``concat_transformer``), loaded as :func:`from_pretrained` loads it (``data``: its data
+    """``docctx-export ctranslate2``: the checkpoint ``path`` (``transformer``,
+    ``concat_transformer`` or ``doc2doc_transformer``), loaded as :func:`from_pretrained` loads it (``data``: its data
     directory), written as a CTranslate2 model folder ``outdir``
     (:func:`fairseq_docctx.inference.ctranslate2.export`). Returns the record written."""
     from .inference import ctranslate2 as ct2

@@ -199,10 +199,15 @@ def test_no_sentence_length_window_reaches_the_models(seg_ckpts, toy_bin, tmp_pa
             assert hub.models[0].sentence_length_window == window, (path, flag)
 
 
-def test_ctranslate2_refuses_segment_models(seg_ckpts, toy_bin, tmp_path):
-    for name, path in seg_ckpts.items():
-        with pytest.raises(ExportError, match=f"architecture '{name}' does not export to CTranslate2"):
-            export_ctranslate2(str(path), str(tmp_path / name), data=str(toy_bin))
+def test_ctranslate2_exports_doc2doc_and_refuses_g_transformer(seg_ckpts, toy_bin, tmp_path):
+    """doc2doc_transformer exports as a segment model (tests/test_ctranslate2_segments.py
+    decodes it); g_transformer's group attention does not export."""
+    with pytest.raises(ExportError, match="architecture 'g_transformer' does not export to CTranslate2: .*group "
+                       "attention"):
+        export_ctranslate2(str(seg_ckpts["g_transformer"]), str(tmp_path / "g"), data=str(toy_bin))
+    assert not (tmp_path / "g").exists()
+    record = export_ctranslate2(str(seg_ckpts["doc2doc_transformer"]), str(tmp_path / "d2d"), data=str(toy_bin))
+    assert record["segments"] == {"max_segment_tokens": LIMIT, "segment_packing": "g-transformer", "constrained": True}
 
 
 def direct_score(hub, src_sents, tgt_sents):

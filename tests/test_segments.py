@@ -456,6 +456,26 @@ def test_train_on_segments(toy_bin, segments_ckpt):
     assert type(args.doc_mode) is str  # not fairseq's choice enum: the checkpoint pickles plainly
 
 
+def test_a_transformer_on_segments_decodes_alike_through_ctranslate2(toy_bin, segments_ckpt, tmp_path):
+    """A transformer trained on segments exports as a segment model without rules of its own
+    (``constrained`` false): CTranslate2 decodes the segments the fairseq path packs, and the
+    same ones are misaligned and decoded again sentence by sentence (greedy search, float32)."""
+    pytest.importorskip("ctranslate2")
+    from fairseq_docctx.hub import export_ctranslate2, from_exported, from_pretrained
+
+    ckpt, _ = segments_ckpt
+    record = export_ctranslate2(str(ckpt), str(tmp_path / "ct2"), data=str(toy_bin))
+    assert record["segments"] == {"max_segment_tokens": 48, "segment_packing": "per-side", "constrained": False}
+    raw = toy_bin.parent / "raw"
+    docs = {}
+    for doc, line in zip((raw / "test.docids").read_text().splitlines(), (raw / "test.src").read_text().splitlines()):
+        docs.setdefault(doc, []).append(line)
+    hubs = [from_pretrained(str(ckpt), data=str(toy_bin)), from_exported(str(tmp_path / "ct2"))]
+    fs, ct = [h.translate_documents(list(docs.values()), beam=1, max_len_b=60) for h in hubs]
+    assert ct == fs and [len(d) for d in ct] == [len(d) for d in docs.values()]
+    assert hubs[1].segment_report == hubs[0].segment_report and hubs[0].segment_report[0] > 0
+
+
 def split_sizes(data_bin, split):
     """The binarized lengths of a split's sentences (source, target), copied while the
     memory-mapped datasets are open."""

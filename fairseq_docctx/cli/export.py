@@ -19,9 +19,11 @@ def build_parser():
     p = argparse.ArgumentParser(prog="docctx-export",
                                 description="Write a checkpoint for another inference engine.")
     sub = p.add_subparsers(dest="engine", required=True, metavar="ENGINE")
-    c = sub.add_parser("ctranslate2", help="a CTranslate2 model folder (transformer, concat_transformer)",
-                       description="Write a transformer or concat_transformer checkpoint as a CTranslate2 "
-                       "model folder for docctx-translate --engine ctranslate2.")
+    c = sub.add_parser("ctranslate2", help="a CTranslate2 model folder (transformer, concat_transformer, "
+                       "doc2doc_transformer)",
+                       description="Write a transformer, concat_transformer or doc2doc_transformer checkpoint as "
+                       "a CTranslate2 model folder for docctx-translate --engine ctranslate2 (g_transformer stays "
+                       "on fairseq: its group attention is not a plain Transformer's).")
     c.add_argument("checkpoint", metavar="CKPT", help="checkpoint file (.pt)")
     c.add_argument("outdir", metavar="OUTDIR", help="folder to write (must not exist unless --force; never the "
                    "checkpoint, its folder, the data directory or a folder holding them)")

@@ -34,7 +34,7 @@ def build_parser():
                    "folder docctx-export ctranslate2 wrote")
     p.add_argument("--engine", choices=["fairseq", "ctranslate2"], default="fairseq",
                    help="what decodes: fairseq (default) or CTranslate2 (a model exported by docctx-export "
-                   "ctranslate2; transformer, concat_transformer)")
+                   "ctranslate2; transformer, concat_transformer, doc2doc_transformer)")
     p.add_argument("--data", help="data directory with the dictionaries (and the SentencePiece "
                    "model its docctx.json names); default: the checkpoint's directory if it has "
                    "them, else the training data")

@@ -1,7 +1,16 @@
 """The CTranslate2 engine (Klein et al. 2020, "Efficient and High-Quality Neural Machine
-Translation with OpenNMT"): a trained ``transformer`` or ``concat_transformer`` exported to a
-CTranslate2 model folder, and decoded through the same document-order scheduling as the
-fairseq models (the task's batches, its store of the model's own previous translations).
+Translation with OpenNMT"): a trained ``transformer``, ``concat_transformer`` or
+``doc2doc_transformer`` exported to a CTranslate2 model folder, and decoded through the same
+document-order scheduling as the fairseq models (the task's batches, its store of the model's
+own previous translations).
+
+A segment model (``--doc-mode segments``: ``doc2doc_transformer``, or a ``transformer``
+trained on segments) is a Transformer over the joined sentences of a segment: the task packs
+and decodes the segments as on the fairseq path (``segment_inference_step``), with this
+engine's generator. CTranslate2 cannot apply ``doc2doc_transformer``'s sentence-count and
+length-window rules inside its search, so the task checks them on the decoded segment
+(:class:`ExportedSegmentModel` carries them) and decodes a segment that breaks one again
+sentence by sentence. ``g_transformer`` (group attention) does not export.
 
 A concatenation model is a Transformer over the joined tokens: the source context is joined
 to the current sentence as the model's encoder joins it
@@ -16,10 +25,12 @@ architecture, language pair, task settings with the context settings K, sides an
 The ``ctranslate2`` package is an optional dependency (``pip install
 fairseq_docctx[ctranslate2]``), imported only here and only when used.
 """
+import contextlib
 import copy
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 from typing import List, Optional
@@ -37,7 +48,11 @@ from .checkpoint import CheckpointError, checkpoint_sha1
 #: the description of an exported folder, beside CTranslate2's files
 EXPORT_FILE = "docctx-export.json"
 #: registered fairseq models (``--arch``'s model) that export
-SUPPORTED_MODELS = ("transformer", "concat_transformer")
+SUPPORTED_MODELS = ("transformer", "concat_transformer", "doc2doc_transformer")
+#: the models that may translate segments (``--doc-mode segments``) through the engine: plain
+#: Transformers over the joined sentences (``doc2doc_transformer``, or a ``transformer`` trained
+#: on segments), whose segments are split into their sentences and checked after the search
+SEGMENT_MODELS = ("transformer", "doc2doc_transformer")
 #: fairseq's ``--activation-fn`` values CTranslate2 computes alike
 _ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_accurate": "GELUTanh", "gelu_fast": "GELUTanh",
                 "swish": "SWISH"}
@@ -66,21 +81,62 @@ def model_name_of(arch: Optional[str]) -> Optional[str]:
 
 
 def check_architecture(arch: Optional[str], where: str) -> str:
-    """The model name of ``arch``, or :class:`ExportError` naming the supported ones."""
+    """The model name of ``arch``, or :class:`ExportError` naming the supported ones (a
+    segment model other than ``doc2doc_transformer``, e.g. ``g_transformer``, saying why it
+    stays on fairseq)."""
+    from ..models.document_context import reads_segments
+
     name = model_name_of(arch)
     if name not in SUPPORTED_MODELS:
+        if name is not None and reads_segments(_model_class(name)):
+            raise ExportError(
+                f"{where}: architecture {arch!r} does not export to CTranslate2: it translates segments with "
+                "attention that is not a plain Transformer's (g_transformer: group attention, each sentence "
+                "attending to its own), which CTranslate2 does not compute; translate it with --engine fairseq, "
+                "or train a doc2doc_transformer, which exports")
         raise ExportError(f"{where}: architecture {arch!r} does not export to CTranslate2; supported: "
                           + ", ".join(SUPPORTED_MODELS) + " (and their named variants)")
     return name
 
 
-def check_not_segments(task, where: str) -> None:
-    """Refuse a task that translates segments (``--doc-mode segments``, e.g. a ``transformer``
-    trained on them): the engine decodes one sentence per row, without the splitting of a
-    decoded segment into its sentences."""
-    if getattr(task, "segments", False):
-        raise ExportError(f"{where}: the model translates segments (--doc-mode segments), which the "
-                          "ctranslate2 engine does not decode: translate with --engine fairseq")
+def _model_class(name: str):
+    from fairseq.models import MODEL_REGISTRY
+
+    return MODEL_REGISTRY.get(name)
+
+
+def check_segments(task, name: str, where: str) -> None:
+    """Refuse a task that translates segments (``--doc-mode segments``) with a model the
+    engine does not decode segments of: only plain Transformers over segments
+    (:data:`SEGMENT_MODELS`) are, and not on data with language tokens (``docctx-prepare
+    --pretrained``), where the segment models force the target language token first in every
+    sentence inside fairseq's search, which CTranslate2's search cannot do."""
+    if not getattr(task, "segments", False):
+        return
+    if name not in SEGMENT_MODELS:
+        raise ExportError(f"{where}: a {name} that translates segments (--doc-mode segments) does not export to "
+                          "CTranslate2 (segments: " + ", ".join(SEGMENT_MODELS) + "): translate with --engine fairseq")
+    langtoks = (getattr(task, "target_langtok", lambda: None)() is not None
+                or getattr(task, "bart_langtoks", lambda: None)() is not None)
+    if langtoks:
+        raise ExportError(f"{where}: segments on data with language tokens (docctx-prepare --pretrained): every "
+                          "sentence of a segment starts with its language token, forced inside fairseq's search, "
+                          "which CTranslate2 cannot do: translate with --engine fairseq")
+
+
+def segment_record(task, model) -> Optional[dict]:
+    """What the export record says of a segment model (``None`` for other models): its
+    packing (``--max-segment-tokens``, ``--segment-packing``) and whether fairseq's search of
+    the model keeps the sentence count and the length windows inside it (``constrained``:
+    ``doc2doc_transformer``; a ``transformer`` on segments has no such rule). The engine
+    checks them after its search instead (:class:`ExportedSegmentModel`)."""
+    if not getattr(task, "segments", False):
+        return None
+    from ..models.document_context import reads_segments
+
+    return {"max_segment_tokens": int(task.cfg.max_segment_tokens),
+            "segment_packing": str(task.cfg.segment_packing),
+            "constrained": reads_segments(model)}
 
 
 # ---------------------------------------------------------------------- export
@@ -117,9 +173,28 @@ def _check_exportable(model, where: str) -> None:
     if any(isinstance(p, DocumentPositions) and p.sentence_embeddings is not None
            for p in (enc.embed_positions, dec.embed_positions)):
         problems.append("--sentence-position-embeddings")
+    extra = _parameters_not_exported(model)
+    if extra:  # a weight the spec would leave out: a model other than a plain Transformer
+        problems.append(f"parameters a plain Transformer lacks ({', '.join(extra[:3])}"
+                        + (f" and {len(extra) - 3} more" if len(extra) > 3 else "") + ")")
     if problems:
         raise ExportError(f"{where}: CTranslate2 does not compute this model as fairseq does: "
                           + ", ".join(problems))
+
+
+#: the parameters of a plain fairseq Transformer, the ones :func:`model_spec` writes
+_TRANSFORMER_PARAMETER = re.compile(
+    r"(encoder|decoder)\.(embed_tokens\.weight|embed_positions\.weight|(layernorm_embedding|layer_norm)\.(weight|bias)"
+    r"|layers\.\d+\.((self_attn|encoder_attn)\.(q_proj|k_proj|v_proj|out_proj)|fc1|fc2"
+    r"|self_attn_layer_norm|encoder_attn_layer_norm|final_layer_norm)\.(weight|bias))"
+    r"|decoder\.output_projection\.weight")
+
+
+def _parameters_not_exported(model) -> List[str]:
+    """The names of ``model``'s parameters that a plain Transformer does not have (and the
+    export would leave out): none for ``transformer``, ``concat_transformer`` and
+    ``doc2doc_transformer``, whose encoder and decoder are fairseq's Transformer's."""
+    return [n for n, _ in model.named_parameters() if not _TRANSFORMER_PARAMETER.fullmatch(n)]
 
 
 def _np(t: torch.Tensor):
@@ -278,7 +353,7 @@ def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] =
     once the new one is complete, and deleted once the new one is in its place."""
     arch = getattr(model.cfg if hasattr(model, "cfg") else None, "_name", None)
     name = check_architecture(arch or getattr(getattr(model, "args", None), "arch", None), checkpoint)
-    check_not_segments(task, checkpoint)
+    check_segments(task, name, checkpoint)
     spec = model_spec(model, checkpoint)
     outdir = outdir.rstrip("/") or outdir
     check_outdir(outdir, force, files_read(checkpoint, getattr(task.cfg, "data", None), spm_model))
@@ -328,6 +403,7 @@ def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] =
                         "separator": getattr(cfg, "context_separator", None),
                         "model_sides": list(getattr(model, "context_sides", ()) if isinstance(
                             model, DocumentContextModel) else ())},
+            "segments": segment_record(task, model),
             "max_source_positions": int(model.encoder.max_positions()),
             "max_target_positions": int(model.decoder.max_positions()),
             "quantization": quantization or "float32",
@@ -432,8 +508,48 @@ class ExportedContextModel(DocumentContextModel, ExportedModel):
     """An exported ``concat_transformer``: it reads the source and target sides."""
 
 
+class ExportedSegmentModel(ExportedModel):
+    """An exported ``doc2doc_transformer``: a Transformer over segments whose fairseq search
+    keeps every hypothesis to its source's number of sentences and each output sentence to
+    its length window (:class:`~fairseq_docctx.models.g_transformer.SegmentDecoder`).
+    CTranslate2 searches without those rules; the task checks the same rules on the decoded
+    segment instead (``decoding_window`` reads :attr:`sentence_length_window`, and
+    ``segment_inference_step`` decodes a segment that breaks one again sentence by sentence).
+    The settings are the segment models' (``set_sentence_count_constraint``,
+    ``set_sentence_length_window``), so the task sets them alike."""
+
+    reads_segments = True
+
+    def __init__(self, record: dict):
+        super().__init__(record)
+        self.keep_sentence_count = True
+        self.length_window = None
+
+    def set_sentence_count_constraint(self, on: bool = True):
+        self.keep_sentence_count = bool(on)
+        return self
+
+    @property
+    def keeps_sentence_count(self) -> bool:
+        return self.keep_sentence_count
+
+    def set_sentence_length_window(self, window=None):
+        from ..data.segments import LengthWindow
+
+        self.length_window = window if isinstance(window, LengthWindow) else None
+        return self
+
+    @property
+    def sentence_length_window(self):
+        """The window each output sentence is checked against after the search (``None``:
+        off, or with the sentence count off, as in fairseq's search)."""
+        return self.length_window if self.keep_sentence_count else None
+
+
 def exported_model(record: dict, task) -> ExportedModel:
     """The stand-in model of an export record, its context declared as the model's."""
+    if (record.get("segments") or {}).get("constrained"):
+        return ExportedSegmentModel(record)
     if record["model"] != "concat_transformer":
         return ExportedModel(record)
     from ..models.document_context import task_context
@@ -493,6 +609,27 @@ class CTranslate2Generator:
         # CTranslate2's length penalty: fairseq's, or one too small to change a float32
         # score where fairseq's is 0 (CTranslate2's stopping rule needs one other than 0)
         self.ct2_lenpen = self.lenpen if self.lenpen != 0 else 1e-12
+        #: the rows' raised limits of the batch decoded within :meth:`at_least` (``None``: none)
+        self.floor: Optional[torch.Tensor] = None
+
+    @property
+    def len_penalty(self) -> float:
+        """``--lenpen``, under the name fairseq's generator gives it (the task's segment
+        decoding reads it to score each sentence of a segment)."""
+        return self.lenpen
+
+    @contextlib.contextmanager
+    def at_least(self, floor: Optional[torch.Tensor]):
+        """Within the block, row i of the batch decoded there (one :meth:`generate` call) ends
+        no earlier than ``floor[i]`` tokens (still at most the decoder's positions less one), as
+        :meth:`~fairseq_docctx.tasks.length_limits.RowLengthLimit.at_least` raises fairseq's
+        limits: the task raises a segment's limit to the sum of its sentences' length windows
+        and separators. ``None``: nothing changes."""
+        before, self.floor = self.floor, None if floor is None else floor.long().cpu()
+        try:
+            yield self
+        finally:
+            self.floor = before
 
     def _rows(self, tokens: torch.Tensor, words: List[str], pad: int) -> List[List[str]]:
         return [[words[i] for i in row if i != pad] for row in tokens.tolist()]
@@ -517,6 +654,10 @@ class CTranslate2Generator:
         src = ni["src_tokens"].cpu()
         pad, eos = self.src_dict.pad(), self.src_dict.eos()
         limits = [self.max_len(n) for n in src.ne(pad).sum(1).tolist()]
+        if self.floor is not None:
+            if self.floor.numel() != len(limits):
+                raise RuntimeError(f"length limits raised for {self.floor.numel()} rows, the batch has {len(limits)}")
+            limits = [min(max(n, f), self.max_target_positions - 1) for n, f in zip(limits, self.floor.tolist())]
         ctx = cb.get_context(ni)
         if cb.has_side(ctx, "src"):
             table = cb.table(ctx, "src")
@@ -731,7 +872,9 @@ def exported_task(path: str, record: dict, data: Optional[str], **overrides):
             task.set_pretrained_text(PretrainedText(path, record["pretrained"]))
         except PretrainedError as e:
             raise CheckpointError(str(e)) from None
-    check_not_segments(task, path)
+    if getattr(task, "segments", False) and not record.get("segments"):
+        raise ExportError(f"--path {path}: the model translates segments (--doc-mode segments) but its export "
+                          f"record ({EXPORT_FILE}) does not say so: export the checkpoint again")
     model = exported_model(record, task)
     if hasattr(task, "model_spec"):
         task.model_spec = context_spec(model)

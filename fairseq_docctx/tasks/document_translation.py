@@ -891,12 +891,21 @@ class DocumentTranslationTask(TranslationTask):
             extra = dict(kwargs.get("extra_gen_cls_kwargs") or {})
             extra["symbols_to_strip_from_output"] = set(extra.get("symbols_to_strip_from_output") or ()) | {tok}
             kwargs["extra_gen_cls_kwargs"] = extra
-        window = self.sentence_length_window(getattr(args, "min_len", 1))
+        self.set_segment_rules(models, getattr(args, "min_len", 1))
+        return limit_each_row(super().build_generator(models, args, **kwargs))
+
+    def set_segment_rules(self, models, min_len: int = 1):
+        """Give the segment models the decoding rules of the task's options: the sentence
+        count (``--no-sentence-count-constraint`` turns it off) and the length window of their
+        output sentences (:meth:`sentence_length_window`, with the generation's ``min_len``).
+        :meth:`build_generator` calls it; so does a generator built elsewhere (the CTranslate2
+        engine's, whose stand-in model carries the rules that :meth:`segment_inference_step`
+        checks after its search)."""
+        window = self.sentence_length_window(min_len)
         for m in models:
             if hasattr(m, "set_sentence_count_constraint"):
                 m.set_sentence_count_constraint(not getattr(self.cfg, "no_sentence_count_constraint", False))
                 m.set_sentence_length_window(window)
-        return limit_each_row(super().build_generator(models, args, **kwargs))
 
     def build_tokenizer(self, args):
         """fairseq's tokenizer of ``--tokenizer``; without one, on data of a pretrained
@@ -1271,12 +1280,18 @@ class DocumentTranslationTask(TranslationTask):
         On data with language tokens each sentence's token counts beside its window.
         ``lengths``: the source sentences' lengths (:func:`~fairseq_docctx.data.segments.
         sentence_lengths` of ``src_tokens``), if computed. Nothing changes without a ``window``
-        or for a generator without these limits."""
+        or for a generator without these limits. A generator that keeps each row's limit
+        itself and offers ``at_least(floor)`` (the CTranslate2 engine's) gets the rows' raised
+        limits through it, its ``max_len_b`` untouched."""
         b = getattr(generator, "max_len_b", None)
         a = getattr(generator, "max_len_a", None)
         if window is None or a is None or b is None or getattr(generator, "match_source_len", False):
             yield
             return
+        rows = row_limit(generator)
+        # a generator that keeps each row's limit itself (the CTranslate2 engine's): its rows
+        # raised, nothing else (its max_len_b is every row's, not a batch limit)
+        own_rows = getattr(generator, "at_least", None) if rows is None else None
         pad, eos = self.src_dict.pad(), self.src_dict.eos()
         sep = self.src_dict.index(self.cfg.context_separator)
         if lengths is None:
@@ -1286,7 +1301,10 @@ class DocumentTranslationTask(TranslationTask):
         need = (window.bounds(lengths)[1] * real).sum(1) + n.squeeze(1) - 1  # [B]
         if self.target_langtok() is not None:  # and the language token starting every sentence
             need = need + n.squeeze(1)
-        rows = row_limit(generator)
+        if own_rows is not None:
+            with own_rows(need):
+                yield
+            return
         floor = rows.at_least(need) if rows is not None else contextlib.nullcontext()
         raise_by = max(int(need.max()) - int(a * src_tokens.size(1) + b), 0)
         generator.max_len_b = b + raise_by

@@ -44,6 +44,10 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
 #: the first capacity of a buffer (positions); it doubles when full
 INITIAL_CAPACITY = 64
+#: reordering rewrites in place only the rows whose origin changes when they are at most this
+#: share of the rows (each costs a gather and a write: two row copies), else gathers all rows
+#: into a fresh buffer (one copy each)
+IN_PLACE_SHARE = 0.5
 #: the slot of the buffers in fairseq's incremental state (not fairseq's ``attn_state``, so
 #: that the two kinds of state are never mistaken for each other)
 STATE_KEY = "preallocated_kv"
@@ -168,7 +172,7 @@ class PreallocatedKVAttention(MultiheadAttention):
             changed = rows.numel()
             if changed == 0:
                 return incremental_state
-            if 2 * changed <= B:  # only the rows whose origin changes, in place
+            if changed <= IN_PLACE_SHARE * B:  # only the rows whose origin changes, in place
                 sources = new_order.index_select(0, rows)
                 for x in names:
                     filled = state[x][:, :, :n] if x != "padding" else state[x][:, :n]

@@ -35,11 +35,16 @@ transformer as sentences; a segment holds exactly the tokens of its sentences (e
   runs' hypotheses differ where the constraint changes them, also measured directly: the time
   spent in the decoders' ``constrain_sentence_count`` over the whole fairseq-generate run with
   the constraint on (one more run of each model, in a child process). Target: <= 10 %.
+* The segment models decode with their decoder self-attentions' keys and values in
+  preallocated buffers (the default; fairseq_docctx/modules/kv_cache.py). With
+  ``--compare-kv-cache`` each is also decoded with fairseq's cache (``--fairseq-kv-cache``),
+  in the same alternation, and the tokens/s of the two are compared (the hypotheses are
+  the same).
 
 Usage (from the repository root): python -m benchmarks.bench_segments [--size small|tiny]
        [--max-segment-tokens 512] [--updates 40] [--repeats 2] [--flop-batches 10]
        [--no-generate] [--gen-updates 300] [--segment-updates 100] [--beam 4]
-       [--gen-max-tokens 4096] [--test-docs N] [--flop-every 4] [--data DIR]
+       [--gen-max-tokens 4096] [--test-docs N] [--flop-every 4] [--data DIR] [--compare-kv-cache]
 A smoke run: --size tiny --updates 5 --flop-batches 2 --gen-updates 20 --segment-updates 10
        --test-docs 2 --repeats 1 --flop-every 1
 """
@@ -79,6 +84,7 @@ MODELS = {
 }
 SEGMENT_MODELS = ("doc2doc_transformer", "g_transformer")
 SENTENCE_LEVEL = "transformer, sentence level"
+FAIRSEQ_CACHE = "fairseq's kv cache"  # the run name's suffix with --compare-kv-cache
 TIME_CONSTRAINT = "--generate-time-constraint"  # internal: fairseq-generate timing the constraint
 TRAIN_MAX_TOKENS = int(COMMON[COMMON.index("--max-tokens") + 1])
 
@@ -148,6 +154,8 @@ def generation_speed(data_bin, args):
         counted[m] = ["fairseq-generate", *seg]
         runs[f"{m}, constraint on"] = ["fairseq-generate", *seg]
         runs[f"{m}, constraint off"] = ["fairseq-generate", *seg, "--no-sentence-count-constraint"]
+        if args.compare_kv_cache:
+            runs[f"{m}, {FAIRSEQ_CACHE}"] = ["fairseq-generate", *seg, "--fairseq-kv-cache"]
     rates = {}
     for r in range(args.repeats):
         for name, cmd in runs.items():
@@ -222,7 +230,7 @@ def print_generation(rates, work, constraint, args):
         fb = f"{fallbacks[0]}/{fallbacks[1]}" if fallbacks else ("?" if name != SENTENCE_LEVEL else "")
         line = f"{name:36s} {sent:8.2f} {tok:8.1f} {tok / base_tok:6.2f} {mean_len:8.1f} {fb:>10s}"
         model = name.split(",")[0] if name != SENTENCE_LEVEL else SENTENCE_LEVEL
-        if work and not name.endswith("constraint off"):
+        if work and not name.endswith(("constraint off", FAIRSEQ_CACHE)):
             bound = work[SENTENCE_LEVEL] / work[model]
             line += f" {work[model] / 1e6:9.2f} {bound:6.2f} {tok / base_tok / bound:10.2f}"
         print(line)
@@ -234,6 +242,12 @@ def print_generation(rates, work, constraint, args):
               f"({spent / total:.1%}, target <= 10 %); on against off: {1 - on[1] / off[1]:.1%} of the tokens/s"
               + ("" if same else " (the two runs' hypotheses differ in length or fallbacks: not the constraint's "
                  "cost alone)"))
+        old = rates.get(f"{m}, {FAIRSEQ_CACHE}")
+        if old is not None:
+            same = on[2] == old[2] and on[4] == old[4]
+            print(f"{m}: preallocated key/value buffers against fairseq's cache: {on[1] / old[1]:.2f}x the tokens/s"
+                  + (" (same mean length and fallbacks)" if same else " (the runs differ in length or fallbacks: "
+                     "they should not)"))
 
 
 def main():
@@ -255,6 +269,9 @@ def main():
     ap.add_argument("--data", type=Path, default=None,
                     help="a directory prepared by bench_inference's prepare_data (default: bench-work/inference/data, "
                     "prepared when missing)")
+    ap.add_argument("--compare-kv-cache", action="store_true",
+                    help="also decode each segment model with fairseq's key/value cache (--fairseq-kv-cache) "
+                    "and print the preallocated buffers' speed-up")
     ap.add_argument("--count-flops", choices=list(MODELS), help=argparse.SUPPRESS)  # worker
     args = ap.parse_args()
     if args.gen_max_tokens < args.max_segment_tokens:

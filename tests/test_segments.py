@@ -633,7 +633,7 @@ def tiny_segment_args(arch):
 def test_segment_models_need_segments_and_hear_of_epochs_and_the_flag(arch):
     """A segment model is refused outside --doc-mode segments; the task tells the model the
     epoch (fairseq's trainer calls only the task's begin_epoch) and applies
-    --no-sentence-count-constraint when it builds the generator."""
+    --no-sentence-count-constraint and --fairseq-kv-cache when it builds the generator."""
     import fairseq_docctx.models  # noqa: F401  (registers the architectures)
 
     with pytest.raises(ValueError, match="add --doc-mode segments"):
@@ -646,9 +646,11 @@ def test_segment_models_need_segments_and_hear_of_epochs_and_the_flag(arch):
     gen_args = argparse.Namespace(beam=2)
     task.build_generator([model], gen_args)
     assert model.keeps_sentence_count
-    task = make_task(no_sentence_count_constraint=True)
+    assert model.preallocated_kv_cache
+    task = make_task(no_sentence_count_constraint=True, fairseq_kv_cache=True)
     task.build_generator([model], gen_args)
     assert not model.keeps_sentence_count
+    assert not model.preallocated_kv_cache  # --fairseq-kv-cache
 
 
 def test_hub_decodes_a_segment_longer_than_200_tokens_whole(toy_bin, segments_ckpt):

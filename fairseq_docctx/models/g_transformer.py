@@ -73,6 +73,7 @@ from ..modules.group_attention import (
     source_groups,
     target_groups,
 )
+from ..modules.kv_cache import PreallocatedKVAttention, PreallocatedKVDecoderLayer, set_preallocated, wrap_layer
 from . import pretrained_init, sentence_init
 from .arch_defaults import set_defaults
 
@@ -144,6 +145,12 @@ class SegmentDecoder(TransformerDecoderBase):
         #: language tokens; a setting, ``None``: none): forced first in every sentence in
         #: incremental decoding, and not counted in its length
         self.sentence_start: Optional[int] = None
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        """fairseq's decoder layer with a self-attention that keeps incremental decoding's keys
+        and values in preallocated buffers (:mod:`fairseq_docctx.modules.kv_cache`; same
+        weights), wrapped as fairseq wraps its layers."""
+        return wrap_layer(PreallocatedKVDecoderLayer(cfg, no_encoder_attn), cfg)
 
     def forward(self, prev_output_tokens, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
@@ -273,6 +280,21 @@ class SegmentModelMixin:
     @property
     def keeps_sentence_count(self) -> bool:
         return bool(self.decoder.keep_sentence_count)
+
+    def set_preallocated_kv_cache(self, on: bool = True):
+        """Incremental decoding keeps the decoder self-attentions' keys and values in
+        preallocated buffers (``True``, the default: O(1) copying per step, reordered along the
+        beams only where the order changes; :mod:`fairseq_docctx.modules.kv_cache`) or in
+        fairseq's cache (``False``: ``torch.cat`` of the whole cache every step and
+        ``index_select`` of it at every reordering). Both give the same hypotheses and scores
+        (tests/test_kv_cache.py). Set it between searches."""
+        set_preallocated(self.decoder, on)
+        return self
+
+    @property
+    def preallocated_kv_cache(self) -> bool:
+        """Whether incremental decoding uses the preallocated key/value buffers."""
+        return all(m.preallocated for m in self.decoder.modules() if isinstance(m, PreallocatedKVAttention))
 
     def set_sentence_length_window(self, window: Optional[LengthWindow] = LengthWindow()):
         """The length window of every output sentence in incremental decoding (the authors'

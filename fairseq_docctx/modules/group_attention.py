@@ -38,6 +38,12 @@ static keys it calls PyTorch's ``F.multi_head_attention_forward``, which accepts
 encoder-decoder attention, which uses static keys) it runs its own code, whose ``attn_mask``
 must be 2-D; there the group mask is added by the ``apply_sparse_mask`` hook that code calls
 on the ``[B * heads, T, S]`` scores before the softmax.
+
+The decoder self-attentions (group and global) are
+:class:`~fairseq_docctx.modules.kv_cache.PreallocatedKVAttention`: in incremental decoding
+they keep their keys and values in preallocated buffers instead of fairseq's
+``torch.cat`` cache, and call the same ``apply_sparse_mask`` hook on their scores, so the
+group mask of a step (``[B, 1, L]``, L the history) applies as in fairseq's path.
 """
 import contextlib
 import functools
@@ -47,8 +53,9 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from fairseq.modules import MultiheadAttention
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
+
+from .kv_cache import PreallocatedKVAttention, wrap_layer
 
 
 def source_groups(tokens: Tensor, sep: int, pad: int) -> Tensor:
@@ -90,7 +97,7 @@ def _same_tensor(a: Optional[Tensor], b: Optional[Tensor]) -> bool:
                       and a.dtype == b.dtype and a.device == b.device)
 
 
-class GroupAttention(MultiheadAttention):
+class GroupAttention(PreallocatedKVAttention):
     """Multi-head attention restricted to the query's group (Bao et al. 2021, §4.1), and with
     ``combined=True`` mixed with a global multi-head attention through a gate (§4.2).
 
@@ -107,10 +114,10 @@ class GroupAttention(MultiheadAttention):
         self.kind = kind
         self._blocked: Optional[Tensor] = None
         self._mask_cache: dict = {}
-        self.global_attn: Optional[MultiheadAttention] = None
+        self.global_attn: Optional[PreallocatedKVAttention] = None
         self.gate: Optional[nn.Linear] = None
         if combined:
-            self.global_attn = MultiheadAttention(embed_dim, num_heads, **kwargs)
+            self.global_attn = PreallocatedKVAttention(embed_dim, num_heads, **kwargs)
             self.gate = nn.Linear(2 * embed_dim, embed_dim)
             nn.init.xavier_uniform_(self.gate.weight)
             nn.init.constant_(self.gate.bias, 0.0)
@@ -268,12 +275,7 @@ def _wrap(layer, cfg):
     """fairseq's wrapping of a built layer (activation checkpointing, FSDP), as its
     ``build_*_layer`` applies it; the checkpointing keeps the group masks for the
     recomputation (:func:`checkpoint_group_layer`)."""
-    from fairseq.distributed import fsdp_wrap
-
-    checkpoint = cfg.checkpoint_activations
-    if checkpoint:
-        layer = checkpoint_group_layer(layer, offload_to_cpu=cfg.offload_activations)
-    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
+    return wrap_layer(layer, cfg, checkpoint=checkpoint_group_layer)
 
 
 class GroupEncoderLayer(TransformerEncoderLayerBase):

@@ -155,6 +155,13 @@ class DocumentTranslationConfig(TranslationConfig):
                   "--sentence-max-len-a * |s_i| + --sentence-max-len-b, s_i its source sentence; "
                   "off as well with --no-sentence-count-constraint)"},
     )
+    fairseq_kv_cache: bool = field(
+        default=False,
+        metadata={"help": "--doc-mode segments, generation: the segment models' decoder self-attentions "
+                  "keep their keys and values in fairseq's cache (the whole cache copied at every step and "
+                  "every beam reordering) instead of preallocated buffers; the same hypotheses and scores, "
+                  "slower on long segments: for comparing the two"},
+    )
     sentence_max_len_a: float = field(
         default=seg.SENTENCE_MAX_LEN_A,
         metadata={"help": "--doc-mode segments, generation: the length window's a (see "
@@ -873,7 +880,9 @@ class DocumentTranslationTask(TranslationTask):
         """fairseq's generator; segment models search with the sentence count and the
         length windows of the output sentences (:meth:`sentence_length_window`, with the
         generation's ``--min-len``), or without them (``--no-sentence-count-constraint``,
-        ``--no-sentence-length-window``); :meth:`inference_step` still accounts for every
+        ``--no-sentence-length-window``), their decoder self-attentions keeping keys and values
+        in preallocated buffers (fairseq's cache with ``--fairseq-kv-cache``);
+        :meth:`inference_step` still accounts for every
         sentence. Every row's length limit (``--max-len-a``, ``--max-len-b``) comes from its own
         source length, not from the batch's width as in fairseq
         (:func:`~fairseq_docctx.tasks.length_limits.limit_each_row`), so that a sentence's
@@ -906,6 +915,8 @@ class DocumentTranslationTask(TranslationTask):
             if hasattr(m, "set_sentence_count_constraint"):
                 m.set_sentence_count_constraint(not getattr(self.cfg, "no_sentence_count_constraint", False))
                 m.set_sentence_length_window(window)
+            if hasattr(m, "set_preallocated_kv_cache"):
+                m.set_preallocated_kv_cache(not getattr(self.cfg, "fairseq_kv_cache", False))
 
     def build_tokenizer(self, args):
         """fairseq's tokenizer of ``--tokenizer``; without one, on data of a pretrained

@@ -106,6 +106,27 @@ def test_distributed_training_two_cpu_ranks_agree(toy_bin, tmp_path):
         torch.testing.assert_close(r0["state"][k], r1["state"][k], rtol=0, atol=0)
 
 
+@pytest.mark.slow
+def test_distributed_training_validates_a_target_context_model(toy_bin, tmp_path):
+    """Two gloo ranks train a model with target context and validate it: each rank scores its
+    share of the validation batches (the references as target context), and the logged loss
+    is the one fairseq-validate gives in one process on the checkpoint saved there."""
+    out, save = tmp_path / "ranks", tmp_path / "ckpt"
+    out.mkdir()
+    both = ["--task", "document_translation", "--context-size", "2", "--context-sides", "both"]
+    p = run(["torchrun", "--nproc_per_node", "2", "--master_port", str(_free_port()),
+             REPO / "tests" / "dist_train.py", out, toy_bin, *USER_DIR, *both, "--arch",
+             "concat_transformer", *TINY, "--max-tokens", "400", "--max-update", "8",
+             "--validate-interval-updates", "4", "--save-interval-updates", "4", "--no-epoch-checkpoints",
+             "--save-dir", save], timeout=600)
+    logged = re.findall(r"valid on 'valid' subset \| loss ([\d.]+) .*num_updates (\d+)", p.stdout + p.stderr)
+    assert ("8" in [n for _, n in logged]), (p.stdout + p.stderr)[-3000:]
+    loss = [l for l, n in logged if n == "8"][-1]
+    v = run(["fairseq-validate", toy_bin, *USER_DIR, *both, "--path", save / "checkpoint_8_8.pt",
+             "--max-tokens", "400", "--cpu"])
+    assert re.search(r"valid on 'valid' subset \| loss ([\d.]+)", v.stdout + v.stderr).group(1) == loss
+
+
 @pytest.mark.slow  # make test: docctx-translate's same messages (tests/test_translate_cli.py)
 def test_generate_with_other_dictionaries_says_whether_their_size_differs(toy_bin, concat_both_ckpt, tmp_path):
     """docctx-generate (fairseq's model loading) with a data directory whose dictionaries are

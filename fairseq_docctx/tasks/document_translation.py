@@ -355,6 +355,9 @@ class DocumentTranslationTask(TranslationTask):
         #: document is done (:meth:`forget`).
         self.hypotheses = {}
         self.model_cache = {}
+        #: the number of workers the last document-order batch iterator was split over
+        #: (fairseq's trainer splits a validation split's batches over its workers)
+        self.document_order_shards = 1
         #: the contract of the last built model (batching of --doc-batching auto)
         self.model_spec = dc.SENTENCE_LEVEL
 
@@ -740,13 +743,12 @@ class DocumentTranslationTask(TranslationTask):
                 self.start_segment_run(sum(len(b) for b in itr.frozen_batches[shard_id::max(num_shards, 1)]))
             return itr
         if dataset.position_major:
-            if num_shards > 1:
-                raise UsageError(
-                    "document-order inference (--target-context hypothesis) does not split "
-                    "its batches over distributed workers (a sentence needs the translations "
-                    "of the previous ones): split the documents with --num-shards N "
-                    "--shard-id I instead (docctx-generate runs the N processes and merges)"
-                )
+            # In distributed training fairseq's trainer hands each worker every num_shards-th
+            # batch of the validation split: right for the validation loss, which reads the
+            # references as target context; document-order inference, which needs the
+            # translations of the previous sentences on the same worker, refuses such an
+            # iterator (inference_step).
+            self.document_order_shards = max(int(num_shards or 1), 1)
             self.hypotheses.clear()
             self.model_cache.clear()
         # Document batching: runs are re-drawn every epoch, so the batch sampler is a
@@ -1132,6 +1134,13 @@ class DocumentTranslationTask(TranslationTask):
         if not self.hypothesis_context:  # batches are length-sorted: nothing to do
             return self.search(generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints)
         if from_hypotheses:
+            if self.document_order_shards > 1:
+                raise UsageError(
+                    "document-order inference (--target-context hypothesis) does not split "
+                    "its batches over distributed workers (a sentence needs the translations "
+                    "of the previous ones): split the documents with --num-shards N "
+                    "--shard-id I instead (docctx-generate runs the N processes and merges)"
+                )
             sample = self.with_hypothesis_context(sample, with_cache=cacher is not None)
         # one search for the whole position batch: every row ends at its own length limit
         # (:mod:`~fairseq_docctx.tasks.length_limits`), whatever the lengths beside it

@@ -10,6 +10,11 @@ which sets both engines' threads), the same beam and batch size:
     CTranslate2 (float32, int8): sentences/s (the command's own figure: model loading
     excluded), the speed ratio over fairseq, BLEU (sacrebleu, detokenized) and its
     difference, and the share of sentences translated identically;
+  * for the concatenation model, also ``--ct2-prefix one-pass`` and ``one-pass-beam`` (the
+    target prefix run in one decoder pass; another search than fairseq's beam search above
+    beam 1) in float32 and int8: the same figures, the BLEU difference and identical share
+    against fairseq and against the stepwise path of the same weight type, and the decoder
+    steps per sentence each path runs (counted from the prefixes and translations);
   * ``docctx-drafts`` of the test split with the transformer (MHT's drafts): sentences/s,
     the ratio, and the share of drafts identical to fairseq's.
 
@@ -18,6 +23,7 @@ BLEU within 0.5; docctx-drafts >= 2x likewise.
 
 Usage: python -m benchmarks.bench_ctranslate2 [--updates 300] [--concat-updates N]
        [--beam 4] [--batch-size 32] [--test-docs N] [--threads 1,all] [--repeats 1]
+       [--no-drafts] [--no-one-pass]
 """
 import argparse
 import os
@@ -31,6 +37,11 @@ from pathlib import Path
 from .bench_inference import BIN, MODEL, REPO, WORK, prepare_data, prepared_test_set, sentence_model, sh
 
 ENGINES = (("fairseq", None), ("ctranslate2", "float32"), ("ctranslate2", "int8"))
+#: the concatenation model's rows: each engine, and CTranslate2 with the target prefix run in one
+#: decoder pass (``--ct2-prefix``: ``one-pass``, ``one-pass-beam``) beside the stepwise default
+PREFIX_RUNS = (("fairseq", None, None),
+               *[("ctranslate2", q, m) for q in ("float32", "int8")
+                 for m in ("stepwise", "one-pass", "one-pass-beam")])
 
 
 def concat_model(data_bin: Path, updates: int) -> Path:
@@ -108,12 +119,30 @@ def _text(path: Path):
     return [ln.rstrip("\n") for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip() != "<d>"]
 
 
-def translate(path, data_bin, raw, engine, threads, args, out: Path):
-    """``docctx-translate``: (sentences/s, translations)."""
+def decoder_steps_per_path(src: Path, out: Path, spm_model: Path, k: int, beam: int, mode: str):
+    """The decoder steps per sentence (one sentence's steps in turn, each over its beam's rows)
+    a path runs on the translations ``out`` of the source ``src`` (``<d>``-marker files) with
+    the target context of the previous ``k`` translations as the prefix: ``stepwise`` (the
+    prefix forced one step at a time, then the translation: prefix + generated tokens with
+    EOS), ``one-pass`` and ``one-pass-beam`` (one decoder call over the prefix, then the
+    translation's steps; a document's first sentence has no prefix), ``fairseq`` (the same
+    count as one pass: its inference cache runs the prefix once in parallel). Counted on the
+    best translation: a search that goes on past its end (beam search, the other
+    alternatives) runs a few steps more."""
+    p, g = decoder_steps(out, spm_model, k, beam)
+    if mode == "stepwise":
+        return p + g
+    firsts = sum(1 for d in _documents(src) if d) / max(len(_text(src)), 1)  # sentences without a prefix
+    return g + (1 - firsts)
+
+
+def translate(path, data_bin, raw, engine, threads, args, out: Path, prefix=None):
+    """``docctx-translate`` (``prefix``: ``--ct2-prefix``): (sentences/s, translations)."""
     best = 0.0
+    more = ["--ct2-prefix", prefix] if prefix else []
     for _ in range(args.repeats):
         p = sh_threads(["docctx-translate", raw, "--path", path, "--data", data_bin, "--engine", engine, "--cpu",
-                        "--beam", args.beam, "--batch-size", args.batch_size, "-o", out], threads)
+                        "--beam", args.beam, "--batch-size", args.batch_size, *more, "-o", out], threads)
         best = max(best, float(re.search(r"\(([\d.]+) sentences/s\)", p.stderr).group(1)))
     return best, _text(out)
 
@@ -143,6 +172,8 @@ def main():
     ap.add_argument("--threads", default="1,all", help="thread counts, 'all' = every core")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--no-drafts", action="store_true")
+    ap.add_argument("--no-one-pass", action="store_true",
+                    help="leave out the concatenation model's --ct2-prefix one-pass and one-pass-beam rows")
     args = ap.parse_args()
     import sacrebleu
 
@@ -159,19 +190,34 @@ def main():
     print(f"{'run':58s} {'thr':>3s} {'sent/s':>8s} {'ratio':>6s} {'BLEU':>6s} {'dBLEU':>6s} {'same':>6s}")
     for name, ckpt in models.items():
         short = "concat" if name.startswith("concat") else "transformer"
+        runs = ([(e, q, None) for e, q in ENGINES] if short != "concat" or args.no_one_pass else PREFIX_RUNS)
         for t in threads:
-            base = None
-            for engine, q in ENGINES:
+            base, stepwise = None, {}
+            for engine, q, mode in runs:
                 path = ckpt if engine == "fairseq" else export(ckpt, data_bin, short, q)
                 start = time.time()
-                rate, hyp = translate(path, data_bin, raw, engine, t, args, out_dir / f"{short}-{engine}-{q}-{t}.txt")
+                suffix = f"-{mode}" if mode and mode != "stepwise" else ""
+                out = out_dir / f"{short}-{engine}-{q}{suffix}-{t}.txt"
+                rate, hyp = translate(path, data_bin, raw, engine, t, args, out,
+                                      prefix=mode if mode and mode != "stepwise" else None)
                 bleu = sacrebleu.corpus_bleu(hyp, [ref]).score
                 if base is None:
                     base = (rate, bleu, hyp)
+                if mode == "stepwise":
+                    stepwise[q] = (bleu, hyp)
                 same = sum(a == b for a, b in zip(hyp, base[2])) / max(len(hyp), 1)
-                label = f"{name}: {engine}{' ' + q if q else ''}"
-                print(f"{label:58s} {t:3d} {rate:8.1f} {rate / base[0]:6.2f} {bleu:6.2f} {bleu - base[1]:+6.2f} "
-                      f"{same:6.1%}   ({time.time() - start:.0f}s)", flush=True)
+                label = f"{name}: {engine}{' ' + q if q else ''}{' --ct2-prefix ' + mode if suffix else ''}"
+                line = (f"{label:58s} {t:3d} {rate:8.1f} {rate / base[0]:6.2f} {bleu:6.2f} {bleu - base[1]:+6.2f} "
+                        f"{same:6.1%}")
+                if suffix and q in stepwise:  # against the stepwise path of the same weights
+                    s_bleu, s_hyp = stepwise[q]
+                    line += (f"  vs stepwise: BLEU {bleu - s_bleu:+.2f}, identical "
+                             f"{sum(a == b for a, b in zip(hyp, s_hyp)) / max(len(hyp), 1):.1%}")
+                if short == "concat":
+                    steps = decoder_steps_per_path(raw, out, data_bin / "spm.model", 3, args.beam,
+                                                   mode or "fairseq")
+                    line += f"  decoder steps/sentence {steps:.1f}"
+                print(f"{line}   ({time.time() - start:.0f}s)", flush=True)
         if short == "concat":
             p, g = decoder_steps(out_dir / f"concat-fairseq-None-{threads[0]}.txt", data_bin / "spm.model", 3, args.beam)
             print(f"  concat decoder steps per sentence: target prefix {p:.1f} tokens + {g:.1f} generated; "

@@ -10,6 +10,11 @@ which sets both engines' threads), the same beam and batch size:
     CTranslate2 (float32, int8): sentences/s (the command's own figure: model loading
     excluded), the speed ratio over fairseq, BLEU (sacrebleu, detokenized) and its
     difference, and the share of sentences translated identically;
+  * for the concatenation model, also ``--ct2-prefix one-pass`` and ``one-pass-beam`` (the
+    target prefix run in one decoder pass; another search than fairseq's beam search above
+    beam 1) in float32 and int8: the same figures, the BLEU difference and identical share
+    against fairseq and against the stepwise path of the same weight type, and the decoder
+    steps per sentence each path runs (counted from the prefixes and translations);
   * ``docctx-drafts`` of the test split with the transformer (MHT's drafts): sentences/s,
     the ratio, and the share of drafts identical to fairseq's.
   * the segment model ``doc2doc_transformer`` (initialised from the transformer, trained
@@ -26,6 +31,7 @@ fairseq path.
 Usage: python -m benchmarks.bench_ctranslate2 [--updates 300] [--concat-updates N]
        [--doc2doc-updates 100] [--max-segment-tokens 512] [--no-doc2doc]
        [--beam 4] [--batch-size 32] [--test-docs N] [--threads 1,all] [--repeats 1]
+       [--no-drafts] [--no-one-pass]
 A smoke run: --updates 20 --doc2doc-updates 10 --test-docs 2 --threads 1 --no-drafts
        (bench-work/inference keeps the models: a later run with other --updates needs its own
        WORK, or the models removed)
@@ -42,6 +48,11 @@ from pathlib import Path
 from .bench_inference import BIN, MODEL, REPO, WORK, prepare_data, prepared_test_set, sentence_model, sh
 
 ENGINES = (("fairseq", None), ("ctranslate2", "float32"), ("ctranslate2", "int8"))
+#: the concatenation model's rows: each engine, and CTranslate2 with the target prefix run in one
+#: decoder pass (``--ct2-prefix``: ``one-pass``, ``one-pass-beam``) beside the stepwise default
+PREFIX_RUNS = (("fairseq", None, None),
+               *[("ctranslate2", q, m) for q in ("float32", "int8")
+                 for m in ("stepwise", "one-pass", "one-pass-beam")])
 
 
 def concat_model(data_bin: Path, updates: int) -> Path:
@@ -141,13 +152,31 @@ def _text(path: Path):
 FALLBACKS = re.compile(r"docctx-translate: (\d+) of (\d+) segments decoded again sentence by sentence")
 
 
-def translate(path, data_bin, raw, engine, threads, args, out: Path):
-    """``docctx-translate``: (sentences/s, translations, a segment model's ``(segments decoded
-    again sentence by sentence, segments)`` or ``None``)."""
+def decoder_steps_per_path(src: Path, out: Path, spm_model: Path, k: int, beam: int, mode: str):
+    """The decoder steps per sentence (one sentence's steps in turn, each over its beam's rows)
+    a path runs on the translations ``out`` of the source ``src`` (``<d>``-marker files) with
+    the target context of the previous ``k`` translations as the prefix: ``stepwise`` (the
+    prefix forced one step at a time, then the translation: prefix + generated tokens with
+    EOS), ``one-pass`` and ``one-pass-beam`` (one decoder call over the prefix, then the
+    translation's steps; a document's first sentence has no prefix), ``fairseq`` (the same
+    count as one pass: its inference cache runs the prefix once in parallel). Counted on the
+    best translation: a search that goes on past its end (beam search, the other
+    alternatives) runs a few steps more."""
+    p, g = decoder_steps(out, spm_model, k, beam)
+    if mode == "stepwise":
+        return p + g
+    firsts = sum(1 for d in _documents(src) if d) / max(len(_text(src)), 1)  # sentences without a prefix
+    return g + (1 - firsts)
+
+
+def translate(path, data_bin, raw, engine, threads, args, out: Path, prefix=None):
+    """``docctx-translate`` (``prefix``: ``--ct2-prefix``): (sentences/s, translations, a
+    segment model's ``(segments decoded again sentence by sentence, segments)`` or ``None``)."""
     best, fallbacks = 0.0, None
+    more = ["--ct2-prefix", prefix] if prefix else []
     for _ in range(args.repeats):
         p = sh_threads(["docctx-translate", raw, "--path", path, "--data", data_bin, "--engine", engine, "--cpu",
-                        "--beam", args.beam, "--batch-size", args.batch_size, "-o", out], threads)
+                        "--beam", args.beam, "--batch-size", args.batch_size, *more, "-o", out], threads)
         best = max(best, float(re.search(r"\(([\d.]+) sentences/s\)", p.stderr).group(1)))
         m = FALLBACKS.search(p.stderr)
         fallbacks = (int(m.group(1)), int(m.group(2))) if m else None
@@ -183,6 +212,8 @@ def main():
     ap.add_argument("--threads", default="1,all", help="thread counts, 'all' = every core")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--no-drafts", action="store_true")
+    ap.add_argument("--no-one-pass", action="store_true",
+                    help="leave out the concatenation model's --ct2-prefix one-pass and one-pass-beam rows")
     args = ap.parse_args()
     import sacrebleu
 
@@ -204,20 +235,34 @@ def main():
     for name, ckpt in models.items():
         short = ("concat" if name.startswith("concat") else f"doc2doc-{args.max_segment_tokens}" if name == DOC2DOC
                  else "transformer")
+        runs = ([(e, q, None) for e, q in ENGINES] if short != "concat" or args.no_one_pass else PREFIX_RUNS)
         for t in threads:
-            base = None
-            for engine, q in ENGINES:
+            base, stepwise = None, {}
+            for engine, q, mode in runs:
                 path = ckpt if engine == "fairseq" else export(ckpt, data_bin, short, q)
                 start = time.time()
-                rate, hyp, fell = translate(path, data_bin, raw, engine, t, args,
-                                            out_dir / f"{short}-{engine}-{q}-{t}.txt")
+                suffix = f"-{mode}" if mode and mode != "stepwise" else ""
+                out = out_dir / f"{short}-{engine}-{q}{suffix}-{t}.txt"
+                rate, hyp, fell = translate(path, data_bin, raw, engine, t, args, out,
+                                            prefix=mode if mode and mode != "stepwise" else None)
                 bleu = sacrebleu.corpus_bleu(hyp, [ref]).score
                 if base is None:
                     base = (rate, bleu, hyp)
+                if mode == "stepwise":
+                    stepwise[q] = (bleu, hyp)
                 same = sum(a == b for a, b in zip(hyp, base[2])) / max(len(hyp), 1)
-                label = f"{name}: {engine}{' ' + q if q else ''}"
-                print(f"{label:58s} {t:3d} {rate:8.1f} {rate / base[0]:6.2f} {bleu:6.2f} {bleu - base[1]:+6.2f} "
-                      f"{same:6.1%}   ({time.time() - start:.0f}s"
+                label = f"{name}: {engine}{' ' + q if q else ''}{' --ct2-prefix ' + mode if suffix else ''}"
+                line = (f"{label:58s} {t:3d} {rate:8.1f} {rate / base[0]:6.2f} {bleu:6.2f} {bleu - base[1]:+6.2f} "
+                        f"{same:6.1%}")
+                if suffix and q in stepwise:  # against the stepwise path of the same weights
+                    s_bleu, s_hyp = stepwise[q]
+                    line += (f"  vs stepwise: BLEU {bleu - s_bleu:+.2f}, identical "
+                             f"{sum(a == b for a, b in zip(hyp, s_hyp)) / max(len(hyp), 1):.1%}")
+                if short == "concat":
+                    steps = decoder_steps_per_path(raw, out, data_bin / "spm.model", 3, args.beam,
+                                                   mode or "fairseq")
+                    line += f"  decoder steps/sentence {steps:.1f}"
+                print(f"{line}   ({time.time() - start:.0f}s"
                       + (f"; {fell[0]} of {fell[1]} segments)" if fell else ")"), flush=True)
         if short == "concat":
             p, g = decoder_steps(out_dir / f"concat-fairseq-None-{threads[0]}.txt", data_bin / "spm.model", 3, args.beam)

@@ -378,10 +378,13 @@ class ExportedHubInterface(DocumentHubInterface):
     (:mod:`fairseq_docctx.inference.ctranslate2`): the same documents in, in the same
     document order, decoded by CTranslate2."""
 
-    def __init__(self, cfg, task, models, spm_model, translator, record: dict):
+    def __init__(self, cfg, task, models, spm_model, translator, record: dict, ct2_prefix: str = "stepwise"):
         super().__init__(cfg, task, models, spm_model)
         self.translator = translator
         self.record = record
+        #: how a sentence after a target prefix is decoded (``--ct2-prefix``; a search's
+        #: ``ct2_prefix=`` overrides it)
+        self.ct2_prefix = ct2_prefix
 
     def build_generator(self, gen_args):
         """The CTranslate2 generator of ``gen_args``; a segment model's stand-in gets the task's
@@ -398,21 +401,28 @@ class ExportedHubInterface(DocumentHubInterface):
             beam=gen_args.beam, lenpen=gen_args.lenpen, max_len_a=gen_args.max_len_a,
             max_len_b=gen_args.max_len_b, min_len=gen_args.min_len, unkpen=gen_args.unkpen,
             max_source_positions=self.record["max_source_positions"],
-            max_target_positions=self.record["max_target_positions"])
+            max_target_positions=self.record["max_target_positions"],
+            prefix=gen_args.get("ct2_prefix", None) or self.ct2_prefix)
 
 
 def from_exported(path: str, data: Optional[str] = None, spm_model: Optional[str] = None,
-                  cpu: bool = True, threads: Optional[int] = None, **overrides) -> ExportedHubInterface:
+                  cpu: bool = True, threads: Optional[int] = None, ct2_prefix: str = "stepwise",
+                  **overrides) -> ExportedHubInterface:
     """A model exported by ``docctx-export ctranslate2`` (the folder ``path``), decoded by
     CTranslate2 in document order as :func:`from_pretrained`'s models are. ``data``: a data
     directory whose dictionaries are those exported (default: the folder's own copies);
-    ``threads``: CPU threads (default torch's); ``overrides``: task options
-    (``context_size=2``)."""
+    ``threads``: CPU threads (default torch's); ``ct2_prefix``: how a sentence after a target
+    prefix is decoded (``--ct2-prefix``:
+    :data:`~fairseq_docctx.inference.options.CT2_PREFIX_MODES`, default ``stepwise``);
+    ``overrides``: task options (``context_size=2``)."""
     from fairseq.dataclass.configs import GenerationConfig
     from omegaconf import OmegaConf
 
     from .inference import ctranslate2 as ct2
+    from .inference.options import CT2_PREFIX_MODES
 
+    if ct2_prefix not in CT2_PREFIX_MODES:
+        raise ValueError(f"--ct2-prefix {ct2_prefix}: must be one of {', '.join(CT2_PREFIX_MODES)}")
     path = os.fspath(path)
     record = ct2.read_export(path)
     ct2.check_export_files(path, record, data)
@@ -422,7 +432,8 @@ def from_exported(path: str, data: Optional[str] = None, spm_model: Optional[str
     spm_model = spm_model or find_spm_model(data)
     cfg = OmegaConf.create({"generation": OmegaConf.structured(GenerationConfig()), "tokenizer": None,
                             "bpe": None})
-    return ExportedHubInterface(cfg, task, [model], spm_model, ct2.load_translator(path, cpu, threads), record)
+    return ExportedHubInterface(cfg, task, [model], spm_model, ct2.load_translator(path, cpu, threads), record,
+                                ct2_prefix)
 
 
 def export_ctranslate2(path: str, outdir: str, data: Optional[str] = None,

@@ -21,7 +21,7 @@ import sys
 
 from . import exit_on_errors_and_signals, quiet_logging
 from ..data.readers import INPUT_FORMATS, DocumentFormatError
-from ..inference.options import TRANSLATE_DEFAULTS
+from ..inference.options import CT2_PREFIX_MODES, TRANSLATE_DEFAULTS
 
 
 def build_parser():
@@ -35,6 +35,12 @@ def build_parser():
     p.add_argument("--engine", choices=["fairseq", "ctranslate2"], default="fairseq",
                    help="what decodes: fairseq (default) or CTranslate2 (a model exported by docctx-export "
                    "ctranslate2; transformer, concat_transformer, doc2doc_transformer)")
+    p.add_argument("--ct2-prefix", choices=CT2_PREFIX_MODES, default=None,
+                   help="--engine ctranslate2: how a sentence after a target prefix (a concat_transformer's "
+                   "target context) is decoded: stepwise (default; fairseq's beam search, the prefix forced "
+                   "one step at a time on every beam), one-pass (the prefix in one decoder pass, the --beam "
+                   "best first tokens each continued greedily), one-pass-beam (the prefix in one pass, the "
+                   "best first token, then beam search); the same at --beam 1")
     p.add_argument("--data", help="data directory with the dictionaries (and the SentencePiece "
                    "model its docctx.json names); default: the checkpoint's directory if it has "
                    "them, else the training data")
@@ -104,7 +110,10 @@ def load_model(args):
         if args.fp16 or args.draft_path:
             raise ValueError(f"--engine ctranslate2: {'--fp16' if args.fp16 else '--draft-path'} does not apply "
                              "(the precision is the export's --quantization; drafts-reading models do not export)")
-        return from_exported(args.path, data=args.data, spm_model=args.spm_model, cpu=args.cpu, **overrides)
+        return from_exported(args.path, data=args.data, spm_model=args.spm_model, cpu=args.cpu,
+                             ct2_prefix=args.ct2_prefix or "stepwise", **overrides)
+    if args.ct2_prefix is not None:
+        raise ValueError(f"--ct2-prefix {args.ct2_prefix}: applies to --engine ctranslate2 only")
     return from_pretrained(args.path, data=args.data, spm_model=args.spm_model,
                            cpu=args.cpu, fp16=args.fp16, draft_path=args.draft_path,
                            draft_beam=args.draft_beam or args.beam, **overrides)

@@ -44,6 +44,7 @@ from ..data.paths import check_output
 from ..modules.context_concat import concat_with_context, gather_context_rows, pack_segments
 from ..modules.sentence_positions import DocumentPositions
 from .checkpoint import CheckpointError, checkpoint_sha1
+from .options import CT2_PREFIX_MODES
 
 #: the description of an exported folder, beside CTranslate2's files
 EXPORT_FILE = "docctx-export.json"
@@ -58,6 +59,8 @@ _ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_accurate": "GELUTanh", "ge
                 "swish": "SWISH"}
 #: CTranslate2's name of the padding token (fairseq's ``<pad>`` is renamed in its vocabularies)
 _CT2_PAD = "<blank>"
+#: how the engine decodes a sentence after a target prefix (``--ct2-prefix``)
+PREFIX_MODES = CT2_PREFIX_MODES
 
 
 class ExportError(ValueError):
@@ -587,12 +590,27 @@ class CTranslate2Generator:
     others, a sentence ended when ``beam`` hypotheses have ended (CTranslate2's rule with a
     length penalty other than 0 and patience 1; with a length penalty of 0 it also waits for
     a step whose best candidate ends, searching on past fairseq's end), and the ended
-    hypotheses ranked as fairseq ranks them (:meth:`_search`)."""
+    hypotheses ranked as fairseq ranks them (:meth:`_search`).
+
+    ``prefix`` (:data:`PREFIX_MODES`, ``--ct2-prefix``): how a row with a target prefix (the
+    target context) is decoded. ``stepwise`` (the default) is the search above: CTranslate2's
+    ``translate_batch`` forces the prefix one step at a time on every beam. ``one-pass`` and
+    ``one-pass-beam`` use CTranslate2's ``return_alternatives`` search (:meth:`_one_pass`),
+    which runs the prefix through the decoder in one call and then searches each row alone:
+    ``one-pass`` takes the ``beam`` best first tokens after the prefix and continues each
+    greedily, the best of them by fairseq's ranking is the translation; ``one-pass-beam``
+    takes the best first token and continues it with CTranslate2's beam search of ``beam``.
+    Both are greedy search at beam 1 (the same translations as ``stepwise``), and another
+    search than fairseq's beam search above it. Rows without a prefix (a document's first
+    sentence, a sentence-level model) are decoded ``stepwise`` in every mode."""
 
     def __init__(self, translator, src_dict, tgt_dict, sep: Optional[int], beam: int = 5,
                  lenpen: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200, min_len: int = 1,
                  max_source_positions: int = 1024, max_target_positions: int = 1024,
-                 unkpen: float = 0.0, max_batch_size: int = 0):
+                 unkpen: float = 0.0, max_batch_size: int = 0, prefix: str = "stepwise"):
+        if prefix not in PREFIX_MODES:
+            raise ValueError(f"--ct2-prefix {prefix}: must be one of {', '.join(PREFIX_MODES)}")
+        self.prefix = prefix
         self.translator = translator
         self.src_dict, self.tgt_dict, self.sep = src_dict, tgt_dict, sep
         self.beam, self.lenpen = int(beam), float(lenpen)
@@ -705,10 +723,12 @@ class CTranslate2Generator:
         ``prefix_tokens``), given to CTranslate2 at the end of the target prefix; CTranslate2
         returns them as the translation's first tokens, and their log-probabilities, which
         fairseq counts in the score and CTranslate2 does not, are added (scored once per row).
-        A row with forced words has no first step whose EOS CTranslate2 keeps out."""
+        A row with forced words has no first step whose EOS CTranslate2 keeps out, unless it is
+        decoded in one pass (:meth:`_one_pass`), whose first free step always keeps EOS out."""
         forced = forced or [[] for _ in sources]
         starts, targets = targets, [t + f for t, f in zip(targets, forced)]
-        rows = self._finished(sources, targets, cut, limits)
+        one_pass = [self.prefix != "stepwise" and c > 0 for c in cut]
+        rows = self._finished(sources, targets, cut, limits, one_pass)
         with_forced = [i for i, f in enumerate(forced) if f]
         if with_forced:
             scored = self.translator.score_batch([sources[i] for i in with_forced],
@@ -730,7 +750,7 @@ class CTranslate2Generator:
         # the ranking depends on the renormalisation where the hypotheses' lengths differ
         # (and it is normalised) or some were scored again
         need = [i for i, hyps in enumerate(rows)
-                if ranked and self.min_len > 0 and not forced[i]
+                if (one_pass[i] or (ranked and self.min_len > 0 and not forced[i]))
                 and len({(len(h[0]) if self.lenpen != 0 else 0, h[2]) for h in hyps}) > 1]
         offset = [0.0] * len(rows)
         if need:
@@ -746,7 +766,7 @@ class CTranslate2Generator:
             out.append((hyps[best][0] + [self.tgt_dict.eos()], fairseq_scores[best]))
         return out
 
-    def _finished(self, sources, targets, cut: List[int], limits: List[int]):
+    def _finished(self, sources, targets, cut: List[int], limits: List[int], one_pass=None):
         """Every row's finished hypotheses ``[(token ids without EOS, unnormalised score, to
         be scored again ending in EOS)]``, each row searched as it is alone: the ``beam`` best
         of a search that ends before the row's length limit, all those a search that reaches
@@ -770,12 +790,21 @@ class CTranslate2Generator:
         token of the prefix, so after a prefix the sequence ``</s> </s>`` is suppressed (the
         prefix ends with the start token ``</s>``, or the ``bos_token`` given to :meth:`generate`:
         then that token followed by ``</s>``); a minimum length above one is searched
-        apart per prefix length."""
+        apart per prefix length.
+
+        ``one_pass``: per row, whether it is decoded in one pass (:meth:`_one_pass`) rather
+        than by the search above."""
         own = [c + n + 1 for c, n in zip(cut, limits)]
+        one_pass = one_pass or [False] * len(sources)
+        out = [None] * len(sources)
+        single = [i for i, one in enumerate(one_pass) if one]
+        if single:
+            for i, hyps in zip(single, self._one_pass(sources, targets, cut, single, own)):
+                out[i] = hyps
         groups = {}
         for i, c in enumerate(cut):
-            groups.setdefault(c if self.min_len > 1 else None, []).append(i)
-        out = [None] * len(sources)
+            if not one_pass[i]:
+                groups.setdefault(c if self.min_len > 1 else None, []).append(i)
         again = {}
         for key, rows in groups.items():
             longest = max(own[i] for i in rows)
@@ -799,6 +828,47 @@ class CTranslate2Generator:
                     seen[key] = (list(key), score, not ended or len(ids) > n)
             rows.append(list(seen.values()))
         return rows
+
+    def _one_pass(self, sources, targets, cut: List[int], rows: List[int], own: List[int]):
+        """The hypotheses of ``rows`` (as :meth:`_translate` gives them) decoded by CTranslate2's
+        ``return_alternatives`` search: the target prefix run through the decoder in one call
+        (not one step at a time on every beam), then the first free position expanded to its
+        best tokens (EOS kept out, the step's probabilities renormalised over the others, as
+        the stepwise search's first step), then each of them continued alone. ``one-pass``:
+        ``beam`` first tokens, each continued greedily (CTranslate2's length penalty 0: the
+        score returned is the sum of the log-probabilities); ``one-pass-beam``: the best first
+        token, continued by CTranslate2's beam search of ``beam`` with its length penalty over
+        the continuation's length (the score returned is the first token's log-probability plus
+        the continuation's normalised score, not fairseq's; the only hypothesis is not ranked).
+
+        CTranslate2 decodes the rows of a call one at a time in this search, so they gain
+        nothing from sharing a call's length limit: the rows are searched in groups of the same
+        own length limit (``own``: the prefix, the limit and the step where fairseq forces EOS)
+        and minimum length, each under its own limit."""
+        alternatives, beam = (self.beam, 1) if self.prefix == "one-pass" else (1, self.beam)
+        groups = {}
+        for i in rows:
+            # the first free step keeps EOS out; a minimum length above one counts the rest
+            # from the prefix's first token
+            least = cut[i] + self.min_len if self.min_len > 1 else 0
+            groups.setdefault((own[i], least), []).append(i)
+        eos = self.tgt_dict.eos()
+        found = {}
+        for (max_length, least), group in groups.items():
+            results = self.translator.translate_batch(
+                [sources[i] for i in group], target_prefix=[targets[i] for i in group], beam_size=beam,
+                num_hypotheses=alternatives, return_alternatives=True,
+                length_penalty=self.ct2_lenpen if beam > 1 else 0.0, max_decoding_length=max_length,
+                min_decoding_length=least, return_scores=True, return_end_token=True,
+                disable_unk=self.disable_unk, max_input_length=0)
+            for i, r in zip(group, results):
+                hyps = []
+                for words, score in zip(r.hypotheses, r.scores):
+                    ids = [self.tgt_index[w] for w in words[cut[i]:]]
+                    ended = bool(ids) and ids[-1] == eos
+                    hyps.append((ids[:-1] if ended else ids, float(score), ended))
+                found[i] = hyps
+        return [found[i] for i in rows]
 
     def _min_length(self, cut: int) -> int:
         """CTranslate2's minimum length (counted with the prefix) of a search of rows whose

@@ -82,6 +82,41 @@ def shared_data():
     return SHARED_DATA
 
 
+def ct2_export(ckpt, data, out, *more):
+    """``docctx-export ctranslate2 CKPT OUT --data DATA [more]`` in process; ``out``."""
+    from fairseq_docctx.cli.export import cli_main as export_main
+
+    try:
+        export_main(["ctranslate2", str(ckpt), str(out), "--data", str(data), *more])
+    except SystemExit as e:
+        assert e.code == 0, e
+    return out
+
+
+def docids_documents(src):
+    """The documents of a ``docids``-format input (``X.src`` beside ``X.docids``): lists of lines."""
+    src = Path(src)
+    docs = {}
+    for doc, line in zip(src.with_suffix(".docids").read_text().splitlines(), src.read_text().splitlines()):
+        docs.setdefault(doc, []).append(line)
+    return list(docs.values())
+
+
+def beam_search(model, d, sources, beam, max_len_b=400):
+    """fairseq's ``SequenceGenerator`` (beam ``beam``, at most ``max_len_b`` tokens) over the
+    source token lists ``sources`` (left-padded, as fairseq batches them): its hypotheses."""
+    import torch
+    from fairseq.data import data_utils
+    from fairseq.sequence_generator import SequenceGenerator
+
+    src = data_utils.collate_tokens(sources, d.pad(), d.eos(), left_pad=True)
+    sample = {"id": torch.arange(len(sources)),
+              "net_input": {"src_tokens": src, "src_lengths": torch.LongTensor([len(s) for s in sources])}}
+    gen = SequenceGenerator([model], d, beam_size=beam, max_len_a=0, max_len_b=max_len_b)
+    with torch.no_grad():
+        return gen.generate([model], sample)
+
+
 def run(cmd, cwd=None, timeout=900, check=True, env=None):
     """Run a command (list) with the venv's scripts on PATH (and ``env``'s variables); fail
     with its output."""

@@ -6,7 +6,7 @@ context; greedy search (beam 1) gives the stepwise path's translations; the defa
 the outputs as they were; bad values are refused in one line."""
 import pytest
 
-from conftest import run_in_process
+from conftest import ct2_export, docids_documents, run_in_process
 from fairseq_docctx.cli.translate import cli_main as translate_main
 from fairseq_docctx.hub import from_exported
 
@@ -15,20 +15,10 @@ pytest.importorskip("ctranslate2")
 MODES = ("stepwise", "one-pass", "one-pass-beam")
 
 
-def _export(ckpt, data, out):
-    from fairseq_docctx.cli.export import cli_main as export_main
-
-    try:
-        export_main(["ctranslate2", str(ckpt), str(out), "--data", str(data)])
-    except SystemExit as e:
-        assert e.code == 0, e
-    return out
-
-
 @pytest.fixture(scope="module")
 def concat_export(concat_both_ckpt, toy_bin, tmp_path_factory):
     """The toy concat_transformer (K=2, both sides) exported in float32."""
-    return _export(concat_both_ckpt, toy_bin, tmp_path_factory.mktemp("ct2_prefix") / "concat")
+    return ct2_export(concat_both_ckpt, toy_bin, tmp_path_factory.mktemp("ct2_prefix") / "concat")
 
 
 #: the probe's test documents translated with its trained concat_transformer (the first ones)
@@ -41,16 +31,8 @@ def probe_concat(probe, concat_model, tmp_path_factory):
     in float32, and its first PROBE_DOCS test documents."""
     from pathlib import Path
 
-    out = _export(concat_model["checkpoint"], probe["data_bin"], tmp_path_factory.mktemp("ct2_prefix_probe") / "c")
-    return out, _documents(Path(probe["text"]) / "test.src")[:PROBE_DOCS]
-
-
-def _documents(src):
-    """The documents of a ``docids``-format input (``X.src`` beside ``X.docids``)."""
-    docs = {}
-    for doc, line in zip(src.with_suffix(".docids").read_text().splitlines(), src.read_text().splitlines()):
-        docs.setdefault(doc, []).append(line)
-    return list(docs.values())
+    out = ct2_export(concat_model["checkpoint"], probe["data_bin"], tmp_path_factory.mktemp("ct2_prefix_probe") / "c")
+    return out, docids_documents(Path(probe["text"]) / "test.src")[:PROBE_DOCS]
 
 
 class Calls:
@@ -76,7 +58,7 @@ def test_one_pass_decodes_every_sentence_once_in_document_order(concat_export, t
     (each followed by ``<sep>``), then the start token; a document's first sentence (no
     prefix) by the stepwise search; one translation per sentence. Each document alone (its
     calls recorded apart), and the same translations with the documents side by side."""
-    docs = _documents(toy_bin.parent / "raw" / "test.src")
+    docs = docids_documents(toy_bin.parent / "raw" / "test.src")
     hub = from_exported(concat_export, ct2_prefix=mode)
     hub.translator = calls = Calls(hub.translator)
     alone = []
@@ -97,7 +79,7 @@ def test_at_beam_1_one_pass_is_stepwise_greedy_search(concat_export, toy_bin, pr
     """Greedy search after a prefix run in one pass is greedy search after a prefix forced
     step by step: the same translations, on the toy model and on the probe's trained
     concat_transformer (K=2, both sides), in batches of documents."""
-    for folder, docs in ((concat_export, _documents(toy_bin.parent / "raw" / "test.src")),
+    for folder, docs in ((concat_export, docids_documents(toy_bin.parent / "raw" / "test.src")),
                          probe_concat):
         hub = from_exported(folder)
         out = {m: hub.translate_documents(docs, beam=1, batch_size=8, ct2_prefix=m) for m in MODES}

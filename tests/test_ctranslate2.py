@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, TINY_MODEL, file_digests, run, run_in_process
+from conftest import REPO, TINY_MODEL, ct2_export, docids_documents, file_digests, run, run_in_process
 from fairseq_docctx.cli.drafts import cli_main as drafts_main
 from fairseq_docctx.cli.export import cli_main as export_main
 from fairseq_docctx.cli.translate import cli_main as translate_main
@@ -29,19 +29,11 @@ def sent_ckpt(toy_bin, tmp_path_factory):
     return save / "checkpoint_last.pt"
 
 
-def _export(ckpt, data, out, *more):
-    try:
-        export_main(["ctranslate2", str(ckpt), str(out), "--data", str(data), *more])
-    except SystemExit as e:
-        assert e.code == 0, e
-    return out
-
-
 @pytest.fixture(scope="module")
 def exported(sent_ckpt, concat_both_ckpt, toy_bin, tmp_path_factory):
     d = tmp_path_factory.mktemp("ct2_export")
-    return {"transformer": (sent_ckpt, _export(sent_ckpt, toy_bin, d / "sent")),
-            "concat_transformer": (concat_both_ckpt, _export(concat_both_ckpt, toy_bin, d / "concat"))}
+    return {"transformer": (sent_ckpt, ct2_export(sent_ckpt, toy_bin, d / "sent")),
+            "concat_transformer": (concat_both_ckpt, ct2_export(concat_both_ckpt, toy_bin, d / "concat"))}
 
 
 def test_export_records_dictionaries_and_context_settings(exported, toy_bin):
@@ -163,7 +155,7 @@ def test_force_replaces_only_an_earlier_export_once_the_new_one_is_complete(expo
     assert code == 2 and "is not a folder docctx-export wrote (no docctx-export.json)" in _one_line(err, "docctx-export")
     assert (other / "results.txt").read_text() == "keep me\n"
 
-    out = _export(ckpt, data, tmp_path / "ct2")
+    out = ct2_export(ckpt, data, tmp_path / "ct2")
     capsys.readouterr()
     record = json.loads((out / "docctx-export.json").read_text())
     assert record["files"] == sorted(os.listdir(out))
@@ -185,7 +177,7 @@ def test_force_replaces_only_an_earlier_export_once_the_new_one_is_complete(expo
     monkeypatch.undo()
     assert file_digests(out) == before and sorted(os.listdir(tmp_path)) == names
 
-    _export(ckpt, data, out, "--force")  # replaced: the new export alone is there
+    ct2_export(ckpt, data, out, "--force")  # replaced: the new export alone is there
     assert sorted(os.listdir(tmp_path)) == names and json.loads((out / "docctx-export.json").read_text()) == record
 
 
@@ -239,16 +231,6 @@ def test_drafts_name_their_data_directory_as_the_command_takes_it(exported, toy_
     assert code == 2 and "--data" not in line and f"the data directory {data}: dict.src.txt differs" in line, line
 
 
-def _documents(src: Path):
-    """The documents of a ``docids``-format input (``X.src`` beside ``X.docids``)."""
-    ids = src.with_suffix(".docids").read_text().splitlines()
-    docs = {}
-    for doc, line in zip(ids, src.read_text().splitlines()):
-        docs.setdefault(doc, []).append(line)
-    return list(docs.values())
-
-
-
 #: the probe's test documents the tests of the trained models translate (the first ones)
 PROBE_DOCS = 30
 
@@ -260,9 +242,9 @@ def probe_exported(probe, sentence_model, concat_model, tmp_path_factory):
     PROBE_DOCS test documents."""
     d = tmp_path_factory.mktemp("ct2_probe")
     data = probe["data_bin"]
-    models = {name: (m["checkpoint"], _export(m["checkpoint"], data, d / name))
+    models = {name: (m["checkpoint"], ct2_export(m["checkpoint"], data, d / name))
               for name, m in (("transformer", sentence_model), ("concat_transformer", concat_model))}
-    return models, _documents(Path(probe["text"]) / "test.src")[:PROBE_DOCS], data
+    return models, docids_documents(Path(probe["text"]) / "test.src")[:PROBE_DOCS], data
 
 
 #: length limits that bind on the probe's models (a target word per source word): a

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run_in_process
+from conftest import ct2_export, docids_documents, run_in_process
 from fairseq_docctx.cli.export import cli_main as export_main
 from fairseq_docctx.cli.translate import cli_main as translate_main
 from fairseq_docctx.hub import from_exported, from_pretrained
@@ -28,27 +28,11 @@ LINE = ("docctx-translate: {} of {} segments decoded again sentence by sentence 
         "count, {empty} empty sentence, {window} outside the length window)")
 
 
-def _documents(src: Path):
-    ids = src.with_suffix(".docids").read_text().splitlines()
-    docs = {}
-    for doc, line in zip(ids, src.read_text().splitlines()):
-        docs.setdefault(doc, []).append(line)
-    return list(docs.values())
-
-
-def _export(ckpt, data, out):
-    try:
-        export_main(["ctranslate2", str(ckpt), str(out), "--data", str(data)])
-    except SystemExit as e:
-        assert e.code == 0, e
-    return out
-
-
 @pytest.fixture(scope="module")
 def doc2doc(probe, doc2doc_model, tmp_path_factory):
     """The probe's doc2doc_transformer, its float32 export and the first DOCS test documents."""
-    out = _export(doc2doc_model["checkpoint"], probe["data_bin"], tmp_path_factory.mktemp("ct2_seg") / "d2d")
-    return doc2doc_model["checkpoint"], out, probe["data_bin"], _documents(Path(probe["text"]) / "test.src")[:DOCS]
+    out = ct2_export(doc2doc_model["checkpoint"], probe["data_bin"], tmp_path_factory.mktemp("ct2_seg") / "d2d")
+    return doc2doc_model["checkpoint"], out, probe["data_bin"], docids_documents(Path(probe["text"]) / "test.src")[:DOCS]
 
 
 def _flat(docs):
@@ -218,7 +202,7 @@ def test_on_the_whole_probe_test_set(doc2doc, probe, monkeypatch):
     translations and fallbacks are the fairseq path's at beams 1 and 4; with them, at beam 1,
     the sentences of every segment that passed the checks are the fairseq path's."""
     ckpt, folder, data, _ = doc2doc
-    docs = _documents(Path(probe["text"]) / "test.src")
+    docs = docids_documents(Path(probe["text"]) / "test.src")
     for beam in (1, 4):
         fs = from_pretrained(str(ckpt), data=data, no_sentence_count_constraint=True)
         ct = from_exported(folder, no_sentence_count_constraint=True)

@@ -13,9 +13,8 @@ from fairseq.data import data_utils
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.models.transformer import TransformerModel
 from fairseq.modules import MultiheadAttention
-from fairseq.sequence_generator import SequenceGenerator
 
-from conftest import assert_incremental_equals_full, tilted_toward_ending, toy_dictionary
+from conftest import assert_incremental_equals_full, beam_search, tilted_toward_ending, toy_dictionary
 
 import fairseq_docctx.models  # noqa: F401  (registers the architectures)
 from fairseq_docctx.data import segments as seg
@@ -219,12 +218,7 @@ def test_incremental_decoding_equals_the_full_forward(arch):
 
 
 def _decode(model, d, sources, beam):
-    src = data_utils.collate_tokens(sources, d.pad(), d.eos(), left_pad=True)
-    sample = {"id": torch.arange(len(sources)),
-              "net_input": {"src_tokens": src, "src_lengths": torch.LongTensor([len(s) for s in sources])}}
-    gen = SequenceGenerator([model], d, beam_size=beam, max_len_a=0, max_len_b=400)
-    with torch.no_grad():
-        return [h[0]["tokens"] for h in gen.generate([model], sample)]
+    return [h[0]["tokens"] for h in beam_search(model, d, sources, beam)]
 
 
 def _issue_segments(d):

@@ -9,13 +9,11 @@ import argparse
 
 import pytest
 import torch
-from fairseq.data import data_utils
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.models.transformer import TransformerModel
 from fairseq.modules import MultiheadAttention
-from fairseq.sequence_generator import SequenceGenerator
 
-from conftest import assert_incremental_equals_full, tilted_toward_ending, toy_dictionary
+from conftest import assert_incremental_equals_full, beam_search, tilted_toward_ending, toy_dictionary
 from test_g_transformer import (TINY, Doc2DocTransformerModel, Task, _issue_segments, _NoContext, build, collate,
                                 g_model, segment)
 
@@ -108,12 +106,7 @@ def test_decoder_steps_equal_teacher_forcing_with_growing_buffers(name, small_bu
 
 
 def _search(model, d, sources, beam):
-    src = data_utils.collate_tokens(sources, d.pad(), d.eos(), left_pad=True)
-    sample = {"id": torch.arange(len(sources)),
-              "net_input": {"src_tokens": src, "src_lengths": torch.LongTensor([len(s) for s in sources])}}
-    gen = SequenceGenerator([model], d, beam_size=beam, max_len_a=0, max_len_b=400)
-    with torch.no_grad():
-        return gen.generate([model], sample)
+    return beam_search(model, d, sources, beam)
 
 
 @pytest.mark.parametrize("name", ["g_transformer", "doc2doc_transformer"])

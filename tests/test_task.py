@@ -122,7 +122,8 @@ def test_distributed_training_validates_a_target_context_model(toy_bin, tmp_path
     logged = re.findall(r"valid on 'valid' subset \| loss ([\d.]+) .*num_updates (\d+)", p.stdout + p.stderr)
     assert ("8" in [n for _, n in logged]), (p.stdout + p.stderr)[-3000:]
     loss = [l for l, n in logged if n == "8"][-1]
-    v = run(["fairseq-validate", toy_bin, *USER_DIR, *both, "--path", save / "checkpoint_8_8.pt",
+    ckpt, = save.glob("checkpoint_*_8.pt")  # checkpoint_EPOCH_UPDATES.pt of update 8
+    v = run(["fairseq-validate", toy_bin, *USER_DIR, *both, "--path", ckpt,
              "--max-tokens", "400", "--cpu"])
     assert re.search(r"valid on 'valid' subset \| loss ([\d.]+)", v.stdout + v.stderr).group(1) == loss
 

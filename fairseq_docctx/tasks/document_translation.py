@@ -313,6 +313,10 @@ class DocumentTranslationTask(TranslationTask):
     """
 
     cfg: DocumentTranslationConfig
+    #: the number of workers the last document-order batch iterator was split over (fairseq's
+    #: trainer splits a validation split's batches over its workers); document-order
+    #: inference refuses more than one
+    document_order_shards = 1
 
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
@@ -355,9 +359,6 @@ class DocumentTranslationTask(TranslationTask):
         #: document is done (:meth:`forget`).
         self.hypotheses = {}
         self.model_cache = {}
-        #: the number of workers the last document-order batch iterator was split over
-        #: (fairseq's trainer splits a validation split's batches over its workers)
-        self.document_order_shards = 1
         #: the contract of the last built model (batching of --doc-batching auto)
         self.model_spec = dc.SENTENCE_LEVEL
 

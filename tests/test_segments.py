@@ -8,7 +8,7 @@ import pytest
 import torch
 from fairseq.data import LanguagePairDataset, data_utils
 
-from conftest import REPO, TINY_MODEL, run, run_in_process, tilted_toward_ending, toy_dictionary
+from conftest import REPO, TINY_MODEL, docids_documents, run, run_in_process, tilted_toward_ending, toy_dictionary
 from fairseq_docctx.data import segments as seg
 from fairseq_docctx.data.doc_index import DocIndex
 from fairseq_docctx.tasks.document_translation import parse_segment_run_line
@@ -466,13 +466,10 @@ def test_a_transformer_on_segments_decodes_alike_through_ctranslate2(toy_bin, se
     ckpt, _ = segments_ckpt
     record = export_ctranslate2(str(ckpt), str(tmp_path / "ct2"), data=str(toy_bin))
     assert record["segments"] == {"max_segment_tokens": 48, "segment_packing": "per-side", "constrained": False}
-    raw = toy_bin.parent / "raw"
-    docs = {}
-    for doc, line in zip((raw / "test.docids").read_text().splitlines(), (raw / "test.src").read_text().splitlines()):
-        docs.setdefault(doc, []).append(line)
+    docs = docids_documents(toy_bin.parent / "raw" / "test.src")
     hubs = [from_pretrained(str(ckpt), data=str(toy_bin)), from_exported(str(tmp_path / "ct2"))]
-    fs, ct = [h.translate_documents(list(docs.values()), beam=1, max_len_b=60) for h in hubs]
-    assert ct == fs and [len(d) for d in ct] == [len(d) for d in docs.values()]
+    fs, ct = [h.translate_documents(docs, beam=1, max_len_b=60) for h in hubs]
+    assert ct == fs and [len(d) for d in ct] == [len(d) for d in docs]
     assert hubs[1].segment_report == hubs[0].segment_report and hubs[0].segment_report[0] > 0
 
 

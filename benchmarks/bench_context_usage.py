@@ -33,7 +33,7 @@ import os
 import shutil
 import time
 
-from benchmarks.probe_hrnn import run_jobs
+from benchmarks.probe_hrnn import add_job_args, run_jobs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 K = ["--context-size", "2", "--context-sides", "both"]
@@ -139,11 +139,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", default="baseline,coword,focused,focused-shift,han,han-divide-rule")
     p.add_argument("--coword-dropout", type=float, default=0.1)
-    p.add_argument("--updates", type=int, default=300)
-    p.add_argument("--seeds", default="1")
-    p.add_argument("--jobs", type=int, default=2, help="trainings side by side (one thread each)")
-    p.add_argument("--work", default=os.path.join(REPO, "bench-work", "context-usage"))
-    p.add_argument("--json", help="also write the rows to this JSON file")
+    add_job_args(p, os.path.join(REPO, "bench-work", "context-usage"), 300)
     a = p.parse_args(argv)
     methods = dict(runs(a.coword_dropout), **{name: [] for name in DIVIDE_RULE})
     unknown = [r for r in a.runs.split(",") if r not in methods]

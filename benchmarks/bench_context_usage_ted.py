@@ -38,7 +38,7 @@ from pathlib import Path
 
 from benchmarks.bench_context_usage import runs as concat_methods
 from benchmarks.bench_inference import first_documents
-from benchmarks.probe_hrnn import run_jobs
+from benchmarks.probe_hrnn import add_job_args, run_jobs
 from benchmarks.toy import run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -133,12 +133,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", default=",".join(runs()))
     p.add_argument("--k0-updates", type=int, default=1000, help="updates of the sentence-level K0")
-    p.add_argument("--updates", type=int, default=300, help="updates of every context model after K0")
     p.add_argument("--bleu-docs", type=int, default=10, help="BLEU on the first N test talks")
-    p.add_argument("--seeds", default="1")
-    p.add_argument("--jobs", type=int, default=2, help="trainings side by side (one thread each)")
-    p.add_argument("--work", default=str(REPO / "bench-work" / "context-usage-ted"))
-    p.add_argument("--json", help="also write the rows to this JSON file")
+    add_job_args(p, str(REPO / "bench-work" / "context-usage-ted"), 300)  # --updates: after K0
     a = p.parse_args(argv)
     unknown = [r for r in a.runs.split(",") if r not in runs()]
     if unknown:

@@ -108,6 +108,16 @@ def content(ckpt: str, data_bin: str, K: int) -> dict:
     return {k: round(rep[k], 4) for k in ("cxmi", "cxmi_random", "true_vs_random")}
 
 
+def add_job_args(p, work: str, updates: int) -> None:
+    """The options every probe comparison takes: ``--updates``, ``--seeds``, ``--jobs``,
+    ``--work`` (default ``work``) and ``--json``."""
+    p.add_argument("--updates", type=int, default=updates)
+    p.add_argument("--seeds", default="1")
+    p.add_argument("--jobs", type=int, default=2, help="trainings side by side (one thread each)")
+    p.add_argument("--work", default=work)
+    p.add_argument("--json", help="also write the rows to this JSON file")
+
+
 def run_jobs(one_run, jobs, workers: int, json_path=None) -> list:
     """``one_run(job)`` of every job, ``workers`` side by side (one process each): the rows, each
     printed as a JSON line as it comes, and written to ``json_path`` when given."""
@@ -156,11 +166,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", default="rnnsearch,hrnn,hrnn-own", help=f"of {', '.join(RUNS)}")
     p.add_argument("--preset", default="probe", choices=sorted(PRESETS))
-    p.add_argument("--updates", type=int, default=800)
-    p.add_argument("--seeds", default="1")
-    p.add_argument("--jobs", type=int, default=2, help="trainings side by side (one thread each)")
-    p.add_argument("--work", default=os.path.join(REPO, "bench-work", "probe-hrnn"))
-    p.add_argument("--json", help="also write the rows to this JSON file")
+    add_job_args(p, os.path.join(REPO, "bench-work", "probe-hrnn"), 800)
     a = p.parse_args(argv)
     from tests import probe_utils as pu
 

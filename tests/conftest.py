@@ -117,6 +117,18 @@ def beam_search(model, d, sources, beam, max_len_b=400):
         return gen.generate([model], sample)
 
 
+def maruf_ted_files(root):
+    """A DATA folder for the recipes with Maruf et al.'s six TED file names (two one-line
+    documents each)."""
+    root = Path(root)
+    corpus = root / "IWSLT2017"
+    corpus.mkdir(parents=True)
+    for split in ("train", "dev", "test"):
+        for lang in ("en", "de"):
+            (corpus / f"concatenated_en2de_{split}_{lang}.txt").write_text("<d>\na\n<d>\nb\n")
+    return root
+
+
 def run(cmd, cwd=None, timeout=900, check=True, env=None):
     """Run a command (list) with the venv's scripts on PATH (and ``env``'s variables); fail
     with its output."""

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from benchmarks.toy import write_toy_documents
-from conftest import REPO, TINY_MODEL, run
+from conftest import REPO, TINY_MODEL, maruf_ted_files, run
 from fairseq_docctx.cli.prepare import cli_main, main
 from fairseq_docctx.data import alignment, split
 from fairseq_docctx.data.doc_index import DocIndex, doc_index_path
@@ -285,19 +285,9 @@ def test_without_eflomal_one_line_says_how_to_install_it(tmp_path, capsys, monke
 
 # ------------------------------------------------------------------------------ the schedule
 
-def _ted_files(root):
-    """A DATA folder with Maruf et al.'s six TED file names (two one-line documents each)."""
-    corpus = root / "IWSLT2017"
-    corpus.mkdir(parents=True)
-    for name in ("train", "dev", "test"):
-        for lang in ("en", "de"):
-            (corpus / f"concatenated_en2de_{name}_{lang}.txt").write_text("<d>\na\n<d>\nb\n")
-    return root
-
-
 def _ted(tmp_path, stub_tools, **env):
     e, log = stub_tools
-    e = dict(e, WORK=str(tmp_path / "work"), DEVICE="cpu", DATA=str(_ted_files(tmp_path / "data")),
+    e = dict(e, WORK=str(tmp_path / "work"), DEVICE="cpu", DATA=str(maruf_ted_files(tmp_path / "data")),
              METRICS="bleu", **env)
     p = subprocess.run(["bash", str(REPO / "examples" / "ted-ende" / "run.sh")], env=e, capture_output=True,
                        text=True, timeout=300)

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, SHARED_DATA, venv_env
+from conftest import REPO, SHARED_DATA, maruf_ted_files, venv_env
 from stub_tools import stub_tools  # noqa: F401  (a fixture)
 
 LIB = REPO / "examples" / "lib" / "recipe.sh"
@@ -913,16 +913,6 @@ def test_es_en_scores_tokenized_bleu_lowercased_and_results_say_how(tmp_path, st
 PRETRAINED_MODELS = ["wmt19-concat", "wmt19-g-transformer", "nllb-concat", "mbart25-g-transformer"]
 
 
-def _maruf_files(root):
-    """A DATA folder with Maruf et al.'s six TED file names (two one-line documents each)."""
-    corpus = root / "IWSLT2017"
-    corpus.mkdir(parents=True)
-    for split in ("train", "dev", "test"):
-        for lang in ("en", "de"):
-            (corpus / f"concatenated_en2de_{split}_{lang}.txt").write_text("<d>\na\n<d>\nb\n")
-    return root
-
-
 def test_pretrained_refuses_unknown_models_before_any_step(tmp_path):
     for models, line in [("nllb-g-transformer", "pretrained: error: MODELS: no model 'nllb-g-transformer' "
                                                 "(wmt19-concat, wmt19-g-transformer, nllb-concat, "
@@ -942,7 +932,7 @@ def test_pretrained_fine_tunes_with_the_papers_settings(tmp_path, stub_tools):
     for d, f in ((wmt, "model.pt"), (nllb, "checkpoint.pt"), (mbart, "model.pt")):
         d.mkdir()
         (d / f).write_text("stub")
-    rc, out, calls = _stub_recipe("pretrained", tmp_path, stub_tools, DATA=str(_maruf_files(tmp_path / "maruf")),
+    rc, out, calls = _stub_recipe("pretrained", tmp_path, stub_tools, DATA=str(maruf_ted_files(tmp_path / "maruf")),
                                   WMT19_DIR=str(wmt), NLLB_DIR=str(nllb), MBART25_DIR=str(mbart))
     assert rc == 0, out[-4000:]
     work = tmp_path / "work"
@@ -989,7 +979,7 @@ def test_pretrained_downloads_are_recorded_or_checked(tmp_path):
     WORK/downloads.sha256 (a stand-in curl serves 'wrong' here); a sha256 given checks it; the
     NLLB language list is pinned by its git blob id in fairseq's nllb branch."""
     bin_, path = _fake_curl(tmp_path)
-    data = _maruf_files(tmp_path / "maruf")
+    data = maruf_ted_files(tmp_path / "maruf")
     work = tmp_path / "work"
     rc, out = _recipe("pretrained", tmp_path, DATA=str(data), PATH=path, MODELS="nllb-concat")
     urls = (bin_ / "urls").read_text()

@@ -1,5 +1,5 @@
 """The copying of the segment models' key/value caches in beam search: fairseq's cache
-against the preallocated buffers (``fairseq_docctx/modules/kv_cache.py``).
+against the preallocated buffers and shared encoder keys (``fairseq_docctx/modules/kv_cache.py``).
 
 A random (untrained) ``doc2doc_transformer`` and ``g_transformer`` of ``bench_segments``'
 small size (3+3 x 256/1024, 4 heads; a dictionary of ``--vocab`` words and ``<sep>``) decode
@@ -34,7 +34,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 #: the copying operations counted (aten overload packet names)
 COPY_OPS = ("cat", "index_select", "copy_", "index_copy_", "index_copy", "clone", "index_put_")
 #: the columns printed (the others stay at 0 in these searches)
-SHOWN = ("cat", "index_select", "copy_", "index_copy_")
+SHOWN = ("cat", "index_select", "copy_", "index_copy_", "clone")
 #: the model size: bench_segments' small (3+3 x 256/1024, 4 heads)
 SIZE = dict(encoder_embed_dim=256, encoder_ffn_embed_dim=1024, encoder_attention_heads=4, encoder_layers=3,
             decoder_embed_dim=256, decoder_ffn_embed_dim=1024, decoder_attention_heads=4, decoder_layers=3,
@@ -43,15 +43,15 @@ SIZE = dict(encoder_embed_dim=256, encoder_ffn_embed_dim=1024, encoder_attention
 
 class CopyCounter(TorchDispatchMode):
     """Calls and bytes written of the copying operations (:data:`COPY_OPS`) under the mode,
-    those made inside a decoder self-attention (its incremental forward and its
-    ``reorder_incremental_state``: the key/value cache) apart from all the others (the
+    those made inside a decoder attention (self or encoder-decoder: its incremental forward and
+    its ``reorder_incremental_state``, the key/value cache) apart from all the others (the
     search's own, the encoder output's reordering, ...); bytes: the output (``index_copy_``:
     the rows copied; ``copy_``: the destination)."""
 
     def __init__(self):
         super().__init__()
         self.calls, self.bytes = collections.Counter(), collections.Counter()
-        self.in_cache = 0  # depth of self-attention calls (set by in_self_attention)
+        self.in_cache = 0  # depth of decoder attention calls (set by attributed)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -73,15 +73,16 @@ class CopyCounter(TorchDispatchMode):
 
 @contextlib.contextmanager
 def attributed(counter: CopyCounter):
-    """Within the block, the copies made inside a decoder self-attention's incremental
-    forward or reordering count as the cache's (``counter.in_cache``)."""
+    """Within the block, the copies made inside a decoder attention's incremental forward or
+    reordering (self-attention and encoder-decoder attention) count as the cache's
+    (``counter.in_cache``)."""
     from fairseq_docctx.modules.kv_cache import PreallocatedKVAttention
 
     forward, reorder = PreallocatedKVAttention.forward, PreallocatedKVAttention.reorder_incremental_state
 
     def mark(method):
         def marked(self, *a, **kw):
-            cache = self.self_attention and (method is reorder or kw.get("incremental_state") is not None)
+            cache = method is reorder or kw.get("incremental_state") is not None
             counter.in_cache += cache
             try:
                 return method(self, *a, **kw)

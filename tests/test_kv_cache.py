@@ -28,15 +28,18 @@ def small_buffers(monkeypatch):
 
 
 def _orders(B, g):
-    """The reorderings of the attention test: identity, one row, most rows, a shrink."""
+    """The reorderings of the attention test: identity, one row split, rows drawn at random
+    (splits), a permutation, the identity again (rows still out of their buffer rows), a
+    shrink."""
     return [torch.arange(B), torch.tensor([0, 0] + list(range(2, B))), torch.randint(0, B, (B,), generator=g),
-            torch.arange(B), torch.tensor([1, 3, 4, 5])]
+            torch.arange(B).flip(0), torch.arange(B), torch.tensor([1, 3, 4, 5])]
 
 
 def test_one_attention_equals_fairseqs_under_every_reordering(small_buffers):
     """Step by step, with reorderings of every kind and a padded key at one step, the
     buffered attention's outputs and weights equal fairseq's ``MultiheadAttention`` with the
-    same weights; an identity order leaves the buffers as they are (same memory, no copy);
+    same weights; a permutation of the rows (the identity too) leaves the buffers as they are
+    (same memory, no copy);
     outside incremental decoding it is fairseq's attention."""
     torch.manual_seed(0)
     E, H, B = 8, 2, 6
@@ -56,7 +59,8 @@ def test_one_attention_equals_fairseqs_under_every_reordering(small_buffers):
                 ours.reorder_incremental_state(s_ours, order)
                 theirs.reorder_incremental_state(s_theirs, order)
                 rows = order.numel()
-                if torch.equal(order, torch.arange(B)) and rows == before.size(0):
+                if rows == before.size(0) and torch.equal(order.sort().values, torch.arange(B)):
+                    # a permutation (the identity too) copies nothing: the buffers stay as they are
                     assert ours.kv_buffers(s_ours)["key"] is before and torch.equal(before, snapshot)
             x = torch.randn(1, rows, E, generator=g)
             pad = torch.zeros(rows, 1, dtype=torch.bool)
@@ -71,6 +75,57 @@ def test_one_attention_equals_fairseqs_under_every_reordering(small_buffers):
         x = torch.randn(5, 3, E)
         mask = torch.triu(torch.full((5, 5), float("-inf")), 1)
         assert torch.equal(ours(x, x, x, attn_mask=mask)[0], theirs(x, x, x, attn_mask=mask)[0])
+
+
+def test_encoder_attention_shares_keys_among_row_copies():
+    """An encoder-decoder attention reading consecutive rows as copies of one encoder row
+    (``row_copies``) keeps its keys and values once per group, and step by step (rows
+    reordered within their groups, a padded source position, a group leaving) gives
+    fairseq's ``MultiheadAttention``'s outputs and weights; an order that moves a row to
+    another group is refused."""
+    torch.manual_seed(0)
+    E, H, S, g = 8, 2, 5, 3
+    ours = PreallocatedKVAttention(E, H, encoder_decoder_attention=True).eval()
+    theirs = MultiheadAttention(E, H, encoder_decoder_attention=True).eval()
+    theirs.load_state_dict(ours.state_dict())
+    src = torch.randn(S, 2, E).repeat_interleave(g, dim=1)  # 2 encoder rows, 3 copies each
+    pad = torch.zeros(2 * g, S, dtype=torch.bool)
+    pad[g:, -1] = True  # the second source is one position shorter
+    s_ours, s_theirs = {}, {}
+    key, kpm = src, pad
+    with torch.no_grad(), kv_cache.row_copies([ours], g):
+        for t, order in enumerate([None, torch.tensor([2, 0, 0, 5, 4, 3]), torch.tensor([3, 3, 4])]):
+            if order is not None:
+                ours.reorder_incremental_state(s_ours, order)
+                theirs.reorder_incremental_state(s_theirs, order)
+                key, kpm = key.index_select(1, order), kpm.index_select(0, order)
+            x = torch.randn(1, key.size(1), E)
+            a, wa = ours(x, key, key, key_padding_mask=kpm, incremental_state=s_ours, static_kv=True)
+            b, wb = theirs(x, key, key, key_padding_mask=kpm, incremental_state=s_theirs, static_kv=True)
+            assert torch.allclose(a, b, atol=1e-6) and torch.allclose(wa, wb, atol=1e-6), t
+            shared = ours.shared_keys(s_ours)
+            assert shared["copies"] == g and shared["key"].size(0) == H * (2 if t < 2 else 1)
+        assert ours.get_incremental_state(s_ours, "attn_state") is None  # fairseq's cache unused
+        with pytest.raises(RuntimeError, match="between groups"):
+            ours.reorder_incremental_state(s_ours, torch.tensor([0, 1, 3]))
+
+
+def test_segment_encoder_output_is_not_copied_among_beams():
+    """The segment encoder's output keeps its rows' encoder row numbers: beam search's first
+    order copies the rows, an order among copies returns the output as it is (no copy), an
+    order across rows reorders every per-row tensor."""
+    d = toy_dictionary()
+    model = build(Doc2DocTransformerModel, "doc2doc_transformer", d)
+    src, lengths, _, _ = collate(d, [segment(d, [[1, 2], [3]]), segment(d, [[4, 5, 6]])],
+                                 [segment(d, [[7], [8]]), segment(d, [[9]])])
+    with torch.no_grad():
+        out = model.encoder(src, lengths)
+        copied = model.encoder.reorder_encoder_out(out, torch.tensor([0, 0, 1, 1]))
+        assert copied["src_rows"][0].tolist() == [0, 0, 1, 1]
+        assert model.encoder.reorder_encoder_out(copied, torch.tensor([1, 0, 3, 3])) is copied
+        moved = model.encoder.reorder_encoder_out(copied, torch.tensor([2, 2]))
+        assert moved["src_rows"][0].tolist() == [1, 1] and moved["src_sentences"][0].tolist() == [1, 1]
+        assert torch.equal(moved["encoder_out"][0], out["encoder_out"][0][:, [1, 1]])
 
 
 def _models(d):
@@ -115,30 +170,57 @@ def test_beam_search_gives_the_same_hypotheses_with_either_cache(name, small_buf
     (finishing at different steps), sentence count and length windows on, the model biased
     towards ending (it then runs into both rules): every hypothesis of every beam has the
     same tokens and, within 1e-5, the same score and positional scores with the preallocated
-    buffers as with fairseq's cache."""
+    buffers and shared encoder keys (at beam 4) as with fairseq's cache."""
     d = toy_dictionary()
     model = tilted_toward_ending(_models(d)[name], d)
     assert model.keeps_sentence_count and model.sentence_length_window is not None
     sources = _issue_segments(d)
-    steps = []
-    step = PreallocatedKVAttention._buffered_step
+    steps, shared = [], []
+    step, shared_step = PreallocatedKVAttention._buffered_step, PreallocatedKVAttention._shared_keys_step
 
     def spy(self, *a, **kw):
         steps.append(1)
         return step(self, *a, **kw)
 
+    def shared_spy(self, *a, **kw):
+        shared.append(1)
+        return shared_step(self, *a, **kw)
+
     PreallocatedKVAttention._buffered_step = spy
+    PreallocatedKVAttention._shared_keys_step = shared_spy
     try:
         for beam in (1, 4):
             new = _search(model.set_preallocated_kv_cache(True), d, sources, beam)
-            buffered = len(steps)
+            buffered, sharing = len(steps), len(shared)
             old = _search(model.set_preallocated_kv_cache(False), d, sources, beam)
             assert buffered > 0 and len(steps) == buffered  # fairseq's cache: no buffered step
+            assert (sharing > 0) == (beam > 1) and len(shared) == sharing  # keys shared among beams only
             steps.clear()
+            shared.clear()
             _compare(new, old, name, beam)
     finally:
-        PreallocatedKVAttention._buffered_step = step
+        PreallocatedKVAttention._buffered_step, PreallocatedKVAttention._shared_keys_step = step, shared_step
         model.set_preallocated_kv_cache(True)
+
+
+def test_search_attention_on_request_same_translations():
+    """A segment model's search returns no attention by default (the hypotheses' ``attention``
+    is empty) and the last layer's ``[S, T]`` (S the batch's source width) with
+    ``set_search_attention``; the hypotheses
+    and scores are the same either way (beam 4, keys shared among the beams)."""
+    d = toy_dictionary()
+    model = tilted_toward_ending(_models(d)["doc2doc_transformer"], d)
+    sources = _issue_segments(d)
+    off = _search(model, d, sources, 4)
+    on = _search(model.set_search_attention(True), d, sources, 4)
+    model.set_search_attention(False)
+    assert all(h["attention"].numel() == 0 for hs in off for h in hs)
+    width = max(src.numel() for src in sources)  # the batch's source width
+    for hs in on:
+        for h in hs:
+            assert h["attention"].shape == (width, h["tokens"].numel())
+            assert torch.allclose(h["attention"].sum(0), torch.ones(h["tokens"].numel()), atol=1e-5)
+    _compare(off, on, "doc2doc_transformer", 4)
 
 
 def _compare(new, old, name, beam):

@@ -404,7 +404,7 @@ def split_hypothesis(hypo: Dict, separator: int, eos: int, n: int, len_penalty: 
         return None
     ends = (tokens == separator).nonzero(as_tuple=False).view(-1).tolist() + [tokens.numel() - 1]
     scores = hypo.get("positional_scores")
-    attn = hypo.get("attention")
+    attn = _attention(hypo)
     out, a = [], 0
     end_token = tokens.new_tensor([eos])
     for b in ends:
@@ -432,9 +432,16 @@ def without_separators(hypo: Dict, separator: int) -> Dict:
     out = dict(hypo, tokens=hypo["tokens"][keep])
     if hypo.get("positional_scores") is not None:
         out["positional_scores"] = hypo["positional_scores"][keep]
-    if hypo.get("attention") is not None:
+    if _attention(hypo) is not None:
         out["attention"] = hypo["attention"][:, keep]
     return out
+
+
+def _attention(hypo: Dict) -> Optional[torch.Tensor]:
+    """A hypothesis' attention ``[S, T]``, or ``None`` where its search returned none (fairseq's
+    generator then gives an empty tensor)."""
+    attn = hypo.get("attention")
+    return attn if attn is not None and attn.dim() == 2 else None
 
 
 def sentence_lengths(tokens: torch.Tensor, separator: int, pad: int, eos: int,

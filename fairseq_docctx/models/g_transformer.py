@@ -47,6 +47,7 @@ whole input is the segment); ``reads_segments = True`` says that their rows are 
 Both take ``--init-from-sentence-checkpoint`` (every weight of a sentence-level
 ``transformer`` of the same name and shape; :mod:`fairseq_docctx.models.sentence_init`).
 """
+import functools
 from typing import Dict, List, Optional
 
 import torch
@@ -64,6 +65,7 @@ from fairseq.models.transformer import (
 
 from ..data.segments import LengthWindow, sentence_lengths
 from ..errors import UsageError
+from ..modules.beam_rows import copy_groups, moves_only_copies, row_numbers
 from ..modules.group_attention import (
     GroupAttention,
     build_group_layer,
@@ -73,7 +75,8 @@ from ..modules.group_attention import (
     source_groups,
     target_groups,
 )
-from ..modules.kv_cache import PreallocatedKVAttention, PreallocatedKVDecoderLayer, set_preallocated, wrap_layer
+from ..modules.kv_cache import (PreallocatedKVAttention, PreallocatedKVDecoderLayer, row_copies, set_preallocated,
+                                wrap_layer)
 from . import pretrained_init, sentence_init
 from .arch_defaults import set_defaults
 
@@ -98,12 +101,16 @@ def separator_indices(task, name: str):
 
 class SegmentEncoder(TransformerEncoderBase):
     """fairseq's Transformer encoder whose output also carries ``src_sentences`` ``[B]``, each
-    row's number of source sentences, and ``src_sentence_lengths`` ``[B, N]``, the tokens of
-    each of its sentences (:func:`~fairseq_docctx.data.segments.sentence_lengths`; both
-    reordered with the beams)."""
+    row's number of source sentences, ``src_sentence_lengths`` ``[B, N]``, the tokens of
+    each of its sentences (:func:`~fairseq_docctx.data.segments.sentence_lengths`), and
+    ``src_rows`` ``[B]``, the encoder row each row is a copy of (all three reordered with the
+    beams). A reordering that sends every row to a copy of itself, as beam search's does at
+    every step among one segment's beams, returns the output as it is instead of copying a
+    segment's ``[S, B, C]`` encoder output and embeddings
+    (:mod:`~fairseq_docctx.modules.beam_rows`)."""
 
     #: output keys of per-row tensors (batch first) added to fairseq's, reordered with it
-    ROW_KEYS = ("src_sentences", "src_sentence_lengths")
+    ROW_KEYS = ("src_sentences", "src_sentence_lengths", "src_rows")
 
     def __init__(self, cfg, dictionary, embed_tokens, sep_idx: Optional[int] = None):
         super().__init__(cfg, dictionary, embed_tokens)
@@ -119,14 +126,23 @@ class SegmentEncoder(TransformerEncoderBase):
         d = self.dictionary
         out["src_sentence_lengths"] = [sentence_lengths(src_tokens, self.sep_idx, d.pad(), d.eos(),
                                                         self.sentence_start)]
+        out["src_rows"] = [row_numbers(src_tokens.size(0), src_tokens.device)]
         return out
 
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
+        rows = encoder_out.get("src_rows")
+        if rows and moves_only_copies(rows[0], new_order):
+            return encoder_out
         new = super().reorder_encoder_out(encoder_out, new_order)
         for key in self.ROW_KEYS:
             if key in encoder_out:
                 new[key] = [t.index_select(0, new_order) for t in encoder_out[key]]
         return new
+
+
+#: an ``alignment_layer`` that is none of the decoder's layers (fairseq's decoder then asks no
+#: layer for its attention weights and returns none)
+NO_LAYER = -1
 
 
 class SegmentDecoder(TransformerDecoderBase):
@@ -145,6 +161,11 @@ class SegmentDecoder(TransformerDecoderBase):
         #: language tokens; a setting, ``None``: none): forced first in every sentence in
         #: incremental decoding, and not counted in its length
         self.sentence_start: Optional[int] = None
+        #: return the last layer's encoder-decoder attention in incremental decoding (a
+        #: setting; off: fairseq's generator keeps and reorders a ``[B, S, T]`` attention
+        #: buffer at every step, O(S·T) per row and step on a segment, that only a caller
+        #: reading the hypotheses' ``attention`` needs; translations are the same either way)
+        self.search_attention = False
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         """fairseq's decoder layer with a self-attention that keeps incremental decoding's keys
@@ -157,11 +178,18 @@ class SegmentDecoder(TransformerDecoderBase):
                 features_only: bool = False, full_context_alignment: bool = False,
                 alignment_layer: Optional[int] = None, alignment_heads: Optional[int] = None,
                 src_lengths=None, return_all_hiddens: bool = False):
-        x, extra = super().forward(prev_output_tokens, encoder_out=encoder_out,
-                                   incremental_state=incremental_state, features_only=features_only,
-                                   full_context_alignment=full_context_alignment,
-                                   alignment_layer=alignment_layer, alignment_heads=alignment_heads,
-                                   src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
+        copies = 1
+        if incremental_state is not None:
+            if not self.search_attention and alignment_layer is None:
+                alignment_layer = NO_LAYER  # no layer computes or returns attention weights
+            rows = (encoder_out or {}).get("src_rows")
+            copies = copy_groups(rows[0]) if rows else 1
+        with row_copies(self._encoder_attentions if copies > 1 else (), copies):
+            x, extra = super().forward(prev_output_tokens, encoder_out=encoder_out,
+                                       incremental_state=incremental_state, features_only=features_only,
+                                       full_context_alignment=full_context_alignment,
+                                       alignment_layer=alignment_layer, alignment_heads=alignment_heads,
+                                       src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
         if incremental_state is not None and not features_only and (
                 self.keep_sentence_count or self.sentence_start is not None):
             current = self._current_sentence(prev_output_tokens)  # once a step, for both rules
@@ -170,6 +198,11 @@ class SegmentDecoder(TransformerDecoderBase):
             if self.sentence_start is not None:
                 x = self.force_sentence_start(x, prev_output_tokens, current)
         return x, extra
+
+    @functools.cached_property
+    def _encoder_attentions(self) -> List[PreallocatedKVAttention]:
+        """The encoder-decoder attentions that can share their keys among row copies."""
+        return [m for m in self.modules() if isinstance(m, PreallocatedKVAttention) and m.encoder_decoder_attention]
 
     def _current_sentence(self, prev_output_tokens: Tensor):
         """``(is_sep [B, L], m [B])``: which history positions are separators (not the
@@ -289,6 +322,17 @@ class SegmentModelMixin:
         ``index_select`` of it at every reordering). Both give the same hypotheses and scores
         (tests/test_kv_cache.py). Set it between searches."""
         set_preallocated(self.decoder, on)
+        return self
+
+    def set_search_attention(self, on: bool = True):
+        """Incremental decoding returns the last decoder layer's attention over the source
+        (``True``: fairseq's generator then gives every hypothesis its ``attention``
+        ``[S, T]``) or none (``False``, the default: the hypotheses' ``attention`` is empty,
+        and the search neither computes the weights nor reorders fairseq's ``[B, S, T]``
+        attention buffer at every step). Translations and scores are the same either way;
+        no command reads the search's attention of a segment (the task refuses
+        ``--print-alignment`` with ``--doc-mode segments``)."""
+        self.decoder.search_attention = bool(on)
         return self
 
     @property

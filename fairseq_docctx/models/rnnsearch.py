@@ -63,6 +63,7 @@ from torch import Tensor
 from ..data import context_batch as cb
 from ..errors import UsageError
 from ..modules import table_encoder
+from ..modules.beam_rows import moves_only_copies, row_numbers
 from ..modules.gru import gru_step, run_gru, take_positions
 from ..modules.recurrence import AttendedValues, AttentionKeys, additive_scores, linear, project, recurrence
 from .arch_defaults import set_defaults
@@ -206,7 +207,7 @@ class RNNSearchEncoder(FairseqEncoder):
         keys = annotations.new_zeros(*padding_mask.shape, self.attention_keys.out_features)
         keys = keys.index_put((real,), self.attention_keys(annotations[real]))
         return {"annotations": annotations, "keys": keys, "padding_mask": padding_mask, "final": last[1],
-                "sentence": torch.arange(padding_mask.size(0), device=padding_mask.device)}
+                "sentence": row_numbers(padding_mask.size(0), padding_mask.device)}
 
     def forward(self, src_tokens, src_lengths=None, **kwargs):
         return self.encoder_out(*self.run_rnn(src_tokens))
@@ -216,8 +217,7 @@ class RNNSearchEncoder(FairseqEncoder):
         itself (``sentence``: the encoder's row a row was copied from): beam search reorders
         the rows of each sentence's beams at every step, among copies of the same row."""
         sentence = encoder_out.get("sentence")
-        if sentence is not None and new_order.numel() == sentence.numel() and bool(
-                sentence.index_select(0, new_order).equal(sentence)):
+        if sentence is not None and moves_only_copies(sentence, new_order):
             return encoder_out
         return reorder_rows(encoder_out, new_order)
 

@@ -20,12 +20,18 @@ once a padded key occurs):
 * the attention reads the filled prefix ``[:length]`` as a view (no copy): scores, the
   ``apply_sparse_mask`` hook (G-Transformer's group mask), ``attn_mask``, the key padding
   mask, fairseq's softmax, dropout and the output projection as in fairseq's own code path;
-* :meth:`reorder_incremental_state` changes the buffers only where the order changes
-  something: an identity order (beam 1 while no sentence finishes, and every beam that keeps
-  its place) is skipped; when at most half of the rows change origin only those rows are
-  rewritten (a gather of their sources, then an in-place write), otherwise the filled prefix
-  alone is gathered into a fresh buffer of the same capacity; the same when finished
-  sentences leave the batch (a shorter order).
+* rows are not moved when the beams reorder: each row of the search (a hypothesis, the
+  "logical" row) keeps its keys and values in a buffer row of its own (its slot, a
+  permutation of the rows; the identity until a reordering needs otherwise), and the step's
+  query rows are put in slot order before the attention and its output back after it (two
+  row permutations of ``[B, heads, T, head_dim]`` and two of the scores ``[B, heads, T, L]``
+  per step, against ``[B, heads, L, head_dim]`` for moving a row's cache);
+* :meth:`reorder_incremental_state` hands each slot to the first new row that continues it
+  and copies a filled part only for a hypothesis that continues a row another one already
+  continues (a beam that splits), into a slot no new row continues (a beam that ends):
+  one row copy per split, where reordering the rows moves every row whose place changes.
+  When finished sentences leave the batch (a shorter order), the filled parts of the
+  remaining rows are gathered into fresh buffers in row order.
 
 Every other call (training and teacher forcing, encoder-decoder attention with its static
 keys, attentions built with ``add_bias_kv`` / ``add_zero_attn``, ONNX tracing, ``xformers``,
@@ -33,6 +39,7 @@ keys, attentions built with ``add_bias_kv`` / ``add_zero_attn``, ONNX tracing, `
 off runs fairseq's ``MultiheadAttention.forward`` unchanged. The class adds no parameter and
 no state-dict key, so checkpoints of fairseq's attention load as they are.
 """
+import contextlib
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -44,13 +51,11 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
 #: the first capacity of a buffer (positions); it doubles when full
 INITIAL_CAPACITY = 64
-#: reordering rewrites in place only the rows whose origin changes when they are at most this
-#: share of the rows (each costs a gather and a write: two row copies), else gathers all rows
-#: into a fresh buffer (one copy each)
-IN_PLACE_SHARE = 0.5
 #: the slot of the buffers in fairseq's incremental state (not fairseq's ``attn_state``, so
 #: that the two kinds of state are never mistaken for each other)
 STATE_KEY = "preallocated_kv"
+#: the slot of an encoder-decoder attention's keys and values shared by row copies
+SHARED_KEY = "shared_static_kv"
 
 
 class PreallocatedKVAttention(MultiheadAttention):
@@ -59,14 +64,27 @@ class PreallocatedKVAttention(MultiheadAttention):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        #: keep the keys and values of incremental decoding in preallocated buffers (a
-        #: setting; ``False``: fairseq's ``torch.cat`` cache, for comparison)
+        #: keep the keys and values of incremental decoding in preallocated buffers, and an
+        #: encoder-decoder attention's keys and values once per group of row copies (a
+        #: setting; ``False``: fairseq's incremental state, for comparison)
         self.preallocated = True
+        #: how many consecutive rows of the batch are copies of one encoder row (beam search's
+        #: beams; :func:`~fairseq_docctx.modules.beam_rows.copy_groups`), given by the decoder
+        #: before an incremental step; read by an encoder-decoder attention at a search's first
+        #: step (1: no sharing)
+        self.row_copies = 1
+
+    def _plain(self, incremental_state, before_softmax: bool) -> bool:
+        return (self.preallocated and incremental_state is not None and not before_softmax and self.bias_k is None
+                and not self.add_zero_attn and not self.onnx_trace and not self.use_xformers
+                and not torch.jit.is_scripting())
 
     def _uses_buffers(self, incremental_state, static_kv: bool, before_softmax: bool) -> bool:
-        return (self.preallocated and incremental_state is not None and self.self_attention
-                and not static_kv and not before_softmax and self.bias_k is None and not self.add_zero_attn
-                and not self.onnx_trace and not self.use_xformers and not torch.jit.is_scripting())
+        return self.self_attention and not static_kv and self._plain(incremental_state, before_softmax)
+
+    def _shares_keys(self, incremental_state, static_kv: bool, before_softmax: bool) -> bool:
+        return (self.encoder_decoder_attention and static_kv and self._plain(incremental_state, before_softmax)
+                and (self.row_copies > 1 or self.shared_keys(incremental_state) is not None))
 
     def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
                 key_padding_mask: Optional[Tensor] = None,
@@ -75,6 +93,9 @@ class PreallocatedKVAttention(MultiheadAttention):
                 before_softmax: bool = False, need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
         """fairseq's ``MultiheadAttention.forward`` (time-first ``[T, B, C]``); a decoder
         self-attention step of incremental decoding reads and writes the preallocated buffers."""
+        if self._shares_keys(incremental_state, static_kv, before_softmax):
+            return self._shared_keys_step(query, key, key_padding_mask, incremental_state,
+                                          need_weights or need_head_weights, attn_mask, need_head_weights)
         if not self._uses_buffers(incremental_state, static_kv, before_softmax):
             return super().forward(query, key, value, key_padding_mask=key_padding_mask,
                                    incremental_state=incremental_state, need_weights=need_weights,
@@ -87,8 +108,10 @@ class PreallocatedKVAttention(MultiheadAttention):
 
     def kv_buffers(self, incremental_state) -> Optional[dict]:
         """This attention's buffers in ``incremental_state``: ``{"key", "value": [B, heads,
-        capacity, head_dim], "padding": [B, capacity] bool or None, "length": int}``, or
-        ``None`` before the first step."""
+        capacity, head_dim], "padding": [B, capacity] bool or None, "length": int, "slot",
+        "inverse": [B] or None}``, or ``None`` before the first step. Row i of the search keeps
+        its keys and values in buffer row ``slot[i]``; buffer row p holds row ``inverse[p]``
+        (both ``None``: row i in buffer row i)."""
         return self.get_incremental_state(incremental_state, STATE_KEY)
 
     def _append(self, incremental_state, k: Tensor, v: Tensor, padding: Optional[Tensor]) -> dict:
@@ -99,8 +122,13 @@ class PreallocatedKVAttention(MultiheadAttention):
         if state is None:
             cap = max(INITIAL_CAPACITY, T)
             state = {"key": k.new_empty(B, H, cap, D), "value": v.new_empty(B, H, cap, D), "padding": None,
-                     "length": 0}
+                     "length": 0, "slot": None, "inverse": None}
             self.set_incremental_state(incremental_state, STATE_KEY, state)
+        inverse = state["inverse"]
+        if inverse is not None:  # the rows' keys and values in their slots' order
+            k, v = k.index_select(0, inverse), v.index_select(0, inverse)
+            if padding is not None:
+                padding = padding.index_select(0, inverse)
         n = state["length"]
         cap = state["key"].size(2)
         if n + T > cap:  # geometric growth: O(T) copying over a whole decode
@@ -136,19 +164,28 @@ class PreallocatedKVAttention(MultiheadAttention):
         v = v.view(T, B, H, D).permute(1, 2, 0, 3)
         state = self._append(incremental_state, k, v, key_padding_mask)
         L = state["length"]
+        slot, inverse = state["slot"], state["inverse"]
         keys = state["key"][:, :, :L].view(B * H, L, D)  # views of the filled part: no copy
         values = state["value"][:, :, :L].view(B * H, L, D)
+        if inverse is not None:  # the queries in the buffers' row order, the scores back in the rows'
+            q = _rows(q, B, inverse)
         scores = torch.bmm(q, keys.transpose(1, 2))
+        if slot is not None:
+            scores = _rows(scores, B, slot)
         scores = self.apply_sparse_mask(scores, T, L, B)
         if attn_mask is not None:
             scores += attn_mask.unsqueeze(0)
         padding = state["padding"]
         if padding is not None:
-            scores = scores.view(B, H, T, L).masked_fill(padding[:, :L].view(B, 1, 1, L), float("-inf"))
+            padding = padding[:, :L] if slot is None else padding[:, :L].index_select(0, slot)
+            scores = scores.view(B, H, T, L).masked_fill(padding.view(B, 1, 1, L), float("-inf"))
             scores = scores.view(B * H, T, L)
         weights_float = utils.softmax(scores, dim=-1, onnx_trace=self.onnx_trace)
         probs = self.dropout_module(weights_float.type_as(scores))
-        attn = torch.bmm(probs, values)
+        if inverse is not None:
+            attn = _rows(torch.bmm(_rows(probs, B, inverse), values), B, slot)
+        else:
+            attn = torch.bmm(probs, values)
         attn = self.out_proj(attn.transpose(0, 1).contiguous().view(T, B, E))
         weights: Optional[Tensor] = None
         if need_weights:
@@ -157,41 +194,127 @@ class PreallocatedKVAttention(MultiheadAttention):
                 weights = weights.mean(dim=0)
         return attn, weights
 
+    # an encoder-decoder attention's keys and values, once per group of row copies
+
+    def shared_keys(self, incremental_state) -> Optional[dict]:
+        """An encoder-decoder attention's keys and values in ``incremental_state``, once per
+        group of row copies: ``{"key", "value": [G * heads, S, head_dim], "padding": [G, S]
+        or None, "copies": g}`` (rows ``i * g .. i * g + g - 1`` of the batch read group i), or
+        ``None`` (no search yet, or fairseq's incremental state)."""
+        return self.get_incremental_state(incremental_state, SHARED_KEY)
+
+    def _shared_keys_step(self, query: Tensor, key: Optional[Tensor], key_padding_mask: Optional[Tensor],
+                          incremental_state, need_weights: bool, attn_mask: Optional[Tensor],
+                          need_head_weights: bool):
+        T, B, E = query.size()
+        H, D = self.num_heads, self.head_dim
+        state = self.shared_keys(incremental_state)
+        if state is None:  # the first step: the keys and values of each group's first row
+            g = self.row_copies
+            S, G = key.size(0), B // g
+            first = key.view(S, G, g, key.size(2))[:, :, 0]
+            k = self.k_proj(first).view(S, G * H, D).transpose(0, 1).contiguous()
+            v = self.v_proj(first).view(S, G * H, D).transpose(0, 1).contiguous()
+            padding = None if key_padding_mask is None else key_padding_mask.view(G, g, S)[:, 0].bool()
+            state = {"key": k, "value": v, "padding": padding, "copies": g}
+            self.set_incremental_state(incremental_state, SHARED_KEY, state)
+        g = state["copies"]
+        G, S = B // g, state["key"].size(1)
+        q = self.q_proj(query)
+        q *= self.scaling
+        # [T, B, C] -> [G * heads, g * T, head_dim]: each group's rows against its keys at once
+        q = q.view(T, G, g, H, D).permute(1, 3, 2, 0, 4).reshape(G * H, g * T, D)
+        scores = torch.bmm(q, state["key"].transpose(1, 2))
+        # [G, heads, g, T, S] -> the rows' [B * heads, T, S] (batch-major) of fairseq's own code
+        scores = scores.view(G, H, g, T, S).transpose(1, 2).reshape(B * H, T, S)
+        scores = self.apply_sparse_mask(scores, T, S, B)
+        if attn_mask is not None:
+            scores += attn_mask.unsqueeze(0)
+        if state["padding"] is not None:
+            scores = scores.view(G, g * H * T, S).masked_fill(state["padding"].view(G, 1, S), float("-inf"))
+            scores = scores.view(B * H, T, S)
+        weights_float = utils.softmax(scores, dim=-1, onnx_trace=self.onnx_trace)
+        probs = self.dropout_module(weights_float.type_as(scores))
+        probs = probs.view(G, g, H, T, S).transpose(1, 2).reshape(G * H, g * T, S)
+        attn = torch.bmm(probs, state["value"])  # [G * heads, g * T, head_dim]
+        attn = attn.view(G, H, g, T, D).permute(3, 0, 2, 1, 4).reshape(T, B, E)
+        attn = self.out_proj(attn)
+        weights: Optional[Tensor] = None
+        if need_weights:
+            weights = weights_float.view(B, H, T, S).transpose(1, 0)
+            if not need_head_weights:
+                weights = weights.mean(dim=0)
+        return attn, weights
+
     def reorder_incremental_state(self, incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]],
                                   new_order: Tensor):
-        """The buffers reordered along the beams (row i takes row ``new_order[i]``), only where
-        the order changes something (the module doc); fairseq's state as fairseq reorders it."""
+        """Row i of the search continues row ``new_order[i]``: each buffer row goes to the
+        first row that continues it, and only a row continuing one already taken gets a copy,
+        in a buffer row nobody continues (the module doc); when rows leave, the remaining rows'
+        filled parts are gathered in row order. fairseq's state as fairseq reorders it."""
+        shared = self.shared_keys(incremental_state)
+        if shared is not None:  # rows move within their groups, or whole groups leave
+            g = shared["copies"]
+            groups = new_order.view(-1, g)[:, 0] // g
+            if not torch.equal(new_order // g, groups.repeat_interleave(g)):
+                raise RuntimeError(f"{type(self).__name__}: a reordering moves rows between groups of {g} copies "
+                                   "of one encoder row (the keys are kept once per group)")
+            if new_order.numel() != shared["key"].size(0) // self.num_heads * g:
+                H, (GH, S, D) = self.num_heads, shared["key"].shape
+                for x in ("key", "value"):
+                    shared[x] = shared[x].view(GH // H, H, S, D).index_select(0, groups).view(-1, S, D)
+                if shared["padding"] is not None:
+                    shared["padding"] = shared["padding"].index_select(0, groups)
+            return incremental_state
         state = self.kv_buffers(incremental_state)
         if state is None:
             return super().reorder_incremental_state(incremental_state, new_order)
         n, B = state["length"], state["key"].size(0)
         names = [x for x in ("key", "value", "padding") if state[x] is not None]
+        source = new_order if state["slot"] is None else state["slot"].index_select(0, new_order)
         if new_order.numel() == B:
-            moved = new_order.ne(torch.arange(B, device=new_order.device))
-            rows = moved.nonzero().squeeze(1)
-            changed = rows.numel()
-            if changed == 0:
-                return incremental_state
-            if changed <= IN_PLACE_SHARE * B:  # only the rows whose origin changes, in place
-                sources = new_order.index_select(0, rows)
+            slot = source.clone()
+            order = torch.sort(source, stable=True).indices
+            ranked = source.index_select(0, order)
+            again = torch.zeros(B, dtype=torch.bool, device=source.device)
+            again[1:] = ranked[1:].eq(ranked[:-1])
+            splits = order[again]  # rows that continue a buffer row another row keeps
+            if splits.numel():
+                taken = torch.zeros(B, dtype=torch.bool, device=source.device)
+                taken[source] = True
+                free = (~taken).nonzero().squeeze(1)  # as many as the splits
+                copied = source.index_select(0, splits)
                 for x in names:
                     filled = state[x][:, :, :n] if x != "padding" else state[x][:, :n]
-                    filled.index_copy_(0, rows, filled.index_select(0, sources))
-                return incremental_state
-        for x in names:  # the filled part gathered into a fresh buffer (also when rows leave)
+                    filled.index_copy_(0, free, filled.index_select(0, copied))
+                slot[splits] = free
+            if torch.equal(slot, torch.arange(B, device=slot.device)):
+                state["slot"] = state["inverse"] = None
+            else:
+                state["slot"] = slot
+                state["inverse"] = torch.empty_like(slot).index_copy_(0, slot, torch.arange(B, device=slot.device))
+            return incremental_state
+        for x in names:  # rows leave: the filled parts gathered into fresh buffers, in row order
             old = state[x]
             new = old.new_empty((new_order.numel(),) + tuple(old.shape[1:]))
             if x == "padding":
-                torch.index_select(old[:, :n], 0, new_order, out=new[:, :n])
+                torch.index_select(old[:, :n], 0, source, out=new[:, :n])
             else:
-                torch.index_select(old[:, :, :n], 0, new_order, out=new[:, :, :n])
+                torch.index_select(old[:, :, :n], 0, source, out=new[:, :, :n])
             state[x] = new
+        state["slot"] = state["inverse"] = None
         return incremental_state
 
 
+def _rows(x: Tensor, batch: int, index: Tensor) -> Tensor:
+    """``x [batch * heads, ...]`` (batch-major) with its batch rows taken in ``index``'s order."""
+    return x.view(batch, -1, *x.shape[1:]).index_select(0, index).view(x.shape)
+
+
 class PreallocatedKVDecoderLayer(TransformerDecoderLayerBase):
-    """fairseq's decoder layer whose self-attention is a :class:`PreallocatedKVAttention`
-    (built with the arguments fairseq's layer gives its own; same weights, same names)."""
+    """fairseq's decoder layer whose self-attention and encoder-decoder attention are
+    :class:`PreallocatedKVAttention` (built with the arguments fairseq's layer gives its own;
+    same weights, same names)."""
 
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
         return PreallocatedKVAttention(embed_dim, cfg.decoder.attention_heads, dropout=cfg.attention_dropout,
@@ -199,6 +322,13 @@ class PreallocatedKVDecoderLayer(TransformerDecoderLayerBase):
                                        self_attention=not cfg.cross_self_attention, q_noise=self.quant_noise,
                                        qn_block_size=self.quant_noise_block_size,
                                        xformers_att_config=cfg.decoder.xformers_att_config)
+
+    def build_encoder_attention(self, embed_dim, cfg):
+        return PreallocatedKVAttention(embed_dim, cfg.decoder.attention_heads, kdim=cfg.encoder.embed_dim,
+                                       vdim=cfg.encoder.embed_dim, dropout=cfg.attention_dropout,
+                                       encoder_decoder_attention=True, q_noise=self.quant_noise,
+                                       qn_block_size=self.quant_noise_block_size,
+                                       xformers_att_config=cfg.encoder.xformers_att_config)
 
 
 def wrap_layer(layer, cfg, checkpoint=None):
@@ -222,3 +352,17 @@ def set_preallocated(root: torch.nn.Module, on: bool = True) -> int:
     for m in mods:
         m.preallocated = bool(on)
     return len(mods)
+
+
+@contextlib.contextmanager
+def row_copies(mods, copies: int):
+    """Within the block, the encoder-decoder :class:`PreallocatedKVAttention` s ``mods`` read
+    ``copies`` consecutive rows as copies of one encoder row (their
+    :attr:`~PreallocatedKVAttention.row_copies`; 1 again after the block)."""
+    for m in mods:
+        m.row_copies = copies
+    try:
+        yield
+    finally:
+        for m in mods:
+            m.row_copies = 1

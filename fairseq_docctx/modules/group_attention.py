@@ -39,11 +39,12 @@ encoder-decoder attention, which uses static keys) it runs its own code, whose `
 must be 2-D; there the group mask is added by the ``apply_sparse_mask`` hook that code calls
 on the ``[B * heads, T, S]`` scores before the softmax.
 
-The decoder self-attentions (group and global) are
+The decoder attentions (group and global, self and encoder-decoder) are
 :class:`~fairseq_docctx.modules.kv_cache.PreallocatedKVAttention`: in incremental decoding
-they keep their keys and values in preallocated buffers instead of fairseq's
-``torch.cat`` cache, and call the same ``apply_sparse_mask`` hook on their scores, so the
-group mask of a step (``[B, 1, L]``, L the history) applies as in fairseq's path.
+the self-attentions keep their keys and values in preallocated buffers instead of fairseq's
+``torch.cat`` cache, the encoder-decoder attentions keep theirs once per group of beams, and
+both call the same ``apply_sparse_mask`` hook on their scores (in the rows' order), so the
+group mask of a step (``[B, 1, L]``, L the history or the source) applies as in fairseq's path.
 """
 import contextlib
 import functools

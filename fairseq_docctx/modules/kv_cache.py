@@ -283,10 +283,11 @@ class PreallocatedKVAttention(MultiheadAttention):
                 taken = torch.zeros(B, dtype=torch.bool, device=source.device)
                 taken[source] = True
                 free = (~taken).nonzero().squeeze(1)  # as many as the splits
-                copied = source.index_select(0, splits)
-                for x in names:
+                pairs = list(zip(free.tolist(), source.index_select(0, splits).tolist()))
+                for x in names:  # row by row: one copy each (a gather and a scatter copy twice)
                     filled = state[x][:, :, :n] if x != "padding" else state[x][:, :n]
-                    filled.index_copy_(0, free, filled.index_select(0, copied))
+                    for to, of in pairs:
+                        filled[to].copy_(filled[of])
                 slot[splits] = free
             if torch.equal(slot, torch.arange(B, device=slot.device)):
                 state["slot"] = state["inverse"] = None

@@ -157,9 +157,10 @@ class DocumentTranslationConfig(TranslationConfig):
     )
     fairseq_kv_cache: bool = field(
         default=False,
-        metadata={"help": "--doc-mode segments, generation: the segment models' decoder self-attentions "
-                  "keep their keys and values in fairseq's cache (the whole cache copied at every step and "
-                  "every beam reordering) instead of preallocated buffers; the same hypotheses and scores, "
+        metadata={"help": "--doc-mode segments, generation: the segment models' decoder attentions keep "
+                  "their keys and values in fairseq's incremental state (the whole self-attention cache copied "
+                  "at every step and every beam reordering, the encoder keys once per beam) instead of "
+                  "preallocated buffers and keys shared by a segment's beams; the same hypotheses and scores, "
                   "slower on long segments: for comparing the two"},
     )
     sentence_max_len_a: float = field(

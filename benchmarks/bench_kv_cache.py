@@ -13,7 +13,7 @@ rather than time (the CPU may be shared):
   every ``aten`` call made from Python, not those a kernel makes inside): calls and MB written
   of ``cat``, ``index_select``, ``copy_`` (slice assignment), ``index_copy_`` and ``clone``;
 * the share of the search's time that cProfile puts in ``cat`` + ``index_select`` (and in the
-  buffers' own writes, ``__setitem__`` + ``index_copy_``), one thread;
+  buffers' own writes, ``__setitem__`` + ``index_copy_`` + ``copy_``), one thread;
 * the hypotheses: identical tokens, scores within 1e-5 (as tests/test_kv_cache.py checks);
 * the wall time of one search without the profilers (noisy on a shared CPU).
 
@@ -162,7 +162,7 @@ def _builtin(fn: str, names) -> bool:
 
 def profile_shares(model, d, sample, beam):
     """(seconds of the search under cProfile, share in cat + index_select, share in the
-    buffers' writes: ``__setitem__`` + ``index_copy_``)."""
+    buffers' writes: ``__setitem__`` + ``index_copy_`` + ``copy_``)."""
     prof = cProfile.Profile()
     prof.enable()
     search(model, d, sample, beam)
@@ -170,7 +170,8 @@ def profile_shares(model, d, sample, beam):
     stats = pstats.Stats(prof)
     total = sum(v[2] for v in stats.stats.values())  # tottime of every function
     moved = sum(v[2] for (_, _, fn), v in stats.stats.items() if _builtin(fn, ("cat", "index_select")))
-    written = sum(v[2] for (_, _, fn), v in stats.stats.items() if _builtin(fn, ("__setitem__", "index_copy_")))
+    writes = ("__setitem__", "index_copy_", "copy_")
+    written = sum(v[2] for (_, _, fn), v in stats.stats.items() if _builtin(fn, writes))
     return total, moved / total, written / total
 
 

@@ -1,4 +1,5 @@
-"""Decoder self-attention with preallocated key/value buffers for incremental decoding.
+"""Decoder attentions for incremental decoding: self-attention keys and values in
+preallocated buffers, encoder-decoder keys and values once per group of beams.
 
 fairseq's :class:`~fairseq.modules.MultiheadAttention` keeps a decoder self-attention's past
 keys and values in its incremental state as tensors ``[B, heads, L, head_dim]`` and, at
@@ -33,8 +34,20 @@ once a padded key occurs):
   When finished sentences leave the batch (a shorter order), the filled parts of the
   remaining rows are gathered into fresh buffers in row order.
 
-Every other call (training and teacher forcing, encoder-decoder attention with its static
-keys, attentions built with ``add_bias_kv`` / ``add_zero_attn``, ONNX tracing, ``xformers``,
+As an encoder-decoder attention, in incremental decoding, it reads its
+:attr:`~PreallocatedKVAttention.row_copies` (g, set by the decoder from the encoder output's
+row numbers, :mod:`~fairseq_docctx.modules.beam_rows`) at a search's first step: when the
+batch's rows are consecutive groups of g copies of one encoder row (beam search's beams), it
+projects and keeps the keys and values of each group's first row only (``[G * heads, S,
+head_dim]``, fairseq keeps them for every row) and computes each group's g queries against
+them in one product; scores are then laid out per row for the ``apply_sparse_mask`` hook,
+``attn_mask``, the padding and the softmax, as in fairseq's code. This is fairseq's own
+"beamable" encoder-decoder attention (``MultiheadAttention.set_beam_size``), which fairseq's
+``transformer`` leaves off and which, once set, applies outside the search too; here it
+applies in incremental decoding only.
+
+Every other call (training and teacher forcing, an encoder-decoder attention without row
+copies, attentions built with ``add_bias_kv`` / ``add_zero_attn``, ONNX tracing, ``xformers``,
 ``before_softmax``) and every attention with :attr:`PreallocatedKVAttention.preallocated`
 off runs fairseq's ``MultiheadAttention.forward`` unchanged. The class adds no parameter and
 no state-dict key, so checkpoints of fairseq's attention load as they are.
@@ -60,7 +73,8 @@ SHARED_KEY = "shared_static_kv"
 
 class PreallocatedKVAttention(MultiheadAttention):
     """fairseq's ``MultiheadAttention`` with preallocated key/value buffers for a decoder
-    self-attention in incremental decoding (the module doc); otherwise fairseq's."""
+    self-attention and keys shared by row copies for an encoder-decoder attention, in
+    incremental decoding (the module doc); otherwise fairseq's."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

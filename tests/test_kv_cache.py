@@ -81,8 +81,8 @@ def test_encoder_attention_shares_keys_among_row_copies():
     """An encoder-decoder attention reading consecutive rows as copies of one encoder row
     (``row_copies``) keeps its keys and values once per group, and step by step (rows
     reordered within their groups, a padded source position, a group leaving) gives
-    fairseq's ``MultiheadAttention``'s outputs and weights; an order that moves a row to
-    another group is refused."""
+    fairseq's ``MultiheadAttention``'s outputs and weights (in bfloat16 the same bits); an
+    order that moves a row to another group is refused."""
     torch.manual_seed(0)
     E, H, S, g = 8, 2, 5, 3
     ours = PreallocatedKVAttention(E, H, encoder_decoder_attention=True).eval()
@@ -108,6 +108,15 @@ def test_encoder_attention_shares_keys_among_row_copies():
         assert ours.get_incremental_state(s_ours, "attn_state") is None  # fairseq's cache unused
         with pytest.raises(RuntimeError, match="between groups"):
             ours.reorder_incremental_state(s_ours, torch.tensor([0, 1, 3]))
+    # in half precision the first rows' projection equals fairseq's projection of every row
+    # (tests/test_half_precision.py compares translations, which a rounding apart changes)
+    ours, theirs = ours.to(torch.bfloat16), theirs.to(torch.bfloat16)
+    x = torch.randn(1, 2 * g, E).to(torch.bfloat16)
+    src = src.to(torch.bfloat16)
+    with torch.no_grad(), kv_cache.row_copies([ours], g):
+        a, _ = ours(x, src, src, key_padding_mask=pad, incremental_state={}, static_kv=True)
+    b, _ = theirs(x, src, src, key_padding_mask=pad, incremental_state={}, static_kv=True)
+    assert torch.equal(a, b)
 
 
 def test_segment_encoder_output_is_not_copied_among_beams():

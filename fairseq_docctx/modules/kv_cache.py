@@ -226,7 +226,9 @@ class PreallocatedKVAttention(MultiheadAttention):
         if state is None:  # the first step: the keys and values of each group's first row
             g = self.row_copies
             S, G = key.size(0), B // g
-            first = key.view(S, G, g, key.size(2))[:, :, 0]
+            # contiguous: a strided input takes another matrix-product path, whose half
+            # precision rounding differs from fairseq's projection of every row
+            first = key.view(S, G, g, key.size(2))[:, :, 0].contiguous()
             k = self.k_proj(first).view(S, G * H, D).transpose(0, 1).contiguous()
             v = self.v_proj(first).view(S, G * H, D).transpose(0, 1).contiguous()
             padding = None if key_padding_mask is None else key_padding_mask.view(G, g, S)[:, 0].bool()

@@ -201,12 +201,16 @@ class PreallocatedKVAttention(MultiheadAttention):
         else:
             attn = torch.bmm(probs, values)
         attn = self.out_proj(attn.transpose(0, 1).contiguous().view(T, B, E))
-        weights: Optional[Tensor] = None
-        if need_weights:
-            weights = weights_float.view(B, H, T, L).transpose(1, 0)
-            if not need_head_weights:
-                weights = weights.mean(dim=0)
-        return attn, weights
+        return attn, self._returned_weights(weights_float, B, T, L, need_weights, need_head_weights)
+
+    def _returned_weights(self, weights_float: Tensor, B: int, T: int, L: int, need_weights: bool,
+                          need_head_weights: bool) -> Optional[Tensor]:
+        """The weights ``[B * heads, T, L]`` as fairseq's attention returns them: ``[heads, B,
+        T, L]``, or their mean over the heads, or ``None``."""
+        if not need_weights:
+            return None
+        weights = weights_float.view(B, self.num_heads, T, L).transpose(1, 0)
+        return weights if need_head_weights else weights.mean(dim=0)
 
     # an encoder-decoder attention's keys and values, once per group of row copies
 
@@ -255,12 +259,7 @@ class PreallocatedKVAttention(MultiheadAttention):
         attn = torch.bmm(probs, state["value"])  # [G * heads, g * T, head_dim]
         attn = attn.view(G, H, g, T, D).permute(3, 0, 2, 1, 4).reshape(T, B, E)
         attn = self.out_proj(attn)
-        weights: Optional[Tensor] = None
-        if need_weights:
-            weights = weights_float.view(B, H, T, S).transpose(1, 0)
-            if not need_head_weights:
-                weights = weights.mean(dim=0)
-        return attn, weights
+        return attn, self._returned_weights(weights_float, B, T, S, need_weights, need_head_weights)
 
     def reorder_incremental_state(self, incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]],
                                   new_order: Tensor):

@@ -78,8 +78,8 @@ def test_one_attention_equals_fairseqs_under_every_reordering(small_buffers):
 
 
 def test_encoder_attention_shares_keys_among_row_copies():
-    """An encoder-decoder attention reading consecutive rows as copies of one encoder row
-    (``row_copies``) keeps its keys and values once per group, and step by step (rows
+    """An encoder-decoder attention given the encoder row of each row (``encoder_rows``: 3
+    consecutive copies of each) keeps its keys and values once per group, and step by step (rows
     reordered within their groups, a padded source position, a group leaving) gives
     fairseq's ``MultiheadAttention``'s outputs and weights (in bfloat16 the same bits); an
     order that moves a row to another group is refused."""
@@ -93,7 +93,8 @@ def test_encoder_attention_shares_keys_among_row_copies():
     pad[g:, -1] = True  # the second source is one position shorter
     s_ours, s_theirs = {}, {}
     key, kpm = src, pad
-    with torch.no_grad(), kv_cache.row_copies([ours], g):
+    rows = torch.arange(2).repeat_interleave(g)
+    with torch.no_grad(), kv_cache.giving_encoder_rows([ours], rows):
         for t, order in enumerate([None, torch.tensor([2, 0, 0, 5, 4, 3]), torch.tensor([3, 3, 4])]):
             if order is not None:
                 ours.reorder_incremental_state(s_ours, order)
@@ -103,9 +104,8 @@ def test_encoder_attention_shares_keys_among_row_copies():
             a, wa = ours(x, key, key, key_padding_mask=kpm, incremental_state=s_ours, static_kv=True)
             b, wb = theirs(x, key, key, key_padding_mask=kpm, incremental_state=s_theirs, static_kv=True)
             assert torch.allclose(a, b, atol=1e-6) and torch.allclose(wa, wb, atol=1e-6), t
-            shared = ours.shared_keys(s_ours)
-            assert shared["copies"] == g and shared["key"].size(0) == H * (2 if t < 2 else 1)
-        assert ours.get_incremental_state(s_ours, "attn_state") is None  # fairseq's cache unused
+            kept = ours._get_input_buffer(s_ours)["prev_key"]  # fairseq's state, once per group
+            assert ours.row_copies(s_ours) == g and kept.size(0) == (2 if t < 2 else 1)
         with pytest.raises(RuntimeError, match="between groups"):
             ours.reorder_incremental_state(s_ours, torch.tensor([0, 1, 3]))
     # in half precision the first rows' projection equals fairseq's projection of every row
@@ -113,7 +113,7 @@ def test_encoder_attention_shares_keys_among_row_copies():
     ours, theirs = ours.to(torch.bfloat16), theirs.to(torch.bfloat16)
     x = torch.randn(1, 2 * g, E).to(torch.bfloat16)
     src = src.to(torch.bfloat16)
-    with torch.no_grad(), kv_cache.row_copies([ours], g):
+    with torch.no_grad(), kv_cache.giving_encoder_rows([ours], rows):
         a, _ = ours(x, src, src, key_padding_mask=pad, incremental_state={}, static_kv=True)
     b, _ = theirs(x, src, src, key_padding_mask=pad, incremental_state={}, static_kv=True)
     assert torch.equal(a, b)
@@ -185,18 +185,20 @@ def test_beam_search_gives_the_same_hypotheses_with_either_cache(name, small_buf
     assert model.keeps_sentence_count and model.sentence_length_window is not None
     sources = _issue_segments(d)
     steps, shared = [], []
-    step, shared_step = PreallocatedKVAttention._buffered_step, PreallocatedKVAttention._shared_keys_step
+    step, firsts = PreallocatedKVAttention._buffered_step, PreallocatedKVAttention._groups_first_rows
 
     def spy(self, *a, **kw):
         steps.append(1)
         return step(self, *a, **kw)
 
-    def shared_spy(self, *a, **kw):
-        shared.append(1)
-        return shared_step(self, *a, **kw)
+    def firsts_spy(self, key, *a, **kw):
+        out = firsts(self, key, *a, **kw)
+        if key is not None and out[0].size(1) < key.size(1):  # keys kept once per group of beams
+            shared.append(1)
+        return out
 
     PreallocatedKVAttention._buffered_step = spy
-    PreallocatedKVAttention._shared_keys_step = shared_spy
+    PreallocatedKVAttention._groups_first_rows = firsts_spy
     try:
         for beam in (1, 4):
             new = _search(model.set_preallocated_kv_cache(True), d, sources, beam)
@@ -208,7 +210,7 @@ def test_beam_search_gives_the_same_hypotheses_with_either_cache(name, small_buf
             shared.clear()
             _compare(new, old, name, beam)
     finally:
-        PreallocatedKVAttention._buffered_step, PreallocatedKVAttention._shared_keys_step = step, shared_step
+        PreallocatedKVAttention._buffered_step, PreallocatedKVAttention._groups_first_rows = step, firsts
         model.set_preallocated_kv_cache(True)
 
 

@@ -65,7 +65,7 @@ from fairseq.models.transformer import (
 
 from ..data.segments import LengthWindow, sentence_lengths
 from ..errors import UsageError
-from ..modules.beam_rows import copy_groups, moves_only_copies, row_numbers
+from ..modules.beam_rows import moves_only_copies, row_numbers
 from ..modules.group_attention import (
     GroupAttention,
     build_group_layer,
@@ -75,8 +75,8 @@ from ..modules.group_attention import (
     source_groups,
     target_groups,
 )
-from ..modules.kv_cache import (PreallocatedKVAttention, PreallocatedKVDecoderLayer, row_copies, set_preallocated,
-                                wrap_layer)
+from ..modules.kv_cache import (PreallocatedKVAttention, PreallocatedKVDecoderLayer, giving_encoder_rows,
+                                set_preallocated, wrap_layer)
 from . import pretrained_init, sentence_init
 from .arch_defaults import set_defaults
 
@@ -178,13 +178,12 @@ class SegmentDecoder(TransformerDecoderBase):
                 features_only: bool = False, full_context_alignment: bool = False,
                 alignment_layer: Optional[int] = None, alignment_heads: Optional[int] = None,
                 src_lengths=None, return_all_hiddens: bool = False):
-        copies = 1
+        rows = None
         if incremental_state is not None:
             if not self.search_attention and alignment_layer is None:
                 alignment_layer = NO_LAYER  # no layer computes or returns attention weights
             rows = (encoder_out or {}).get("src_rows")
-            copies = copy_groups(rows[0]) if rows else 1
-        with row_copies(self._encoder_attentions if copies > 1 else (), copies):
+        with giving_encoder_rows(self._encoder_attentions if rows else (), rows[0] if rows else None):
             x, extra = super().forward(prev_output_tokens, encoder_out=encoder_out,
                                        incremental_state=incremental_state, features_only=features_only,
                                        full_context_alignment=full_context_alignment,

@@ -34,17 +34,16 @@ once a padded key occurs):
   When finished sentences leave the batch (a shorter order), the filled parts of the
   remaining rows are gathered into fresh buffers in row order.
 
-As an encoder-decoder attention, in incremental decoding, it reads its
-:attr:`~PreallocatedKVAttention.row_copies` (g, set by the decoder from the encoder output's
-row numbers, :mod:`~fairseq_docctx.modules.beam_rows`) at a search's first step: when the
-batch's rows are consecutive groups of g copies of one encoder row (beam search's beams), it
-projects and keeps the keys and values of each group's first row only (``[G * heads, S,
-head_dim]``, fairseq keeps them for every row) and computes each group's g queries against
-them in one product; scores are then laid out per row for the ``apply_sparse_mask`` hook,
-``attn_mask``, the padding and the softmax, as in fairseq's code. This is fairseq's own
-"beamable" encoder-decoder attention (``MultiheadAttention.set_beam_size``), which fairseq's
-``transformer`` leaves off and which, once set, applies outside the search too; here it
-applies in incremental decoding only.
+As an encoder-decoder attention, in incremental decoding, it reads the encoder output's row
+numbers that the decoder gives it (:attr:`~PreallocatedKVAttention.encoder_rows`,
+:mod:`~fairseq_docctx.modules.beam_rows`) at a search's first step: when the batch's rows are
+consecutive groups of g copies of one encoder row (beam search's beams), it hands fairseq's
+``MultiheadAttention.forward`` the source of each group's first row only. fairseq's code then
+keeps the keys and values once per group and computes each group's g queries against them in
+one product (its "beamable" encoder-decoder attention, which ``transformer`` leaves off:
+``set_beam_size`` would also change the attention outside the search), and
+:meth:`~PreallocatedKVAttention.reorder_incremental_state` reorders them with fairseq's code for
+groups of g.
 
 Every other call (training and teacher forcing, an encoder-decoder attention without row
 copies, attentions built with ``add_bias_kv`` / ``add_zero_attn``, ONNX tracing, ``xformers``,
@@ -62,13 +61,15 @@ from fairseq import utils
 from fairseq.modules import MultiheadAttention
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
+from .beam_rows import copy_groups
+
 #: the first capacity of a buffer (positions); it doubles when full
 INITIAL_CAPACITY = 64
 #: the slot of the buffers in fairseq's incremental state (not fairseq's ``attn_state``, so
 #: that the two kinds of state are never mistaken for each other)
 STATE_KEY = "preallocated_kv"
-#: the slot of an encoder-decoder attention's keys and values shared by row copies
-SHARED_KEY = "shared_static_kv"
+#: the slot of an encoder-decoder attention's number of row copies per group in a search
+COPIES_KEY = "row_copies"
 
 
 class PreallocatedKVAttention(MultiheadAttention):
@@ -82,11 +83,10 @@ class PreallocatedKVAttention(MultiheadAttention):
         #: encoder-decoder attention's keys and values once per group of row copies (a
         #: setting; ``False``: fairseq's incremental state, for comparison)
         self.preallocated = True
-        #: how many consecutive rows of the batch are copies of one encoder row (beam search's
-        #: beams; :func:`~fairseq_docctx.modules.beam_rows.copy_groups`), given by the decoder
-        #: before an incremental step; read by an encoder-decoder attention at a search's first
-        #: step (1: no sharing)
-        self.row_copies = 1
+        #: the encoder row each row of the batch is a copy of (``[B]``), given by the decoder for
+        #: an incremental step (:func:`giving_encoder_rows`); an encoder-decoder attention reads it at a
+        #: search's first step (``None``: no sharing)
+        self.encoder_rows: Optional[Tensor] = None
 
     def _plain(self, incremental_state, before_softmax: bool) -> bool:
         return (self.preallocated and incremental_state is not None and not before_softmax and self.bias_k is None
@@ -97,8 +97,7 @@ class PreallocatedKVAttention(MultiheadAttention):
         return self.self_attention and not static_kv and self._plain(incremental_state, before_softmax)
 
     def _shares_keys(self, incremental_state, static_kv: bool, before_softmax: bool) -> bool:
-        return (self.encoder_decoder_attention and static_kv and self._plain(incremental_state, before_softmax)
-                and (self.row_copies > 1 or self.shared_keys(incremental_state) is not None))
+        return self.encoder_decoder_attention and static_kv and self._plain(incremental_state, before_softmax)
 
     def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
                 key_padding_mask: Optional[Tensor] = None,
@@ -108,8 +107,7 @@ class PreallocatedKVAttention(MultiheadAttention):
         """fairseq's ``MultiheadAttention.forward`` (time-first ``[T, B, C]``); a decoder
         self-attention step of incremental decoding reads and writes the preallocated buffers."""
         if self._shares_keys(incremental_state, static_kv, before_softmax):
-            return self._shared_keys_step(query, key, key_padding_mask, incremental_state,
-                                          need_weights or need_head_weights, attn_mask, need_head_weights)
+            key, value, key_padding_mask = self._groups_first_rows(key, value, key_padding_mask, incremental_state)
         if not self._uses_buffers(incremental_state, static_kv, before_softmax):
             return super().forward(query, key, value, key_padding_mask=key_padding_mask,
                                    incremental_state=incremental_state, need_weights=need_weights,
@@ -201,65 +199,41 @@ class PreallocatedKVAttention(MultiheadAttention):
         else:
             attn = torch.bmm(probs, values)
         attn = self.out_proj(attn.transpose(0, 1).contiguous().view(T, B, E))
-        return attn, self._returned_weights(weights_float, B, T, L, need_weights, need_head_weights)
-
-    def _returned_weights(self, weights_float: Tensor, B: int, T: int, L: int, need_weights: bool,
-                          need_head_weights: bool) -> Optional[Tensor]:
-        """The weights ``[B * heads, T, L]`` as fairseq's attention returns them: ``[heads, B,
-        T, L]``, or their mean over the heads, or ``None``."""
-        if not need_weights:
-            return None
-        weights = weights_float.view(B, self.num_heads, T, L).transpose(1, 0)
-        return weights if need_head_weights else weights.mean(dim=0)
+        weights: Optional[Tensor] = None
+        if need_weights:
+            weights = weights_float.view(B, H, T, L).transpose(1, 0)
+            if not need_head_weights:
+                weights = weights.mean(dim=0)
+        return attn, weights
 
     # an encoder-decoder attention's keys and values, once per group of row copies
 
-    def shared_keys(self, incremental_state) -> Optional[dict]:
-        """An encoder-decoder attention's keys and values in ``incremental_state``, once per
-        group of row copies: ``{"key", "value": [G * heads, S, head_dim], "padding": [G, S]
-        or None, "copies": g}`` (rows ``i * g .. i * g + g - 1`` of the batch read group i), or
-        ``None`` (no search yet, or fairseq's incremental state)."""
-        return self.get_incremental_state(incremental_state, SHARED_KEY)
+    def row_copies(self, incremental_state) -> Optional[int]:
+        """How many consecutive rows read one group's keys and values in this search (1: fairseq's
+        keys for every row), or ``None`` before its first step."""
+        state = self.get_incremental_state(incremental_state, COPIES_KEY)
+        return None if state is None else state["copies"]
 
-    def _shared_keys_step(self, query: Tensor, key: Optional[Tensor], key_padding_mask: Optional[Tensor],
-                          incremental_state, need_weights: bool, attn_mask: Optional[Tensor],
-                          need_head_weights: bool):
-        T, B, E = query.size()
-        H, D = self.num_heads, self.head_dim
-        state = self.shared_keys(incremental_state)
-        if state is None:  # the first step: the keys and values of each group's first row
-            g = self.row_copies
-            S, G = key.size(0), B // g
+    def _groups_first_rows(self, key: Optional[Tensor], value: Optional[Tensor], key_padding_mask: Optional[Tensor],
+                           incremental_state):
+        """At a search's first step, the source ``[S, B, C]`` (and its padding mask) of each
+        group of row copies' first row ``[S, G, C]``, the number of copies recorded; later
+        (fairseq's code then reads its kept keys) and without copies, as they are."""
+        if self.row_copies(incremental_state) is not None:
+            return key, value, key_padding_mask
+        g = 1 if self.encoder_rows is None else copy_groups(self.encoder_rows)
+        self.set_incremental_state(incremental_state, COPIES_KEY, {"copies": g})
+        if g == 1 or key is None:
+            return key, value, key_padding_mask
+
+        def first(x: Tensor) -> Tensor:
             # contiguous: a strided input takes another matrix-product path, whose half
             # precision rounding differs from fairseq's projection of every row
-            first = key.view(S, G, g, key.size(2))[:, :, 0].contiguous()
-            k = self.k_proj(first).view(S, G * H, D).transpose(0, 1).contiguous()
-            v = self.v_proj(first).view(S, G * H, D).transpose(0, 1).contiguous()
-            padding = None if key_padding_mask is None else key_padding_mask.view(G, g, S)[:, 0].bool()
-            state = {"key": k, "value": v, "padding": padding, "copies": g}
-            self.set_incremental_state(incremental_state, SHARED_KEY, state)
-        g = state["copies"]
-        G, S = B // g, state["key"].size(1)
-        q = self.q_proj(query)
-        q *= self.scaling
-        # [T, B, C] -> [G * heads, g * T, head_dim]: each group's rows against its keys at once
-        q = q.view(T, G, g, H, D).permute(1, 3, 2, 0, 4).reshape(G * H, g * T, D)
-        scores = torch.bmm(q, state["key"].transpose(1, 2))
-        # [G, heads, g, T, S] -> the rows' [B * heads, T, S] (batch-major) of fairseq's own code
-        scores = scores.view(G, H, g, T, S).transpose(1, 2).reshape(B * H, T, S)
-        scores = self.apply_sparse_mask(scores, T, S, B)
-        if attn_mask is not None:
-            scores += attn_mask.unsqueeze(0)
-        if state["padding"] is not None:
-            scores = scores.view(G, g * H * T, S).masked_fill(state["padding"].view(G, 1, S), float("-inf"))
-            scores = scores.view(B * H, T, S)
-        weights_float = utils.softmax(scores, dim=-1, onnx_trace=self.onnx_trace)
-        probs = self.dropout_module(weights_float.type_as(scores))
-        probs = probs.view(G, g, H, T, S).transpose(1, 2).reshape(G * H, g * T, S)
-        attn = torch.bmm(probs, state["value"])  # [G * heads, g * T, head_dim]
-        attn = attn.view(G, H, g, T, D).permute(3, 0, 2, 1, 4).reshape(T, B, E)
-        attn = self.out_proj(attn)
-        return attn, self._returned_weights(weights_float, B, T, S, need_weights, need_head_weights)
+            return x.view(x.size(0), -1, g, x.size(2))[:, :, 0].contiguous()
+
+        firsts = first(key)
+        mask = None if key_padding_mask is None else key_padding_mask.view(-1, g, key_padding_mask.size(1))[:, 0]
+        return firsts, (firsts if value is key else first(value)), mask
 
     def reorder_incremental_state(self, incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]],
                                   new_order: Tensor):
@@ -267,20 +241,16 @@ class PreallocatedKVAttention(MultiheadAttention):
         first row that continues it, and only a row continuing one already taken gets a copy,
         in a buffer row nobody continues (the module doc); when rows leave, the remaining rows'
         filled parts are gathered in row order. fairseq's state as fairseq reorders it."""
-        shared = self.shared_keys(incremental_state)
-        if shared is not None:  # rows move within their groups, or whole groups leave
-            g = shared["copies"]
-            groups = new_order.view(-1, g)[:, 0] // g
-            if not torch.equal(new_order // g, groups.repeat_interleave(g)):
+        g = self.row_copies(incremental_state)
+        if g is not None and g > 1:  # rows move within their groups, or whole groups leave
+            if not torch.equal(new_order // g, (new_order.view(-1, g)[:, :1] // g).expand(-1, g).reshape(-1)):
                 raise RuntimeError(f"{type(self).__name__}: a reordering moves rows between groups of {g} copies "
                                    "of one encoder row (the keys are kept once per group)")
-            if new_order.numel() != shared["key"].size(0) // self.num_heads * g:
-                H, (GH, S, D) = self.num_heads, shared["key"].shape
-                for x in ("key", "value"):
-                    shared[x] = shared[x].view(GH // H, H, S, D).index_select(0, groups).view(-1, S, D)
-                if shared["padding"] is not None:
-                    shared["padding"] = shared["padding"].index_select(0, groups)
-            return incremental_state
+            beam, self.beam_size = self.beam_size, g  # fairseq's reordering of keys kept per group
+            try:
+                return super().reorder_incremental_state(incremental_state, new_order)
+            finally:
+                self.beam_size = beam
         state = self.kv_buffers(incremental_state)
         if state is None:
             return super().reorder_incremental_state(incremental_state, new_order)
@@ -371,14 +341,14 @@ def set_preallocated(root: torch.nn.Module, on: bool = True) -> int:
 
 
 @contextlib.contextmanager
-def row_copies(mods, copies: int):
+def giving_encoder_rows(mods, rows: Optional[Tensor]):
     """Within the block, the encoder-decoder :class:`PreallocatedKVAttention` s ``mods`` read
-    ``copies`` consecutive rows as copies of one encoder row (their
-    :attr:`~PreallocatedKVAttention.row_copies`; 1 again after the block)."""
+    ``rows`` as the encoder row of each row of the batch (their
+    :attr:`~PreallocatedKVAttention.encoder_rows`; ``None`` again after the block)."""
     for m in mods:
-        m.row_copies = copies
+        m.encoder_rows = rows
     try:
         yield
     finally:
         for m in mods:
-            m.row_copies = 1
+            m.encoder_rows = None

@@ -128,7 +128,8 @@ class PreallocatedKVAttention(MultiheadAttention):
 
     def _append(self, incremental_state, k: Tensor, v: Tensor, padding: Optional[Tensor]) -> dict:
         """Write the step's keys and values ``[B, heads, T, head_dim]`` (and its key padding
-        mask ``[B, T]``, if any) at the end of the filled part, growing the buffers if needed."""
+        mask ``[B, T]``, if any) at the end of the filled part, each row in its slot, growing
+        the buffers if needed."""
         B, H, T, D = k.shape
         state = self.kv_buffers(incremental_state)
         if state is None:
@@ -136,11 +137,6 @@ class PreallocatedKVAttention(MultiheadAttention):
             state = {"key": k.new_empty(B, H, cap, D), "value": v.new_empty(B, H, cap, D), "padding": None,
                      "length": 0, "slot": None, "inverse": None}
             self.set_incremental_state(incremental_state, STATE_KEY, state)
-        inverse = state["inverse"]
-        if inverse is not None:  # the rows' keys and values in their slots' order
-            k, v = k.index_select(0, inverse), v.index_select(0, inverse)
-            if padding is not None:
-                padding = padding.index_select(0, inverse)
         n = state["length"]
         cap = state["key"].size(2)
         if n + T > cap:  # geometric growth: O(T) copying over a whole decode
@@ -153,12 +149,19 @@ class PreallocatedKVAttention(MultiheadAttention):
                 old = state["padding"]
                 state["padding"] = old.new_zeros(B, cap)
                 state["padding"][:, :n] = old[:, :n]
-        state["key"][:, :, n:n + T] = k
-        state["value"][:, :, n:n + T] = v
         if padding is not None and state["padding"] is None:
             state["padding"] = torch.zeros(B, cap, dtype=torch.bool, device=k.device)
-        if state["padding"] is not None:
-            state["padding"][:, n:n + T] = padding.bool() if padding is not None else False
+        slot = state["slot"]
+        for name, new in (("key", k), ("value", v), ("padding", padding)):
+            if state[name] is None:
+                continue
+            end = state[name][:, n:n + T] if name == "padding" else state[name][:, :, n:n + T]
+            if new is None:  # no padding at this step
+                end.fill_(False)
+            elif slot is None:
+                end.copy_(new)
+            else:  # row i into its slot: one copy
+                end.index_copy_(0, slot, new.to(end.dtype))
         state["length"] = n + T
         return state
 

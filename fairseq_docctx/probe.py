@@ -51,6 +51,8 @@ import random
 from collections import defaultdict
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+from .data.outputs import Outputs
+
 # (class name, nominative pronoun, accusative pronoun, indefinite article)
 CLASSES = [("m", "er", "ihn", "ein"), ("f", "sie", "sie", "eine"), ("n", "es", "es", "ein")]
 NOUNS = {  # source:target, by class
@@ -107,6 +109,8 @@ CONSISTENCY = [
 ]
 
 DEFAULT_SPLITS = {"train": 2000, "valid": 100, "test": 200}
+#: the files of a split (``{split}.{ext}``)
+PROBE_FILES = ("src", "tgt", "docids", "probe.jsonl")
 
 
 def _pairs(s: str) -> List[Tuple[str, str]]:
@@ -201,7 +205,7 @@ def generate_probe(out_dir: str, splits: Optional[Dict[str, int]] = None, seed: 
                    doc_len: Tuple[int, int] = (4, 8), n_classes: int = 2,
                    distances: Sequence[int] = (1, 2), consistency: bool = True,
                    consistency_anchor: str = "cued", p_consistency_doc: float = 1.0,
-                   p_gap: float = 0.2, p_mention: float = 0.8) -> Dict[str, dict]:
+                   p_gap: float = 0.2, p_mention: float = 0.8, outputs=None) -> Dict[str, dict]:
     """Write ``{split}.src/.tgt/.docids/.probe.jsonl`` for every split into ``out_dir``.
 
     ``splits`` maps split name to number of documents (default ``DEFAULT_SPLITS``); each split
@@ -211,6 +215,9 @@ def generate_probe(out_dir: str, splits: Optional[Dict[str, int]] = None, seed: 
     distances to draw from; ``consistency_anchor`` "cued" or "free" (see the module docstring).
     ``p_consistency_doc``: share of documents with a consistency word; ``p_mention``: chance
     that a slot able to hold it does; ``p_gap``: chance of a filler before an episode.
+    ``outputs``: the run's output guard (:class:`~fairseq_docctx.data.outputs.Outputs`;
+    ``docctx-probe generate``'s, which refuses files it did not write; default: one that
+    replaces them). Every file is checked before any is written, and each is written whole.
     Returns per-split counts.
     """
     if consistency_anchor not in ("cued", "free"):
@@ -221,14 +228,19 @@ def generate_probe(out_dir: str, splits: Optional[Dict[str, int]] = None, seed: 
         raise ValueError(f"doc_len {doc_len} too short for distances {tuple(distances)}")
     splits = dict(DEFAULT_SPLITS if splits is None else splits)
     classes = CLASSES[:n_classes]
-    os.makedirs(out_dir, exist_ok=True)
+    if outputs is None:  # the Python API: the files are replaced, each written whole
+        outputs = Outputs("docctx-probe", force=True)
+    paths = {split: {ext: os.path.join(out_dir, f"{split}.{ext}") for ext in PROBE_FILES} for split in splits}
+    outputs.folder(out_dir, f"--outdir {out_dir}")
+    for split in splits:  # every file checked before any is written
+        for p in paths[split].values():
+            outputs.file(p, f"--outdir {out_dir}: {p}")
     stats = {}
     for split, n_docs in splits.items():
         rng = random.Random(f"docctx-probe/{seed}/{split}")  # str seeds are stable across runs
         counts = defaultdict(int)
-        paths = {ext: os.path.join(out_dir, f"{split}.{ext}")
-                 for ext in ("src", "tgt", "docids", "probe.jsonl")}
-        files = {ext: open(p, "w", encoding="utf-8") for ext, p in paths.items()}
+        parts = {ext: outputs.start(p) for ext, p in paths[split].items()}
+        files = {ext: open(tmp, "w", encoding="utf-8") for ext, (tmp, _) in parts.items()}
         try:
             line = 0
             for i in range(n_docs):
@@ -246,9 +258,15 @@ def generate_probe(out_dir: str, splits: Optional[Dict[str, int]] = None, seed: 
                     for it in items:
                         counts[it["phenomenon"] + ("/anchor" if it.get("anchor") else "")] += 1
             stats[split] = {"documents": n_docs, "sentences": line, "items": dict(counts)}
-        finally:
+        except BaseException:
             for f in files.values():
                 f.close()
+            for tmp, _ in parts.values():
+                outputs.discard(tmp)
+            raise
+        for f in files.values():
+            f.close()
+        outputs.finish(list(parts.values()))
     return stats
 
 

@@ -17,8 +17,15 @@ from benchmarks.toy import TINY_MODEL, prepare_command, write_split, write_toy_d
 
 def pytest_configure(config):
     """One intra-op thread in the test process too: beside the background trainings a second
-    thread only competes for the cores (docs/tests.md)."""
+    thread only competes for the cores (docs/tests.md). The write record of the output guard
+    (``fairseq_docctx.data.outputs``: which files the commands wrote) is the session's own,
+    in a temporary folder, for the tests and every command they run: the user's record is
+    neither read nor written."""
+    import tempfile
+
     import torch
+
+    os.environ["DOCCTX_STATE_DIR"] = tempfile.mkdtemp(prefix="docctx-state-")
 
     torch.set_num_threads(1)
 

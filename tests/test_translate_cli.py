@@ -150,16 +150,23 @@ def test_context_separator_in_the_input_is_refused(concat_both_ckpt, toy_bin, tm
 def test_output_path_is_checked_before_the_work(concat_both_ckpt, toy_bin, tmp_path, capsys):
     src = tmp_path / "in.txt"
     src.write_text("w1 w2\nw3\n\nw4\n")
-    for out, what in ((tmp_path / "missing" / "out.txt", "cannot write in"), (tmp_path, "is a directory")):
+    (tmp_path / "file").write_text("x\n")
+    for out, what in ((tmp_path / "file" / "out.txt", f"{tmp_path / 'file'} is not a folder"),
+                      (tmp_path, "is a directory")):
         code, _, err = translate([src, "--path", concat_both_ckpt, "--data", toy_bin, "-o", out], capsys)
-        assert code == 2 and f"-o {out}: " in one_line_error(err) and what in err
+        assert code == 2 and f"-o {out}" in one_line_error(err) and what in err, err
         assert "translating" not in err  # nothing was translated
-    # a good run leaves the output and no temporary file
-    out = tmp_path / "out.txt"
+    # a good run leaves the output and no temporary file; missing folders are made (as
+    # docctx-average -o and every other command makes them)
+    out = tmp_path / "new" / "dir" / "out.txt"
     code, _, err = translate([src, "--path", concat_both_ckpt, "--data", toy_bin, "-o", out, "--quiet",
                               "--beam", "1", "--max-len-b", "3"], capsys)
     assert code == 0 and len(out.read_text().split("\n\n")) == 2
-    assert sorted(os.listdir(tmp_path)) == ["in.txt", "out.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["file", "in.txt", "new"] and os.listdir(out.parent) == ["out.txt"]
+    # a refused run leaves no folder it made
+    code, _, err = translate([tmp_path / "absent.txt", "--path", concat_both_ckpt, "--data", toy_bin,
+                              "-o", tmp_path / "other" / "out.txt"], capsys)
+    assert code == 2 and not (tmp_path / "other").exists()
 
 
 def test_documents_are_written_as_they_complete(concat_both_ckpt, toy_bin, tmp_path, capsys, monkeypatch):

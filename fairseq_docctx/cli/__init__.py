@@ -11,6 +11,96 @@ def quiet_logging():
     warnings.filterwarnings("ignore", message=".*pin_memory.*")
 
 
+#: the attribute that marks an option as a file the command reads (its value: what it is)
+READS = "docctx_reads"
+#: the attribute that marks an option as a file (or folder) the command writes
+WRITES = "docctx_writes"
+
+
+def reads(action, what: str, patterns=None):
+    """Mark the option ``action`` (what ``add_argument`` returned) as a file the command
+    reads, ``what`` naming it in a refusal (``"the hypotheses"``); a value that is a folder
+    stands for its files matching ``patterns`` (glob patterns; default: the folder itself).
+    Returns ``action``."""
+    setattr(action, READS, (what, tuple(patterns or ())))
+    return action
+
+
+def writes(action, kind: str = "file"):
+    """Mark the option ``action`` as a file (``kind="folder"``: a folder its files go in) the
+    command writes; :func:`output_guard` declares it before the command runs. Returns
+    ``action``."""
+    setattr(action, WRITES, kind)
+    return action
+
+
+def mark(parser, inputs=None, outputs=None):
+    """Mark the options of ``parser`` by their ``dest``: ``inputs`` ``{dest: what it is}`` (or
+    ``(what, patterns)``: :func:`reads`), ``outputs`` ``{dest: "file" | "folder"}``
+    (:func:`writes`); dests the parser does not have are skipped. Returns ``parser``."""
+    for a in parser._actions:
+        if inputs and a.dest in inputs:
+            what = inputs[a.dest]
+            reads(a, *((what,) if isinstance(what, str) else what))
+        if outputs and a.dest in outputs:
+            writes(a, outputs[a.dest])
+    return parser
+
+
+def add_force(p, what: str = "an output file"):
+    """The ``--force`` option of a command that writes files (the output guard's rule 2:
+    :mod:`fairseq_docctx.data.outputs`)."""
+    p.add_argument("--force", action="store_true",
+                   help=f"replace {what} that exists and that this command did not write (never a file the "
+                   "run reads)")
+
+
+def _values(value):
+    return [v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, str) and v]
+
+
+def _actions(parser, args):
+    """The options of ``parser`` and of the subcommand ``args`` chose, at any depth."""
+    import argparse
+
+    out = []
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            chosen = a.choices.get(getattr(args, a.dest, None))
+            out += _actions(chosen, args) if chosen is not None else []
+        elif a.dest != "help":
+            out.append(a)
+    return out
+
+
+def output_guard(parser, args, command: str, extra_reads=()):
+    """The :class:`~fairseq_docctx.data.outputs.Outputs` of one run, from the options the
+    parser (and the subcommand ``args`` chose) marks with :func:`reads` and :func:`writes`:
+    every input, then every output
+    declared and checked (before the command does any work). ``extra_reads``: more ``(what
+    it is, path)`` pairs."""
+    from ..data.outputs import Outputs, folder_files
+
+    guard = Outputs(command, extra_reads, force=getattr(args, "force", False))
+    marked = _actions(parser, args)
+    for a in marked:
+        if hasattr(a, READS):
+            what, patterns = getattr(a, READS)
+            for v in _values(getattr(args, a.dest, None)):
+                guard.read(what, v)
+                if patterns:
+                    guard.reads.extend(folder_files(what, v, patterns))
+    for a in marked:
+        kind = getattr(a, WRITES, None)
+        flag = (a.option_strings or [a.metavar or a.dest])[-1]
+        for v in _values(getattr(args, a.dest, None)) if kind else ():
+            if kind == "folder":
+                guard.folder(v, f"{flag} {v}", whole=False)
+            elif v != "-":
+                guard.file(v, f"{flag} {v}")
+    return guard
+
+
 def _message(e) -> str:
     return str(getattr(e, "cli_message", e))
 
@@ -19,7 +109,8 @@ def run_command(prog, main, argv, errors=(), message=_message) -> int:
     """``main(argv)`` as a command's exit code: its return value (``None``: 0); a failing
     shard process (``ShardError``) prints ``prog: error: ...`` on stderr and gives 1 (2 when
     the shard refused its input with one line, which is then the line), one of
-    ``errors`` (the errors the command declares: bad input or arguments) the same line and 2.
+    ``errors`` (the errors the command declares: bad input or arguments) and an output the
+    output guard refuses (:class:`~fairseq_docctx.data.outputs.OutputClash`) the same line and 2.
     ``message(error)``: the text of the line (default: the error's ``cli_message``, else the
     error itself). Every other exception propagates."""
     code, value = _run(prog, main, argv, errors, message)
@@ -30,6 +121,7 @@ def _run(prog, main, argv, errors, message):
     """``(None, main(argv))``, or ``(exit code, None)`` after the one error line."""
     import sys
 
+    from ..data.outputs import OutputClash
     from ..inference.shards import ShardError
 
     try:
@@ -38,7 +130,7 @@ def _run(prog, main, argv, errors, message):
         raise
     except ShardError as e:
         code, text = e.exit_code, str(e)
-    except tuple(errors) as e:
+    except (OutputClash,) + tuple(errors) as e:
         code, text = 2, message(e)
     print(f"{prog}: error: {text}", file=sys.stderr)
     return code, None

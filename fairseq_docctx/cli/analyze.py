@@ -14,7 +14,12 @@ import argparse
 import logging
 import sys
 
-from . import exit_on_errors_and_signals
+from . import add_force, exit_on_errors_and_signals, mark, output_guard
+
+#: what the options read and write (the output guard: fairseq_docctx.data.outputs)
+INPUTS = {"path": "the checkpoint", "data": ("the data directory", ("*.docs", "dict.*.txt", "docctx.json",
+                                                                     "*.model", "*.bin", "*.idx"))}
+OUTPUTS = {"outdir": "folder"}
 
 
 def _one_sentence(p, model):
@@ -24,8 +29,9 @@ def _one_sentence(p, model):
     p.add_argument("--split", default="test")
     p.add_argument("--doc", required=True, help="document: its id or its number (0-based)")
     p.add_argument("--sentence", type=int, required=True, help="sentence of the document (0-based)")
-    p.add_argument("--outdir", required=True)
-    return p
+    p.add_argument("--outdir", required=True, help="the folder the files go in (made if missing)")
+    add_force(p, "a file of --outdir")
+    return mark(p, INPUTS, OUTPUTS)
 
 
 def build_parser():
@@ -59,21 +65,32 @@ def _quiet_logs():
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
-    from ..evaluation.analysis import write_hrnn_gates, write_isg_attention, write_qcn_routing
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    with output_guard(parser, args, "docctx-analyze") as outputs:
+        return _analyze(args, outputs)
+
+
+def _analyze(args, outputs):
+    import os
+
+    from ..evaluation.analysis import FILES, write_hrnn_gates, write_isg_attention, write_qcn_routing
     from ..hub import from_pretrained
 
+    for name in FILES[args.what]:  # refused before the model is loaded
+        outputs.file(os.path.join(args.outdir, name), f"--outdir {args.outdir}: {os.path.join(args.outdir, name)}")
     _quiet_logs()
     hub = from_pretrained(args.path, data=args.data)
     if args.what == "qcn":
-        out = write_qcn_routing(hub, args.split, args.doc, args.sentence, args.outdir)
+        out = write_qcn_routing(hub, args.split, args.doc, args.sentence, args.outdir, outputs)
         no_context = not out["words"]
     elif args.what == "hrnn":
-        out = write_hrnn_gates(hub, args.split, args.doc, args.sentence, args.outdir, args.target, args.beam)
+        out = write_hrnn_gates(hub, args.split, args.doc, args.sentence, args.outdir, args.target, args.beam,
+                               outputs=outputs)
         no_context = not out["has_context"]
     else:
         out = write_isg_attention(hub, args.split, args.doc, args.sentence, args.outdir, args.target, args.beam,
-                                  args.base)
+                                  args.base, outputs=outputs)
         no_context = False
         if out["null"]:
             print("docctx-analyze: the previous sentence is the null sentence (first sentence of its document)",

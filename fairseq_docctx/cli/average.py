@@ -7,7 +7,7 @@ docs/inference.md.
 import argparse
 import sys
 
-from . import exit_on_errors_and_signals
+from . import add_force, exit_on_errors_and_signals
 
 
 def build_parser():
@@ -23,16 +23,20 @@ def build_parser():
     p.add_argument("--last", type=int, default=5, metavar="N",
                    help="with --dir: how many of its latest epoch checkpoints (default %(default)s)")
     p.add_argument("--output", "-o", required=True, metavar="CKPT",
-                   help="the averaged checkpoint (not one of the checkpoints averaged)")
+                   help="the averaged checkpoint (not one of the checkpoints averaged; an existing file only if "
+                   "docctx-average wrote it, or with --force; missing folders are made)")
+    add_force(p, "an -o file")
     return p
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    from ..data.outputs import Outputs
     from ..inference.average import last_epoch_checkpoints, write_average
 
     paths = args.inputs if args.inputs else last_epoch_checkpoints(args.dir, args.last)
-    write_average(paths, args.output)
+    with Outputs("docctx-average", force=args.force) as outputs:
+        write_average(paths, args.output, outputs)
     print(f"docctx-average: {args.output}: the mean of {len(paths)} checkpoints: "
           + ", ".join(paths), file=sys.stderr)
     return paths

@@ -10,13 +10,13 @@ import argparse
 import logging
 import sys
 
-from . import exit_on_errors_and_signals, quiet_logging
+from . import add_force, exit_on_errors_and_signals, quiet_logging
 
 
 def build_parser():
     p = argparse.ArgumentParser(
         prog="docctx-generate",
-        usage="docctx-generate [--processes N] [--devices LIST] [--work-dir DIR] -- FAIRSEQ_GENERATE_ARGS...",
+        usage="docctx-generate [--processes N] [--devices LIST] [--work-dir DIR] [--force] -- FAIRSEQ_GENERATE_ARGS...",
         description="fairseq-generate over several processes or GPUs: the documents of the split "
         "are shared out (balanced by sentence count), the outputs merged in sentence-id order.",
     )
@@ -32,6 +32,7 @@ def build_parser():
                    "--skip-invalid-size-inputs-valid-test) and exit 0; each is still reported by id. "
                    "Without it, a sentence left out by --skip-invalid-size-inputs-valid-test makes "
                    "the run exit with code 2 (after writing the output)")
+    add_force(p, "a --results-path generate-SUBSET.txt or --work-dir shard file")
     p.add_argument("fairseq_args", nargs=argparse.REMAINDER,
                    help="fairseq-generate's arguments, after --")
     return p
@@ -56,7 +57,7 @@ def main(argv=None):
         print(f"docctx-generate: {line}", file=sys.stderr, flush=True)
 
     return generate(args.fairseq_args, processes=args.processes, devices=parse_devices(args.devices),
-                    work_dir=args.work_dir, allow_skipped=args.allow_skipped, report=report)
+                    work_dir=args.work_dir, allow_skipped=args.allow_skipped, report=report, force=args.force)
 
 
 def cli_main(argv=None):

@@ -13,11 +13,13 @@ import argparse
 import json
 import sys
 
-from fairseq_docctx.probe import (evaluate_checkpoint, find_example, format_comparison,
-                                  generate_probe, load_annotations, read_hypotheses,
-                                  score_probe)
+from . import add_force, exit_on_errors_and_signals, mark, output_guard
 
-from . import exit_on_errors_and_signals
+#: what the subcommands' options read and write (the output guard: fairseq_docctx.data.outputs)
+INPUTS = {"annotations": "the annotations", "hyp": "the hypotheses", "wrong": "the hypotheses",
+          "source": "the source", "data": ("the data directory", ("*.docs", "dict.*.txt", "docctx.json", "*.model",
+                                                                   "*.bin", "*.idx"))}
+OUTPUTS = {"json": "file", "outdir": "folder", "hyp_dir": "folder"}
 
 
 def _fmt(name, s):
@@ -82,9 +84,16 @@ def main(argv=None):
     x.add_argument("--distance", type=int, default=None, help="default: the largest there is")
     x.add_argument("--hyp", help="hypotheses that must get the item right")
     x.add_argument("--wrong", help="hypotheses that must get it wrong")
+    for parser in (g, s, e):
+        mark(parser, INPUTS, OUTPUTS)
+        add_force(parser, "a file (--json, the files of --outdir / --hyp-dir)")
     a = p.parse_args(argv)
-    if a.cmd == "evaluate":
-        return _evaluate(p, a)
+    from fairseq_docctx.probe import find_example, load_annotations, read_hypotheses
+
+    if a.cmd != "example":
+        models = [spec.partition("=")[2] for spec in a.model] if a.cmd == "evaluate" else []
+        with output_guard(p, a, "docctx-probe", [("the checkpoint", m) for m in models]) as outputs:
+            return _run(p, a, outputs)
     if a.cmd == "example":
         try:
             anns = load_annotations(a.annotations)
@@ -96,12 +105,19 @@ def main(argv=None):
         print(f"{ex['doc_number']}\t{ex['sentence']}\t{ex['doc']}\t{ex['line']}")
         return 0
 
+
+def _run(p, a, outputs) -> int:
+    """``generate``, ``score`` and ``evaluate``, their files written through ``outputs``."""
+    from fairseq_docctx.probe import generate_probe, load_annotations, read_hypotheses, score_probe
+
+    if a.cmd == "evaluate":
+        return _evaluate(p, a, outputs)
     if a.cmd == "generate":
         stats = generate_probe(
             a.outdir, {"train": a.train_docs, "valid": a.valid_docs, "test": a.test_docs},
             seed=a.seed, doc_len=(a.min_len, a.max_len), n_classes=a.classes,
             distances=tuple(int(x) for x in a.distances.split(",")),
-            consistency=not a.no_consistency, consistency_anchor=a.consistency_anchor)
+            consistency=not a.no_consistency, consistency_anchor=a.consistency_anchor, outputs=outputs)
         for split, st in stats.items():
             print(f"{split}: {st['documents']} documents, {st['sentences']} sentences, "
                   f"items {st['items']}")
@@ -116,8 +132,7 @@ def main(argv=None):
         return 0
     if a.json:
         try:
-            with open(a.json, "w", encoding="utf-8") as f:
-                json.dump(res, f, indent=2)
+            outputs.write_text(a.json, json.dumps(res, indent=2))
         except OSError as err:
             p.exit(2, f"docctx-probe score: error: --json {a.json}: {err.strerror}\n")
     print(_fmt("overall", res))
@@ -132,8 +147,10 @@ def main(argv=None):
     return 0
 
 
-def _evaluate(p, a) -> int:
+def _evaluate(p, a, outputs) -> int:
     import os
+
+    from fairseq_docctx.probe import evaluate_checkpoint, format_comparison
 
     models = []
     for spec in a.model:
@@ -146,9 +163,9 @@ def _evaluate(p, a) -> int:
     for path, what in ((a.annotations, "--annotations"), (a.source, "--source")):
         if path and not os.path.isfile(path):
             p.exit(2, f"docctx-probe evaluate: error: {what}: no such file {path}\n")
-    if a.json or a.hyp_dir:  # fail before the work, not after it
-        for d in filter(None, (a.hyp_dir, os.path.dirname(os.path.abspath(a.json or ".")))):
-            os.makedirs(d, exist_ok=True)
+    hyp_files = {name: os.path.join(a.hyp_dir, f"{name}.hyp") for name, _ in models} if a.hyp_dir else {}
+    for name, f in hyp_files.items():  # refused before the work, not after it
+        outputs.file(f, f"--hyp-dir {a.hyp_dir}: {f}")
     results = {}
     try:
         for name, path in models:
@@ -158,14 +175,11 @@ def _evaluate(p, a) -> int:
     except (ValueError, FileNotFoundError) as err:
         p.exit(2, f"docctx-probe evaluate: error: {err}\n")
     print(format_comparison(results))
-    if a.hyp_dir:
-        for name, r in results.items():
-            with open(os.path.join(a.hyp_dir, f"{name}.hyp"), "w", encoding="utf-8") as f:
-                f.writelines(h + "\n" for h in r["hypotheses"])
+    for name, f in hyp_files.items():
+        outputs.write_text(f, "".join(h + "\n" for h in results[name]["hypotheses"]))
     if a.json:
-        with open(a.json, "w", encoding="utf-8") as f:
-            json.dump({n: {k: v for k, v in r.items() if k != "hypotheses"}
-                       for n, r in results.items()}, f, indent=1)
+        outputs.write_text(a.json, json.dumps({n: {k: v for k, v in r.items() if k != "hypotheses"}
+                                               for n, r in results.items()}, indent=1))
     return 0
 
 

@@ -8,8 +8,9 @@ model's own previous translations as target context, detokenizes, and writes the
 in the input's format (XML keeps the set's id and languages, the documents' attributes
 and the seg ids; ``--system-name`` is the sysid; WMT 2021+ XML gets a ``<hyp system=NAME>``
 beside each document's source and references; JSON Lines a ``"hyp"`` list in each line's
-object). With ``-o`` the output is checked first (and refused if it is a file the run
-reads), written document by document as they complete into a temporary file beside it, and moved
+object). With ``-o`` the output is checked first by the one output guard
+(:mod:`fairseq_docctx.data.outputs`: refused if it is a file the run reads, or an existing
+file ``docctx-translate`` did not write, unless ``--force``), written document by document as they complete into a temporary file beside it, and moved
 into place at the end.
 
 Parses the command line, loads the model (:func:`load_model`) and calls
@@ -53,7 +54,11 @@ def build_parser():
     p.add_argument("-o", "--output", help="output file (default: standard output); with the "
                    "docids format the ids go to OUTPUT with its extension replaced by .docids "
                    "(left as it is when that is the input's document-id file); refused when it "
-                   "is a file the run reads")
+                   "is a file the run reads, and when it exists and docctx-translate did not write it "
+                   "as this output (unless --force); missing folders are created")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing -o file (and its .docids file) that docctx-translate did not "
+                   "write; never a file the run reads")
     p.add_argument("--beam", type=int, default=TRANSLATE_DEFAULTS["beam"])
     p.add_argument("--lenpen", type=float, default=TRANSLATE_DEFAULTS["lenpen"])
     p.add_argument("--max-len-a", type=float, default=TRANSLATE_DEFAULTS["max_len_a"],
@@ -120,7 +125,7 @@ def load_model(args):
 
 
 #: options a shard process gets from the launcher, not from the command line
-_LAUNCHER_OPTIONS = {"input", "output", "processes", "devices", "num_shards", "shard_id", "shard_output",
+_LAUNCHER_OPTIONS = {"input", "output", "force", "processes", "devices", "num_shards", "shard_id", "shard_output",
                      "quiet", "input_format", "docids", "cpu"}
 
 

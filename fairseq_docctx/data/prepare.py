@@ -32,6 +32,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from .alignment import AlignmentError
 from .doc_index import DocIndex, doc_index_path
 from .manifest import FORMAT_VERSION, MANIFEST_NAME, SPM_MODEL_NAME, write_manifest
+from .outputs import Outputs
 from .pretrained import Release, load_release
 from .readers import DocumentFormatError, prefix_name, read_parallel, wmt_translators
 from .split import DEFAULT_MIN_LEN as DEFAULT_SPLIT_MIN_LEN
@@ -500,7 +501,6 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
     src, tgt, sep = args.source_lang, args.target_lang, args.context_separator
     mask = getattr(args, "mask_symbol", None)
     splits = [s for s in SPLITS if getattr(args, f"{s}pref")]
-    split_mode = getattr(args, "split_sentences", None)
     _check_destdir(args.destdir, _outputs(args, splits))
     release = None
     if getattr(args, "pretrained", None):
@@ -520,8 +520,18 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
     if translator is not None and not any(i["format"] == "wmt-xml" for d in data.values() for i in d.inputs):
         raise PrepareError("--ref-translator chooses the reference of a WMT 2021+ XML input, but no input is one")
 
-    parent = os.path.dirname(os.path.abspath(args.destdir))
-    os.makedirs(parent, exist_ok=True)
+    with Outputs("docctx-prepare") as guard:  # the folders made for --destdir go again if the run fails
+        parent = os.path.dirname(os.path.abspath(args.destdir))
+        guard.make_folders(parent)
+        return _prepare_into(args, guard, parent, data, splits, release, log, command)
+
+
+def _prepare_into(args, guard, parent, data, splits, release, log, command) -> dict:
+    """:func:`prepare` once its input is read: the data folder written in a temporary folder
+    beside ``--destdir`` and its files moved into place."""
+    src, tgt, sep = args.source_lang, args.target_lang, args.context_separator
+    mask = getattr(args, "mask_symbol", None)
+    split_mode = getattr(args, "split_sentences", None)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(args.destdir))}.tmp-", dir=parent)
     try:
         work, out = os.path.join(tmp, "work"), os.path.join(tmp, "out")

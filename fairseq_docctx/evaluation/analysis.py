@@ -91,25 +91,41 @@ def plot_routing(values, words, title, path):
         fig.colorbar(im, ax=ax, fraction=0.05)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
 
-def write_qcn_routing(hub, split: str, doc: str, sentence: int, outdir: str) -> Dict:
+#: the files each analysis writes into its folder
+FILES = {"qcn": ("qcn_coupling.png", "qcn_pcc.png", "qcn_routing.json"),
+         "hrnn": ("hrnn_gates.json", "hrnn_gates.tsv", "hrnn_gates.png"),
+         "isg": ("isg_attention.json", "isg_attention.tsv", "isg_attention.png")}
+
+
+def _guard(outputs):
+    """The output guard the files are written through: ``docctx-analyze``'s, or (the Python
+    API) one that replaces them, each written whole."""
+    from ..data.outputs import Outputs
+
+    return outputs if outputs is not None else Outputs("docctx-analyze", force=True)
+
+
+def write_qcn_routing(hub, split: str, doc: str, sentence: int, outdir: str, outputs=None) -> Dict:
     """Write ``qcn_coupling.png`` and ``qcn_pcc.png`` (unless the sentence has no context)
-    and ``qcn_routing.json`` (sentence, context_words, coupling, pcc) to ``outdir``. Returns
+    and ``qcn_routing.json`` (sentence, context_words, coupling, pcc) to ``outdir``, through
+    the output guard ``outputs`` (:class:`~fairseq_docctx.data.outputs.Outputs`). Returns
     what :func:`qcn_routing` found (``words``, ``current``, ``c``, ``p``) and the ``files``
     written."""
+    outputs = _guard(outputs)
     words, current, c, p = qcn_routing(hub, split, doc, sentence)
-    os.makedirs(outdir, exist_ok=True)
     files = []
     if words:
         for name, v, title in (("qcn_coupling.png", c, "coupling coefficients c"),
                                ("qcn_pcc.png", p, "query correlations p = tanh(PCC(u, q))")):
-            plot_routing(v, words, f"{title}\n{current}", os.path.join(outdir, name))
+            with outputs.open(os.path.join(outdir, name), "wb") as f:
+                plot_routing(v, words, f"{title}\n{current}", f)
             files.append(name)
-    with open(os.path.join(outdir, "qcn_routing.json"), "w", encoding="utf-8") as f:
-        json.dump({"sentence": current, "context_words": words, "coupling": c.tolist(), "pcc": p.tolist()}, f, indent=1)
+    outputs.write_text(os.path.join(outdir, "qcn_routing.json"), json.dumps(
+        {"sentence": current, "context_words": words, "coupling": c.tolist(), "pcc": p.tolist()}, indent=1))
     files.append("qcn_routing.json")
     return {"words": words, "current": current, "c": c, "p": p, "files": files}
 
@@ -197,32 +213,32 @@ def plot_gates(values: Dict, path: str):
     head = f"context gate z_i ({values['target']}): {values['sentence']}"
     ctx = "\n".join(values["context"]) if values["has_context"] else "(no context: D = 0)"
     fig.suptitle(f"{head}\n{ctx}", fontsize=8, ha="left", x=0.01)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=110, bbox_inches="tight", format="png")
     plt.close(fig)
 
 
-def write_per_word(values: Dict, outdir: str, name: str, columns, plot) -> Dict:
+def write_per_word(values: Dict, outdir: str, name: str, columns, plot, outputs=None) -> Dict:
     """Write ``{name}.json`` (all of ``values``), ``{name}.tsv`` (one line per target word:
     position, word and ``values[c][i]`` of each of ``columns``) and ``{name}.png``
-    (``plot(values, path)``) to ``outdir``. Returns the values and the ``files`` written."""
-    os.makedirs(outdir, exist_ok=True)
-    with open(os.path.join(outdir, f"{name}.json"), "w", encoding="utf-8") as f:
-        json.dump(values, f, indent=1, ensure_ascii=False)
-    with open(os.path.join(outdir, f"{name}.tsv"), "w", encoding="utf-8") as f:
-        f.write("\t".join(["position", "word", *columns]) + "\n")
-        for i, w in enumerate(values["words"]):
-            f.write("\t".join([str(i), w, *(f"{values[c][i]:.6f}" for c in columns)]) + "\n")
-    plot(values, os.path.join(outdir, f"{name}.png"))
+    (``plot(values, file)``) to ``outdir``, through the output guard ``outputs``. Returns the
+    values and the ``files`` written."""
+    outputs = _guard(outputs)
+    outputs.write_text(os.path.join(outdir, f"{name}.json"), json.dumps(values, indent=1, ensure_ascii=False))
+    lines = ["\t".join(["position", "word", *columns])]
+    lines += ["\t".join([str(i), w, *(f"{values[c][i]:.6f}" for c in columns)]) for i, w in enumerate(values["words"])]
+    outputs.write_text(os.path.join(outdir, f"{name}.tsv"), "\n".join(lines) + "\n")
+    with outputs.open(os.path.join(outdir, f"{name}.png"), "wb") as f:
+        plot(values, f)
     return dict(values, files=[f"{name}.json", f"{name}.tsv", f"{name}.png"])
 
 
 def write_hrnn_gates(hub, split: str, doc: str, sentence: int, outdir: str, target: str = "reference",
-                     beam: int = 5) -> Dict:
+                     beam: int = 5, outputs=None) -> Dict:
     """Write ``hrnn_gates.json`` (all of :func:`hrnn_gates`), ``hrnn_gates.tsv`` (one line
     per target word: position, word, mean, min, max of ``z_i``) and ``hrnn_gates.png`` to
     ``outdir``. Returns the values and the ``files`` written."""
     return write_per_word(hrnn_gates(hub, split, doc, sentence, target, beam), outdir, "hrnn_gates",
-                          ("z_mean", "z_min", "z_max"), plot_gates)
+                          ("z_mean", "z_min", "z_max"), plot_gates, outputs)
 
 def isg_attention(hub, split: str, doc: str, sentence: int, target: str = "reference", beam: int = 5,
                   base: float = 2.0) -> Dict:
@@ -295,15 +311,15 @@ def plot_isg(values: Dict, path: str):
     prev = "(null: the stop symbol three times)" if values["null"] else values["previous"]
     fig.suptitle(f"{values['sentence']}\nprevious: {prev}\ntarget ({values['target']})", fontsize=8, ha="left",
                  x=0.01)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=110, bbox_inches="tight", format="png")
     plt.close(fig)
 
 
 def write_isg_attention(hub, split: str, doc: str, sentence: int, outdir: str, target: str = "reference",
-                        beam: int = 5, base: float = 2.0) -> Dict:
+                        beam: int = 5, base: float = 2.0, outputs=None) -> Dict:
     """Write ``isg_attention.json`` (all of :func:`isg_attention`), ``isg_attention.tsv``
     (one line per target word: position, word, entropy, mean, min and max of ``z_t``) and
     ``isg_attention.png`` (:func:`plot_isg`) to ``outdir``. Returns the values and the
     ``files`` written."""
     return write_per_word(isg_attention(hub, split, doc, sentence, target, beam, base), outdir, "isg_attention",
-                          ("entropy", "z_mean", "z_min", "z_max"), plot_isg)
+                          ("entropy", "z_mean", "z_min", "z_max"), plot_isg, outputs)

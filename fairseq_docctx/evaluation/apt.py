@@ -402,14 +402,14 @@ def format_confusion(res: AptResult) -> str:
     return "\n".join(out)
 
 
-def write_detail(path: str, res: AptResult):
+def detail_text(res: AptResult) -> str:
     """One line per item, as APT's ``.detail`` file (positions 0-based, ``-`` for none)."""
     def pos(p):
         return " ".join(map(str, p)) if p else "-"
 
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("SENT.\tPOS. SOURCE\tSOURCE\tPOS. REF.\tREF.\tPOS. TARGET\tTARGET\tCASE\n")
-        for it in res.items:
-            f.write("\t".join([str(it.sentence), pos(it.source_pos), it.source_word, pos(it.ref_pos),
-                               " ".join(it.ref_words) if it.ref_words else "-", pos(it.hyp_pos),
-                               " ".join(it.hyp_words) if it.hyp_words else "-", str(it.case)]) + "\n")
+    lines = ["SENT.\tPOS. SOURCE\tSOURCE\tPOS. REF.\tREF.\tPOS. TARGET\tTARGET\tCASE"]
+    for it in res.items:
+        lines.append("\t".join([str(it.sentence), pos(it.source_pos), it.source_word, pos(it.ref_pos),
+                                " ".join(it.ref_words) if it.ref_words else "-", pos(it.hyp_pos),
+                                " ".join(it.hyp_words) if it.hyp_words else "-", str(it.case)]))
+    return "\n".join(lines) + "\n"

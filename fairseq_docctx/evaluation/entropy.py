@@ -139,6 +139,6 @@ def plot_entropy(rep: Dict, path: str, sentence: Optional[int] = None, labels: O
         hist.hist(means, bins=30)
         hist.set_title(f"sentence means (test set mean {d['mean']:.3f})", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
     return sentence

@@ -464,8 +464,10 @@ def load_json_object(path: str, key: str, what: str) -> Dict:
     return data
 
 
-def write_json(path: str, name: str, files: Dict[str, str], metrics: Dict[str, dict]):
-    """Write (or merge into an existing file of the same run) ``{"run", "files", "metrics"}``."""
+def write_json(path: str, name: str, files: Dict[str, str], metrics: Dict[str, dict], outputs):
+    """Write (or merge into an existing file of the same run) ``{"run", "files", "metrics"}``,
+    through the run's output guard ``outputs`` (:class:`~fairseq_docctx.data.outputs.Outputs`,
+    which declared ``path``)."""
     data = {"run": name, "files": files, "metrics": {}}
     if os.path.exists(path):
         try:
@@ -474,9 +476,14 @@ def write_json(path: str, name: str, files: Dict[str, str], metrics: Dict[str, d
             if old.get("run") == name:
                 data["metrics"].update(old.get("metrics", {}))
                 data["files"] = {**old.get("files", {}), **files}
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):
             pass
     data["metrics"].update(metrics)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, ensure_ascii=False)
+    write_json_file(path, data, outputs)
+
+
+def write_json_file(path: str, data, outputs, indent: int = 1) -> None:
+    """``data`` as JSON (UTF-8, a final newline) in ``path``, through the output guard ``outputs``."""
+    with outputs.open(path) as f:
+        json.dump(data, f, indent=indent, ensure_ascii=False)
         f.write("\n")

@@ -152,7 +152,7 @@ def plot_context(values: Dict, path: str):
     fig.suptitle("\n".join(lines), fontsize=8, ha="left", x=0.01)
     fig.tight_layout()
     # the saved image is the bounding box of everything drawn: no text is cut at an edge
-    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.1)
+    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.1, format="png")
     plt.close(fig)
 
 

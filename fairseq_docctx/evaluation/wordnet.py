@@ -135,12 +135,28 @@ def check_wordnet(root: str) -> None:
 
 
 def setup_wordnet(root: str = None, source: str = "auto", force: bool = False, log=print) -> str:
-    """Install WordNet 3.0 under ``root/corpora/wordnet`` (idempotent); returns its path."""
+    """Install WordNet 3.0 under ``root/corpora/wordnet`` (idempotent); returns its path. A
+    WordNet found there that this function did not install (no stamp file) is used as it is
+    when nltk reads it right, and otherwise replaced only with ``force`` (which also
+    reinstalls one it did install)."""
+    from ..data.outputs import Outputs
+
     root = os.path.abspath(root or default_dir())
     final = os.path.join(root, "corpora", "wordnet")
-    if not force and os.path.exists(os.path.join(final, STAMP)):
+    ours = os.path.exists(os.path.join(final, STAMP))
+    if not force and ours:
         log(f"WordNet already installed in {final}")
         return final
+    if not force and os.path.isdir(final) and os.listdir(final):
+        try:  # a WordNet installed another way (nltk.download) is used as it is, never replaced
+            check_wordnet(root)
+        except Exception:
+            pass
+        else:
+            log(f"WordNet already in {final} (not installed by setup-wordnet): used as it is")
+            return final
+    # a folder setup-wordnet did not install is replaced with --force only
+    Outputs("docctx-score setup-wordnet", force=force).folder(final, f"--dir {root}: {final}", whole=True, ours=ours)
     if source == "auto":
         source = "apt" if _apt_installed() else "pypi"
     os.makedirs(os.path.dirname(final), exist_ok=True)

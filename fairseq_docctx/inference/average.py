@@ -23,12 +23,11 @@ state (a model to translate with, not to resume training from).
 import argparse
 import os
 import re
-import tempfile
 from typing import Dict, List, Sequence
 
 import torch
 
-from ..data.paths import check_output, file_mode
+from ..data.outputs import Outputs
 from .checkpoint import CheckpointError, load_checkpoint_state
 
 _EPOCH = re.compile(r"^checkpoint(\d+)\.pt$")
@@ -156,21 +155,19 @@ def average_checkpoints(paths: Sequence[str]) -> Dict:
     return state
 
 
-def write_average(paths: Sequence[str], output: str) -> Dict:
+def write_average(paths: Sequence[str], output: str, outputs=None) -> Dict:
     """Average ``paths`` (:func:`average_checkpoints`) and write the checkpoint to ``output``
-    (through a temporary file beside it: a reader never sees half a file); an ``output``
-    that is one of ``paths`` (under any name) is refused before anything is read."""
-    check_output(f"-o {output}", output, [("the input checkpoint", p) for p in paths], error=CheckpointError)
+    through the output guard ``outputs`` (:class:`~fairseq_docctx.data.outputs.Outputs`:
+    written into a temporary file beside it, so a reader never sees half a file; default: one
+    of ``docctx-average`` that may replace an existing file). An ``output`` that is one of
+    ``paths`` under any name is refused before anything is read, as is (with the guard of
+    the command) an existing file ``docctx-average`` did not write."""
+    if outputs is None:
+        outputs = Outputs("docctx-average", force=True)
+    for p in paths:
+        outputs.read("the input checkpoint", p)
+    outputs.file(output, f"-o {output}")
     state = average_checkpoints(paths)
-    folder = os.path.dirname(os.path.abspath(output))
-    os.makedirs(folder, exist_ok=True)
-    fd, part = tempfile.mkstemp(prefix=f".{os.path.basename(output)}.", suffix=".part", dir=folder)
-    os.fchmod(fd, file_mode(output))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-        os.replace(part, output)
-    finally:
-        if os.path.exists(part):
-            os.unlink(part)
+    with outputs.open(output, "wb") as f:
+        torch.save(state, f)
     return state

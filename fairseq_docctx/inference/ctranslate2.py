@@ -40,7 +40,7 @@ import torch
 from ..data import context_batch as cb
 from ..models.document_context import DocumentContextModel
 from ..data.drafts import DEFAULT_BEAM
-from ..data.paths import check_output
+from ..data.outputs import Outputs
 from ..modules.context_concat import concat_with_context, gather_context_rows, pack_segments
 from ..modules.sentence_positions import DocumentPositions
 from .checkpoint import CheckpointError, checkpoint_sha1
@@ -328,19 +328,20 @@ def files_read(checkpoint: str, data: Optional[str] = None, spm_model: Optional[
             ("the data directory", data), ("the SentencePiece model", spm_model)]
 
 
-def check_outdir(outdir: str, force: bool, reads=()) -> None:
-    """Refuse an ``outdir`` that is or holds a file or folder of ``reads`` (``(what it is,
-    path)``: the checkpoint, its folder, the data directory...), an existing ``outdir``
-    unless ``force`` and an earlier export (:func:`_check_earlier_export`), and one whose
-    parent is missing."""
-    check_output(f"OUTDIR {outdir}", outdir, reads, folder=True, error=ExportError)
+def check_outdir(outdir: str, force: bool, reads=()):
+    """The output guard of an export (:class:`~fairseq_docctx.data.outputs.Outputs`), with
+    ``outdir`` declared: refused if it is or holds a file or folder of ``reads`` (``(what it
+    is, path)``: the checkpoint, its folder, the data directory...), and if it exists unless
+    ``force`` and it is an earlier export (:func:`_check_earlier_export`: ``docctx-export``'s
+    own record says it wrote the folder); missing folders of its path are made when it is
+    written."""
+    guard = Outputs("docctx-export", reads, force=force)
+    guard.folder(outdir, f"OUTDIR {outdir}", whole=True, ours=True)
     if os.path.lexists(outdir):
         if not force:
             raise ExportError(f"{outdir} exists: give another folder, or --force to replace an earlier export")
         _check_earlier_export(outdir)
-    parent = os.path.dirname(os.path.abspath(outdir))
-    if not os.path.isdir(parent):
-        raise ExportError(f"{outdir}: no such folder {parent}")
+    return guard
 
 
 def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] = None,
@@ -359,12 +360,19 @@ def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] =
     check_segments(task, name, checkpoint)
     spec = model_spec(model, checkpoint)
     outdir = outdir.rstrip("/") or outdir
-    check_outdir(outdir, force, files_read(checkpoint, getattr(task.cfg, "data", None), spm_model))
+    guard = check_outdir(outdir, force, files_read(checkpoint, getattr(task.cfg, "data", None), spm_model))
     spec.validate()
     try:
         spec.optimize(quantization=quantization)
     except ValueError as e:
         raise ExportError(f"--quantization {quantization}: {e}") from None
+    with guard:
+        return _write_export(guard, spec, model, task, name, arch, checkpoint, outdir, spm_model, quantization)
+
+
+def _write_export(guard, spec, model, task, name, arch, checkpoint, outdir, spm_model, quantization) -> dict:
+    """:func:`export`'s writing: the folder made beside ``outdir`` and moved into place."""
+    guard.make_folders(os.path.dirname(os.path.abspath(outdir)))
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(outdir)}.", suffix=".part",
                            dir=os.path.dirname(os.path.abspath(outdir)))
     umask = os.umask(0)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..data import manifest as mf
+from ..data.outputs import Outputs
 from ..data.drafts import (DEFAULT_BEAM, DEFAULT_CHUNK_SENTENCES, DEFAULT_MAX_TOKENS, DEFAULT_SPLITS,
                            WORK_DIR, DraftsError, draft_prefix, drafts_exist)
 from .drafter import load_draft_translator
@@ -248,6 +249,11 @@ def _make_drafts(data_dir, checkpoint, splits, beam, max_tokens, batch_size, cpu
             raise DraftsError(f"{data_dir}: split '{split}' has no binarized {src} sentences "
                               f"({os.path.join(data_dir, f'{split}.{src}-{tgt}.{src}')}.bin/.idx)")
         sources[split] = prefix
+    guard = Outputs("docctx-drafts", force=overwrite, force_flag="--overwrite")
+    for split in splits:  # drafts files docctx-drafts did not make are never replaced
+        known = mf.drafts_record(data_dir, split) is not None
+        for ext in (".bin", ".idx"):
+            guard.file(draft_prefix(data_dir, split, src, tgt) + ext, known=known)
     settings_base = {
         "checkpoint": translator.checkpoint, "checkpoint_sha1": translator.checkpoint_sha1,
         "beam": int(beam), "max_tokens": max_tokens, "batch_size": batch_size, "fp16": bool(fp16),
@@ -325,6 +331,7 @@ def _make_drafts(data_dir, checkpoint, splits, beam, max_tokens, batch_size, cpu
         if missing:
             raise RuntimeError(f"internal error: sentence {missing[0]} of {sources[split]} has no draft")
         _assemble(work, prefix, drafts, len(translator.target_dictionary))
+        guard.written_files([prefix + ".bin", prefix + ".idx"])
         seconds = time.time() - start
         mf.record_drafts(data_dir, split, mf.DraftsRecord(
             files=[os.path.basename(prefix) + ".bin", os.path.basename(prefix) + ".idx"],

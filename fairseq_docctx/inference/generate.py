@@ -17,6 +17,7 @@ A sentence longer than the model's positions stops fairseq-generate; with
 only the first few. The launcher knows every sentence id of the split (its document index),
 so it names each sentence left out (:class:`SkippedSentences` unless skipping is accepted).
 """
+import contextlib
 import logging
 import os
 import re
@@ -27,6 +28,7 @@ import time
 from collections import OrderedDict
 from typing import Callable, Dict, List, Optional, Sequence, TextIO
 
+from ..data.outputs import Outputs
 from .shards import ShardError, num_processes, run_shards, shard_environment
 
 logger = logging.getLogger(__name__)
@@ -301,12 +303,15 @@ def generate(fairseq_args: Sequence[str], processes: Optional[int] = None,
              devices: Optional[Sequence[str]] = None, work_dir: Optional[str] = None,
              output: Optional[TextIO] = None, python: str = sys.executable,
              allow_skipped: bool = False,
-             report: Callable[[str], None] = logger.warning) -> Dict[int, List[str]]:
+             report: Callable[[str], None] = logger.warning, force: bool = False) -> Dict[int, List[str]]:
     """Run ``fairseq-generate <fairseq_args>`` as ``processes`` shard processes (one per
     device of ``devices`` in turn, else on the CPU) and write the merged output to
     ``output`` (default: ``--results-path``'s ``generate-<subset>.txt``, else standard
     output). ``work_dir``: where the shards' outputs and logs go (kept; default a temporary
-    directory, removed). Both directories are checked writable before any decoding.
+    directory, removed). Both directories are checked writable before any decoding, and the
+    files written there by the output guard (:class:`~fairseq_docctx.data.outputs.Outputs`):
+    ``generate-<subset>.txt`` and the shards' ``shard-I.out`` / ``.err`` are not the
+    checkpoints and not files ``docctx-generate`` did not write, unless ``force``.
     Returns the merged sentence lines by id.
 
     Sentences longer than the model allows: without ``--skip-invalid-size-inputs-valid-test``
@@ -334,6 +339,12 @@ def generate(fairseq_args: Sequence[str], processes: Optional[int] = None,
         _check_writable(cfg.common_eval.results_path, "--results-path", results_file)
     if work_dir is not None:
         _check_writable(work_dir, "--work-dir")
+    guard = Outputs("docctx-generate", [("the checkpoint", p) for p in str(cfg.common_eval.path or "").split(
+        os.pathsep)], force=force)
+    results = None
+    if output is None and cfg.common_eval.results_path is not None:
+        results = guard.file(os.path.join(cfg.common_eval.results_path, results_file),
+                             f"--results-path {cfg.common_eval.results_path}: {results_file}")
     task = tasks.setup_task(cfg.task)
     docs = _split_documents(task, cfg)
     if docs is not None and len(docs) < n:
@@ -343,6 +354,9 @@ def generate(fairseq_args: Sequence[str], processes: Optional[int] = None,
                 for i in range(n)]
     envs = [shard_environment(i, n, devices) for i in range(n)]
     tmp = work_dir is None
+    shard_files = [] if tmp else [os.path.join(work_dir, f"shard-{i}.{ext}") for i in range(n) for ext in ("out", "err")]
+    for f in shard_files:
+        guard.file(f, f"--work-dir {work_dir}: {f}")
     work_dir = tempfile.mkdtemp(prefix="docctx-generate-") if tmp else work_dir
     try:
         start = time.time()
@@ -359,6 +373,7 @@ def generate(fairseq_args: Sequence[str], processes: Optional[int] = None,
         records = merge_records(outs)
         logs = [_shard_log(work_dir, i) for i in range(n)]
     finally:
+        guard.written_files([f for f in shard_files if os.path.exists(f)])
         if tmp:
             shutil.rmtree(work_dir, ignore_errors=True)
     skipped: List[int] = []
@@ -391,13 +406,11 @@ def generate(fairseq_args: Sequence[str], processes: Optional[int] = None,
                         + (f"; {len(skipped):,} sentences left out as too long (ids: "
                            f"{', '.join(map(str, skipped))})" if skipped else "")
                         + (f"; {segments}" if segments is not None else ""))
-    own = output is None and cfg.common_eval.results_path is not None
-    if own:
-        os.makedirs(cfg.common_eval.results_path, exist_ok=True)
-        output = open(os.path.join(cfg.common_eval.results_path, results_file), "w", encoding="utf-8")
-    elif output is None:
-        output = sys.stdout
-    try:
+    with contextlib.ExitStack() as stack:
+        if results is not None:
+            output = stack.enter_context(guard.open(results))
+        elif output is None:
+            output = sys.stdout
         if not cfg.common_eval.quiet:
             for lines in records.values():
                 output.write("\n".join(lines) + "\n")
@@ -405,9 +418,6 @@ def generate(fairseq_args: Sequence[str], processes: Optional[int] = None,
         if score is not None:
             output.write(score + "\n")
         output.flush()
-    finally:
-        if own:
-            output.close()
     if skipped and not allow_skipped:
         raise SkippedSentences(
             f"{len(skipped)} sentences of {subset} are left out as longer than the model allows "

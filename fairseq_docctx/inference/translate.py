@@ -42,7 +42,8 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 
 from ..data.doc_index import balanced_shards, check_shard
 from ..data.packed_tokens import PackedTokens
-from ..data.paths import check_output, file_mode, same_path
+from ..data.outputs import Outputs
+from ..data.paths import same_path
 from ..data.readers import DocumentFormatError, DocumentStream, docids_path, release
 from ..data.writers import DocumentWriter
 from .shards import ShardError, run_shards, shard_environment
@@ -308,63 +309,66 @@ def files_read(options, fmt: str) -> List[Tuple[str, str]]:
 
 
 class Output:
-    """``-o FILE`` (and its ``.docids`` file): temporary files beside the destination,
-    created before any work (so a directory that is missing or not writable fails first)
-    and moved into place by :meth:`commit`, with the mode the files would have if written
-    directly; standard output without ``-o``. ``inputs``: the files the run reads, as
-    (what it is, path) pairs, which the output must not be (the ``.docids`` file may be the
-    input's document ids, the same ids: it is left as it is)."""
+    """``-o FILE`` (and, for the docids format, its ``.docids`` file: FILE with its extension
+    replaced by ``.docids``, the name ``docctx-score`` looks for), declared to the one output
+    guard (:class:`~fairseq_docctx.data.outputs.Outputs`) with the files the run reads
+    (``inputs``: (what it is, path) pairs) before any work: an output that is an input, or an
+    existing file ``docctx-translate`` did not write as this output, is refused unless
+    ``force`` (the ids file may be the input's document ids, the same ids: it is left as it
+    is). The temporary files beside the destinations are created at once (so a folder that
+    cannot be written fails first) and moved into place by :meth:`commit`; standard output
+    without ``-o``."""
 
-    def __init__(self, path, with_docids, inputs=(), input_docids=None):
-        self.targets, self.files = [], []
+    def __init__(self, path, with_docids, inputs=(), input_docids=None, force=False):
+        self.files, self.guard = [], None
         if path is None:
             self.out, self.ids = sys.stdout, None
             return
-        targets = [path]
+        self.guard = Outputs("docctx-translate", inputs, force=force)
+        targets = [(path, f"-o {path}", None)]
         if with_docids:
             ids = docids_path(path, None)
             if not (input_docids and same_path(ids, input_docids)):
-                targets.append(ids)
-        for t in targets:
-            check_output(f"-o {path}: {t}", t, inputs, error=OutputError)
-        for t in targets:
-            d = os.path.dirname(os.path.abspath(t))
-            if os.path.isdir(t):
-                self.discard()
-                raise OutputError(f"-o {path}: {t} is a directory")
-            try:
-                fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(t)}.", suffix=".part", dir=d)
-                os.fchmod(fd, file_mode(t))
-            except OSError as e:
-                self.discard()
-                raise OutputError(f"-o {path}: cannot write in {d} ({e.strerror or e})") from None
-            self.targets.append(t)
-            self.files.append((tmp, os.fdopen(fd, "w", encoding="utf-8")))
-        self.out = self.files[0][1]
-        self.ids = self.files[1][1] if len(self.files) > 1 else None
+                targets.append((ids, f"-o {path}: its document-id file {ids}", path))
+        for t, label, owner in targets:
+            self.guard.file(t, label, output=owner)
+        try:
+            for t, label, owner in targets:
+                tmp, target = self.guard.start(t)
+                self.files.append((tmp, target, open(tmp, "w", encoding="utf-8")))
+        except BaseException:
+            self.discard()
+            raise
+        self.out = self.files[0][2]
+        self.ids = self.files[1][2] if len(self.files) > 1 else None
 
     def commit(self):
-        for (tmp, f), t in zip(self.files, self.targets):
+        if self.guard is None:  # standard output
+            return
+        for _, _, f in self.files:
             f.close()
-            os.replace(tmp, t)
+        self.guard.finish([(tmp, target) for tmp, target, _ in self.files])
         self.files = []
+        self.guard.close()
 
     def discard(self):
-        for tmp, f in self.files:
+        for tmp, target, f in self.files:
             f.close()
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            if tmp != target:
+                self.guard.discard(tmp)
+        if self.files:
+            self.guard.close(failed=True)
         self.files = []
 
 
 def open_output(options, fmt: str) -> Output:
-    """The output of the options (:class:`Output`), refused if it is a file the run reads."""
+    """The output of the options (:class:`Output`), refused if it is a file the run reads or a
+    file ``docctx-translate`` did not write (without ``--force``)."""
     input_docids = None
     if fmt == "docids":
         input_docids = options.docids or (docids_path(options.input, None) if options.input else None)
-    return Output(options.output, fmt == "docids", files_read(options, fmt), input_docids)
+    return Output(options.output, fmt == "docids", files_read(options, fmt), input_docids,
+                  force=getattr(options, "force", False))
 
 
 @dataclass

@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from .. import exit_on_errors_and_signals
+from .options import finish_parser
 from . import (accuracy, apt, bleu, chrf, coherence, cohesion, compare, contrastive, ctxpro, cxmi, entropy, meteor,
                plot, setup_wordnet, table)
 
@@ -21,7 +22,7 @@ def build_parser():
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for module in SUBCOMMANDS:
-        module.add_parser(sub)
+        finish_parser(module.add_parser(sub))
     return ap
 
 

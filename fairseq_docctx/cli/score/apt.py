@@ -86,12 +86,12 @@ def main(args):
     if args.confusion:
         text += "\n" + apt.format_confusion(res)
     if args.detail:
-        apt.write_detail(args.detail, res)
+        args.outputs.write_text(args.detail, apt.detail_text(res))
     if args.json:
         metric = res.as_dict()
         metric["source_lang"], metric["target_lang"] = args.source_lang, args.target_lang
         files = {"hyp": args.hyp, "ref": args.ref, "src": args.src, "align_ref": args.align_ref,
                  "align_hyp": args.align_hyp}
-        write_json(args.json, args.name or os.path.basename(args.hyp), files, {"apt": metric})
+        write_json(args.json, args.name or os.path.basename(args.hyp), files, {"apt": metric}, args.outputs)
     print(text)  # after the files: a reader that stops reading (| head) loses none
     return 0

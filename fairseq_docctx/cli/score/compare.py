@@ -1,10 +1,9 @@
 """``docctx-score compare``: :mod:`fairseq_docctx.evaluation.significance`."""
-import json
 import os
 
 from ...evaluation import significance as sig
 from ...evaluation.bleu import bleu_metric, metric_key, pretokenizer, scored_sides
-from ...evaluation.io import HYP_FORMATS, POST_PROCESS, TEXT_FORMATS, ScoreInputError, load_corpus
+from ...evaluation.io import HYP_FORMATS, POST_PROCESS, TEXT_FORMATS, ScoreInputError, load_corpus, write_json_file
 from .options import add_subcommand, empty_hypotheses_note
 
 
@@ -102,8 +101,6 @@ def main(args):
             res["signature"] += f"|pretok:{pretok or 'none'}"
         report["comparisons"][metric_key(m, tok, args.document)] = res
     if args.json:  # first: a reader that stops reading (| head) loses no file
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=1, ensure_ascii=False)
-            f.write("\n")
+        write_json_file(args.json, report, args.outputs)
     print(sig.format_comparison(report))
     return 0

@@ -1,9 +1,8 @@
 """``docctx-score contrastive``: :mod:`fairseq_docctx.evaluation.contrastive`."""
-import json
 import os
 
 from ...evaluation import contrastive as ct
-from ...evaluation.io import ScoreInputError
+from ...evaluation.io import ScoreInputError, write_json_file
 from ...evaluation.summary import load_run
 from .options import add_json_args, add_model_args, add_subcommand, scorer_from_args, write_model_json
 
@@ -52,7 +51,7 @@ def main(args) -> int:
         scorer = scorer_from_args(args)
     rep = ct.evaluate(scorer, examples)
     if args.scores_out:
-        with open(args.scores_out, "w", encoding="utf-8") as f:
+        with args.outputs.open(args.scores_out) as f:
             for sc in rep["scores"]:
                 f.writelines(f"{s:.6f}\n" for s in sc)
     if args.json:  # first: a reader that stops reading (| head) loses no file
@@ -71,9 +70,7 @@ def _compare(args) -> int:
     results = {m: ct.compare_reports(runs[0]["metrics"][m], runs[1]["metrics"][m], runs[0]["run"], runs[1]["run"])
                for m in shared}
     if args.json:  # first: a reader that stops reading (| head) loses no file
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"mcnemar": results, "files": list(args.compare)}, f, indent=1, ensure_ascii=False)
-            f.write("\n")
+        write_json_file(args.json, {"mcnemar": results, "files": list(args.compare)}, args.outputs)
     for m, res in results.items():
         print(f"{m}\n{ct.format_mcnemar(res)}")
     return 0

@@ -61,7 +61,12 @@ def main(args) -> int:
 
     inputs = _inputs(args)
     for e, i in zip(args.evalsets, inputs):  # every file checked before the model works
+        args.outputs.read("the inputs", i)
         ctxpro.read_inputs(i, ctxpro.read_evalset(e), args.joining_string)
+    names = [os.path.join(args.translations_out, _name(e) + ".txt") for e in args.evalsets] \
+        if args.translations_out else []
+    for n in names:
+        args.outputs.file(n, f"--translations-out {args.translations_out}: {n}")
     quiet_logs()
     hub = from_pretrained(args.path, data=args.data, spm_model=args.spm_model, cpu=not args.gpu)
     lang = args.lang or hub.task.cfg.target_lang
@@ -73,11 +78,9 @@ def main(args) -> int:
         if type(e).__name__ == "SentenceSplitterException":
             raise ScoreInputError(f"{e} (give --lang, the target language's ISO 639-1 code)") from None
         raise
-    if args.translations_out:
-        os.makedirs(args.translations_out, exist_ok=True)
-        for r in reports:
-            with open(os.path.join(args.translations_out, _name(r["evalset"]) + ".txt"), "w", encoding="utf-8") as f:
-                f.writelines(t + "\n" for t in r["translations"])
+    for n, r in zip(names, reports):
+        with args.outputs.open(n) as f:
+            f.writelines(t + "\n" for t in r["translations"])
     if args.json:
         metrics = {f"ctxpro:{_name(r['evalset'])}": {"score": r["accuracy"],
                                                      **{k: v for k, v in r.items() if k != "translations"}}

@@ -1,6 +1,5 @@
 """``docctx-score entropy``: :mod:`fairseq_docctx.evaluation.entropy`."""
 import math
-import os
 
 from .options import (add_documents_args, add_json_args, add_model_args, add_subcommand, documents_files,
                       documents_from_args, scorer_from_args, write_model_json)
@@ -57,9 +56,8 @@ def main(args) -> int:
                          documents_files(args))
     k = None
     if args.plot:
-        d = os.path.dirname(os.path.abspath(args.plot))
-        os.makedirs(d, exist_ok=True)
-        k = plot_entropy(rep, args.plot, _plot_index(rep, args.plot_doc, args.plot_sentence))
+        with args.outputs.open(args.plot, "wb") as f:
+            k = plot_entropy(rep, f, _plot_index(rep, args.plot_doc, args.plot_sentence))
     print(format_report(rep))
     if k is not None:
         print(f"docctx-score entropy: wrote {args.plot} (sentence {rep['sentences'][k]['index']} of "

@@ -5,8 +5,25 @@ import os
 import sys
 from typing import Dict, List, Union
 
-from .. import run_command
+from .. import add_force, mark, output_guard, run_command
 from ...evaluation.io import HYP_FORMATS, POST_PROCESS, TEXT_FORMATS, Corpus, load_corpus, write_json
+
+#: what the options of the subcommands read (their ``dest``: what the output guard calls it)
+INPUTS = {
+    "hyp": "the hypotheses", "ref": "the reference", "src": "the source", "docids": "the document ids",
+    "data": ("the data directory", ("*.docs", "dict.*.txt", "docctx.json", "*.model", "*.bin", "*.idx")),
+    "path": "the checkpoint", "spm_model": "the SentencePiece model", "runs": "the run",
+    "significance": "the comparison", "paper_scores": "the published scores", "align_ref": "the alignment",
+    "align_hyp": "the alignment", "target_pronouns": "the pronoun list", "source_pronouns": "the pronoun list",
+    "equal": "the groups", "similar": "the groups", "improve_tgt_words": "the word list",
+    "improve_src_words": "the word list", "noun_list": "the noun list", "vectors": "the word vectors",
+    "checkpoint": "the checkpoint", "dict": "the dictionary", "testset": "the test set",
+    "groups": "the test set's groups", "compare": "the report", "evalsets": "the evaluation set",
+    "inputs": "the inputs", "input": "the input", "baseline": "the baseline", "meteor_jar": "the METEOR jar",
+}
+#: what the options of the subcommands write
+OUTPUTS = {"json": "file", "output": "file", "detail": "file", "scores_out": "file", "plot": "file",
+           "translations_out": "folder", "outdir": "folder"}
 
 #: the note a corpus-level metric prints (on stderr) for files without documents
 NO_DOCUMENTS_NOTE = ("note: no document structure in {files}: corpus-level scores only; per-document "
@@ -34,9 +51,34 @@ def add_subcommand(sub, name, main, errors=(), message=None, **kwargs):
     ``docctx-score NAME: error: ...`` for :func:`input_errors` and ``errors``."""
     p = sub.add_parser(name, **kwargs)
     extra = {} if message is None else {"message": message}
-    p.set_defaults(func=functools.partial(run_command, f"docctx-score {name}", main,
+    p.set_defaults(func=functools.partial(run_command, f"docctx-score {name}", functools.partial(_guarded, p, main),
                                           errors=input_errors() + tuple(errors), **extra))
     return p
+
+
+def finish_parser(p):
+    """Mark what a subcommand's options read and write (:data:`INPUTS`, :data:`OUTPUTS`) and
+    give it ``--force`` when it writes files."""
+    mark(p, INPUTS, OUTPUTS)
+    if any(a.dest in OUTPUTS for a in p._actions) and not any(a.dest == "force" for a in p._actions):
+        add_force(p, "a file (--json, -o, ...)")
+    return p
+
+
+def _guarded(parser, main, args):
+    """``main(args)`` with ``args.outputs``, the run's output guard
+    (:func:`fairseq_docctx.cli.output_guard`): every file the options name checked before the
+    work; the document-id files beside the text sides are inputs too."""
+    from ...data.readers import docids_path
+
+    extra = [("the document ids", docids_path(v, None)) for dest in ("hyp", "ref", "src")
+             for v in _list(getattr(args, dest, None))]
+    with output_guard(parser, args, "docctx-score", extra) as args.outputs:
+        return main(args)
+
+
+def _list(value):
+    return [v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, str) and v]
 
 
 # ------------------------------------------------------------------------------------------
@@ -119,7 +161,7 @@ def emit(args, metrics: Dict[str, dict], corpus: Corpus, text: str):
     metrics = {k: {**m, "sentences": corpus.num_sentences, "documents": len(corpus.doc_ids)}
                if isinstance(m, dict) else m for k, m in metrics.items()}
     if getattr(args, "json", None):  # first: a reader that stops reading (| head) loses no file
-        write_json(args.json, args.name or os.path.basename(args.hyp), corpus.files, metrics)
+        write_json(args.json, args.name or os.path.basename(args.hyp), corpus.files, metrics, args.outputs)
     print(text)
 
 
@@ -188,4 +230,4 @@ def add_json_args(p):
 def write_model_json(args, metrics: dict, files: dict) -> None:
     """Write the ``--json FILE`` of a subcommand that scores with a model."""
     files = {"checkpoint": args.path, **({"data": args.data} if args.data else {}), **files}
-    write_json(args.json, args.name or args.path, files, metrics)
+    write_json(args.json, args.name or args.path, files, metrics, args.outputs)

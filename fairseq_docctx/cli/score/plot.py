@@ -1,7 +1,7 @@
 """``docctx-score plot``: :mod:`fairseq_docctx.evaluation.plots`."""
-import json
 import os
 
+from ...evaluation.io import write_json_file
 from .options import add_subcommand
 
 
@@ -26,14 +26,16 @@ def main(args) -> int:
     from ...evaluation.plots import context_values, plot_context
     from ...evaluation.scoring import quiet_logs
     from ...hub import from_pretrained
+    from ...models.document_context import registered_name
 
     quiet_logs()
     hub = from_pretrained(args.path, data=args.data)
-    os.makedirs(args.outdir, exist_ok=True)
+    base = os.path.join(args.outdir, f"context_{registered_name(hub.models[0])}")
+    for ext in (".json", ".png"):
+        args.outputs.file(base + ext, f"--outdir {args.outdir}: {base + ext}")
     values = context_values(hub, args.split, args.doc, args.sentence)
-    base = os.path.join(args.outdir, f"context_{values['arch']}")
-    with open(base + ".json", "w", encoding="utf-8") as f:
-        json.dump(values, f, indent=1, ensure_ascii=False)
-    plot_context(values, base + ".png")
+    write_json_file(base + ".json", values, args.outputs)
+    with args.outputs.open(base + ".png", "wb") as f:
+        plot_context(values, f)
     print(f"docctx-score plot: wrote {base}.png and {base}.json")
     return 0

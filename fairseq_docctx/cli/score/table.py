@@ -1,7 +1,6 @@
 """``docctx-score table``: :mod:`fairseq_docctx.evaluation.summary`."""
-import json
-
 from ...evaluation import summary
+from ...evaluation.io import write_json_file
 from ...evaluation.significance import load_comparison
 from .options import add_subcommand
 
@@ -34,12 +33,9 @@ def main(args):
                                   comparisons, args.alpha, args.test, paper)
     md = summary.to_markdown(table, args.digits)
     if args.json:  # first: a reader that stops reading (| head) loses no file
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(table, f, indent=1, ensure_ascii=False)
-            f.write("\n")
+        write_json_file(args.json, table, args.outputs)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(md + "\n")
+        args.outputs.write_text(args.output, md + "\n")
     else:
         print(md)
     return 0

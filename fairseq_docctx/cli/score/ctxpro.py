@@ -60,13 +60,14 @@ def main(args) -> int:
     from ...hub import from_pretrained
 
     inputs = _inputs(args)
-    for e, i in zip(args.evalsets, inputs):  # every file checked before the model works
+    for i in inputs:
         args.outputs.read("the inputs", i)
-        ctxpro.read_inputs(i, ctxpro.read_evalset(e), args.joining_string)
     names = [os.path.join(args.translations_out, _name(e) + ".txt") for e in args.evalsets] \
         if args.translations_out else []
-    for n in names:
+    for n in names:  # the outputs first, then every input file, before the model works
         args.outputs.file(n, f"--translations-out {args.translations_out}: {n}")
+    for e, i in zip(args.evalsets, inputs):
+        ctxpro.read_inputs(i, ctxpro.read_evalset(e), args.joining_string)
     quiet_logs()
     hub = from_pretrained(args.path, data=args.data, spm_model=args.spm_model, cpu=not args.gpu)
     lang = args.lang or hub.task.cfg.target_lang

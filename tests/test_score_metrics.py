@@ -510,6 +510,35 @@ def test_summary_table_of_runs_scored_on_different_test_sets(tmp_path, capsys):
     assert rc == 0 and out.splitlines()[0] == "| run | bleu | Δ | chrf | Δ |" and "†" not in out
 
 
+def test_two_test_sets_of_one_size_are_two_test_sets(tmp_path, capsys):
+    """Runs scored on different references and documents of the same size: the table marks the
+    column and refuses a Δ (the run files record the SHA-1 of the references and document ids,
+    not only the counts); a run scored again on the same test set is one test set."""
+    write(tmp_path / "h.txt", "a b c\nd e f\ng h i\n")
+    for k, (ref, ids) in enumerate((("a b c\nd e f\ng h i\n", "d0\nd0\nd1\n"),
+                                    ("a b x\nd y f\nz h i\n", "e0\ne0\ne1\n"))):
+        write(tmp_path / f"r{k}.ref", ref)
+        write(tmp_path / f"r{k}.docids", ids)
+        rc, _, _ = score_cli(["bleu", "--hyp", str(tmp_path / "h.txt"), "--ref", str(tmp_path / f"r{k}.ref"),
+                              "--docids", str(tmp_path / f"r{k}.docids"), "--json", str(tmp_path / f"d{k}.json"),
+                              "--name", f"d{k}", "--tokenized"], capsys)
+        assert rc == 0
+    runs = [str(tmp_path / "d0.json"), str(tmp_path / "d1.json")]
+    data = [json.loads((tmp_path / f"d{k}.json").read_text())["metrics"]["bleu_tok"] for k in (0, 1)]
+    assert (data[0]["sentences"], data[0]["documents"]) == (data[1]["sentences"], data[1]["documents"]) == (3, 2)
+    rc, out, err = score_cli(["table", *runs, "--baseline", "d0"], capsys)
+    assert rc == 2 and not out and "a difference between two test sets is no Δ" in err
+    assert "3 sentences / 2 documents (references " in err
+    rc, out, _ = score_cli(["table", *runs], capsys)
+    assert rc == 0 and "| run | bleu_tok† |" in out
+    # the same hypotheses scored again against r0 under another name: one test set
+    rc, _, _ = score_cli(["bleu", "--hyp", str(tmp_path / "h.txt"), "--ref", str(tmp_path / "r0.ref"),
+                          "--docids", str(tmp_path / "r0.docids"), "--json", str(tmp_path / "again.json"),
+                          "--name", "again", "--tokenized"], capsys)
+    rc, out, _ = score_cli(["table", runs[0], str(tmp_path / "again.json"), "--baseline", "d0"], capsys)
+    assert rc == 0 and "†" not in out and "+0.00" in out
+
+
 @pytest.mark.parametrize("options", [[], ["--tokenized"], ["--pretokenize", "moses"]])
 def test_bleu_of_two_empty_files_is_refused(tmp_path, options):
     """No sentences on either side: one line, exit 2, not BLEU 0.00 (nor a traceback)."""

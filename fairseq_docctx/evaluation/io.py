@@ -464,6 +464,38 @@ def load_json_object(path: str, key: str, what: str) -> Dict:
     return data
 
 
+def _sha1_lines(lines) -> str:
+    import hashlib
+
+    h = hashlib.sha1()
+    for line in lines:
+        h.update(line.encode("utf-8") + b"\n")
+    return h.hexdigest()
+
+
+def test_set_identity(doc_ids: Optional[Sequence[str]], lengths: Sequence[int],
+                      references: Optional[Sequence[Sequence[Sequence[str]]]] = None) -> Dict[str, object]:
+    """What identifies the test set a score was computed on, as ``docctx-score table``
+    compares it: its ``sentences`` and ``documents``, the SHA-1 of its documents' ids and
+    sentence counts (``doc_ids_sha1``; ``None`` without documents) and, where the score read
+    references, the SHA-1 of their sentences as scored (``references_sha1``: every reference
+    in order, its documents' sentences one a line). ``lengths``: each document's sentence
+    count."""
+    out: Dict[str, object] = {"sentences": int(sum(lengths)), "documents": len(lengths) if doc_ids else 0,
+                              "doc_ids_sha1": (_sha1_lines(f"{d}\t{n}" for d, n in zip(doc_ids, lengths))
+                                               if doc_ids else None)}
+    if references:
+        out["references_sha1"] = _sha1_lines(
+            line for k, ref in enumerate(references) for line in [f"# reference {k}"] + [s for d in ref for s in d])
+    return out
+
+
+def corpus_identity(corpus: "Corpus") -> Dict[str, object]:
+    """:func:`test_set_identity` of a corpus (its references, if it has any)."""
+    return test_set_identity(corpus.doc_ids if corpus.has_documents else None, [len(d) for d in corpus.hyp],
+                             corpus.references or None)
+
+
 def write_json(path: str, name: str, files: Dict[str, str], metrics: Dict[str, dict], outputs):
     """Write (or merge into an existing file of the same run) ``{"run", "files", "metrics"}``,
     through the run's output guard ``outputs`` (:class:`~fairseq_docctx.data.outputs.Outputs`,

@@ -4,7 +4,9 @@ Each RUN.json is what a subcommand writes with ``--json`` (``{"run", "files", "m
 {metric: {"score": ..., ...}}}``; several subcommands may write into the same file for one
 run). One row per run, one column per metric that any run has (``--metrics`` picks and
 orders them); a run without a metric shows ``-``. The run files record the test set each
-score was computed on (its numbers of sentences and documents): a column whose runs were
+score was computed on (its numbers of sentences and documents, and the SHA-1 of its document
+ids and of its references: :func:`~fairseq_docctx.evaluation.io.test_set_identity`; two
+test sets of one size are still two): a column whose runs were
 scored on different test sets is marked ``†`` in its header, with a line under the table
 naming the runs of each test set. With ``--baseline NAME`` a ``Δ`` column follows every
 metric (difference to that run); a column whose runs were scored on different test sets is
@@ -13,8 +15,8 @@ COMPARE.json`` (what ``docctx-score compare --json`` writes) a score whose diffe
 significant (p < the comparison's α, or ``--alpha``; the larger p of the tests it ran, or
 ``--test``'s) is marked ``*``. A comparison is refused unless it is about the table's runs:
 its baseline and every system it compares are runs of the table, each system's score in it
-is the run's score (to 0.005) and its test set has the run's number of sentences and
-documents (where the run file records them); one of its metrics at least is a column of the
+is the run's score (to 0.005) and its test set is the run's (its sentences, documents,
+document ids and references, where both record them); one of its metrics at least is a column of the
 table. Per-document scores stay in the run files.
 """
 import os
@@ -114,27 +116,54 @@ def summary_table(runs: Sequence[Dict], metrics: Optional[List[str]] = None,
             "paper_unmatched": unmatched, "test_sets": test_sets}
 
 
+#: what identifies a test set in a run file's score (:func:`~fairseq_docctx.evaluation.io.test_set_identity`)
+IDENTITY = ("sentences", "documents", "doc_ids_sha1", "references_sha1")
+
+
+def _identity(entry: Dict) -> Dict:
+    """The test-set identity a score records (its fields of :data:`IDENTITY` that are set)."""
+    return {k: entry[k] for k in IDENTITY if entry.get(k) is not None}
+
+
+def same_test_set(a: Dict, b: Dict) -> bool:
+    """Whether two identities (:func:`_identity`) can be one test set: equal in every field
+    both record (a run file written before a field existed is compared by the others)."""
+    return all(a[k] == b[k] for k in a.keys() & b.keys())
+
+
 def _test_sets(runs: Sequence[Dict], metrics: Sequence[str]) -> Dict[str, List[Dict]]:
-    """The metrics whose runs were scored on different test sets (the ``sentences`` and
-    ``documents`` the run files record with each score; a score without them is left
-    out): ``{metric: [{"sentences", "documents", "runs": [...]}, ...]}``, in run order."""
+    """The metrics whose runs were scored on different test sets (what identifies the test
+    set in the run files, with each score: its ``sentences``, ``documents``, the SHA-1 of its
+    document ids and of its references; a score without any is left out): ``{metric:
+    [{"sentences", "documents", ..., "runs": [...]}, ...]}``, in run order."""
     out = {}
     for m in metrics:
-        groups: Dict[tuple, List[str]] = {}
+        groups: List[Dict] = []
         for r in runs:
             entry = r["metrics"].get(m)
             if not isinstance(entry, dict) or entry.get("score") is None:
                 continue
-            size = (entry.get("sentences"), entry.get("documents"))
-            if size != (None, None):
-                groups.setdefault(size, []).append(r["run"])
+            ident = _identity(entry)
+            if not ident:
+                continue
+            group = next((g for g in groups if same_test_set(g["identity"], ident)), None)
+            if group is None:
+                groups.append({"identity": ident, "runs": [r["run"]]})
+            else:
+                group["identity"].update(ident)
+                group["runs"].append(r["run"])
         if len(groups) > 1:
-            out[m] = [{"sentences": n, "documents": d, "runs": names} for (n, d), names in groups.items()]
+            out[m] = [{**{k: g["identity"].get(k) for k in IDENTITY if k in g["identity"] or k in ("sentences",
+                                                                                                    "documents")},
+                       "runs": g["runs"]} for g in groups]
     return out
 
 
 def _size(test_set: Dict) -> str:
-    return f"{test_set['sentences']} sentences / {test_set['documents']} documents"
+    text = f"{test_set['sentences']} sentences / {test_set['documents']} documents"
+    more = [f"{what} {test_set[k][:8]}" for k, what in (("references_sha1", "references"),
+                                                       ("doc_ids_sha1", "document ids")) if test_set.get(k)]
+    return text + (f" ({', '.join(more)})" if more else "")
 
 
 #: how far a comparison's score of a system may be from the run's (both printed to 2 decimals)
@@ -188,11 +217,16 @@ def _check_comparison(c: Dict, runs: Sequence[Dict], metrics: Sequence[str]) -> 
             entry = by_name[s["name"]]["metrics"].get(m)
             if not isinstance(entry, dict) or entry.get("score") is None:
                 continue
-            for unit in ("sentences", "documents"):
+            for unit in IDENTITY:
                 if entry.get(unit) is not None and c.get(unit) is not None and entry[unit] != c[unit]:
+                    mine, theirs = ((c[unit], entry[unit]) if unit in ("sentences", "documents")
+                                    else (c[unit][:8], entry[unit][:8]))
+                    label = {"doc_ids_sha1": "the document ids", "references_sha1": "the references"}.get(unit, unit)
                     raise ScoreInputError(
-                        f"{what} was computed on {c[unit]} {unit}, run {s['name']!r}'s {m} on {entry[unit]}: "
-                        "not the same test set")
+                        f"{what} was computed on {mine} {unit}, run {s['name']!r}'s {m} on {theirs}: "
+                        "not the same test set" if unit in ("sentences", "documents") else
+                        f"{what} and run {s['name']!r}'s {m} were computed on different test sets ({label}: "
+                        f"SHA-1 {mine}… and {theirs}…)")
             if abs(entry["score"] - s["score"]) > SCORE_TOLERANCE:
                 raise ScoreInputError(
                     f"{what} gives {s['name']!r} the {m} score {s['score']:.2f}, the run {entry['score']:.2f}: "

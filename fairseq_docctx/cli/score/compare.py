@@ -3,7 +3,7 @@ import os
 
 from ...evaluation import significance as sig
 from ...evaluation.bleu import bleu_metric, metric_key, pretokenizer, scored_sides
-from ...evaluation.io import HYP_FORMATS, POST_PROCESS, TEXT_FORMATS, ScoreInputError, load_corpus, write_json_file
+from ...evaluation.io import HYP_FORMATS, POST_PROCESS, TEXT_FORMATS, ScoreInputError, corpus_identity, load_corpus, write_json_file
 from .options import add_subcommand, empty_hypotheses_note
 
 
@@ -86,6 +86,7 @@ def main(args):
               "resample": "documents" if args.document else args.resample, "document": args.document,
               "documents": len(corpora[0].doc_ids) if corpora[0].has_documents else None,
               "sentences": corpora[0].num_sentences,
+              **{k: v for k, v in corpus_identity(corpora[0]).items() if k.endswith("_sha1")},
               "alpha": args.alpha, "tests": list(tests), "seed": args.seed, "comparisons": {}}
     pretok = args.pretokenize if args.pretokenize != "none" else None
     for m in metrics:

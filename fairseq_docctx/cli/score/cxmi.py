@@ -1,5 +1,6 @@
 """``docctx-score cxmi``: :mod:`fairseq_docctx.evaluation.cxmi`."""
 from ...evaluation import cxmi
+from ...evaluation.io import test_set_identity
 from .options import (add_documents_args, add_json_args, add_model_args, add_subcommand, documents_files,
                       documents_from_args, scorer_from_args, write_model_json)
 
@@ -20,9 +21,11 @@ def add_parser(sub):
 
 def main(args) -> int:
     scorer = scorer_from_args(args)
-    src, tgt, _ = documents_from_args(scorer, args)
+    src, tgt, ids = documents_from_args(scorer, args)
     rep = cxmi.compute_cxmi(scorer, src, tgt, seed=args.seed)
     rep.update(documents_files(args))
+    # what identifies the test set (docctx-score table compares it), the report's own counts kept
+    rep.update({k: v for k, v in test_set_identity(ids, [len(d) for d in tgt]).items() if k not in rep})
     if args.json:  # first: a reader that stops reading (| head) loses no file
         write_model_json(args, {"cxmi": {"score": rep["cxmi"], **rep}}, documents_files(args))
     print(cxmi.format_report(rep))

@@ -1,6 +1,8 @@
 """``docctx-score entropy``: :mod:`fairseq_docctx.evaluation.entropy`."""
 import math
 
+from ...evaluation.io import test_set_identity
+
 from .options import (add_documents_args, add_json_args, add_model_args, add_subcommand, documents_files,
                       documents_from_args, scorer_from_args, write_model_json)
 
@@ -49,10 +51,11 @@ def main(args) -> int:
     src, tgt, ids = documents_from_args(scorer, args)
     rep = entropy_report(scorer, src, tgt, ids, base, args.max_sentences)
     rep.update(documents_files(args))
+    identity = {k: v for k, v in test_set_identity(ids, [len(d) for d in tgt]).items() if k not in rep}
     # the files first: a reader that stops reading standard output (| head) loses none
     if args.json:
         means = [d["mean"] for d in rep["distributions"] if d["mean"] is not None]
-        write_model_json(args, {"attention_entropy": {"score": means[0] if means else None, **rep}},
+        write_model_json(args, {"attention_entropy": {"score": means[0] if means else None, **rep, **identity}},
                          documents_files(args))
     k = None
     if args.plot:

@@ -6,7 +6,8 @@ import sys
 from typing import Dict, List, Union
 
 from .. import add_force, mark, output_guard, run_command
-from ...evaluation.io import HYP_FORMATS, POST_PROCESS, TEXT_FORMATS, Corpus, load_corpus, write_json
+from ...evaluation.io import (HYP_FORMATS, POST_PROCESS, TEXT_FORMATS, Corpus, corpus_identity, load_corpus,
+                              write_json)
 
 #: what the options of the subcommands read (their ``dest``: what the output guard calls it)
 INPUTS = {
@@ -152,14 +153,16 @@ def corpus_from_args(args, documents: Union[bool, str] = False) -> Corpus:
 
 
 def emit(args, metrics: Dict[str, dict], corpus: Corpus, text: str):
-    """Print ``text``; with ``--json``, first write ``metrics``, each score with the size of the
-    test set it was computed on (``sentences``, ``documents``: what ``docctx-score table``
-    checks a comparison's test set against)."""
+    """Print ``text``; with ``--json``, first write ``metrics``, each score with what identifies
+    the test set it was computed on (``sentences``, ``documents``, ``doc_ids_sha1``,
+    ``references_sha1``: :func:`~fairseq_docctx.evaluation.io.test_set_identity`, what
+    ``docctx-score table`` compares runs and comparisons by)."""
     if not corpus.has_documents:  # the one pseudo-document's score is the corpus score
         metrics = {k: {f: v for f, v in m.items() if f != "per_document"} if isinstance(m, dict) else m
                    for k, m in metrics.items()}
-    metrics = {k: {**m, "sentences": corpus.num_sentences, "documents": len(corpus.doc_ids)}
-               if isinstance(m, dict) else m for k, m in metrics.items()}
+    identity = corpus_identity(corpus)
+    identity["documents"] = len(corpus.doc_ids)
+    metrics = {k: {**m, **identity} if isinstance(m, dict) else m for k, m in metrics.items()}
     if getattr(args, "json", None):  # first: a reader that stops reading (| head) loses no file
         write_json(args.json, args.name or os.path.basename(args.hyp), corpus.files, metrics, args.outputs)
     print(text)

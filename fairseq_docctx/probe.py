@@ -52,6 +52,7 @@ from collections import defaultdict
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .data.outputs import Outputs
+from .data.readers import read_lines
 
 # (class name, nominative pronoun, accusative pronoun, indefinite article)
 CLASSES = [("m", "er", "ihn", "ein"), ("f", "sie", "sie", "eine"), ("n", "es", "es", "ein")]
@@ -388,8 +389,7 @@ def read_hypotheses(path: str, n_expected: Optional[int] = None) -> List[str]:
             raise ValueError(f"{path}: {n_expected - len(hyps)} of {n_expected} sentences have no "
                              "H- line (the last ones); was --required-batch-size-multiple 1 passed?")
     else:
-        with open(path, encoding="utf-8") as f:
-            hyps = f.read().splitlines()
+        hyps = read_lines(path)
     if n_expected is not None and len(hyps) != n_expected:
         raise ValueError(f"{path}: {len(hyps)} hypotheses, expected {n_expected}")
     return hyps
@@ -401,8 +401,7 @@ def source_documents(annotations: Union[str, Iterable[dict]], source: str) -> Li
     """The source sentences of a probe split (``{split}.src``), grouped into the documents of
     its annotations (``{split}.probe.jsonl``: one record per sentence, in corpus order)."""
     anns = load_annotations(annotations)
-    with open(source, encoding="utf-8") as f:
-        lines = f.read().splitlines()
+    lines = read_lines(source)
     if len(lines) != len(anns):
         raise ValueError(f"{source}: {len(lines)} sentences, but the annotations have "
                          f"{len(anns)} records: give the .src file of the same split")

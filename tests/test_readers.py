@@ -551,3 +551,55 @@ def test_docctx_prepare_refuses_a_line_that_shows_nothing(tmp_path, capsys):
     assert msg.startswith(f"docctx-prepare: error: {tmp_path / 'c.en'}:2: empty sentence in document 'x' "
                           "(only invisible characters: U+200B)"), msg
     assert not (tmp_path / "bin").exists()
+
+
+@pytest.mark.parametrize("fmt,text,line,code", [
+    ("docids", "a\nb \x00c\n", 2, "U+0000 (NUL) at column 3"),
+    ("blank", "a\n\nb\x1b[1m c\n", 3, "U+001B (ESC)"),
+    ("marker", "<d>\na\n<d>\nb\x7f\n", 4, "U+007F (DEL)"),
+    ("jsonl", '{"id": "x", "src": ["a"]}\n{"id": "y", "src": ["a", "b\\u0000c"]}\n', 2, "U+0000 (NUL)"),
+    ("jsonl", '{"id": "x", "src": ["a \\f b"]}\n', 1, "U+000C (form feed)"),
+    ("xml", '<srcset>\n<doc docid="1">\n<seg id="1">a</seg>\n<seg id="2">b \x9d</seg>\n</doc>\n</srcset>\n', 4,
+     "U+009D at column"),
+    ("wmt-xml", '<dataset>\n<collection id="c">\n<doc id="1">\n<src lang="en"><p><seg id="1">a</seg>\n'
+                '<seg id="2">b &#133;</seg></p></src>\n</doc>\n</collection>\n</dataset>\n', 5, "U+0085 (NEL)"),
+])
+def test_a_control_character_is_refused_on_every_reading_path(tmp_path, fmt, text, line, code):
+    """A NUL byte, ESC, DEL, a C1 control (the mark of text decoded with the wrong encoding)
+    or a JSON-escaped one inside a sentence is refused naming file, line and column, in every
+    format and by every reader (read_file: docctx-prepare, docctx-score; DocumentStream:
+    docctx-translate; read_lines: hypotheses, docids, the contrastive and ctxpro files); a
+    model would read it as an unknown word and translate the line differently without a
+    word. The tab stays white space."""
+    from fairseq_docctx.data.readers import DocumentStream, read_file, read_lines
+
+    f = w(tmp_path / "in.txt", text)
+    d = w(tmp_path / "in.docids", "x\nx\n")
+    for read in (lambda: read_file(str(f), fmt, str(d)), lambda: list(DocumentStream(str(f), fmt, str(d)))):
+        with pytest.raises(DocumentFormatError, match=re.escape(code)) as e:
+            read()
+        err(e, f, line)
+    if fmt in ("docids", "blank", "marker"):
+        with pytest.raises(DocumentFormatError, match=re.escape(code)) as e:
+            read_lines(str(f))
+        err(e, f, line)
+    assert read_file(str(w(tmp_path / "tab.txt", "a\tb\n")), "docids", str(w(tmp_path / "tab.docids", "x\n")))[0][0] \
+        .sentences == ["a\tb"]
+
+
+def test_docctx_prepare_translate_and_score_refuse_a_nul_byte(tmp_path, capsys):
+    """The three commands: one line naming the file and line, exit code 2, nothing written."""
+    from conftest import run_in_process
+    from fairseq_docctx.cli.prepare import cli_main as prepare
+    from fairseq_docctx.cli.score import cli_main as score
+
+    w(tmp_path / "c.en", "a b\nc \x00d\n")
+    w(tmp_path / "c.de", "A B\nC D\n")
+    w(tmp_path / "c.docids", "x\nx\n")
+    code, _, msg = run_in_process(prepare, ["-s", "en", "-t", "de", "--trainpref", tmp_path / "c",
+                                            "--destdir", tmp_path / "bin"], capsys)
+    assert code == 2 and msg == (f"docctx-prepare: error: {tmp_path / 'c.en'}:2: control character U+0000 (NUL) at "
+                                 "column 3: text must not hold control characters (tab excepted); remove them\n")
+    assert not (tmp_path / "bin").exists()
+    code, _, msg = run_in_process(score, ["bleu", "--hyp", tmp_path / "c.en", "--ref", tmp_path / "c.de"], capsys)
+    assert code == 2 and msg.startswith(f"docctx-score bleu: error: {tmp_path / 'c.en'}:2: control character U+0000")

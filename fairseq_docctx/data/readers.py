@@ -140,6 +140,57 @@ def prefix_name(prefix: str) -> str:
 # ------------------------------------------------------------------------------------------
 # low-level file access
 
+#: the control characters (Unicode category Cc) text may not hold: every one but the tab (white
+#: space between words), the line feed and the carriage return (line endings; a carriage
+#: return inside a line is read as a space)
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_CONTROL_NAMES = {0x00: "NUL", 0x07: "BEL", 0x08: "backspace", 0x0B: "vertical tab", 0x0C: "form feed",
+                  0x1B: "ESC", 0x7F: "DEL", 0x85: "NEL"}
+
+
+def check_controls(text: str, path: str, line: Optional[int]) -> str:
+    """``text``, refused (:class:`DocumentFormatError` naming ``path`` and ``line``) when it
+    holds a control character other than the tab and the line endings (a NUL byte, ESC, DEL,
+    the C1 controls U+0080-U+009F of text decoded with the wrong encoding...): a model reads
+    such a character as an unknown word, or a tokenizer drops it, and the translation
+    changes without a word. Every reading path of the package's input calls this: the line
+    readers (:func:`read_lines`, :func:`iter_lines`) and the text decoded from JSON strings,
+    XML and SGML character references."""
+    m = _CONTROL.search(text)
+    if m is not None:
+        code = ord(m.group())
+        name = f" ({_CONTROL_NAMES[code]})" if code in _CONTROL_NAMES else ""
+        raise DocumentFormatError(path, line, f"control character U+{code:04X}{name} at column {m.start() + 1}: "
+                                  "text must not hold control characters (tab excepted); remove them")
+    return text
+
+
+#: a JSON escape of a refused control character (``\\u0000``, ``\\b``, ``\\f``...)
+_JSON_CONTROL = re.compile(r"\\(?:u00(?:0[0-8bBcC]|0[eEfF]|1[0-9a-fA-F]|7[fF]|[89][0-9a-fA-F])|[bf])")
+
+
+def check_json_controls(obj: Any, text: str, path: str) -> Any:
+    """``obj`` (what ``json.loads(text)`` of the file ``path`` gave), refused as
+    :func:`check_controls` refuses text when one of its strings holds a control character
+    (written in the JSON as an escape, ``\\u0000``): the error names the line of the first
+    such escape."""
+    def strings(x):
+        if isinstance(x, str):
+            yield x
+        elif isinstance(x, dict):
+            for k, v in x.items():
+                yield from strings(k)
+                yield from strings(v)
+        elif isinstance(x, list):
+            for v in x:
+                yield from strings(v)
+
+    for x in strings(obj):
+        if _CONTROL.search(x):
+            m = _JSON_CONTROL.search(text)
+            check_controls(x, path, text.count("\n", 0, m.start()) + 1 if m else 1)
+    return obj
+
 
 def read_lines(path: str) -> List[str]:
     """The lines of a UTF-8 file (BOM dropped, ``\\n`` or ``\\r\\n`` endings removed)."""
@@ -153,6 +204,9 @@ def read_lines(path: str) -> List[str]:
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise DocumentFormatError(path, line, f"not valid UTF-8 ({e.reason})") from None
+    if _CONTROL.search(text):  # which line: only when there is one
+        for i, ln in enumerate(text.split("\n"), 1):
+            check_controls(ln, path, i)
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the final newline ends the last line, it does not start a new one
@@ -182,6 +236,7 @@ def iter_lines(source: Union[str, IO[bytes]], path: Optional[str] = None) -> Ite
                 raise DocumentFormatError(path, i, f"not valid UTF-8 ({e.reason})") from None
             if text.endswith("\n"):
                 text = text[:-1]
+            check_controls(text, path, i)
             yield i, text[:-1] if text.endswith("\r") else text
     finally:
         if own:
@@ -632,7 +687,7 @@ class _XmlParser:
                     )
                 if end is None:
                     raise DocumentFormatError(path, ln, f"<seg id={sid}> is not closed before the end of the file")
-                s = _clean(_segment_text(text[m.end():end.start()]))
+                s = _clean(check_controls(_segment_text(text[m.end():end.start()]), path, ln))
                 if _shows_nothing(s) and not allow_empty:
                     raise DocumentFormatError(path, ln, f"empty segment id={sid} in document {doc.doc_id!r}"
                                               + _invisible(s))
@@ -839,7 +894,7 @@ def _wmt_document(path: str, did: str, doc_el, side: str, translator: Optional[s
             raise DocumentFormatError(path, seg.sourceline, f"seg id={sid} appears twice in <{el.tag}> of "
                                       f"document {did!r} (first at line {seen[sid]})")
         seen[sid] = seg.sourceline
-        text = " ".join("".join(seg.itertext()).split())
+        text = " ".join(check_controls("".join(seg.itertext()), path, seg.sourceline).split())
         if _shows_nothing(text) and not allow_empty:
             raise DocumentFormatError(path, seg.sourceline, f"empty segment id={sid} in document {did!r}"
                                       + _invisible(text))
@@ -924,7 +979,7 @@ def _iter_jsonl(lines: Iterable[Tuple[int, str]], path: str, side: str = "src",
         if key != "src" and isinstance(obj.get("src"), list) and len(obj["src"]) != len(sents):
             raise DocumentFormatError(path, i, f"document {did!r}: {len(obj['src'])} \"src\" sentences but "
                                       f"{len(sents)} \"{key}\" sentences")
-        text = [" ".join(x.split()) for x in sents]
+        text = [" ".join(check_controls(x, path, i).split()) for x in sents]
         for k, x in enumerate(text):
             if _shows_nothing(x) and not allow_empty:
                 raise DocumentFormatError(path, i, f"document {did!r}: sentence {k + 1} of \"{key}\" is empty"

@@ -31,6 +31,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
+from ..data.readers import check_controls, check_json_controls
+
 FORMATS = ("auto", "bawden", "contrapro", "voita", "voita-scoring", "lopes")
 
 
@@ -78,6 +80,8 @@ def _read_lines(path: str) -> List[str]:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
+    for i, ln in enumerate(lines, 1):
+        check_controls(ln, path, i)
     return [ln.rstrip("\r").strip() for ln in lines]
 
 
@@ -96,7 +100,8 @@ def _load_json(path: str):
         raise FileNotFoundError(f"no such file: {path}")
     try:
         with open(path, encoding="utf-8-sig") as f:
-            return json.load(f)
+            text = f.read()
+        return check_json_controls(json.loads(text), text, path)
     except json.JSONDecodeError as e:
         raise ContrastiveFormatError(path, e.lineno, f"invalid JSON: {e.msg}") from None
 

@@ -73,8 +73,13 @@ def _array_with_lines(path: str) -> List[Tuple[dict, int]]:
 
 def read_evalset(path: str) -> List[dict]:
     """The examples of a ctxpro evaluation set, checked (``FILE:LINE`` of a bad example)."""
+    from ..data.readers import check_json_controls
+
     examples = []
-    for k, (ex, ln) in enumerate(_array_with_lines(path)):
+    items = _array_with_lines(path)
+    with open(path, encoding="utf-8") as f:
+        check_json_controls([ex for ex, _ in items], f.read(), path)
+    for k, (ex, ln) in enumerate(items):
         if not isinstance(ex, dict):
             raise ScoreInputError(f"{path}:{ln}: example {k + 1} is not a JSON object")
         missing = [f for f in REQUIRED if not isinstance(ex.get(f), str) or not ex[f].strip()]

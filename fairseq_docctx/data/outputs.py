@@ -245,11 +245,11 @@ class Outputs:
         wrote it) or with ``--force``. Returns its path."""
         path = os.fspath(path)
         label = label or path
-        if os.path.exists(path) and not os.path.isdir(path):
-            raise OutputClash(f"{label} exists and is not a folder")
         found = self._input(path, folder=whole)
         if found is not None:
             raise OutputClash(f"{label} {found}, which the run reads: give another folder")
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise OutputClash(f"{label} exists and is not a folder")
         if whole and os.path.isdir(path) and os.listdir(path) and not (ours or self.force):
             raise OutputClash(f"{label} exists and {self.command} did not write it: give another folder, or "
                               f"{self.force_flag} to replace it")

@@ -190,7 +190,7 @@ def test_translate_output_into_the_export_folder_is_refused(exported, toy_bin, t
     code, stdout, err = run_in_process(translate_main, [toy_bin.parent / "raw" / "test.src", "--engine", "ctranslate2",
                                                         "--path", folder, "-o", out, "--quiet"], capsys)
     line = _one_line(err, "docctx-translate")
-    assert code == 2 and not stdout and line == (f"docctx-translate: error: -o {out}: {out} is the exported model's "
+    assert code == 2 and not stdout and line == (f"docctx-translate: error: -o {out} is the exported model's "
                                                   f"file {out}, which the run reads: give another output file")
     assert file_digests(folder) == before and len(os.listdir(folder)) == len(before)
 

@@ -346,7 +346,9 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
     assumed to be tokenized already. ``overrides``: task options such as
     ``context_size=2`` or ``target_context="reference"``.
     """
-    from . import register_safe_globals  # noqa: F401  (the plugin is imported: safe loading on)
+    from . import register
+
+    register()  # the plugin registered with fairseq: its models, safe loading
     from .inference.ctranslate2 import EXPORT_FILE
 
     if os.path.isfile(os.path.join(checkpoint_dir, EXPORT_FILE)):
@@ -358,8 +360,7 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
     models, cfg, task, state, data = load_models(path, data, {"target_context": "hypothesis", **overrides})
     spm_model = spm_model or find_spm_model(data, os.path.dirname(os.path.abspath(path)))
     if spm_model is None and getattr(task, "pretrained_text", None) is None:
-        logger.warning("no SentencePiece model recorded in the data directory (docctx.json) nor "
-                       "next to the checkpoint: input must be tokenized already")
+        _no_sentencepiece(data)
     for m in models:
         if fp16:
             m.half()
@@ -370,6 +371,24 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
     if not cpu and torch.cuda.is_available():
         hub.cuda()
     return hub
+
+
+def _no_sentencepiece(data: Optional[str]) -> None:
+    """Say that the input must be tokenized already: at INFO level when the data directory's
+    ``docctx.json`` records that it was prepared without SentencePiece (``docctx-prepare``
+    without ``--spm-vocab-size`` / ``--spm-model``: the text is tokenized by design), as a
+    warning where nothing says so (no manifest, or none beside the checkpoint)."""
+    from .data.manifest import read_manifest
+
+    try:
+        manifest = read_manifest(str(data).split(":")[0]) if data else None
+    except Exception:  # an unreadable manifest is reported where it is read for the model
+        manifest = None
+    if manifest is not None and "spm" in manifest and not manifest.get("spm"):
+        logger.info("the data directory was prepared without SentencePiece: the input is read as tokenized")
+    else:
+        logger.warning("no SentencePiece model recorded in the data directory (docctx.json) nor "
+                       "next to the checkpoint: input must be tokenized already")
 
 
 # ------------------------------------------------------------------ the CTranslate2 engine

@@ -325,3 +325,22 @@ def test_a_sentence_the_sentencepiece_model_normalises_to_nothing_is_one_line(co
     assert code == 2 and out == ""
     assert one_line_error(err) == (f"docctx-translate: error: {src}:2: an empty sentence: the model's SentencePiece "
                                    "model normalises '\u2581' to nothing")
+
+
+def test_data_prepared_without_sentencepiece_is_read_as_tokenized_without_a_warning(concat_both_ckpt, toy_bin,
+                                                                                     tmp_path):
+    """The toy data was prepared without SentencePiece (its docctx.json says so): a quiet run
+    of the command prints nothing on standard error; data without a manifest still gets the
+    warning."""
+    from conftest import run
+
+    src = tmp_path / "in.txt"
+    src.write_text("w1 w2\nw3\n\nw4\n")
+    opts = ["--quiet", "--beam", "1", "--max-len-b", "3"]
+    p = run(["docctx-translate", src, "--path", concat_both_ckpt, "--data", toy_bin, *opts])
+    assert p.stdout and p.stderr == "", p.stderr
+    bare = tmp_path / "bare"
+    shutil.copytree(toy_bin, bare)
+    (bare / "docctx.json").unlink()
+    p = run(["docctx-translate", src, "--path", concat_both_ckpt, "--data", bare, *opts])
+    assert p.stdout and "no SentencePiece model recorded" in p.stderr, p.stderr

@@ -43,9 +43,7 @@ def main(argv=None):
 
 
 def cli_main(argv=None):
-    from ..inference.checkpoint import CheckpointError
-
-    exit_on_errors_and_signals("docctx-average", main, argv, (CheckpointError,), message=str)
+    exit_on_errors_and_signals("docctx-average", main, argv, ("fairseq_docctx.inference.checkpoint:CheckpointError",), message=str)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from . import exit_on_errors_and_signals, quiet_logging
 
 
 def build_parser():
-    from ..data.drafts import DEFAULT_BEAM, DEFAULT_CHUNK_SENTENCES
+    from ..data.draft_settings import DEFAULT_BEAM, DEFAULT_CHUNK_SENTENCES
 
     p = argparse.ArgumentParser(
         prog="docctx-drafts",
@@ -118,11 +118,8 @@ def main(argv=None):
 
 
 def cli_main(argv=None):
-    from ..data.manifest import ManifestError
-    from ..inference.checkpoint import CheckpointError
-
-    exit_on_errors_and_signals("docctx-drafts", main, argv, (FileNotFoundError, CheckpointError, ManifestError,
-                                                             ValueError), message=str)  # DATA is positional
+    exit_on_errors_and_signals("docctx-drafts", main, argv, (FileNotFoundError, "fairseq_docctx.inference.checkpoint:CheckpointError", "fairseq_docctx.data.manifest:ManifestError", ValueError),
+                               message=str)  # DATA is positional
 
 
 if __name__ == "__main__":

@@ -170,13 +170,14 @@ def _report(args, counts, elapsed, fallbacks=None, processes=1):
 def main(argv=None):
     from ..inference.options import check_at_least
     from ..inference.shards import num_processes, parse_devices
-    from ..inference.translate import translate_file, translate_in_processes, translate_shard
 
     args = build_parser().parse_args(argv)
     check_at_least({"--beam": args.beam, "--draft-beam": args.draft_beam, "--batch-size": args.batch_size,
                     "--max-tokens": args.max_tokens})
     check_at_least({"--max-len-a": args.max_len_a, "--max-len-b": args.max_len_b}, minimum=0)
     quiet_logging()
+    from ..inference.translate import translate_file, translate_in_processes, translate_shard
+
     if args.shard_output is not None:
         return translate_shard(args, load_model)
     devices = parse_devices(args.devices, cpu=args.cpu)
@@ -191,13 +192,10 @@ def main(argv=None):
 
 
 def cli_main(argv=None):
-    from ..data.manifest import ManifestError
-    from ..inference.checkpoint import CheckpointError
-    from ..inference.translate import OutputError
-
-    exit_on_errors_and_signals("docctx-translate", main, argv, (DocumentFormatError, FileNotFoundError,
-                                                                CheckpointError, ManifestError, OutputError,
-                                                                ValueError))
+    # the errors of modules a refused option never imports (torch, fairseq): named, not imported
+    exit_on_errors_and_signals("docctx-translate", main, argv, (
+        DocumentFormatError, FileNotFoundError, ValueError, "fairseq_docctx.inference.checkpoint:CheckpointError", "fairseq_docctx.data.manifest:ManifestError",
+        "fairseq_docctx.inference.translate:OutputError"))
 
 
 if __name__ == "__main__":

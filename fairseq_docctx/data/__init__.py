@@ -1,4 +1,5 @@
-# Importing the drafts module declares the ``draft`` context side (Zhang et al. 2021).
-from . import drafts  # noqa: F401
-# Importing background registers the exit handler that stops fairseq's batch-making threads.
-from . import background  # noqa: F401,E402
+"""Data: readers of raw documents, ``docctx-prepare``, the document index, the context batch
+layout and the datasets. Importing the package imports nothing else; the modules that
+declare something to the rest (``drafts``: the draft context side; ``background``: the exit
+handler that stops fairseq's batch-making threads) are imported by
+:func:`fairseq_docctx.register`."""

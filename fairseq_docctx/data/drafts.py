@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from . import manifest as mf
+from .draft_settings import DEFAULT_BEAM, DEFAULT_CHUNK_SENTENCES, DEFAULT_MAX_TOKENS, DEFAULT_SPLITS  # noqa: F401
 from .context_batch import ContextSide, register_side
 
 logger = logging.getLogger(__name__)
@@ -35,12 +36,6 @@ logger = logging.getLogger(__name__)
 DRAFT_SIDE = "draft"
 #: the hidden directory of a data directory holding unfinished drafts
 WORK_DIR = ".docctx-drafts"
-DEFAULT_BEAM = 4
-DEFAULT_SPLITS = ("train", "valid", "test")
-#: sentences per chunk (a chunk ends at the first batch boundary past this many)
-DEFAULT_CHUNK_SENTENCES = 5000
-#: batch size when neither max_tokens nor batch_size is given
-DEFAULT_MAX_TOKENS = 8000
 
 
 class DraftsError(ValueError):

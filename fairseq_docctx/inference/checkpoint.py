@@ -21,6 +21,7 @@ from omegaconf import DictConfig, open_dict
 
 from ..data import manifest as mf
 from ..data.manifest import spm_model_path
+from .. import register
 from ..data.paths import file_sha1
 
 
@@ -61,6 +62,7 @@ def load_checkpoint_state(path: str, arg_overrides: Optional[dict] = None) -> di
     """``checkpoint_utils.load_checkpoint_to_cpu`` with one-line errors
     (:class:`CheckpointError`) for a missing file and for a file that is not a fairseq
     checkpoint or is truncated."""
+    register()  # the plugin's classes and safe loading, before any checkpoint is read
     if not os.path.exists(path):
         raise CheckpointError(f"{path}: no such checkpoint file")
     if not os.path.isfile(path):
@@ -88,6 +90,7 @@ def data_directory_of_file(path: str, data: Optional[str] = None) -> Optional[st
     file is memory-mapped, its configuration read), for a command that must know every file a
     run will read before it starts; ``None`` where the file is not a readable checkpoint or no
     data directory is found (loading the model reports why)."""
+    register()  # the plugin's classes and safe loading, before any checkpoint is read
     if data is not None:
         return os.fspath(data)
     beside = _dictionaries_beside(path)
@@ -299,6 +302,7 @@ def load_models(path: str, data: Optional[str] = None, overrides: Optional[dict]
     (:func:`check_dictionaries`), and the models built by fairseq's
     ``load_model_ensemble_and_task``. ``fix``: what the error of a data directory without
     the model's dictionaries advises."""
+    register()  # the plugin's classes and safe loading, before any checkpoint is read
     state = load_checkpoint_state(path)
     trained = trained_on(state)
     data = data_directory(path, state, data)

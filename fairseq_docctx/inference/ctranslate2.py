@@ -37,6 +37,7 @@ from typing import List, Optional
 
 import torch
 
+from .. import register
 from ..data import context_batch as cb
 from ..models.document_context import DocumentContextModel
 from ..data.drafts import DEFAULT_BEAM
@@ -941,6 +942,7 @@ def exported_task(path: str, record: dict, data: Optional[str], **overrides):
         task_cfg.source_lang, task_cfg.target_lang = record["source_lang"], record["target_lang"]
         for k, v in overrides.items():
             setattr(task_cfg, k, v)
+    register()
     task = tasks.setup_task(task_cfg, from_checkpoint=True)
     if record.get("pretrained") and getattr(task, "pretrained_text", None) is None:
         # the export's own copy of the release's segmentation (data of docctx-prepare --pretrained)

@@ -218,6 +218,9 @@ def parse_generate_args(args: Sequence[str]):
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
+    from .. import register
+
+    register()  # the plugin is imported already: fairseq's --user-dir import does not register it
     parser = options.get_generation_parser()
     # fairseq_cli.generate.cli_main's workaround for tasks that read model args
     parser.add_argument("--arch", "-a", metavar="ARCH", default="wav2vec2")

@@ -1,5 +1,4 @@
 """``docctx-score cxmi``: :mod:`fairseq_docctx.evaluation.cxmi`."""
-from ...evaluation import cxmi
 from ...evaluation.io import test_set_identity
 from .options import (add_documents_args, add_json_args, add_model_args, add_subcommand, documents_files,
                       documents_from_args, scorer_from_args, write_model_json)
@@ -20,6 +19,8 @@ def add_parser(sub):
 
 
 def main(args) -> int:
+    from ...evaluation import cxmi
+
     scorer = scorer_from_args(args)
     src, tgt, ids = documents_from_args(scorer, args)
     rep = cxmi.compute_cxmi(scorer, src, tgt, seed=args.seed)

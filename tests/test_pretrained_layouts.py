@@ -190,6 +190,10 @@ def test_segmentation_found_in_the_folder(corpus, tmp_path, capsys):  # noqa: F8
     assert rec["segmentation"] == {"kind": "none", "file": None, "release_file": None} and rec["tokenizer"] is None
     assert out.count("docctx-prepare: the release has no segmentation file: the text is used as it is "
                      "(pre-tokenized)\n") == 1
+    (bare / "merges.txt").write_text("#version: 0.2\n")  # GPT-2's BPE: not pre-tokenized text
+    _refused(capsys, ["-s", "en", "-t", "de", "--trainpref", str(raw / "train"), "--destdir", str(tmp_path / "no"),
+                      "--pretrained", str(bare)], f"{bare / 'merges.txt'}: GPT-2 byte-level BPE is not read here: "
+             "give --pretrained-segmentation none if the text is pre-tokenized as the model's was")
 
     both = tmp_path / "both"  # a SentencePiece model and BPE codes: which one is the release's?
     shutil.copytree(sp, both)

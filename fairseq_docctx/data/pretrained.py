@@ -96,6 +96,8 @@ SEGMENTATIONS = ("sentencepiece", "fastbpe", "subword_nmt", "none")
 #: the record's kind of the data folders prepared before ``fastbpe`` had its own name
 LEGACY_KINDS = {"bpe": "fastbpe"}
 NO_SEGMENTATION = "none"
+#: GPT-2's byte-level BPE files (fairseq's ``--bpe gpt2``, read by its ``hub_utils.from_pretrained``)
+GPT2_BPE_FILES = ("merges.txt", "vocab.json")
 #: the option that names the release's segmentation file (or ``none``)
 SEGMENTATION_OPTION = "--pretrained-segmentation"
 
@@ -462,7 +464,12 @@ def transformer_segmentation(d: str, given: Optional[str] = None) -> Tuple[str, 
     if given is not None:
         name = _given_file(d, given)
     else:
-        found = [n for n in _files(d) if n.endswith(".model") or _is_codes_name(n)]
+        names = _files(d)
+        found = [n for n in names if n.endswith(".model") or _is_codes_name(n)]
+        gpt2 = [n for n in GPT2_BPE_FILES if n in names]
+        if not found and gpt2:  # fairseq's hub reads them as --bpe gpt2: not pre-tokenized text
+            raise PretrainedError(f"{os.path.join(d, gpt2[0])}: GPT-2 byte-level BPE is not read here: give "
+                                  f"{SEGMENTATION_OPTION} none if the text is pre-tokenized as the model's was")
         if not found:
             return NO_SEGMENTATION, None
         name = _only(d, found, "a SentencePiece model or BPE codes, or none")

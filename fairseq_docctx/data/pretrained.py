@@ -14,7 +14,7 @@ binarized data carries the pretrained model's own ids:
   ``sentencepiece`` BPE encodes: the pieces joined by spaces); its BPE codes after Moses
   tokenization (:func:`moses`, fairseq's own ``moses`` tokenizer with its default options),
   fastBPE codes applied as fastBPE applies them (:class:`FastBPE`), subword-nmt codes by
-  fairseq's own ``subword_nmt`` BPE (:func:`subword_nmt`); or none (``none``: pre-tokenized
+  fairseq's own ``subword_nmt`` BPE (:func:`subword_nmt_bpe`); or none (``none``: pre-tokenized
   text, used as it is);
 * the **language tokens** of the families that prepend them to every sentence
   (``translation_multi_simple_epoch --encoder-langtok src --decoder-langtok``), and those of
@@ -213,7 +213,7 @@ def bpe_codes_format(path: str) -> str:
     return kind
 
 
-def subword_nmt(path: str):
+def subword_nmt_bpe(path: str):
     """fairseq's own ``subword_nmt`` BPE of the codes file ``path`` (``--bpe subword_nmt
     --bpe-codes PATH``: subword-nmt's ``apply_bpe``, pieces joined by ``@@ ``): ``encode`` and
     ``decode`` as fairseq-interactive and fairseq-generate apply them. The codes are checked
@@ -292,7 +292,7 @@ def open_segmenter(kind: str, path: Optional[str]):
     if kind == "fastbpe":
         return FastBPE(path)
     if kind == "subword_nmt":
-        return subword_nmt(path)
+        return subword_nmt_bpe(path)
     return NoSegmentation()
 
 
@@ -572,8 +572,8 @@ def load_release(d: str, src: str, tgt: str, family: Optional[str] = None,
     elif family == "m2m100":
         # model_dict.128k.txt (fairseq-generate's --fixed-dictionary), else data_dict.128k.txt
         # (fairseq-preprocess's --srcdict): the same model dictionary (Release.model_dictionary)
-        data_only = not any(n.startswith("model_dict.") for n in _files(d)) and any(
-            n.startswith("data_dict.") for n in _files(d))
+        names = _files(d)
+        data_only = not any(n.startswith("model_dict.") for n in names) and any(n.startswith("data_dict.") for n in names)
         dict_file = _one(d, "data_dict." if data_only else "model_dict.", ".txt",
                          M2M_DATA_DICT if data_only else M2M_DICT,
                          f"the dictionary of M2M-100, {M2M_DICT} or {M2M_DATA_DICT}")

@@ -13,6 +13,7 @@ from examples.lib.tiny_release import bpe_release, sp_release
 from fairseq_docctx.cli.prepare import cli_main, main
 from fairseq_docctx.data.doc_index import DocIndex, doc_index_path
 from fairseq_docctx.data.manifest import MANIFEST_NAME
+from fairseq_docctx.data.pretrained import M2M_MADEUPWORDS
 
 WORDS_EN = ("the cat dog house tree river sees likes finds a small big red green old new "
             "mother father child friend city garden don't it's well-known rock&roll").split()
@@ -64,7 +65,8 @@ def _bpe_release(corpus, root):
 # family -> (data languages given, --pretrained-langs, expected language tokens, symbols the task adds)
 FAMILY_CASES = {
     "transformer": (None, None, []),
-    "m2m100": (None, ("__en__", "__de__"), ["__af__", "__de__", "__en__", "__fr__"]),  # sorted pair languages
+    # the sorted pair languages, then the 8 madeupwords of model_dict.128k.txt (kept where the file has them)
+    "m2m100": (None, ("__en__", "__de__"), ["__af__", "__de__", "__en__", "__fr__"] + list(M2M_MADEUPWORDS)),
     "nllb": ("eng_Latn,deu_Latn", ("__eng_Latn__", "__deu_Latn__"),
              ["__ace_Arab__", "__fra_Latn__", "__eng_Latn__", "__deu_Latn__",
               "<MINED_DATA>", "<MMT_BT_DATA>", "<SMT_BT_DATA>"]),
@@ -107,7 +109,8 @@ def test_ids_are_the_release_ids(family, corpus, releases, tmp_path):
     assert rec["dictionary"] == RELEASE_DICT[family]
     assert rec["tokenizer"] == ("moses" if family == "transformer" else None)
     seg_file = "bpecodes" if family == "transformer" else "spm.model"
-    assert rec["segmentation"] == {"kind": "bpe" if family == "transformer" else "sentencepiece", "file": seg_file}
+    assert rec["segmentation"] == {"kind": "fastbpe" if family == "transformer" else "sentencepiece", "file": seg_file,
+                                   "release_file": str(release_dir / RELEASE_SEGMENTATION[family])}
     assert (dest / seg_file).read_bytes() == (release_dir / RELEASE_SEGMENTATION[family]).read_bytes()
     assert rec["langtok"] == {"source": tokens[0] if tokens else None, "target": tokens[1] if tokens else None,
                               "placement": "prepend" if tokens else None}
@@ -137,8 +140,10 @@ def test_ids_are_the_release_ids(family, corpus, releases, tmp_path):
                 unk += expected.count(model.unk())
             assert unk <= len(text[split][lang])  # the release's pieces are known (a few <unk> at most)
     if tokens:  # the language tokens sit after the release's entries, in the task's order
-        n = len(Dictionary.load(str(release_dir / RELEASE_DICT[family]["en"])))
-        assert [data_dict.symbols[n + i] for i in range(len(added_by_task))] == added_by_task
+        release_dict = Dictionary.load(str(release_dir / RELEASE_DICT[family]["en"]))
+        appended = [sym for sym in added_by_task if sym not in release_dict.indices]
+        n = len(release_dict)
+        assert [data_dict.symbols[n + i] for i in range(len(appended))] == appended
 
 
 def test_separator_the_release_has_is_not_added(corpus, releases, tmp_path):
@@ -248,3 +253,73 @@ def test_mask_symbol_appended_where_the_release_lacks_it(corpus, releases, tmp_p
     assert mbart["pretrained"]["added_symbols"]["de"] == {"<sep>": n}
     d = Dictionary.load(str(tmp_path / "mbart" / "dict.de.txt"))
     assert mbart["mask_symbol_index"]["de"] == d.index("<mask>") < n
+
+
+def _dictionary_file(path, lines, tail=()):
+    """A release dictionary of ``lines`` synthetic pieces (``piece<N> 1``), then the ``tail`` lines."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(f"piece{i} {lines - i}\n" for i in range(lines))
+        f.writelines(f"{sym} 1\n" for sym in tail)
+
+
+def _langs(n, style, keep):
+    """``n`` language codes of ``style`` (``m2m``: two letters, ``nllb``: xxx_Xxxx, ``mbart``:
+    xx_XX), ``keep`` among them."""
+    make = {"m2m": lambda i: f"{chr(97 + i // 26)}{chr(97 + i % 26)}", "nllb": lambda i: f"l{i:03d}_Latn",
+            "mbart": lambda i: f"{chr(97 + i // 26)}{chr(97 + i % 26)}_YY"}[style]
+    codes = [c for c in (make(i) for i in range(n + len(keep))) if c not in keep][: n - len(keep)]
+    return codes[:3] + list(keep) + codes[3:]
+
+
+def _real_release(root, family, variant):
+    """A release folder with the dictionary file of ``variant`` at the real line count and the
+    family's real language list (synthetic codes, as many as the real list holds)."""
+    root.mkdir()
+    spm = {"m2m100": "spm.128k.model", "nllb": "flores200_sacrebleu_tokenizer_spm.model"}.get(family, "sentence.bpe.model")
+    (root / spm).write_bytes(b"not read")  # load_release does not open it
+    langs = None
+    if family == "m2m100":
+        langs = sorted(_langs(100, "m2m", ["en", "de"]))
+        (root / "language_pairs_small_models.txt").write_text(
+            ",".join(f"{a}-{b}" for a in langs for b in langs if a != b) + "\n")
+        tail = [f"__{x}__" for x in langs] + list(M2M_MADEUPWORDS) if variant == "model_dict.128k.txt" else []
+        _dictionary_file(root / variant, 128_000, tail)
+    elif family == "nllb":
+        (root / "langs.txt").write_text(",".join(_langs(202, "nllb", ["eng_Latn", "deu_Latn"])) + "\n")
+        _dictionary_file(root / "dictionary.txt", 255_997)
+    elif family == "mbart50":
+        (root / "ML50_langs.txt").write_text("\n".join(_langs(52, "mbart", ["en_XX", "de_DE"])) + "\n")
+        for name in ([variant] if variant == "dict.txt" else ["dict.en_XX.txt", "dict.de_DE.txt"]):
+            _dictionary_file(root / name, 249_997)
+    else:  # mbart25
+        _dictionary_file(root / "dict.txt", 249_997)
+    return root, langs
+
+
+#: family, the dictionary file fairseq publishes (its lines), the real checkpoint's embedding rows
+REAL_ROWS = [
+    ("m2m100", "model_dict.128k.txt", 128_112),  # 128,000 pieces + 100 language tokens + 8 madeupwords
+    ("m2m100", "data_dict.128k.txt", 128_112),  # the 128,000 pieces alone (fairseq-preprocess's --srcdict)
+    ("nllb", "dictionary.txt", 256_206),  # 255,997 lines (fairseq issue #4557)
+    ("mbart50", "dict.en_XX.txt", 250_054),  # 249,997 lines, 52 languages in ML50_langs.txt
+    ("mbart50", "dict.txt", 250_054),
+    ("mbart25", "dict.txt", 250_027),  # 249,997 lines, its 25 languages
+]
+
+
+@pytest.mark.parametrize("family,variant,rows", REAL_ROWS, ids=[f"{f}-{v}" for f, v, _ in REAL_ROWS])
+def test_model_dictionary_has_the_real_checkpoints_rows(family, variant, rows, tmp_path):
+    """Every dictionary file fairseq publishes, at its real line count, gives the real
+    checkpoint's embedding rows (what --init-from-pretrained checks); M2M-100's two files give
+    the same ids (the language tokens and the madeupwords of model_dict.128k.txt where the file
+    has them)."""
+    from fairseq_docctx.data.pretrained import load_release
+
+    d, langs = _real_release(tmp_path / "release", family, variant)
+    release = load_release(str(d), "en", "de", langs=["eng_Latn", "deu_Latn"] if family == "nllb" else None)
+    assert release.family == family and release.dict_files["en"] == variant
+    for lang in ("en", "de"):
+        model = release.model_dictionary(lang)
+        assert len(model) == rows, (family, variant, len(model))
+    if family == "m2m100":  # the ids of model_dict.128k.txt's lines, for either file
+        assert model.symbols[128_004:] == [f"__{x}__" for x in langs] + list(M2M_MADEUPWORDS)

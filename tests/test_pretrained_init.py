@@ -171,6 +171,24 @@ def test_context_parts_start_as_the_paper_says(pre):
     assert all(torch.equal(a[k], b[k]) for k in a if ".han." in k)
 
 
+def test_g_transformer_context_layers_bounded_by_the_network(pre, capsys):
+    """g_transformer's default ``--encoder/decoder/cross-ctxlayers 2`` on a checkpoint of 2
+    encoder and 1 decoder layers: the decoder's two are bounded by its 1 layer (said in one
+    line) instead of refused; a value given that is deeper than the network is still refused."""
+    from fairseq_docctx.errors import UsageError
+
+    path = pre["ckpt"]["transformer"]
+    seg = ["--context-size", "0", "--doc-mode", "segments"]
+    args, _, model = build(pre["D"], "g_transformer", *seg, "--init-from-pretrained", path)
+    assert (args.encoder_ctxlayers, args.decoder_ctxlayers, args.cross_ctxlayers) == (2, 1, 1)
+    assert "g_transformer: --decoder-ctxlayers 1 (default 2), --cross-ctxlayers 1 (default 2): the default is " \
+           "deeper than the network" in capsys.readouterr().out
+    assert all(hasattr(layer.self_attn, "global_attn") for layer in model.encoder.layers)
+    with pytest.raises(UsageError, match=r"^g_transformer: --cross-ctxlayers 3 must be between 0 and the "
+                       r"decoder's 1 layers$"):
+        build(pre["D"], "g_transformer", *seg, "--init-from-pretrained", path, "--cross-ctxlayers", "3")
+
+
 def test_refusals(pre, tmp_path):
     """One line each: a flag that contradicts PATH (a flag equal to PATH's is accepted), an
     unknown model class, both initialisations, a dictionary the data folder's

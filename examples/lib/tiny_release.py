@@ -26,6 +26,11 @@ line-aligned. DIR must not exist or be empty. The layouts (docs/pretrained.md):
   ``[xx_XX]`` of mBART-25's 25 languages in their order and one for ``<mask>``, without
   ``decoder.output_projection.weight`` (as in the release, fairseq issue #1758).
 
+:func:`transformer_release` makes sentence-level ``transformer`` releases as fairseq's own
+examples train them, with each segmentation such a release comes with (a SentencePiece model,
+subword-nmt or fastBPE codes, or none): ``model.pt``, ``dict.en.txt``, ``dict.de.txt`` and the
+segmentation file (the tests of the ``transformer`` family use them).
+
 The ``wmt19`` and ``nllb`` checkpoints are a tiny fairseq ``transformer`` trained for a few
 updates by ``fairseq-train --task translation`` on the sentences binarized with the release's
 own dictionary (for ``nllb`` with the language tokens first in every sentence, as
@@ -98,12 +103,13 @@ def fairseq_sentencepiece(path):
     return SentencepieceBPE(SentencepieceConfig(sentencepiece_model=str(path)))
 
 
-def sp_release(root, sentences, family, vocab_size=120, hard_vocab_limit=True):
-    """A SentencePiece release in ``family``'s layout (:data:`SP_LAYOUTS`), the model and the
+def sp_release(root, sentences, family, vocab_size=120, hard_vocab_limit=True, names=None):
+    """A SentencePiece release in ``family``'s layout (:data:`SP_LAYOUTS`; ``names``: (model
+    file, dictionary files) of a layout of no language list instead), the model and the
     dictionary learnt on ``sentences`` (both languages); returns (dir, segment(text, lang))."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    spm_name, dict_names, langs_file, langs_text = SP_LAYOUTS[family]
+    spm_name, dict_names, langs_file, langs_text = SP_LAYOUTS[family] if names is None else (*names, None, None)
     sentencepiece_model(sentences, root / spm_name, vocab_size, hard_vocab_limit)
     enc = fairseq_sentencepiece(root / spm_name)
     pieces = [enc.encode(s) for s in sentences]
@@ -199,6 +205,78 @@ def train_checkpoint(dest, dictionary, src, tgt, source_lines, target_lines, upd
                            "--no-save-optimizer-state", "--disable-validation", "--seed", "1",
                            "--log-format", "simple"])
         shutil.copyfile(tmp / "ckpt" / "checkpoint_last.pt", dest)
+
+
+def subword_nmt_release(root, codes_text, dict_text, merges=200, codes_name="bpecodes"):
+    """A release whose BPE codes are subword-nmt's, as fairseq's ``examples/translation``
+    scripts make them: the text Moses-tokenized (fairseq's ``moses`` tokenizer), the codes learnt
+    by subword-nmt's own ``learn_bpe`` (``#version: 0.2``, two columns) and applied by fairseq's
+    own ``subword_nmt`` BPE; ``dict.{lang}.txt``: one joined dictionary of the pieces of
+    ``dict_text``. Returns (dir, segment(text, lang))."""
+    import io
+
+    from subword_nmt.learn_bpe import learn_bpe as subword_nmt_learn
+
+    from fairseq.data.encoders.subword_nmt_bpe import SubwordNMTBPE, SubwordNMTBPEConfig
+    from fairseq_docctx.data.pretrained import moses as moses_tokenizer  # fairseq's, with its defaults
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    moses = {lang: moses_tokenizer(lang) for lang in codes_text}
+    tokenized = "".join(moses[lang].encode(s) + "\n" for lang, sents in codes_text.items() for s in sents)
+    with open(root / codes_name, "w", encoding="utf-8") as out:
+        subword_nmt_learn(io.StringIO(tokenized), out, merges, min_frequency=1)
+    bpe = SubwordNMTBPE(SubwordNMTBPEConfig(bpe_codes=str(root / codes_name)))
+
+    def segment(s, lang):
+        return bpe.encode(moses[lang].encode(s))
+
+    pieces = [segment(s, lang) for lang, sents in dict_text.items() for s in sents]
+    for lang in dict_text:
+        fairseq_dictionary(pieces, root / f"dict.{lang}.txt")
+    return root, segment
+
+
+#: the segmentations of :func:`transformer_release` (fastbpe: the WMT19 layout)
+TRANSFORMER_SEGMENTATIONS = ("sentencepiece", "subword_nmt", "fastbpe", "none")
+
+
+def transformer_release(root, pairs, segmentation, updates=20, spm_name="sentencepiece.bpe.model"):
+    """A sentence-level fairseq ``transformer`` as fairseq's own examples train one and people
+    share it: ``model.pt`` (``fairseq-preprocess`` with the release's dictionary, then
+    ``fairseq-train --task translation``), ``dict.en.txt`` and ``dict.de.txt`` (one joined
+    dictionary of the pieces) and the segmentation file of ``segmentation``:
+
+    * ``sentencepiece``: a SentencePiece model named ``spm_name`` (the issue's
+      ``sentencepiece.bpe.model`` by default), its pieces as fairseq's ``sentencepiece`` BPE gives them;
+    * ``subword_nmt``: ``bpecodes`` of subword-nmt (:func:`subword_nmt_release`), after Moses;
+    * ``fastbpe``: ``bpecodes`` of fastBPE (:func:`bpe_release`), after Moses;
+    * ``none``: no file: the text is pre-tokenized, its words are the tokens.
+
+    ``pairs``: (English, German) raw sentences. Returns (dir, segment(text, lang)), ``segment``
+    the release's own pieces of a sentence (from fairseq's and subword-nmt's code, not the plugin's)."""
+    text = {"en": [s for s, _ in pairs], "de": [t for _, t in pairs]}
+    root = Path(root)
+    if segmentation == "sentencepiece":
+        root, segment = sp_release(root, text["en"] + text["de"], "transformer_spm", vocab_size=300,
+                                   hard_vocab_limit=False, names=(spm_name, ["dict.en.txt", "dict.de.txt"]))
+    elif segmentation == "subword_nmt":
+        root, segment = subword_nmt_release(root, text, text)
+    elif segmentation == "fastbpe":
+        root, segment = bpe_release(root, text, text, merges=200, joined=True)
+    elif segmentation == "none":
+        root.mkdir(parents=True, exist_ok=True)
+
+        def segment(s, lang):
+            return " ".join(s.split())
+
+        for lang in text:
+            fairseq_dictionary([segment(s, lang) for sents in text.values() for s in sents], root / f"dict.{lang}.txt")
+    else:
+        raise ReleaseError(f"segmentation {segmentation!r}: one of {', '.join(TRANSFORMER_SEGMENTATIONS)}")
+    train_checkpoint(root / "model.pt", root / "dict.en.txt", "en", "de", [segment(s, "en") for s in text["en"]],
+                     [segment(t, "de") for t in text["de"]], updates)
+    return root, segment
 
 
 def wmt19_release(root, pairs, updates=20, merges=200):

@@ -158,7 +158,7 @@ release() {  # FAMILY (wmt19 | nllb | mbart25): REL_DIR, REL_CKPT, REL_STEP (the
     note="$MBART25_URL (mBART-25, fairseq's mbart.CC25)"
   else
     dir=$DOWNLOADS/nllb-200-distilled-600M
-    local howto="no network? put checkpoint.pt, dictionary.txt, sentencepiece.bpe.model and langs.txt in a folder and set NLLB_DIR"
+    local howto="no network? put checkpoint.pt, dictionary.txt, SPM-200 (flores200_sacrebleu_tokenizer_spm.model or sentencepiece.bpe.model) and langs.txt in a folder and set NLLB_DIR"
     fetch_or_record "$NLLB_CHECKPOINT_URL" "$NLLB_CHECKPOINT_SHA256" "$dir/checkpoint.pt" "$howto"
     fetch_or_record "$NLLB_DICTIONARY_URL" "$NLLB_DICTIONARY_SHA256" "$dir/dictionary.txt" "$howto"
     fetch_or_record "$NLLB_SPM_URL" "$NLLB_SPM_SHA256" "$dir/sentencepiece.bpe.model" "$howto"

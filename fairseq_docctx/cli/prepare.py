@@ -62,11 +62,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sentences sampled for SentencePiece training (0 = all)")
     p.add_argument("--pretrained", metavar="DIR",
                    help="the release directory of a pretrained fairseq translation model: its "
-                   "dictionaries, segmentation (SentencePiece, or Moses + fastBPE codes) and language "
-                   "tokens make the data (see docs/pretrained.md)")
+                   "dictionaries, segmentation (SentencePiece; Moses + fastBPE or subword-nmt codes; or none) "
+                   "and language tokens make the data (see docs/pretrained.md)")
     p.add_argument("--pretrained-family", choices=FAMILIES, metavar="NAME",
                    help="the release's family (" + ", ".join(FAMILIES) + "; default: detected from "
                    "DIR's files)")
+    p.add_argument("--pretrained-segmentation", metavar="FILE|none",
+                   help="the release's segmentation: a SentencePiece model (*.model) or BPE codes (any other "
+                   "file; fastBPE or subword-nmt, read from its lines), as given or in DIR; none: the text is "
+                   "pre-tokenized, transformer family only (default: the one such file in DIR; a transformer release "
+                   "without one: none; see docs/pretrained.md)")
     p.add_argument("--pretrained-langs", metavar="SRC,TGT",
                    help="the release's codes of the two languages for the language tokens (default: "
                    "-s/-t when the release lists them, else its one code CODE_*, e.g. en -> en_XX)")

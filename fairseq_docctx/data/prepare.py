@@ -33,7 +33,7 @@ from .alignment import AlignmentError
 from .doc_index import DocIndex, doc_index_path
 from .manifest import FORMAT_VERSION, MANIFEST_NAME, SPM_MODEL_NAME, write_manifest
 from .outputs import Outputs
-from .pretrained import Release, load_release
+from .pretrained import BPE_CODES, NO_SEGMENTATION, Release, load_release
 from .readers import DocumentFormatError, prefix_name, read_parallel, wmt_translators
 from .split import DEFAULT_MIN_LEN as DEFAULT_SPLIT_MIN_LEN
 from .split import split_documents
@@ -81,7 +81,7 @@ def _check_pretrained_args(args) -> None:
     """Refuse the options ``--pretrained`` contradicts (the release fixes the dictionaries and
     the segmentation), and the ``--pretrained-*`` options without it."""
     if not getattr(args, "pretrained", None):
-        for opt in ("pretrained_family", "pretrained_langs"):
+        for opt in ("pretrained_family", "pretrained_langs", "pretrained_segmentation"):
             if getattr(args, opt, None):
                 raise PrepareError(f"--{opt.replace('_', '-')} needs --pretrained DIR")
         return
@@ -400,18 +400,30 @@ def _binarized_sizes(out: str, split: str, src: str, tgt: str, lang: str):
 def _segment_pretrained(release: Release, data: Dict[str, SplitData], out: str, src: str, tgt: str,
                         workers: int, log: Log) -> Optional[dict]:
     """Segment every split as the release does (in place) and copy its segmentation file into
-    ``out``; returns the manifest's ``spm`` entry (``None`` for fastBPE codes)."""
-    log(f"segmenting with the release's {release.segmentation_file}"
-        + (" after Moses tokenization" if release.tokenizer == "moses" else ""))
+    ``out``; returns the manifest's ``spm`` entry (``None`` without a SentencePiece model)."""
+    if release.segmentation == NO_SEGMENTATION:
+        log("the release has no segmentation file: the text is used as it is (pre-tokenized)")
+    else:
+        log(f"segmenting with the release's {release.path(release.segmentation_file)} ({release.segmentation})"
+            + (" after Moses tokenization" if release.tokenizer == "moses" else ""))
     for d in data.values():
         for lang, side in ((src, d.src), (tgt, d.tgt)):
             _replace_sentences(side, release.segment([s for doc in side for s in doc], lang, workers))
-    if release.segmentation == "bpe":
-        shutil.copyfile(release.path(release.segmentation_file), os.path.join(out, release.segmentation_file))
+    if release.segmentation == NO_SEGMENTATION:
+        return None
+    if release.segmentation != "sentencepiece":
+        shutil.copyfile(release.path(release.segmentation_file), os.path.join(out, BPE_CODES))
         return None
     shutil.copyfile(release.path(release.segmentation_file), os.path.join(out, SPM_NAME + ".model"))
     sp = release.sentencepiece()
     return _spm_entry(sp, out, _spm_model_type(sp), release.path(release.segmentation_file))
+
+
+def _segmentation_copy(release: Release) -> Optional[str]:
+    """The name of the copy of the release's segmentation file in the data folder."""
+    if release.segmentation == NO_SEGMENTATION:
+        return None
+    return SPM_NAME + ".model" if release.segmentation == "sentencepiece" else BPE_CODES
 
 
 def _pretrained_dictionaries(release: Release, src: str, tgt: str, sep: str, log: Log,
@@ -436,8 +448,8 @@ def _pretrained_dictionaries(release: Release, src: str, tgt: str, sep: str, log
             if tok not in d.indices:  # augment_dictionary adds every listed language: cannot happen
                 raise PrepareError(f"{release.path(release.dict_files[lang])}: no language token {tok}")
         dicts[lang] = d
-    seg = {"kind": release.segmentation,
-           "file": release.segmentation_file if release.segmentation == "bpe" else SPM_NAME + ".model"}
+    seg = {"kind": release.segmentation, "file": _segmentation_copy(release),
+           "release_file": release.segmentation_file and release.path(release.segmentation_file)}
     info = {
         "family": release.family,
         "dir": release.dir,
@@ -505,12 +517,13 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
     release = None
     if getattr(args, "pretrained", None):
         langs = args.pretrained_langs.split(",") if getattr(args, "pretrained_langs", None) else None
-        release = load_release(args.pretrained, src, tgt, getattr(args, "pretrained_family", None), langs)
+        release = load_release(args.pretrained, src, tgt, getattr(args, "pretrained_family", None), langs,
+                               getattr(args, "pretrained_segmentation", None))
         release.check()
         log(f"pretrained release {release.dir}: family {release.family}, dictionaries "
-            f"{', '.join(sorted(set(release.dict_files.values())))}, {release.segmentation} "
-            f"({release.segmentation_file})" + (f", language tokens {release.langtok(src)} "
-                                                 f"{release.langtok(tgt)}" if release.placement else ""))
+            f"{', '.join(sorted(set(release.dict_files.values())))}, segmentation {release.segmentation}"
+            + (f" ({release.segmentation_file})" if release.segmentation_file else "")
+            + (f", language tokens {release.langtok(src)} {release.langtok(tgt)}" if release.placement else ""))
 
     data: Dict[str, SplitData] = {}
     translator = getattr(args, "ref_translator", None)
@@ -683,7 +696,7 @@ def _prepare_into(args, guard, parent, data, splits, release, log, command) -> d
             os.replace(out, args.destdir)
         log(f"wrote {args.destdir}: {', '.join(splits)} ({src}-{tgt} .bin/.idx + .docs), "
             f"dict.{src}.txt, dict.{tgt}.txt, {MANIFEST_NAME}" + (f", {SPM_MODEL_NAME}" if spm_info else "")
-            + (f", {release.segmentation_file}" if release is not None and release.segmentation == "bpe" else ""))
+            + (f", {BPE_CODES}" if release is not None and _segmentation_copy(release) == BPE_CODES else ""))
         return manifest
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -10,10 +10,12 @@ binarized data carries the pretrained model's own ids:
   :func:`fairseq.data.multilingual.multilingual_utils.augment_dictionary`; ``<mask>`` for the
   mBART token style; NLLB's three data-source tags). Its length is the checkpoint's number of
   embedding rows;
-* the **segmentation**: the release's SentencePiece model (as fairseq's ``sentencepiece`` BPE
-  encodes: the pieces joined by spaces), or its fastBPE codes applied as fastBPE applies them
-  (:class:`FastBPE`) after Moses tokenization (:func:`moses`, fairseq's own ``moses``
-  tokenizer with its default options);
+* the **segmentation** (:data:`SEGMENTATIONS`): the release's SentencePiece model (as fairseq's
+  ``sentencepiece`` BPE encodes: the pieces joined by spaces); its BPE codes after Moses
+  tokenization (:func:`moses`, fairseq's own ``moses`` tokenizer with its default options),
+  fastBPE codes applied as fastBPE applies them (:class:`FastBPE`), subword-nmt codes by
+  fairseq's own ``subword_nmt`` BPE (:func:`subword_nmt_bpe`); or none (``none``: pre-tokenized
+  text, used as it is);
 * the **language tokens** of the families that prepend them to every sentence
   (``translation_multi_simple_epoch --encoder-langtok src --decoder-langtok``), and those of
   mBART-25, which ``translation_from_pretrained_bart`` places at the ends instead (placement
@@ -22,13 +24,20 @@ binarized data carries the pretrained model's own ids:
 
 The families (:data:`FAMILIES`) and the files each release holds:
 
-``transformer``  fairseq ``transformer`` checkpoints with their own ``dict.{src,tgt}.txt`` and
-                 ``bpecodes`` (fastBPE), Moses-tokenized text (the WMT19 En<->De releases, Ng et
-                 al. 2019, §2-3: ``examples/wmt19``); no language tokens.
-``m2m100``       M2M-100 (Fan et al. 2021): ``model_dict.128k.txt``, ``spm.128k.model``,
-                 ``language_pairs*.txt`` (the language list is the sorted set of the pairs'
-                 languages, as ``translation_multi_simple_epoch`` infers it); tokens ``__en__``.
-``nllb``         NLLB-200 dense (NLLB Team 2022): ``dictionary.txt``, ``sentencepiece.bpe.model``,
+``transformer``  fairseq ``transformer`` checkpoints with their own ``dict.{src,tgt}.txt`` and the
+                 segmentation they were trained with, found in the folder (:func:`transformer_segmentation`):
+                 a SentencePiece model (any ``*.model``), BPE codes (``bpecodes``, ``codes``, ``code``,
+                 ``*.codes``: fastBPE's ``LEFT RIGHT COUNT`` lines, as the WMT19 En<->De releases of Ng
+                 et al. 2019 have them, or subword-nmt's, as fairseq's ``examples/translation`` scripts
+                 learn them; both after Moses tokenization), or none (pre-tokenized text); no language
+                 tokens.
+``m2m100``       M2M-100 (Fan et al. 2021): ``model_dict.128k.txt`` (or ``data_dict.128k.txt``),
+                 ``spm.128k.model``, ``language_pairs*.txt`` (the language list is the sorted set of the
+                 pairs' languages, as ``translation_multi_simple_epoch`` infers it from ``--lang-pairs``);
+                 tokens ``__en__``, then the 8 ``madeupwordNNNN`` symbols ``model_dict.128k.txt`` ends with
+                 (128,112 embedding rows for either file).
+``nllb``         NLLB-200 dense (NLLB Team 2022): ``dictionary.txt``, the SPM-200 model
+                 (``flores200_sacrebleu_tokenizer_spm.model`` or ``sentencepiece.bpe.model``),
                  ``langs.txt`` (``examples/nllb/modeling/scripts/flores200/langs.txt`` of fairseq's
                  ``nllb`` branch, comma-separated); tokens ``__eng_Latn__``, then the data-source
                  tags ``<MINED_DATA> <MMT_BT_DATA> <SMT_BT_DATA>`` (256,206 embedding rows for
@@ -68,10 +77,29 @@ MBART25_LANGS = ("ar_AR", "cs_CZ", "de_DE", "en_XX", "es_XX", "et_EE", "fi_FI", 
 NLLB_DATA_SOURCE_TAGS = ("<MINED_DATA>", "<MMT_BT_DATA>", "<SMT_BT_DATA>")
 
 BPE_CODES = "bpecodes"
-M2M_DICT, M2M_SPM = "model_dict.128k.txt", "spm.128k.model"
+#: the names of BPE codes files the ``transformer`` family finds in a release folder (besides
+#: ``*.codes``): fairseq's releases name them ``bpecodes``; fairseq's ``examples/translation``
+#: scripts (``prepare-iwslt14.sh``, ``prepare-wmt14en2de.sh``) write ``code``; fastBPE's README ``codes``
+BPE_CODES_NAMES = (BPE_CODES, "codes", "code")
+M2M_DICT, M2M_DATA_DICT, M2M_SPM = "model_dict.128k.txt", "data_dict.128k.txt", "spm.128k.model"
+#: the symbols M2M-100's model dictionary ends with, after its 100 language tokens
+#: (``madeupword0000`` .. ``madeupword0007``: 128,004 + 100 + 8 = 128,112 embedding rows)
+M2M_MADEUPWORDS = tuple(f"madeupword{i:04d}" for i in range(8))
 NLLB_DICT, NLLB_SPM, NLLB_LANGS = "dictionary.txt", "sentencepiece.bpe.model", "langs.txt"
+#: the name SPM-200 has once downloaded as fairseq's NLLB README downloads it
+#: (``wget --trust-server-names`` of its link; sacrebleu's ``flores200`` tokenizer is the same model)
+NLLB_FLORES_SPM = "flores200_sacrebleu_tokenizer_spm.model"
 MBART_SPM, MBART50_LANGS = "sentence.bpe.model", "ML50_langs.txt"
 END_OF_WORD, JOINER = "</w>", "@@"
+#: the segmentations (``segmentation.kind`` of the manifest's record; fairseq's ``--bpe`` names)
+SEGMENTATIONS = ("sentencepiece", "fastbpe", "subword_nmt", "none")
+#: the record's kind of the data folders prepared before ``fastbpe`` had its own name
+LEGACY_KINDS = {"bpe": "fastbpe"}
+NO_SEGMENTATION = "none"
+#: GPT-2's byte-level BPE files (fairseq's ``--bpe gpt2``, read by its ``hub_utils.from_pretrained``)
+GPT2_BPE_FILES = ("merges.txt", "vocab.json")
+#: the option that names the release's segmentation file (or ``none``)
+SEGMENTATION_OPTION = "--pretrained-segmentation"
 
 
 class PretrainedError(ValueError):
@@ -147,6 +175,58 @@ class FastBPE:
         """A whitespace-tokenized line, each word split into its pieces."""
         return " ".join(self.word(w) for w in line.split())
 
+    encode = apply
+
+    @staticmethod
+    def decode(pieces: str) -> str:
+        return remove_bpe(pieces)
+
+
+def bpe_codes_format(path: str) -> str:
+    """``"fastbpe"`` or ``"subword_nmt"``: the program that learnt the BPE codes file ``path``,
+    from its lines. subword-nmt (Sennrich et al. 2016) writes ``#version: 0.2`` first and then
+    two columns ``LEFT RIGHT`` (a file without the version line is its version 0.1, as its
+    ``apply_bpe`` reads it); fastBPE's ``learnbpe`` writes three, ``LEFT RIGHT COUNT``. A file
+    that is neither is a :class:`PretrainedError` naming its line."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except UnicodeDecodeError:
+        raise PretrainedError(f"{path}: not UTF-8 text (BPE codes expected)") from None
+    either = "'LEFT RIGHT COUNT' (fastBPE) or 'LEFT RIGHT' (subword-nmt)"
+    if lines and lines[0].startswith("#version:"):
+        kind, columns, first = "subword_nmt", 2, 2
+    elif not lines:
+        raise PretrainedError(f"{path}: no BPE merges")
+    else:  # the first line decides
+        columns, first = len(lines[0].split(" ")), 1
+        kind = {3: "fastbpe", 2: "subword_nmt"}.get(columns)
+        if kind is None:
+            raise PretrainedError(f"{path}:1: not a BPE merge (expected {either})")
+    if len(lines) < first:
+        raise PretrainedError(f"{path}: no BPE merges")
+    expected = "'LEFT RIGHT COUNT' (fastBPE)" if columns == 3 else "'LEFT RIGHT' (subword-nmt)"
+    for n, line in enumerate(lines[first - 1:], first):
+        parts = line.split(" ")
+        if len(parts) != columns or not all(parts[:2]) or (columns == 3 and not parts[2].isdigit()):
+            raise PretrainedError(f"{path}:{n}: not a BPE merge (expected {expected})")
+    return kind
+
+
+def subword_nmt_bpe(path: str):
+    """fairseq's own ``subword_nmt`` BPE of the codes file ``path`` (``--bpe subword_nmt
+    --bpe-codes PATH``: subword-nmt's ``apply_bpe``, pieces joined by ``@@ ``): ``encode`` and
+    ``decode`` as fairseq-interactive and fairseq-generate apply them. The codes are checked
+    first (:func:`bpe_codes_format`: subword-nmt itself exits on a bad line)."""
+    bpe_codes_format(path)
+    try:
+        import subword_nmt  # noqa: F401
+    except ImportError:
+        raise PretrainedError(f"{path}: subword-nmt codes: install subword-nmt (pip install subword-nmt)") from None
+    from fairseq.data.encoders.subword_nmt_bpe import SubwordNMTBPE, SubwordNMTBPEConfig
+
+    return SubwordNMTBPE(SubwordNMTBPEConfig(bpe_codes=path))
+
 
 @functools.lru_cache(maxsize=None)
 def moses(lang: str):
@@ -173,6 +253,49 @@ def open_sentencepiece(path: str):
         raise PretrainedError(f"{path}: not a SentencePiece model ({str(e).strip()[:80]})") from None
 
 
+class SentencePiece:
+    """A release's SentencePiece model as fairseq's ``sentencepiece`` BPE applies it: the
+    pieces joined by spaces; ``decode`` joins them back into text."""
+
+    def __init__(self, path: str):
+        self.sp = open_sentencepiece(path)
+
+    def encode(self, text: str) -> str:
+        return " ".join(self.sp.encode(text.strip(), out_type=str))
+
+    def encode_all(self, lines: Sequence[str], workers: int = 1) -> List[str]:
+        return [" ".join(p) for p in self.sp.encode(list(lines), out_type=str, num_threads=workers)]
+
+    def decode(self, pieces: str) -> str:
+        return self.sp.decode(pieces.split())
+
+
+class NoSegmentation:
+    """Pre-tokenized text (a release without a segmentation file): the tokens are the text's
+    words, as ``fairseq-preprocess`` reads them (split at whitespace)."""
+
+    @staticmethod
+    def encode(text: str) -> str:
+        return " ".join(text.split())
+
+    @staticmethod
+    def decode(pieces: str) -> str:
+        return pieces
+
+
+def open_segmenter(kind: str, path: Optional[str]):
+    """The segmenter of a segmentation kind (:data:`SEGMENTATIONS`, or a legacy name of
+    :data:`LEGACY_KINDS`) and its file: ``encode(text) -> pieces``, ``decode(pieces) -> text``."""
+    kind = LEGACY_KINDS.get(kind, kind)
+    if kind == "sentencepiece":
+        return SentencePiece(path)
+    if kind == "fastbpe":
+        return FastBPE(path)
+    if kind == "subword_nmt":
+        return subword_nmt_bpe(path)
+    return NoSegmentation()
+
+
 # ------------------------------------------------------------------------------ the release
 
 
@@ -182,13 +305,15 @@ class Release:
 
     ``dict_files``: {data lang: release file name}; ``langtok_langs``: {data lang: the release's
     language code} (empty without language tokens); ``languages``: the release's language list
-    in the order its task adds the tokens; ``lang_list_file``: the file it comes from."""
+    in the order its task adds the tokens; ``lang_list_file``: the file it comes from.
+    ``segmentation``: one of :data:`SEGMENTATIONS`; ``segmentation_file``: its file (a name in
+    ``dir``, or the absolute path :data:`SEGMENTATION_OPTION` gave), ``None`` for ``none``."""
 
     family: str
     dir: str
     dict_files: Dict[str, str]
-    segmentation: str  # "sentencepiece" | "bpe"
-    segmentation_file: str
+    segmentation: str
+    segmentation_file: Optional[str]
     tokenizer: Optional[str] = None
     languages: List[str] = field(default_factory=list)
     lang_list_file: Optional[str] = None
@@ -227,9 +352,8 @@ class Release:
             from fairseq.data.multilingual.multilingual_utils import augment_dictionary
 
             augment_dictionary(d, self.languages, LANG_TOK_STYLE[self.family])
-            if self.family == "nllb":
-                for tag in NLLB_DATA_SOURCE_TAGS:
-                    d.add_symbol(tag)
+            for sym in {"nllb": NLLB_DATA_SOURCE_TAGS, "m2m100": M2M_MADEUPWORDS}.get(self.family, ()):
+                d.add_symbol(sym)  # a symbol the file holds keeps its place (model_dict.128k.txt)
         return d
 
     def dictionary_sha1(self, lang: str) -> str:
@@ -238,26 +362,27 @@ class Release:
     def segment(self, sentences: Sequence[str], lang: str, workers: int = 1) -> List[str]:
         """The release's segmentation of raw sentences of data language ``lang``: pieces
         joined by single spaces (no language token)."""
-        if self.segmentation == "sentencepiece":
-            sp = self.sentencepiece()
-            return [" ".join(p) for p in sp.encode(list(sentences), out_type=str, num_threads=workers)]
-        if self._segmenter is None:
-            self._segmenter = FastBPE(self.path(self.segmentation_file))
-        tok = moses(lang)
-        return [self._segmenter.apply(tok.encode(s)) for s in sentences]
+        seg = self.segmenter()
+        if isinstance(seg, SentencePiece):
+            return seg.encode_all(sentences, workers)
+        tok = moses(lang) if self.tokenizer == "moses" else None
+        return [seg.encode(tok.encode(s) if tok else s) for s in sentences]
 
-    def sentencepiece(self):
-        """The release's SentencePiece processor (opened once; errors name the file)."""
+    def segmenter(self):
+        """The release's segmenter (:func:`open_segmenter`, opened once; errors name the file)."""
         if self._segmenter is None:
-            self._segmenter = open_sentencepiece(self.path(self.segmentation_file))
+            self._segmenter = open_segmenter(self.segmentation, self.segmentation_file and
+                                             self.path(self.segmentation_file))
         return self._segmenter
 
+    def sentencepiece(self):
+        """The release's SentencePiece processor."""
+        return self.segmenter().sp
+
     def check(self) -> None:
-        """Open the segmentation file (errors name it) before any work is done."""
-        if self.segmentation == "sentencepiece":
-            self.sentencepiece()
-        else:
-            self._segmenter = FastBPE(self.path(self.segmentation_file))
+        """Open the segmentation file (errors name it) and the tokenizer before any work is done."""
+        self.segmenter()
+        if self.tokenizer == "moses":
             for lang in self.dict_files:
                 moses(lang)
 
@@ -266,25 +391,90 @@ def _files(d: str) -> List[str]:
     return sorted(n for n in os.listdir(d) if os.path.isfile(os.path.join(d, n)))
 
 
-def detect_family(d: str) -> str:
-    """The family of a release directory, from the names of its files."""
+def _is_codes_name(name: str) -> bool:
+    return name in BPE_CODES_NAMES or name.endswith(".codes")
+
+
+def detect_family(d: str, langs: Sequence[str] = ()) -> str:
+    """The family of a release directory, from the names of its files (``langs``: the data's
+    source and target languages, whose ``dict.{lang}.txt`` a ``transformer`` release has)."""
     names = set(_files(d))
     if MBART50_LANGS in names:
         return "mbart50"
     if MBART_SPM in names and "dict.txt" in names:
         return "mbart25"
-    if any(n.startswith("model_dict.") and n.endswith(".txt") for n in names):
+    if any(n.startswith(("model_dict.", "data_dict.")) and n.endswith(".txt") for n in names):
         return "m2m100"
-    if NLLB_DICT in names and NLLB_SPM in names:
+    if NLLB_DICT in names:
         return "nllb"
-    if BPE_CODES in names:
+    if (langs and all(f"dict.{lang}.txt" in names for lang in langs)) or any(map(_is_codes_name, names)):
         return "transformer"
+    src, tgt = tuple(langs) if len(langs) == 2 else ("SRC", "TGT")
     raise PretrainedError(
-        f"{d}: not a known release layout (transformer: dict.SRC.txt, dict.TGT.txt, {BPE_CODES}; "
-        f"m2m100: {M2M_DICT}, {M2M_SPM}, language_pairs*.txt; nllb: {NLLB_DICT}, {NLLB_SPM}, "
-        f"{NLLB_LANGS}; mbart50: dict.xx_XX.txt, {MBART_SPM}, {MBART50_LANGS}; mbart25: dict.txt, "
-        f"{MBART_SPM}); "
+        f"{d}: not a known release layout (transformer: dict.{src}.txt, dict.{tgt}.txt and a SentencePiece "
+        f"*.model, BPE codes ({BPE_CODES}) or no segmentation file; m2m100: {M2M_DICT} or {M2M_DATA_DICT}, "
+        f"{M2M_SPM}, language_pairs*.txt; nllb: {NLLB_DICT}, {NLLB_FLORES_SPM} or {NLLB_SPM}, {NLLB_LANGS}; "
+        f"mbart50: dict.xx_XX.txt, {MBART_SPM}, {MBART50_LANGS}; mbart25: dict.txt, {MBART_SPM}); "
         "or give --pretrained-family")
+
+
+def _given_file(d: str, given: str) -> str:
+    """The absolute path of the file :data:`SEGMENTATION_OPTION` names: as given, else in ``d``."""
+    path = given if os.path.isfile(given) else os.path.join(d, given)
+    if not os.path.isfile(path):
+        raise PretrainedError(f"{SEGMENTATION_OPTION} {given}: no such file (nor {os.path.join(d, given)})")
+    return os.path.abspath(path)
+
+
+def _only(d: str, names: List[str], what: str) -> str:
+    """The one segmentation file of ``names`` (files of ``d``); several with the same bytes
+    count as one, several others are refused."""
+    if len(names) > 1 and len({file_sha1(os.path.join(d, n)) for n in names}) > 1:
+        raise PretrainedError(f"{d}: several segmentation files ({', '.join(names)}): name the release's "
+                              f"with {SEGMENTATION_OPTION} FILE ({what})")
+    return names[0]
+
+
+def sentencepiece_file(d: str, family: str, preferred: Sequence[str], what: str,
+                       given: Optional[str] = None) -> str:
+    """The SentencePiece model of a release of a SentencePiece family: ``given``
+    (:data:`SEGMENTATION_OPTION`), else the first of the ``preferred`` names ``d`` holds, else
+    its one ``*.model`` file."""
+    if given is not None:
+        if given == NO_SEGMENTATION:
+            raise PretrainedError(f"{SEGMENTATION_OPTION} none: the {family} family segments with "
+                                  f"SentencePiece ({what})")
+        return _given_file(d, given)
+    names = _files(d)
+    found = [n for n in preferred if n in names] or [n for n in names if n.endswith(".model")]
+    if not found:
+        raise PretrainedError(f"{os.path.join(d, preferred[0])}: missing ({what}; or give "
+                              f"{SEGMENTATION_OPTION} FILE)")
+    return _only(d, found, what)
+
+
+def transformer_segmentation(d: str, given: Optional[str] = None) -> Tuple[str, Optional[str]]:
+    """(kind, file) of a ``transformer`` release: ``given`` (:data:`SEGMENTATION_OPTION`: a
+    file, or ``none``), else the one segmentation file of ``d`` — a SentencePiece model
+    (``*.model``) or BPE codes (:data:`BPE_CODES_NAMES`, ``*.codes``; fastBPE's or
+    subword-nmt's, told apart by :func:`bpe_codes_format`) — else ``none``: the release has
+    no segmentation, the text is pre-tokenized."""
+    if given == NO_SEGMENTATION:
+        return NO_SEGMENTATION, None
+    if given is not None:
+        name = _given_file(d, given)
+    else:
+        names = _files(d)
+        found = [n for n in names if n.endswith(".model") or _is_codes_name(n)]
+        gpt2 = [n for n in GPT2_BPE_FILES if n in names]
+        if not found and gpt2:  # fairseq's hub reads them as --bpe gpt2: not pre-tokenized text
+            raise PretrainedError(f"{os.path.join(d, gpt2[0])}: GPT-2 byte-level BPE is not read here: give "
+                                  f"{SEGMENTATION_OPTION} none if the text is pre-tokenized as the model's was")
+        if not found:
+            return NO_SEGMENTATION, None
+        name = _only(d, found, "a SentencePiece model or BPE codes, or none")
+    kind = "sentencepiece" if name.endswith(".model") else bpe_codes_format(os.path.join(d, name))
+    return kind, name
 
 
 def _one(d: str, prefix: str, suffix: str, preferred: str, what: str) -> str:
@@ -362,43 +552,55 @@ def _langtok_langs(langs: List[str], lang_file: str, data_langs: Tuple[str, str]
 
 
 def load_release(d: str, src: str, tgt: str, family: Optional[str] = None,
-                 langs: Optional[Sequence[str]] = None) -> Release:
+                 langs: Optional[Sequence[str]] = None, segmentation: Optional[str] = None) -> Release:
     """Read a release directory for the data pair ``src``-``tgt``; ``family`` overrides the
-    detection, ``langs`` = (source, target) codes of the release's language list. Raises
+    detection, ``langs`` = (source, target) codes of the release's language list,
+    ``segmentation`` the segmentation file (or ``none``, :data:`SEGMENTATION_OPTION`). Raises
     :class:`PretrainedError` (one line naming the file) for a missing or malformed file."""
     if not os.path.isdir(d):
         raise PretrainedError(f"--pretrained {d}: not a directory")
     d = os.path.abspath(d)
-    family = family or detect_family(d)
+    family = family or detect_family(d, (src, tgt))
     if family not in FAMILIES:
         raise PretrainedError(f"--pretrained-family {family}: unknown (one of {', '.join(FAMILIES)})")
     if langs is not None and PLACEMENT[family] is None:
         raise PretrainedError(f"--pretrained-langs: the {family} family has no language tokens")
     if family == "transformer":
         dicts = {lang: _need(d, f"dict.{lang}.txt", f"the {lang} dictionary of the release") for lang in (src, tgt)}
-        r = Release(family, d, dicts, "bpe", _need(d, BPE_CODES, "the fastBPE codes of the release"), "moses")
+        kind, seg_file = transformer_segmentation(d, segmentation)
+        r = Release(family, d, dicts, kind, seg_file, "moses" if kind in ("fastbpe", "subword_nmt") else None)
     elif family == "m2m100":
-        dict_file = _one(d, "model_dict.", ".txt", M2M_DICT, "the fixed dictionary of M2M-100")
+        # model_dict.128k.txt (fairseq-generate's --fixed-dictionary), else data_dict.128k.txt
+        # (fairseq-preprocess's --srcdict): the same model dictionary (Release.model_dictionary)
+        names = _files(d)
+        data_only = not any(n.startswith("model_dict.") for n in names) and any(n.startswith("data_dict.") for n in names)
+        dict_file = _one(d, "data_dict." if data_only else "model_dict.", ".txt",
+                         M2M_DATA_DICT if data_only else M2M_DICT,
+                         f"the dictionary of M2M-100, {M2M_DICT} or {M2M_DATA_DICT}")
         lang_file = _one(d, "language_pairs", ".txt", "language_pairs_small_models.txt",
                          "the language pairs of M2M-100")
         lang_list = read_language_list(os.path.join(d, lang_file), pairs=True)
         r = Release(family, d, {src: dict_file, tgt: dict_file}, "sentencepiece",
-                    _one(d, "spm.", ".model", M2M_SPM, "the SentencePiece model of M2M-100"),
+                    sentencepiece_file(d, family, (M2M_SPM,), "the SentencePiece model of M2M-100", segmentation),
                     languages=lang_list, lang_list_file=lang_file)
     elif family == "nllb":
         lang_file = _need(d, NLLB_LANGS, "the language list of NLLB-200, "
                           "examples/nllb/modeling/scripts/flores200/langs.txt of fairseq's nllb branch")
         dict_file = _need(d, NLLB_DICT, "the dictionary of NLLB-200")
         r = Release(family, d, {src: dict_file, tgt: dict_file}, "sentencepiece",
-                    _need(d, NLLB_SPM, "the SentencePiece model of NLLB-200"),
+                    sentencepiece_file(d, family, (NLLB_FLORES_SPM, NLLB_SPM),
+                                       f"SPM-200, the SentencePiece model of NLLB-200: {NLLB_FLORES_SPM} as "
+                                       f"fairseq's NLLB README downloads it, or {NLLB_SPM}", segmentation),
                     languages=read_language_list(os.path.join(d, lang_file)), lang_list_file=lang_file)
     elif family == "mbart25":
         dict_file = _need(d, "dict.txt", "the dictionary of mBART-25")
         r = Release(family, d, {src: dict_file, tgt: dict_file}, "sentencepiece",
-                    _need(d, MBART_SPM, "the SentencePiece model of mBART-25"), languages=list(MBART25_LANGS))
+                    sentencepiece_file(d, family, (MBART_SPM,), "the SentencePiece model of mBART-25", segmentation),
+                    languages=list(MBART25_LANGS))
     else:  # mbart50
         lang_file = _need(d, MBART50_LANGS, "the language list of mBART-50")
-        r = Release(family, d, {}, "sentencepiece", _need(d, MBART_SPM, "the SentencePiece model of mBART-50"),
+        r = Release(family, d, {}, "sentencepiece",
+                    sentencepiece_file(d, family, (MBART_SPM,), "the SentencePiece model of mBART-50", segmentation),
                     languages=read_language_list(os.path.join(d, lang_file)), lang_list_file=lang_file)
     if r.placement:
         where = (os.path.join(d, r.lang_list_file) if r.lang_list_file
@@ -423,13 +625,14 @@ def remove_bpe(pieces: str) -> str:
 class PretrainedText:
     """Raw text <-> the tokens of a data folder written by ``docctx-prepare --pretrained``,
     from its manifest's ``pretrained`` record: the release's segmentation (the SentencePiece
-    model or Moses + the fastBPE codes the folder holds a copy of) and the language tokens
+    model, or Moses + the fastBPE or subword-nmt codes, that the folder holds a copy of; or
+    none, for pre-tokenized text) and the language tokens
     the family prepends (``--encoder-langtok src --decoder-langtok``). What inference needs
     to read new input as the data was binarized and to give back plain text:
 
     * :meth:`encode`: raw text -> pieces joined by spaces (no language token);
     * :meth:`decode`: pieces -> raw text (SentencePiece decoded; or ``@@ `` removed and Moses
-      detokenized with the language's rules);
+      detokenized with the language's rules; the tokens as they are for ``none``);
     * :attr:`source_langtok`, :attr:`target_langtok`: the symbols the family puts first in
       every source and every target sentence (placement ``prepend``; else ``None``);
     * :attr:`source_suffix`, :attr:`decoder_start`: mBART-25's tokens (placement ``bart``; else
@@ -448,17 +651,17 @@ class PretrainedText:
         self.source_suffix = langtok.get("source") if bart else None
         self.decoder_start = langtok.get("target") if bart else None
         seg = record.get("segmentation") or {}
-        self.kind = seg.get("kind")
+        self.kind = LEGACY_KINDS.get(seg.get("kind"), seg.get("kind"))
         name = seg.get("file")
         self.segmentation_file = name if not name or os.path.isabs(name) else os.path.join(data_dir, name)
-        if self.kind not in ("sentencepiece", "bpe") or not self.segmentation_file:
+        if self.kind not in SEGMENTATIONS or (self.kind != NO_SEGMENTATION and not self.segmentation_file):
             raise PretrainedError(f"{os.path.join(data_dir, 'docctx.json')}: its pretrained record has no "
-                                  "segmentation (kind sentencepiece or bpe, and its file)")
-        if not os.path.isfile(self.segmentation_file):
+                                  f"segmentation (kind {', '.join(SEGMENTATIONS)}, and its file)")
+        if self.segmentation_file and not os.path.isfile(self.segmentation_file):
             raise PretrainedError(f"{self.segmentation_file}: missing (the segmentation of the pretrained "
                                   f"{self.family} model, named by {os.path.join(data_dir, 'docctx.json')})")
         self.moses = record.get("tokenizer") == "moses"
-        self._sp = self._bpe = None
+        self._segmenter = None
 
     @classmethod
     def of_data(cls, data: Optional[str]) -> Optional["PretrainedText"]:
@@ -472,10 +675,11 @@ class PretrainedText:
         record = (read_manifest(first) or {}).get("pretrained")
         return cls(first, record) if record else None
 
-    def _sentencepiece(self):
-        if self._sp is None:
-            self._sp = open_sentencepiece(self.segmentation_file)
-        return self._sp
+    def segmenter(self):
+        """The segmenter of the record's kind and file (:func:`open_segmenter`, opened once)."""
+        if self._segmenter is None:
+            self._segmenter = open_segmenter(self.kind, self.segmentation_file)
+        return self._segmenter
 
     def tokenize(self, text: str, lang: str) -> str:
         """Moses tokenization of ``lang`` for the ``transformer`` family; else ``text`` as it is."""
@@ -486,18 +690,12 @@ class PretrainedText:
         return moses(lang).decode(text) if self.moses else text
 
     def segment(self, text: str) -> str:
-        """The release's pieces of ``text`` (tokenized already for ``transformer``)."""
-        if self.kind == "sentencepiece":
-            return " ".join(self._sentencepiece().encode(text.strip(), out_type=str))
-        if self._bpe is None:
-            self._bpe = FastBPE(self.segmentation_file)
-        return self._bpe.apply(text)
+        """The release's pieces of ``text`` (tokenized already for ``transformer``'s BPE codes)."""
+        return self.segmenter().encode(text)
 
     def unsegment(self, pieces: str) -> str:
         """The inverse of :meth:`segment`."""
-        if self.kind == "sentencepiece":
-            return self._sentencepiece().decode(pieces.split())
-        return remove_bpe(pieces)
+        return self.segmenter().decode(pieces)
 
     def encode(self, text: str, lang: str) -> str:
         """One raw sentence of language ``lang`` as the release segments it (as
@@ -511,9 +709,9 @@ class PretrainedText:
     def step(self, source_lang: str, target_lang: str, tokenizer: bool = False):
         """fairseq's BPE (or, ``tokenizer``, tokenizer) object: ``encode`` applies it to
         input of ``source_lang`` (``fairseq-interactive``), ``decode`` undoes it on output of
-        ``target_lang`` (``fairseq-generate``'s D- lines). The SentencePiece families and the
-        BPE of ``transformer`` are one BPE step; Moses is the ``transformer`` family's
-        tokenizer step. Language tokens are not added here."""
+        ``target_lang`` (``fairseq-generate``'s D- lines). The segmentation (SentencePiece, BPE
+        codes, or none) is the BPE step; Moses, before BPE codes, the tokenizer step. Language
+        tokens are not added here."""
         return _Step(self, source_lang, target_lang, tokenizer)
 
 

@@ -395,8 +395,8 @@ def _write_export(guard, spec, model, task, name, arch, checkpoint, outdir, spm_
         pretrained = None
         text = getattr(task, "pretrained_text", None)
         if text is not None:  # the release's segmentation travels with the model (PretrainedText)
-            seg_file = os.path.basename(text.segmentation_file)
-            if not os.path.exists(os.path.join(tmp, seg_file)):
+            seg_file = text.segmentation_file and os.path.basename(text.segmentation_file)  # none: no file
+            if seg_file and not os.path.exists(os.path.join(tmp, seg_file)):
                 shutil.copyfile(text.segmentation_file, os.path.join(tmp, seg_file))
             pretrained = copy.deepcopy(text.record)
             pretrained["segmentation"] = dict(pretrained.get("segmentation") or {}, file=seg_file)

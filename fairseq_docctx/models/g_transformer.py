@@ -48,6 +48,7 @@ Both take ``--init-from-sentence-checkpoint`` (every weight of a sentence-level
 ``transformer`` of the same name and shape; :mod:`fairseq_docctx.models.sentence_init`).
 """
 import functools
+import logging
 from typing import Dict, List, Optional
 
 import torch
@@ -79,6 +80,8 @@ from ..modules.kv_cache import (PreallocatedKVAttention, PreallocatedKVDecoderLa
                                 set_preallocated, wrap_layer)
 from . import pretrained_init, sentence_init
 from .arch_defaults import set_defaults
+
+logger = logging.getLogger(__name__)
 
 
 #: the logit of the end of segment while sentences are missing: finite, so that fairseq's
@@ -494,12 +497,23 @@ class GTransformerModel(SegmentModelMixin, TransformerModel):
     def build_model(cls, args, task):
         pretrained_init.configure(args, task, "g_transformer")
         g_transformer_base(args)
+        # the architecture's default (not given: pretrained_init's rule) is bounded by the
+        # network's depth, e.g. the layers of an --init-from-pretrained checkpoint; a value given is not
+        defaults, bounded = pretrained_init.architecture_defaults(args.arch), []
         for side in ("encoder", "decoder", "cross"):
             n = getattr(args, f"{side}_ctxlayers")
             layers = args.encoder_layers if side == "encoder" else args.decoder_layers
-            if not 0 <= n <= layers:
+            if n > layers and n == defaults.get(f"{side}_ctxlayers"):
+                setattr(args, f"{side}_ctxlayers", layers)
+                bounded.append(f"--{side}-ctxlayers {layers} (default {n})")
+            elif not 0 <= n <= layers:
                 raise UsageError(f"g_transformer: --{side}-ctxlayers {n} must be between 0 and the "
                                  f"{'encoder' if side == 'encoder' else 'decoder'}'s {layers} layers")
+        if bounded:
+            line = (f"g_transformer: {', '.join(bounded)}: the default is deeper than the network, "
+                    "combined attention in all its layers")
+            print(line, flush=True)
+            logger.info(line)
         if not 0 <= args.doc_noise_mask < 1:
             raise UsageError(f"g_transformer: --doc-noise-mask {args.doc_noise_mask} must be in [0, 1)")
         path = getattr(args, "init_from_sentence_checkpoint", None) or getattr(args, "init_from_pretrained", None)

@@ -294,7 +294,10 @@ def test_segment_packing_default_recording_and_old_checkpoints(caplog):
     task = make_task()
     task.adopt_context_settings(argparse.Namespace(context_size=3, context_sides="source"))
     assert task.cfg.segment_packing == "g-transformer"
-    task = make_task(segment_packing="g-transformer")
+    with pytest.raises(ValueError, match=r"--segment-packing g-transformer differs from the checkpoint's \(per-side\): "
+                                         "leave --segment-packing out to decode as trained, or add --context-override"):
+        make_task(segment_packing="g-transformer").adopt_context_settings(argparse.Namespace(**old))
+    task = make_task(segment_packing="g-transformer", context_override=True)
     with caplog.at_level("WARNING"):
         task.adopt_context_settings(argparse.Namespace(**old))
     assert task.cfg.segment_packing == "g-transformer"
@@ -489,7 +492,7 @@ def test_generate_prints_one_hypothesis_per_sentence(toy_bin, segments_ckpt, lim
     ckpt, _ = segments_ckpt
     p = run(["fairseq-generate", toy_bin, *USER_DIR, "--task", "document_translation", "--path", ckpt,
              "--beam", "2", "--max-tokens", "200", "--gen-subset", "test", "--max-len-b", "60",
-             *([] if limit is None else ["--max-segment-tokens", limit])])
+             *([] if limit is None else ["--max-segment-tokens", limit, "--context-override"])])
     out = p.stdout
     raw = toy_bin.parent / "raw"
     src_lines = (raw / "test.src").read_text().splitlines()
@@ -660,7 +663,7 @@ def test_hub_decodes_a_segment_longer_than_200_tokens_whole(toy_bin, segments_ck
     from fairseq_docctx.hub import from_pretrained
 
     ckpt, _ = segments_ckpt
-    hub = from_pretrained(str(ckpt), data=str(toy_bin), max_segment_tokens=512)
+    hub = from_pretrained(str(ckpt), data=str(toy_bin), max_segment_tokens=512, context_override=True)
     given = build_parser().parse_args(["--path", "x"])
     searched = []
     build = hub.build_generator

@@ -312,6 +312,37 @@ def test_segment_packing_default_recording_and_old_checkpoints(caplog):
     assert args.segment_packing == "per-side" and type(args.segment_packing) is str
 
 
+def test_a_segment_longer_than_the_model_is_one_line_naming_it():
+    """Without --skip-invalid-size-inputs-valid-test a segment over the model's positions is
+    one line naming the segment, its sentences and document and the lengths, advising smaller
+    segments (not --truncate-source, which cuts sentences); with it fairseq leaves it out."""
+    from fairseq_docctx.errors import UsageError
+
+    d = toy_dictionary()
+    pair, docs = toy_pair(d, [5, 1, 7, 3])
+    task = make_task(max_segment_tokens=30)
+    ds = task.datasets["test"] = task.segment_dataset("test", pair, docs)
+    task.split_files["test"] = (("bin/test.src-tgt.src", "bin/test.src-tgt.tgt"), docs)
+    indices = np.arange(len(ds))
+    limit = 12
+    long = [i for i in range(len(ds)) if ds.src_sizes[i] > limit or ds.tgt_sizes[i] > limit]
+    assert 1 < len(long) < len(ds)
+    first, ids = long[0], ds.plan.sentences(long[0])
+    with pytest.raises(UsageError) as e:
+        task.filter_indices_by_size(indices, ds, (limit, limit))
+    msg = str(e.value)
+    doc = int(docs.sent_doc[ids[0]])
+    assert msg.startswith(f"test: segment {first} (sentences {ids[0]}-{ids[-1]} of document 'd{doc}', from its "
+                          f"sentence {int(docs.sent_pos[ids[0]]) + 1}): ")
+    side = "source" if ds.src_sizes[first] > limit else "target"
+    assert f"more than the model's {limit} {side} positions" in msg
+    assert f"({len(long) - 1} more of test are too long: {', '.join(map(str, long[1:]))})" in msg
+    assert msg.endswith(": shorten or split it, pack smaller segments (--max-segment-tokens below the model's "
+                        "positions, with --context-override), or leave it out with --skip-invalid-size-inputs-valid-test")
+    kept = task.filter_indices_by_size(indices, ds, (limit, limit), ignore_invalid_inputs=True)
+    assert sorted(kept.tolist()) == sorted(set(range(len(ds))) - set(long))
+
+
 def test_only_the_training_split_is_packed_on_the_targets():
     """The training split is packed on both sides' lengths; every other split on the
     source's alone, as the hub and docctx-translate pack raw documents."""

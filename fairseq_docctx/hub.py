@@ -344,7 +344,9 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
     (or with ``docctx.json``) serves a deployed checkpoint. ``spm_model``:
     default ``spm.model`` of the data or checkpoint directory; without one the text is
     assumed to be tokenized already. ``overrides``: task options such as
-    ``context_size=2`` or ``target_context="reference"``.
+    ``context_size=2`` or ``target_context="reference"``; a context setting other than the
+    checkpoint's is a :class:`~fairseq_docctx.errors.UsageError` unless ``context_override=True``
+    (then one warning line, :func:`~fairseq_docctx.inference.checkpoint.check_context_overrides`).
     """
     from . import register
 
@@ -433,7 +435,8 @@ def from_exported(path: str, data: Optional[str] = None, spm_model: Optional[str
     ``threads``: CPU threads (default torch's); ``ct2_prefix``: how a sentence after a target
     prefix is decoded (``--ct2-prefix``:
     :data:`~fairseq_docctx.inference.options.CT2_PREFIX_MODES`, default ``stepwise``);
-    ``overrides``: task options (``context_size=2``)."""
+    ``overrides``: task options (``context_size=2``; another context setting than the
+    export's needs ``context_override=True``, as in :func:`from_pretrained`)."""
     from fairseq.dataclass.configs import GenerationConfig
     from omegaconf import OmegaConf
 

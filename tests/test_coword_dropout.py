@@ -126,5 +126,6 @@ def test_off_by_default_and_refusals(masked_bin, toy_bin):
     with pytest.raises(UsageError, match="translates segments"):
         _setup(masked_bin, "--doc-mode", "segments", "--coword-dropout", "0.1", "--encoder-ctxlayers", "1",
                "--decoder-ctxlayers", "1", "--cross-ctxlayers", "1", arch="g_transformer")
-    with pytest.raises(UsageError, match="a probability below 1"):
-        _setup(masked_bin, "--context-size", "1", "--coword-dropout", "1")
+    for p in ("1", "-1", "nan", "inf"):  # -1 and NaN trained as if off
+        with pytest.raises(UsageError, match=rf"^--coword-dropout {p}: a probability below 1 and at least 0 \(0: off\)$"):
+            _setup(masked_bin, "--context-size", "1", "--coword-dropout", p)

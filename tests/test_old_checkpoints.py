@@ -60,7 +60,10 @@ def test_generate_without_context_flags_uses_the_checkpoints_settings(name):
 
 
 def test_a_differing_command_line_value_is_used_with_a_warning():
-    log, lines = generate("concat_both", ["--context-size", "1", "--context-sides", "both"])
-    assert re.search(r"WARNING.*--context-size 1 differs from the checkpoint's \(2\)", log)
+    """A value said to be meant (--context-override) is used, with one warning line; without
+    it the run is refused (tests/test_context_override.py)."""
+    log, lines = generate("concat_both", ["--context-size", "1", "--context-sides", "both", "--context-override"])
+    assert re.search(r"^fairseq-generate: warning: --context-size 1 differs from the checkpoint's \(2\): "
+                     r"decoding with 1 \(--context-override\)$", log, re.M)
     assert log.count("--context-size 1 differs") == 1
     assert sum(l.startswith("H-") for l in lines) == 11

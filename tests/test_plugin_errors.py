@@ -81,3 +81,72 @@ def test_docctx_generate_with_another_copy_of_the_plugin_is_one_line(toy_bin, co
     link.parent.mkdir()
     link.symlink_to(REPO / "fairseq_docctx")
     assert check_user_dir(["x", "--user-dir", str(link)]) == ["x", "--user-dir", str(REPO / "fairseq_docctx")]
+
+
+def _truncated(ckpt, dest):
+    """The first half of a checkpoint file: what an interrupted copy or a full disk leaves."""
+    data = ckpt.read_bytes()
+    dest.write_bytes(data[: len(data) // 2])
+    return dest
+
+
+def test_a_truncated_checkpoint_is_one_line_naming_it(toy_bin, concat_both_ckpt, tmp_path):
+    """fairseq's own loading inside its commands (--path, --restore-file): one line naming the
+    file, exit code 2, as docctx-translate says it; the --save-dir the refused training made
+    is not left behind."""
+    bad = _truncated(concat_both_ckpt, tmp_path / "half.pt")
+    says = (f"{bad}: not a readable fairseq checkpoint, truncated or of another kind (PytorchStreamReader failed "
+            "reading zip archive: failed finding central directory.")
+    p = run(["fairseq-generate", toy_bin, *USER_DIR, "--task", "document_translation", "--path", bad,
+             "--gen-subset", "valid", "--beam", "1"], check=False)
+    assert one_line(p, "fairseq-generate").startswith(f"fairseq-generate: error: {says}")
+    save = tmp_path / "ckpt"
+    p = run(["fairseq-train", toy_bin, *USER_DIR, "--task", "document_translation", "--arch", "transformer",
+             *TINY_MODEL, "--max-tokens", "600", "--max-update", "1", "--save-dir", save, "--restore-file", bad],
+            check=False)
+    assert one_line(p, "fairseq-train").startswith(f"fairseq-train: error: {says}")
+    assert not save.exists() and bad.stat().st_size == concat_both_ckpt.stat().st_size // 2
+
+
+@pytest.mark.parametrize("value,existed", [("-1", True), ("1", False)])
+def test_coword_dropout_outside_0_1_is_refused_and_the_save_dir_left_as_it_was(toy_bin, tmp_path, value, existed):
+    """--coword-dropout -1 trained as if off: refused in one line like 1. The --save-dir (and
+    the parents) a refused run made are removed; one that was there stays, empty."""
+    save = tmp_path / "runs" / "a" / "ckpt"
+    if existed:
+        save.mkdir(parents=True)
+    p = run(["fairseq-train", toy_bin, *USER_DIR, "--task", "document_translation", "--arch", "concat_transformer",
+             *TINY_MODEL, "--max-tokens", "600", "--max-update", "1", "--save-dir", save, "--coword-dropout", value],
+            check=False)
+    if existed:
+        assert save.is_dir() and not list(save.iterdir())
+    else:
+        assert not (tmp_path / "runs").exists()
+    assert one_line(p, "fairseq-train") == (f"fairseq-train: error: --coword-dropout {value}: a probability below 1 "
+                                            "and at least 0 (0: off)")
+
+
+def test_a_sentence_longer_than_the_model_is_one_line_naming_it(toy_bin, concat_both_ckpt):
+    """fairseq-generate on a split with sentences longer than the model's positions: one line
+    naming the split, the first such sentence (its id, document and place), its file, its
+    length and the model's, the others' ids, and what to do (fairseq's message: "Size of sample
+    #N is invalid", a traceback); --skip-invalid-size-inputs-valid-test still leaves them out
+    (tests/test_generate_errors.py)."""
+    from fairseq.data.indexed_dataset import MMapIndexedDataset
+
+    from fairseq_docctx.data.doc_index import DocIndex
+
+    ds = MMapIndexedDataset(str(toy_bin / "valid.src-tgt.src"))
+    sizes = ds.sizes.tolist()  # a copy, while the dataset (its memory map) is open
+    long = [i for i, n in enumerate(sizes) if n > 9]
+    docs = DocIndex.read(toy_bin / "valid.src-tgt.docs")
+    first = long[0]
+    doc, pos = docs.doc_ids[docs.sent_doc[first]], docs.sent_pos[first] + 1
+    p = run(["fairseq-generate", toy_bin, *USER_DIR, "--task", "document_translation", "--path", concat_both_ckpt,
+             "--gen-subset", "valid", "--beam", "1", "--max-source-positions", "9"], check=False)
+    assert one_line(p, "fairseq-generate") == (
+        f"fairseq-generate: error: valid: sentence {first} (document {doc!r}, its sentence {pos}): its source "
+        f"({toy_bin / 'valid.src-tgt.src'}) has {sizes[first]} tokens, more than the model's 9 source positions "
+        f"({len(long) - 1} more of valid are too long: {', '.join(map(str, long[1:]))}): shorten or split it, cut "
+        "the sources with --truncate-source --max-source-positions 9, or leave it out with "
+        "--skip-invalid-size-inputs-valid-test")

@@ -263,7 +263,8 @@ def _one_line(p, prog):
 def test_refusals_one_line(models, tmp_path):
     data, ckpt, _ = models["m2m_sentence"]
     # a segment decoding of data with language tokens
-    line = _one_line(_generate(data, ckpt, "--doc-mode", "segments", check=False), "fairseq-generate")
+    line = _one_line(_generate(data, ckpt, "--doc-mode", "segments", "--context-override", check=False),
+                     "fairseq-generate")
     assert "--doc-mode segments" in line and "language tokens" in line
 
 

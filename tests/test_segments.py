@@ -294,7 +294,10 @@ def test_segment_packing_default_recording_and_old_checkpoints(caplog):
     task = make_task()
     task.adopt_context_settings(argparse.Namespace(context_size=3, context_sides="source"))
     assert task.cfg.segment_packing == "g-transformer"
-    task = make_task(segment_packing="g-transformer")
+    with pytest.raises(ValueError, match=r"--segment-packing g-transformer differs from the checkpoint's \(per-side\): "
+                                         "leave --segment-packing out to decode as trained, or add --context-override"):
+        make_task(segment_packing="g-transformer").adopt_context_settings(argparse.Namespace(**old))
+    task = make_task(segment_packing="g-transformer", context_override=True)
     with caplog.at_level("WARNING"):
         task.adopt_context_settings(argparse.Namespace(**old))
     assert task.cfg.segment_packing == "g-transformer"
@@ -307,6 +310,37 @@ def test_segment_packing_default_recording_and_old_checkpoints(caplog):
     args = tiny_segment_args("doc2doc_transformer")
     make_task(segment_packing="per-side").build_model(args)
     assert args.segment_packing == "per-side" and type(args.segment_packing) is str
+
+
+def test_a_segment_longer_than_the_model_is_one_line_naming_it():
+    """Without --skip-invalid-size-inputs-valid-test a segment over the model's positions is
+    one line naming the segment, its sentences and document and the lengths, advising smaller
+    segments (not --truncate-source, which cuts sentences); with it fairseq leaves it out."""
+    from fairseq_docctx.errors import UsageError
+
+    d = toy_dictionary()
+    pair, docs = toy_pair(d, [5, 1, 7, 3])
+    task = make_task(max_segment_tokens=30)
+    ds = task.datasets["test"] = task.segment_dataset("test", pair, docs)
+    task.split_files["test"] = (("bin/test.src-tgt.src", "bin/test.src-tgt.tgt"), docs)
+    indices = np.arange(len(ds))
+    limit = 12
+    long = [i for i in range(len(ds)) if ds.src_sizes[i] > limit or ds.tgt_sizes[i] > limit]
+    assert 1 < len(long) < len(ds)
+    first, ids = long[0], ds.plan.sentences(long[0])
+    with pytest.raises(UsageError) as e:
+        task.filter_indices_by_size(indices, ds, (limit, limit))
+    msg = str(e.value)
+    doc = int(docs.sent_doc[ids[0]])
+    assert msg.startswith(f"test: segment {first} (sentences {ids[0]}-{ids[-1]} of document 'd{doc}', from its "
+                          f"sentence {int(docs.sent_pos[ids[0]]) + 1}): ")
+    side = "source" if ds.src_sizes[first] > limit else "target"
+    assert f"more than the model's {limit} {side} positions" in msg
+    assert f"({len(long) - 1} more of test are too long: {', '.join(map(str, long[1:]))})" in msg
+    assert msg.endswith(": shorten or split it, pack smaller segments (--max-segment-tokens below the model's "
+                        "positions, with --context-override), or leave it out with --skip-invalid-size-inputs-valid-test")
+    kept = task.filter_indices_by_size(indices, ds, (limit, limit), ignore_invalid_inputs=True)
+    assert sorted(kept.tolist()) == sorted(set(range(len(ds))) - set(long))
 
 
 def test_only_the_training_split_is_packed_on_the_targets():
@@ -489,7 +523,7 @@ def test_generate_prints_one_hypothesis_per_sentence(toy_bin, segments_ckpt, lim
     ckpt, _ = segments_ckpt
     p = run(["fairseq-generate", toy_bin, *USER_DIR, "--task", "document_translation", "--path", ckpt,
              "--beam", "2", "--max-tokens", "200", "--gen-subset", "test", "--max-len-b", "60",
-             *([] if limit is None else ["--max-segment-tokens", limit])])
+             *([] if limit is None else ["--max-segment-tokens", limit, "--context-override"])])
     out = p.stdout
     raw = toy_bin.parent / "raw"
     src_lines = (raw / "test.src").read_text().splitlines()
@@ -660,7 +694,7 @@ def test_hub_decodes_a_segment_longer_than_200_tokens_whole(toy_bin, segments_ck
     from fairseq_docctx.hub import from_pretrained
 
     ckpt, _ = segments_ckpt
-    hub = from_pretrained(str(ckpt), data=str(toy_bin), max_segment_tokens=512)
+    hub = from_pretrained(str(ckpt), data=str(toy_bin), max_segment_tokens=512, context_override=True)
     given = build_parser().parse_args(["--path", "x"])
     searched = []
     build = hub.build_generator

@@ -43,7 +43,7 @@ def main(argv=None):
 
 
 def cli_main(argv=None):
-    exit_on_errors_and_signals("docctx-average", main, argv, ("fairseq_docctx.inference.checkpoint:CheckpointError",), message=str)
+    exit_on_errors_and_signals("docctx-average", main, argv, ("fairseq_docctx.errors:CheckpointError",), message=str)
 
 
 if __name__ == "__main__":

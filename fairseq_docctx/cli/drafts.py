@@ -118,7 +118,7 @@ def main(argv=None):
 
 
 def cli_main(argv=None):
-    exit_on_errors_and_signals("docctx-drafts", main, argv, (FileNotFoundError, "fairseq_docctx.inference.checkpoint:CheckpointError", "fairseq_docctx.data.manifest:ManifestError", ValueError),
+    exit_on_errors_and_signals("docctx-drafts", main, argv, (FileNotFoundError, "fairseq_docctx.errors:CheckpointError", "fairseq_docctx.data.manifest:ManifestError", ValueError),
                                message=str)  # DATA is positional
 
 

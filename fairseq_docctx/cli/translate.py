@@ -72,7 +72,11 @@ def build_parser():
                    help="documents decoded side by side")
     p.add_argument("--max-tokens", type=int, default=None)
     p.add_argument("--context-size", type=int, default=None,
-                   help="override the model's number of context sentences")
+                   help="number of context sentences (default: the checkpoint's; another value needs "
+                   "--context-override)")
+    p.add_argument("--context-override", action="store_true",
+                   help="decode with a --context-size other than the checkpoint's (one warning line says so); "
+                   "without it such a value is refused")
     p.add_argument("--target-context", choices=["hypothesis", "reference"], default="hypothesis",
                    help=argparse.SUPPRESS)
     p.add_argument("--draft-path", metavar="CKPT",
@@ -111,6 +115,8 @@ def load_model(args):
         overrides["no_sentence_length_window"] = True
     if args.context_size is not None:
         overrides["context_size"] = args.context_size
+    if args.context_override:
+        overrides["context_override"] = True
     if args.engine == "ctranslate2":
         if args.fp16 or args.draft_path:
             raise ValueError(f"--engine ctranslate2: {'--fp16' if args.fp16 else '--draft-path'} does not apply "
@@ -194,7 +200,7 @@ def main(argv=None):
 def cli_main(argv=None):
     # the errors of modules a refused option never imports (torch, fairseq): named, not imported
     exit_on_errors_and_signals("docctx-translate", main, argv, (
-        DocumentFormatError, FileNotFoundError, ValueError, "fairseq_docctx.inference.checkpoint:CheckpointError", "fairseq_docctx.data.manifest:ManifestError",
+        DocumentFormatError, FileNotFoundError, ValueError, "fairseq_docctx.errors:CheckpointError", "fairseq_docctx.data.manifest:ManifestError",
         "fairseq_docctx.inference.translate:OutputError"))
 
 

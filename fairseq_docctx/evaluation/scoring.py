@@ -228,16 +228,20 @@ class ModelScorer:
 
 def load_scorer(path: str, data: Optional[str] = None, spm_model: Optional[str] = None,
                 context_size: Optional[int] = None, cpu: bool = True,
-                max_tokens: int = 4000, batch_size: int = 64) -> ModelScorer:
+                max_tokens: int = 4000, batch_size: int = 64, context_override: bool = False) -> ModelScorer:
     """Load a checkpoint the way ``docctx-translate`` does (safe loading, task
     ``document_translation``, dictionaries of ``data`` or of the training data, the
     SentencePiece model recorded in the data directory's ``docctx.json``). A checkpoint that
-    cannot be used raises :class:`fairseq_docctx.hub.CheckpointError`."""
+    cannot be used raises :class:`fairseq_docctx.hub.CheckpointError`; a ``context_size``
+    other than the checkpoint's a :class:`~fairseq_docctx.errors.UsageError` unless
+    ``context_override`` (the task's ``--context-override``)."""
     from ..hub import from_pretrained
 
     overrides = {}
     if context_size is not None:
         overrides["context_size"] = context_size
+    if context_override:
+        overrides["context_override"] = True
     hub = from_pretrained(path, data=data, spm_model=spm_model, cpu=cpu, **overrides)
     return ModelScorer(hub, max_tokens=max_tokens, batch_size=batch_size)
 

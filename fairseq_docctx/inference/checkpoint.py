@@ -10,6 +10,7 @@ sequence: the data directory (:func:`data_directory`), the language pair
 (:func:`check_dictionaries`) and fairseq's ``load_model_ensemble_and_task``. Every refusal
 is a :class:`CheckpointError` of one line naming the file.
 """
+import argparse
 import glob
 import os
 from typing import List, NamedTuple, Optional
@@ -23,24 +24,8 @@ from ..data import manifest as mf
 from ..data.manifest import spm_model_path
 from .. import register
 from ..data.paths import file_sha1
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used (missing, not a checkpoint, truncated, or trained
-    with other dictionaries than those of the data directory); ``str(err)`` is one line
-    naming the file and what is wrong. ``cli_message``: the same for a command line, where
-    the data directory is the option ``--data``."""
-
-    def __init__(self, message: str, cli_message: Optional[str] = None):
-        super().__init__(message)
-        self.cli_message = cli_message or message
-
-
-def first_line(e: BaseException) -> str:
-    """The first line of an exception's message (at most 160 characters), else its type."""
-    text = str(e).strip().splitlines()
-    msg = text[0] if text else type(e).__name__
-    return msg if len(msg) <= 160 else msg[:157] + "..."
+from ..errors import CheckpointError, first_line  # noqa: F401  (CheckpointError: this module's refusals)
+from ..safe_loading import unreadable_checkpoint
 
 
 def find_spm_model(*dirs) -> Optional[str]:
@@ -69,9 +54,10 @@ def load_checkpoint_state(path: str, arg_overrides: Optional[dict] = None) -> di
         raise CheckpointError(f"{path}: not a checkpoint file (a directory?)")
     try:
         state = checkpoint_utils.load_checkpoint_to_cpu(path, arg_overrides)
+    except CheckpointError:  # inside a fairseq command fairseq's loading says it already
+        raise
     except Exception as e:  # torch.load's errors: pickle, zip archive, EOF...
-        raise CheckpointError(f"{path}: not a readable fairseq checkpoint, truncated or of "
-                              f"another kind ({first_line(e)})") from None
+        raise unreadable_checkpoint(path, e) from None
     if not isinstance(state, dict) or "model" not in state or not (state.get("cfg") or state.get("args")):
         raise CheckpointError(f"{path}: not a fairseq checkpoint (no model weights and configuration)")
     return state
@@ -121,6 +107,33 @@ def recorded(state: dict, name: str):
     if model is None:
         model = state.get("args")
     return model.get(name) if isinstance(model, dict) else getattr(model, name, None)
+
+
+def recorded_context(task_cfg, overrides: Optional[dict]) -> dict:
+    """The context settings (``ADOPTED_SETTINGS`` of the ``document_translation`` task) that
+    ``overrides`` give, as the task configuration ``task_cfg`` of a checkpoint or an export
+    records them (read before the overrides are applied to it); with ``segment_packing`` also
+    the ``doc_mode`` its default depends on."""
+    from ..tasks.document_translation import ADOPTED_SETTINGS
+
+    names = [k for k in (overrides or {}) if k in ADOPTED_SETTINGS]
+    if "segment_packing" in names and "doc_mode" not in names:
+        names.append("doc_mode")
+    if task_cfg is None or not names:
+        return {}
+    get = task_cfg.get if hasattr(task_cfg, "get") else (lambda k: getattr(task_cfg, k, None))
+    return {k: get(k) for k in names}
+
+
+def check_context_overrides(task, recorded_settings: dict, where: str, arch: Optional[str] = None) -> None:
+    """The task's rule for the context settings given that differ from a checkpoint's
+    (``recorded_settings``, :func:`recorded_context`): refused in one line unless the task's
+    ``context_override`` is set, then used with one warning line
+    (:meth:`~fairseq_docctx.tasks.document_translation.DocumentTranslationTask.adopt_context_settings`;
+    ``where``: the checkpoint or export as the messages name it, ``arch``: its architecture or
+    model name)."""
+    if recorded_settings and hasattr(task, "adopt_context_settings"):
+        task.adopt_context_settings(argparse.Namespace(**recorded_settings), where=where, arch=arch)
 
 
 def _dictionary_rows(weights: dict, side: str) -> Optional[int]:
@@ -298,7 +311,8 @@ def load_models(path: str, data: Optional[str] = None, overrides: Optional[dict]
     (:func:`data_directory` when ``None``): the file read once
     (:func:`load_checkpoint_state`), the language pair resolved
     (:func:`resolve_language_pair`), ``overrides`` (task options such as
-    ``context_size=2``) applied, the task set up, the dictionaries checked
+    ``context_size=2``) applied, the task set up, the context settings given checked against
+    the checkpoint's (:func:`check_context_overrides`), the dictionaries checked
     (:func:`check_dictionaries`), and the models built by fairseq's
     ``load_model_ensemble_and_task``. ``fix``: what the error of a data directory without
     the model's dictionaries advises."""
@@ -313,6 +327,7 @@ def load_models(path: str, data: Optional[str] = None, overrides: Optional[dict]
     newer = {}
     if isinstance(saved_task, DictConfig):
         newer = {k: v for k, v in (overrides or {}).items() if k not in saved_task}
+    context = recorded_context(saved_task if saved_task is not None else state.get("args"), overrides)
     apply_overrides(state, arg_overrides)
     try:
         task = tasks.setup_task(state["cfg"].task, from_checkpoint=True)
@@ -325,6 +340,8 @@ def load_models(path: str, data: Optional[str] = None, overrides: Optional[dict]
         with open_dict(task.cfg):
             for k, v in newer.items():
                 setattr(task.cfg, k, v)
+    # a context setting given that differs from the checkpoint's: refused, or said (context_override)
+    check_context_overrides(task, context, path, recorded(state, "arch") or recorded(state, "_name"))
     check_dictionaries(path, state, task, data, trained)
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
         [path], arg_overrides=arg_overrides, task=task, state=state)

@@ -44,7 +44,7 @@ from ..data.drafts import DEFAULT_BEAM
 from ..data.outputs import Outputs
 from ..modules.context_concat import concat_with_context, gather_context_rows, pack_segments
 from ..modules.sentence_positions import DocumentPositions
-from .checkpoint import CheckpointError, checkpoint_sha1
+from .checkpoint import CheckpointError, check_context_overrides, checkpoint_sha1, recorded_context
 from .options import CT2_PREFIX_MODES
 
 #: the description of an exported folder, beside CTranslate2's files
@@ -944,6 +944,7 @@ def exported_task(path: str, record: dict, data: Optional[str], **overrides):
             setattr(task_cfg, k, v)
     register()
     task = tasks.setup_task(task_cfg, from_checkpoint=True)
+    check_context_overrides(task, recorded_context(record["task"], overrides), path, record.get("model"))
     if record.get("pretrained") and getattr(task, "pretrained_text", None) is None:
         # the export's own copy of the release's segmentation (data of docctx-prepare --pretrained)
         from ..data.pretrained import PretrainedError, PretrainedText

@@ -12,9 +12,10 @@ files (``work_dir``); a segment model's count of the segments decoded again sent
 sentence is summed over them (:func:`segment_fallbacks`), reported, and added to the summary
 line.
 
-A sentence longer than the model's positions stops fairseq-generate; with
-``--skip-invalid-size-inputs-valid-test`` fairseq leaves it out with a warning that names
-only the first few. The launcher knows every sentence id of the split (its document index),
+A sentence longer than the model's positions stops fairseq-generate with the task's one line
+naming it (:meth:`~fairseq_docctx.tasks.document_translation.DocumentTranslationTask.
+filter_indices_by_size`); with ``--skip-invalid-size-inputs-valid-test`` fairseq leaves it out
+with a warning that names only the first few. The launcher knows every sentence id of the split (its document index),
 so it names each sentence left out (:class:`SkippedSentences` unless skipping is accepted).
 """
 import contextlib
@@ -29,6 +30,7 @@ from collections import OrderedDict
 from typing import Callable, Dict, List, Optional, Sequence, TextIO
 
 from ..data.outputs import Outputs
+from ..tasks.length_limits import SKIP_OPTION
 from .shards import ShardError, num_processes, run_shards, shard_environment
 
 logger = logging.getLogger(__name__)
@@ -37,10 +39,7 @@ logger = logging.getLogger(__name__)
 RECORD = re.compile(r"^([A-Z])-(\d+)(?:_\d+)?\t")
 #: options the launcher sets for each shard itself
 _SHARD_OPTIONS = ("--num-shards", "--shard-id", "--distributed-world-size", "--distributed-rank")
-SKIP_OPTION = "--skip-invalid-size-inputs-valid-test"
-#: fairseq's error for a sentence longer than the model allows (fairseq_task.filter_indices_by_size)
-_TOO_LONG = re.compile(r"Size of sample #(\d+) is invalid \(=(.*?)\) since max_positions=(.*?), skip")
-#: its warning with --skip-invalid-size-inputs-valid-test
+#: fairseq's warning for the sentences --skip-invalid-size-inputs-valid-test leaves out
 _SKIPPED = re.compile(r"([\d,]+) samples have invalid sizes and will be skipped, "
                       r"max_positions=(.*?), first few sample ids=\[(.*?)\]")
 #: the task's error when a skipped sentence is the target context of a later one
@@ -78,16 +77,13 @@ def _max_positions(logs: Sequence[str]) -> Optional[str]:
     return None
 
 
-def _failed_shard_error(log: str, subset: str, skipping: bool) -> Optional[ValueError]:
-    """The one-line error of a shard that failed on a sentence too long for the model,
-    ``None`` for other failures."""
-    m = _TOO_LONG.search(log)
-    if m:
-        return ValueError(
-            f"sentence {m.group(1)} of {subset} is longer than the model allows "
-            f"({_plain(m.group(2))} tokens, source and target; max_positions={_plain(m.group(3))}): "
-            f"shorten or split it, or leave it out with {SKIP_OPTION} (each sentence left out "
-            "is reported; --allow-skipped accepts the output without them)")
+def _failed_shard_error(error: ShardError, log: str, subset: str, skipping: bool) -> Optional[Exception]:
+    """The one-line error of a shard that failed on a sentence too long for the model (the
+    task's line, with what this command does about sentences left out), ``None`` for other
+    failures."""
+    if error.exit_code == 2 and str(error).endswith(SKIP_OPTION):
+        return ShardError(f"{error} (each sentence left out is reported; --allow-skipped accepts the output "
+                          "without them)", error.shard, 2)
     m = _UNTRANSLATED.search(log)
     skipped = _SKIPPED.search(log)
     if m and skipping and skipped:
@@ -368,7 +364,7 @@ def generate(fairseq_args: Sequence[str], processes: Optional[int] = None,
         except ShardError as e:
             if e.shard is None:
                 raise
-            error = _failed_shard_error(_shard_log(work_dir, e.shard), subset, skipping)
+            error = _failed_shard_error(e, _shard_log(work_dir, e.shard), subset, skipping)
             if error is None:
                 raise
             raise error from None

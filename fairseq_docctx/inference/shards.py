@@ -6,13 +6,20 @@ decoded in N processes, each with the documents of one shard
 or document. This module starts the processes (one per device with ``devices``:
 ``CUDA_VISIBLE_DEVICES`` per process; on the CPU otherwise, with the cores shared out through
 ``OMP_NUM_THREADS``), waits for them, and stops them all with the failing shard's error
-output when one fails.
+output when one fails; the one-line warnings of the shards (``PROG: warning: ...``, e.g. a
+context setting decoded with ``--context-override``) are said once by the launcher.
 """
 import os
+import re
 import shlex
 import subprocess
 import time
 from typing import List, Optional, Sequence
+
+from ..errors import warn
+
+#: a one-line warning of a command (:func:`fairseq_docctx.errors.warn`)
+_WARNING = re.compile(r"^[\w.-]+: warning: (.*)$", re.M)
 
 
 class ShardError(RuntimeError):
@@ -101,6 +108,22 @@ def _error_line(path: str) -> Optional[str]:
     return None
 
 
+def forward_warnings(paths: Sequence[str]) -> List[str]:
+    """The one-line warnings in the error outputs ``paths`` of finished shards, each said once
+    by this process (:func:`~fairseq_docctx.errors.warn`); returns them."""
+    found = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        found += [m for m in _WARNING.findall(text) if m not in found]
+    for message in found:
+        warn(message)
+    return found
+
+
 def run_shards(commands: Sequence[Sequence[str]], envs: Sequence[dict], work_dir: str,
                name: str = "shard", poll_s: float = 0.2) -> List[str]:
     """Run the commands side by side (shard ``i``: ``commands[i]`` with ``envs[i]``), standard
@@ -110,7 +133,8 @@ def run_shards(commands: Sequence[Sequence[str]], envs: Sequence[dict], work_dir
     shard failed, its command and the end of its error output (or of its standard output,
     where fairseq logs, if the error output is empty); a shard that exits with code 2 and
     one error line (a refused input: every shard reads the same input and options) gives
-    that line alone, with exit code 2."""
+    that line alone, with exit code 2. Once all have ended, their one-line warnings are
+    said once (:func:`forward_warnings`)."""
     os.makedirs(work_dir, exist_ok=True)
     outs = [os.path.join(work_dir, f"shard-{i}.out") for i in range(len(commands))]
     errs = [os.path.join(work_dir, f"shard-{i}.err") for i in range(len(commands))]
@@ -137,6 +161,7 @@ def run_shards(commands: Sequence[Sequence[str]], envs: Sequence[dict], work_dir
                         f"{shlex.join(str(c) for c in commands[i])}\n{tail}", shard=i)
             if running:
                 time.sleep(poll_s)
+        forward_warnings(errs)
     finally:
         for p in procs:  # the others, when one failed (or on an interrupt)
             if p.poll() is None:

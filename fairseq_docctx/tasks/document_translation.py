@@ -14,8 +14,11 @@ inference_step`).
 Context settings at inference: ``--context-size``, ``--context-sides``, ``--doc-mode``,
 ``--max-segment-tokens`` and ``--segment-packing`` default to those the checkpoint was trained
 with (a segment checkpoint that records no ``--segment-packing``, written before the option,
-packs ``per-side``, the rule it was trained with); a command-line value that differs is used,
-with a warning.
+packs ``per-side``, the rule it was trained with). A value given that differs is refused in
+one line, unless ``--context-override`` says it is meant: then it is used, with a one-line
+warning (:meth:`DocumentTranslationTask.adopt_context_settings`). ``--context-size`` and
+``--context-sides`` of a model that reads no context tables change nothing it reads and are
+taken as given.
 """
 import argparse
 import contextlib
@@ -42,10 +45,10 @@ from ..data import segments as seg
 from ..data.doc_index import DocIndex, balanced_shards, check_shard, doc_index_path
 from ..data.document_dataset import DocumentPairDataset
 from ..data.pretrained import PretrainedError, PretrainedText
-from ..errors import UsageError
+from ..errors import UsageError, warn
 from ..models import document_context as dc
 from ..models import sentence_init
-from .length_limits import limit_each_row, row_limit
+from .length_limits import limit_each_row, row_limit, too_long_message
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +57,8 @@ DOC_BATCHING_CHOICES = ("auto", "runs", "grouped-runs", "sentences")
 DOC_MODE_CHOICES = ("sentences", "segments")
 #: the settings a checkpoint records and inference adopts unless given (:meth:`adopt_context_settings`)
 ADOPTED_SETTINGS = ("context_size", "context_sides", "doc_mode", "max_segment_tokens", "segment_packing")
+#: the adopted settings that say what context tables hold (nothing to a model that reads none)
+TABLE_SETTINGS = ("context_size", "context_sides")
 #: the adopted settings that are names (recorded and compared as plain strings)
 NAMED_SETTINGS = ("doc_mode", "segment_packing")
 #: the batch key of the corpus indices of every row's sentences (--doc-mode segments)
@@ -171,6 +176,12 @@ class DocumentTranslationConfig(TranslationConfig):
     sentence_max_len_b: int = field(
         default=seg.SENTENCE_MAX_LEN_B,
         metadata={"help": "--doc-mode segments, generation: the length window's b (the authors' 10)"},
+    )
+    context_override: bool = field(
+        default=False,
+        metadata={"help": "inference: decode with the --context-size, --context-sides, --doc-mode, "
+                  "--max-segment-tokens or --segment-packing given although it differs from the checkpoint's "
+                  "(one warning line says so); without it such a value is refused"},
     )
     coword_dropout: float = field(
         default=0.0,
@@ -324,7 +335,13 @@ class DocumentTranslationTask(TranslationTask):
         #: the context settings given on the command line (not defaulted): a checkpoint's
         #: settings are taken for the others (:meth:`adopt_context_settings`)
         self.given_context = {k for k in ADOPTED_SETTINGS if getattr(cfg, k, None) is not None}
+        #: by split: its binarized (source, target) files and its documents, for the
+        #: messages that name a sentence (:meth:`too_long_message`)
+        self.split_files = {}
+        #: the overridden settings warned about (:meth:`check_given_setting`)
         self._warned = set()
+        #: whether :meth:`build_model` has built a model (whose contract is :attr:`model_spec`)
+        self.built_model = False
         if getattr(cfg, "doc_mode", None) is None:
             _set_cfg(cfg, "doc_mode", "sentences")
         if getattr(cfg, "max_segment_tokens", None) is None:
@@ -337,6 +354,9 @@ class DocumentTranslationTask(TranslationTask):
             _set_cfg(cfg, "context_sides", DEFAULT_CONTEXT_SIDES)
         if cfg.context_size < 0:
             raise UsageError("--context-size must be >= 0")
+        p = float(getattr(cfg, "coword_dropout", 0.0) or 0.0)
+        if not 0 <= p < 1:  # NaN included
+            raise UsageError(f"--coword-dropout {p:g}: a probability below 1 and at least 0 (0: off)")
         cb.parse_sides(cfg.context_sides)  # a clear error for an unknown side
         self.check_doc_mode()
         if getattr(cfg, "validate_cxmi", False) and self.segments:
@@ -487,7 +507,8 @@ class DocumentTranslationTask(TranslationTask):
                 raise UsageError(f"--doc-mode segments: {self.cfg.data} is data of a pretrained "
                                  f"{self.pretrained_text.family} model with language tokens, which every "
                                  f"sentence of a segment starts with; {type(m).__name__} does not place them "
-                                 "(doc2doc_transformer and g_transformer do): decode it with --doc-mode sentences")
+                                 "(doc2doc_transformer and g_transformer do): decode it with --doc-mode sentences "
+                                 "(and --context-override if it was trained on segments)")
 
     @property
     def context_sides(self):
@@ -554,13 +575,16 @@ class DocumentTranslationTask(TranslationTask):
                 )
                 d.add_symbol(sep)
 
-    def adopt_context_settings(self, saved, where="the checkpoint"):
+    def adopt_context_settings(self, saved, where="the checkpoint", arch=None):
         """Take the context settings of a checkpoint (``saved``: its task config or model
-        args) for those not given on the command line; warn about given ones that differ.
-        The settings: ``--context-size``, ``--context-sides``, ``--doc-mode``,
-        ``--max-segment-tokens`` and ``--segment-packing`` (a checkpoint without the last three
-        was trained on sentences; a segment checkpoint without the last, before the option,
-        packed per side: :data:`~fairseq_docctx.data.segments.LEGACY_SEGMENT_PACKING`)."""
+        args) for those not given on the command line; refuse given ones that differ
+        (:meth:`check_given_setting`). The settings: ``--context-size``, ``--context-sides``,
+        ``--doc-mode``, ``--max-segment-tokens`` and ``--segment-packing`` (a checkpoint
+        without the last three was trained on sentences; a segment checkpoint without the last,
+        before the option, packed per side: :data:`~fairseq_docctx.data.segments.LEGACY_SEGMENT_PACKING`).
+        ``where``: the checkpoint as the messages name it; ``arch``: its architecture or model
+        name (default: ``saved``'s, else the model this task built)."""
+        arch = arch or getattr(saved, "arch", None) or getattr(saved, "_name", None)
         for name in ADOPTED_SETTINGS:
             value = getattr(saved, name, None)
             if value is None and name == "segment_packing" and str(getattr(saved, "doc_mode", None)) == "segments":
@@ -576,18 +600,52 @@ class DocumentTranslationTask(TranslationTask):
                 same = int(value) == int(mine)
             if same:
                 continue
-            flag = "--" + name.replace("_", "-")
             if name in self.given_context:
-                msg = f"{flag} {mine} differs from {where}'s ({value}): decoding with {mine}"
-                if msg not in self._warned:
-                    self._warned.add(msg)
-                    logger.warning(msg)
+                self.check_given_setting(name, mine, value, where, arch)
             else:
-                logger.info(f"{flag} {value} (from {where})")
+                logger.info(f"--{name.replace('_', '-')} {value} (from {where})")
                 _set_cfg(self.cfg, name, str(value) if name in NAMED_SETTINGS else value)
         self.check_doc_mode()
         if self.uses_context or self.segments:
             self.add_separator()
+
+    def check_given_setting(self, name, mine, value, where="the checkpoint", arch=None):
+        """A context setting given (``mine``) that differs from the checkpoint's (``value``):
+        refused (:class:`UsageError`, one line naming the option, both values and what to
+        do), or with ``--context-override`` used, with one warning line (once). The table
+        settings (:data:`TABLE_SETTINGS`) of a model that reads no context tables change
+        nothing it reads: taken as given (``arch``: the checkpoint's architecture or model
+        name; default the model this task built); ``--doc-mode sentences`` for a segment model,
+        which decodes segments only, is left to the model's own refusal."""
+        flag = "--" + name.replace("_", "-")
+        if name in TABLE_SETTINGS and self.reads_context_tables(arch) is False:
+            logger.info(f"{flag} {mine} ({where}: {value}): the model reads no context, it changes nothing")
+            return
+        if name == "doc_mode" and str(mine) != "segments" and dc.reads_segments(self.model_class(arch)):
+            return  # a segment model decodes segments only: it refuses the setting when it is built
+        if not getattr(self.cfg, "context_override", False):
+            raise UsageError(f"{flag} {mine} differs from {where}'s ({value}): leave {flag} out to decode as "
+                             f"trained, or add --context-override to decode with {mine} anyway")
+        key = (name, str(mine), str(value))
+        if key not in self._warned:
+            self._warned.add(key)
+            warn(f"{flag} {mine} differs from {where}'s ({value}): decoding with {mine} (--context-override)")
+
+    @staticmethod
+    def model_class(arch):
+        """The model class of an architecture or model name (``None`` if it is neither)."""
+        from fairseq.models import MODEL_REGISTRY
+
+        return (ARCH_MODEL_REGISTRY.get(arch) or MODEL_REGISTRY.get(arch)) if arch else None
+
+    def reads_context_tables(self, arch=None) -> Optional[bool]:
+        """Whether the model of architecture (or model name) ``arch`` reads context tables (a
+        :class:`~fairseq_docctx.models.document_context.DocumentContextModel`); without
+        ``arch``, whether the model this task built does; ``None`` when neither is known."""
+        cls = self.model_class(arch)
+        if cls is not None:
+            return issubclass(cls, dc.DocumentContextModel)
+        return self.model_spec.reads_context if self.built_model else None
 
     # ------------------------------------------------------------------ data
     def load_dataset(self, split, epoch=1, combine=False, task_cfg=None, **kwargs):
@@ -600,6 +658,7 @@ class DocumentTranslationTask(TranslationTask):
             paths = paths[:1]
         data_path = paths[(epoch - 1) % len(paths)]
         docs = self.load_doc_index(data_path, split, len(pair), combine)
+        self.split_files[split] = (self.binarized_files(data_path, split), docs)
         if self.segments:
             self.datasets[split] = self.segment_dataset(split, pair, docs)
             return
@@ -620,6 +679,51 @@ class DocumentTranslationTask(TranslationTask):
         )
         if getattr(self.cfg, "validate_cxmi", False) and ds.has_context and split != self.cfg.train_subset:
             ds.set_context_variants(self.cxmi_seed)
+
+    def binarized_files(self, data_path, split) -> Tuple[Optional[str], Optional[str]]:
+        """The binarized source and target files of ``split`` (``SPLIT.SRC-TGT.SRC``, or the
+        pair's other order, as fairseq's ``load_langpair_dataset`` finds them; ``None`` for a
+        side that has none)."""
+        src, tgt = self.cfg.source_lang, self.cfg.target_lang
+        for a, b in ((src, tgt), (tgt, src)):
+            prefix = os.path.join(data_path, f"{split}.{a}-{b}.")
+            if os.path.exists(prefix + src + ".idx"):
+                return (prefix + src, prefix + tgt if os.path.exists(prefix + tgt + ".idx") else None)
+        return (None, None)
+
+    def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
+        """fairseq's filter; without ``--skip-invalid-size-inputs-valid-test`` (``ignore_invalid_inputs``,
+        with which fairseq leaves the samples out with a warning) a sample longer than the
+        model's positions is a :class:`UsageError` naming the split, the sentence (its id, its
+        document and place there), its binarized file, its length and the model's
+        (:func:`~fairseq_docctx.tasks.length_limits.too_long_message`)."""
+        if ignore_invalid_inputs or max_positions is None:
+            return super().filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)
+        kept, ignored = dataset.filter_indices_by_size(indices, max_positions)
+        if len(ignored) == 0:
+            return kept
+        ignored = sorted(int(i) for i in ignored)  # corpus order: the first is the first of the split
+        raise UsageError(self.too_long_message(dataset, ignored[0], max_positions, ignored[1:]))
+
+    def too_long_message(self, dataset, index: int, max_positions, others=()) -> str:
+        """:func:`~fairseq_docctx.tasks.length_limits.too_long_message` of sample ``index`` of
+        ``dataset`` (a split of this task); ``others``: the other samples too long."""
+        split = next((k for k, v in self.datasets.items() if v is dataset), None)
+        files, docs = self.split_files.get(split, ((None, None), None))
+        size = dataset.size(index)
+        sizes = tuple(size) if isinstance(size, (tuple, list, np.ndarray)) else (size, None)
+        segment = isinstance(dataset, seg.SegmentPairDataset)
+        first = int(dataset.plan.sentences(index)[0]) if segment else index
+        doc = ""
+        if docs is not None and first < docs.num_sentences:
+            d, pos = int(docs.sent_doc[first]), int(docs.sent_pos[first]) + 1
+            doc = f"document {docs.doc_ids[d]!r}, {'from ' if segment else ''}its sentence {pos}"
+        if segment:
+            ids = dataset.plan.sentences(index)
+            item = f"segment {index} (sentences {ids[0]}-{ids[-1]}{' of ' + doc if doc else ''})"
+        else:
+            item = f"sentence {index}{f' ({doc})' if doc else ''}"
+        return too_long_message(split or "the split", item, sizes[:2], max_positions, files, others, segment)
 
     def segment_dataset(self, split, pair, docs: DocIndex) -> seg.SegmentPairDataset:
         """``--doc-mode segments``: the split's sentences packed into segments under
@@ -835,6 +939,7 @@ class DocumentTranslationTask(TranslationTask):
         if dc.reads_context(model):  # the K it reads, where the hub and generation read it
             model.declare_context(model.context_sides, k)
         self.model_spec = dc.context_spec(model)
+        self.built_model = True
         if self.coword_mask_index() is not None and dc.reads_segments(model):
             raise UsageError(f"--coword-dropout: {type(model).__name__} translates segments, whose sentences are "
                              "one another's context: there is no current sentence to mask apart from its context")
@@ -998,10 +1103,8 @@ class DocumentTranslationTask(TranslationTask):
         give ``<unk>``'s index for it, and the model would learn to read unknown words as
         dropped ones."""
         p = float(getattr(self.cfg, "coword_dropout", 0.0) or 0.0)
-        if p <= 0:
+        if p <= 0:  # in [0, 1): checked when the task is set up
             return None
-        if p >= 1:
-            raise UsageError(f"--coword-dropout {p:g}: a probability below 1")
         sym = self.cfg.coword_mask
         if sym not in self.src_dict.indices:
             raise UsageError(f"--coword-dropout: {self.cfg.data}'s source dictionary has no {sym} (the mask): "
@@ -1214,7 +1317,8 @@ class DocumentTranslationTask(TranslationTask):
         if prefix_tokens is not None or constraints is not None:
             # a segment model decodes segments only; another model can decode sentences
             advice = ("leave them out: a segment model decodes segments only" if any(dc.reads_segments(m) for m in models)
-                      else "decode with --doc-mode sentences")
+                      else "decode with --doc-mode sentences (and --context-override if the model was trained on "
+                      "segments)")
             raise UsageError("--doc-mode segments: --prefix-size and --constraints apply to a "
                              f"sentence, not to a segment; {advice}")
         if isinstance(generator, SequenceGeneratorWithAlignment):

@@ -26,9 +26,13 @@ wrapped the same way (the wrapper masks the log-probabilities the strategy gets;
 diverse beam search also gets the rows' positions in the batch, by which it keeps its
 state); ``--sampling`` still draws its random tokens batch by batch, so its translations
 depend on the batch whatever the limits.
+
+A sample longer than the model's positions at all is refused before any batch by the task
+(fairseq's ``--skip-invalid-size-inputs-valid-test`` leaves it out instead):
+:func:`too_long_message` is the one line that names it.
 """
 import math
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from fairseq.search import DiverseBeamSearch, Search
@@ -173,3 +177,39 @@ def row_limit(generator) -> Optional[RowLengthLimit]:
     """The :class:`RowLengthLimit` of ``generator`` (``None`` when it has none)."""
     search = getattr(generator, "search", None)
     return search if isinstance(search, RowLengthLimit) else None
+
+
+#: fairseq's option that leaves out the samples longer than the model's positions
+SKIP_OPTION = "--skip-invalid-size-inputs-valid-test"
+
+
+def too_long_message(split: str, item: str, sizes: Sequence[Optional[int]], max_positions,
+                     files: Sequence[Optional[str]], others: Sequence[int] = (), segment: bool = False) -> str:
+    """The one line of a sample of ``split`` longer than the model's positions: ``item`` says
+    which (``sentence 3 (document 'd1', its sentence 4)``), ``sizes`` its (source, target)
+    tokens (``</s>`` included, as fairseq counts them; target ``None`` without references),
+    ``max_positions`` fairseq's (an int, or (source, target)), ``files`` the binarized files
+    of the two sides, ``others`` the ids of the other samples of the split that are too long
+    (the first ten named). The advice:
+    fairseq's option that leaves them out, and for a source too long fairseq's
+    ``--truncate-source`` (which cuts every source sentence, those of the context with them,
+    to ``--max-source-positions``), or for a ``segment`` (``--doc-mode segments``) smaller
+    segments."""
+    limits = (max_positions, max_positions) if isinstance(max_positions, (int, float)) else tuple(max_positions)
+    over = []
+    for side, n, limit, path in zip(("source", "target"), sizes, limits, files):
+        if n is not None and limit is not None and n > limit:
+            where = f" ({path})" if path else ""
+            what = "its source" if side == "source" else "its reference"
+            over.append(f"{what}{where} has {int(n):,} tokens, more than the model's {int(limit):,} {side} positions")
+    more = ""
+    if len(others):
+        shown = ", ".join(map(str, others[:10])) + (", ..." if len(others) > 10 else "")
+        more = f" ({len(others):,} more of {split} are too long: {shown})"
+    fix = "shorten or split it"
+    if segment:
+        fix += ", pack smaller segments (--max-segment-tokens below the model's positions, with --context-override)"
+    elif sizes[0] is not None and limits[0] is not None and sizes[0] > limits[0]:
+        fix += f", cut the sources with --truncate-source --max-source-positions {int(limits[0])}"
+    # the option last: docctx-generate adds what it does with the sentences left out
+    return f"{split}: {item}: {'; '.join(over)}{more}: {fix}, or leave it out with {SKIP_OPTION}"

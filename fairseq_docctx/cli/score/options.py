@@ -40,7 +40,8 @@ def input_errors():
     # named, not imported: a module that is not imported has raised nothing (cli.declared)
     return ("fairseq_docctx.evaluation.io:ScoreInputError", "fairseq_docctx.data.readers:DocumentFormatError",
             FileNotFoundError, "fairseq_docctx.evaluation.wordnet:WordNetMissing",
-            "fairseq_docctx.inference.checkpoint:CheckpointError", "fairseq_docctx.data.manifest:ManifestError")
+            "fairseq_docctx.errors:CheckpointError", "fairseq_docctx.data.manifest:ManifestError",
+            "fairseq_docctx.errors:UsageError")
 
 
 def add_subcommand(sub, name, main, errors=(), message=None, **kwargs):
@@ -182,7 +183,11 @@ def add_model_args(p, path_required: bool = True):
     p.add_argument("--spm-model", help="SentencePiece model (default: the one docctx.json of "
                    "--data names, or DATA/spm.model); without one, text must be tokenized")
     p.add_argument("--context-size", type=int, default=None,
-                   help="override the model's number of context sentences")
+                   help="number of context sentences of the model's task (default: the checkpoint's; another "
+                   "value needs --context-override)")
+    p.add_argument("--context-override", action="store_true",
+                   help="score with a --context-size other than the checkpoint's (one warning line says so); "
+                   "without it such a value is refused")
     p.add_argument("--max-tokens", type=int, default=4000,
                    help="padded tokens per batch, context tables included")
     p.add_argument("--batch-size", type=int, default=64, help="scored sentences per batch")
@@ -194,7 +199,7 @@ def scorer_from_args(args):
 
     quiet_logs()
     return load_scorer(args.path, data=args.data, spm_model=args.spm_model,
-                       context_size=args.context_size, cpu=not args.gpu,
+                       context_size=args.context_size, context_override=args.context_override, cpu=not args.gpu,
                        max_tokens=args.max_tokens, batch_size=args.batch_size)
 
 

@@ -105,32 +105,12 @@ def _message(e) -> str:
     return str(getattr(e, "cli_message", e))
 
 
-def declared(errors) -> tuple:
-    """The exception classes of ``errors``: classes, or ``"module:Name"`` strings naming a
-    class of a module of the package, resolved only when that module is imported (an error
-    of a module the command never imported cannot have been raised), so that a command
-    declares the errors of its heavy modules (torch, fairseq) without importing them to
-    print ``--help``."""
-    import importlib
-    import sys
-
-    out = []
-    for e in errors:
-        if isinstance(e, str):
-            module, _, name = e.partition(":")
-            if module not in sys.modules:
-                continue
-            e = getattr(importlib.import_module(module), name)
-        out.append(e)
-    return tuple(out)
-
-
 def run_command(prog, main, argv, errors=(), message=_message) -> int:
     """``main(argv)`` as a command's exit code: its return value (``None``: 0); a failing
     shard process (``ShardError``) prints ``prog: error: ...`` on stderr and gives 1 (2 when
     the shard refused its input with one line, which is then the line), one of
-    ``errors`` (the errors the command declares, bad input or arguments: classes or
-    ``"module:Name"`` strings, :func:`declared`) and an output the
+    ``errors`` (the errors the command declares: bad input or arguments, classes of light
+    modules, so that ``--help`` imports neither torch nor fairseq) and an output the
     output guard refuses (:class:`~fairseq_docctx.data.outputs.OutputClash`) the same line and 2.
     ``message(error)``: the text of the line (default: the error's ``cli_message``, else the
     error itself). Every other exception propagates."""
@@ -151,9 +131,7 @@ def _run(prog, main, argv, errors, message):
         raise
     except ShardError as e:
         code, text = e.exit_code, str(e)
-    except Exception as e:
-        if not isinstance(e, (OutputClash,) + declared(errors)):
-            raise
+    except (OutputClash,) + tuple(errors) as e:
         code, text = 2, message(e)
     print(f"{prog}: error: {text}", file=sys.stderr)
     return code, None

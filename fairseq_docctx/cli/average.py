@@ -43,7 +43,9 @@ def main(argv=None):
 
 
 def cli_main(argv=None):
-    exit_on_errors_and_signals("docctx-average", main, argv, ("fairseq_docctx.errors:CheckpointError",), message=str)
+    from ..errors import CheckpointError
+
+    exit_on_errors_and_signals("docctx-average", main, argv, (CheckpointError,), message=str)
 
 
 if __name__ == "__main__":

@@ -118,8 +118,11 @@ def main(argv=None):
 
 
 def cli_main(argv=None):
-    exit_on_errors_and_signals("docctx-drafts", main, argv, (FileNotFoundError, "fairseq_docctx.errors:CheckpointError", "fairseq_docctx.data.manifest:ManifestError", ValueError),
-                               message=str)  # DATA is positional
+    from ..data.manifest import ManifestError
+    from ..errors import CheckpointError
+
+    exit_on_errors_and_signals("docctx-drafts", main, argv, (FileNotFoundError, CheckpointError, ManifestError,
+                                                             ValueError), message=str)  # DATA is positional
 
 
 if __name__ == "__main__":

@@ -48,7 +48,11 @@ def main(argv=None):
 
 
 def cli_main(argv=None):
-    exit_on_errors_and_signals("docctx-export", main, argv, (FileNotFoundError, "fairseq_docctx.errors:CheckpointError", "fairseq_docctx.data.manifest:ManifestError", ValueError))
+    from ..data.manifest import ManifestError
+    from ..errors import CheckpointError
+
+    exit_on_errors_and_signals("docctx-export", main, argv,
+                               (FileNotFoundError, CheckpointError, ManifestError, ValueError))
 
 
 if __name__ == "__main__":

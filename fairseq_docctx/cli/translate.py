@@ -198,10 +198,12 @@ def main(argv=None):
 
 
 def cli_main(argv=None):
-    # the errors of modules a refused option never imports (torch, fairseq): named, not imported
-    exit_on_errors_and_signals("docctx-translate", main, argv, (
-        DocumentFormatError, FileNotFoundError, ValueError, "fairseq_docctx.errors:CheckpointError", "fairseq_docctx.data.manifest:ManifestError",
-        "fairseq_docctx.inference.translate:OutputError"))
+    from ..data.manifest import ManifestError
+    from ..errors import CheckpointError
+
+    # OutputError (inference.translate) is a ValueError
+    exit_on_errors_and_signals("docctx-translate", main, argv, (DocumentFormatError, FileNotFoundError,
+                                                                CheckpointError, ManifestError, ValueError))
 
 
 if __name__ == "__main__":

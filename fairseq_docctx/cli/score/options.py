@@ -37,11 +37,14 @@ EMPTY_HYPOTHESES_NOTE = "note: {hyp}: {n} of {total} hypotheses are empty (score
 def input_errors():
     """The errors every subcommand turns into one line and exit code 2: bad input files, a
     checkpoint or data directory that cannot be used, WordNet missing."""
-    # named, not imported: a module that is not imported has raised nothing (cli.declared)
-    return ("fairseq_docctx.evaluation.io:ScoreInputError", "fairseq_docctx.data.readers:DocumentFormatError",
-            FileNotFoundError, "fairseq_docctx.evaluation.wordnet:WordNetMissing",
-            "fairseq_docctx.errors:CheckpointError", "fairseq_docctx.data.manifest:ManifestError",
-            "fairseq_docctx.errors:UsageError")
+    from ...data.manifest import ManifestError
+    from ...data.readers import DocumentFormatError
+    from ...errors import CheckpointError, UsageError
+    from ...evaluation.io import ScoreInputError
+    from ...evaluation.wordnet import WordNetMissing
+
+    return (ScoreInputError, DocumentFormatError, FileNotFoundError, WordNetMissing, CheckpointError, ManifestError,
+            UsageError)
 
 
 def add_subcommand(sub, name, main, errors=(), message=None, **kwargs):

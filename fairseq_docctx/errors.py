@@ -93,7 +93,7 @@ def warn(message: str) -> None:
 _created_dirs: List[str] = []
 
 
-def _missing_dirs(path: str) -> List[str]:
+def missing_dirs(path: str) -> List[str]:
     """``path`` and its parents up to the first that exists, deepest first."""
     out = []
     path = os.path.abspath(path)
@@ -117,7 +117,7 @@ def track_created_save_dir() -> None:
         return
 
     def verify_checkpoint_directory(save_dir, *args, **kwargs):
-        missing = _missing_dirs(save_dir)
+        missing = missing_dirs(save_dir)
         verify(save_dir, *args, **kwargs)
         _created_dirs.extend(d for d in missing if d not in _created_dirs)
 

@@ -175,11 +175,13 @@ def test_fastbpe_codes_as_fastbpe_applies_them(tmp_path):
 
 
 def _refused(capsys, argv, what):
+    """docctx-prepare refuses ``argv`` in one line saying ``what``: that line."""
     with pytest.raises(SystemExit) as e:
         cli_main(argv)
     err = capsys.readouterr().err
     assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert err.startswith("docctx-prepare: error: ") and what in err, err
+    return err.strip()
 
 
 def test_refusals_one_line(corpus, releases, tmp_path, capsys):

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import REPO, run
-from test_pretrained_data import corpus  # noqa: F401  (fixture)
+from test_pretrained_data import _refused, corpus  # noqa: F401  (corpus: a fixture)
 from test_pretrained_init import build
 
 from examples.lib.tiny_release import bpe_release, sp_release, subword_nmt_release, transformer_release
@@ -155,17 +155,6 @@ def _releases_without_checkpoints(corpus, root):  # noqa: F811
     snmt, _ = subword_nmt_release(root / "snmt", tr, tr, codes_name="code")
     fast, _ = bpe_release(root / "fast", tr, tr, joined=True)
     return sp, snmt, fast
-
-
-def _refused(capsys, argv, what):
-    from fairseq_docctx.cli.prepare import cli_main
-
-    with pytest.raises(SystemExit) as e:
-        cli_main(argv)
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert err.startswith("docctx-prepare: error: ") and what in err, err
-    return err.strip()
 
 
 def test_segmentation_found_in_the_folder(corpus, tmp_path, capsys):  # noqa: F811

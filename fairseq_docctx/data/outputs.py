@@ -42,6 +42,7 @@ import tempfile
 import time
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from ..errors import missing_dirs
 from .paths import file_mode, holds, same_path
 
 #: the environment variable naming the folder of the write record
@@ -159,19 +160,6 @@ def _special(path: str) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
-def _missing_folders(folder: str) -> List[str]:
-    """The folders of ``folder``'s path that do not exist, outermost first."""
-    missing = []
-    f = os.path.abspath(folder)
-    while not os.path.exists(f):
-        missing.append(f)
-        parent = os.path.dirname(f)
-        if parent == f:
-            break
-        f = parent
-    return missing[::-1]
-
-
 class Outputs:
     """The files one run of ``command`` reads and writes (the module's rules).
 
@@ -272,8 +260,7 @@ class Outputs:
     def make_folders(self, folder: str) -> None:
         """Make the missing folders of ``folder``'s path (removed again when the run fails
         and leaves them empty)."""
-        missing = _missing_folders(folder)
-        for f in missing:
+        for f in reversed(missing_dirs(folder)):  # outermost first
             try:
                 os.mkdir(f)
             except FileExistsError:

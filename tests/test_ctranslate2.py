@@ -10,23 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, TINY_MODEL, ct2_export, docids_documents, file_digests, run, run_in_process
+from conftest import ct2_export, docids_documents, file_digests, run_in_process
 from fairseq_docctx.cli.drafts import cli_main as drafts_main
 from fairseq_docctx.cli.export import cli_main as export_main
 from fairseq_docctx.cli.translate import cli_main as translate_main
 from fairseq_docctx.hub import from_exported
 
 pytest.importorskip("ctranslate2")
-
-
-@pytest.fixture(scope="module")
-def sent_ckpt(toy_bin, tmp_path_factory):
-    """A tiny sentence-level transformer trained on the toy documents."""
-    save = tmp_path_factory.mktemp("ct2_sent")
-    run(["fairseq-train", toy_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
-         "--context-size", "0", "--arch", "transformer", *TINY_MODEL, "--max-tokens", "1000",
-         "--max-epoch", "4", "--no-epoch-checkpoints", "--save-dir", save])
-    return save / "checkpoint_last.pt"
 
 
 @pytest.fixture(scope="module")

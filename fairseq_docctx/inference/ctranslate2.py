@@ -44,7 +44,7 @@ from ..data.paths import check_output
 from ..modules.context_concat import concat_with_context, gather_context_rows, pack_segments
 from ..modules.sentence_positions import DocumentPositions
 from .checkpoint import CheckpointError, checkpoint_sha1
-from .options import CT2_PREFIX_MODES
+from .options import CT2_PREFIX_MODES, check_ct2_prefix
 
 #: the description of an exported folder, beside CTranslate2's files
 EXPORT_FILE = "docctx-export.json"
@@ -608,9 +608,7 @@ class CTranslate2Generator:
                  lenpen: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200, min_len: int = 1,
                  max_source_positions: int = 1024, max_target_positions: int = 1024,
                  unkpen: float = 0.0, max_batch_size: int = 0, prefix: str = "stepwise"):
-        if prefix not in PREFIX_MODES:
-            raise ValueError(f"--ct2-prefix {prefix}: must be one of {', '.join(PREFIX_MODES)}")
-        self.prefix = prefix
+        self.prefix = check_ct2_prefix(prefix)
         self.translator = translator
         self.src_dict, self.tgt_dict, self.sep = src_dict, tgt_dict, sep
         self.beam, self.lenpen = int(beam), float(lenpen)

@@ -287,15 +287,19 @@ def test_on_trained_models_ctranslate2_gives_fairseqs_translations(probe_exporte
     """Where the length limit does not bind (the defaults, 1.2 x the source + 10), a float32
     export runs fairseq's beam search: a sentence ends when ``beam`` hypotheses have ended,
     and the best of them by fairseq's ranking is the translation; identical lines at beams
-    1, 2, 4 and 5 (with the concatenation model, target context: its own translations)."""
+    1, 2, 4 and 5 (with the concatenation model, target context: its own translations), and
+    with a minimum length of 0 at beams 2 and 4 (after a target prefix fairseq may then end
+    the empty translation at the first step, among the ``beam`` best candidates, where
+    CTranslate2's own search would end only the best one)."""
     from fairseq_docctx.hub import from_pretrained
 
     models, docs, data = probe_exported
     ckpt, folder = models[model]
     engines = {"fairseq": from_pretrained(str(ckpt), data=data), "ctranslate2": from_exported(folder)}
-    for beam in (1, 2, 4, 5):
-        out = {name: hub.translate_documents(docs, beam=beam) for name, hub in engines.items()}
-        assert out["ctranslate2"] == out["fairseq"], beam
+    for search in ({"beam": 1}, {"beam": 2}, {"beam": 4}, {"beam": 5}, {"beam": 2, "min_len": 0},
+                   {"beam": 4, "min_len": 0}):
+        out = {name: hub.translate_documents(docs, **search) for name, hub in engines.items()}
+        assert out["ctranslate2"] == out["fairseq"], search
 
 
 def _fairseq_score(hub, source: str, translation: str) -> float:

@@ -589,8 +589,10 @@ class CTranslate2Generator:
     hypotheses ending in EOS among the first ``beam`` set aside and the beam refilled from the
     others, a sentence ended when ``beam`` hypotheses have ended (CTranslate2's rule with a
     length penalty other than 0 and patience 1; with a length penalty of 0 it also waits for
-    a step whose best candidate ends, searching on past fairseq's end), and the ended
-    hypotheses ranked as fairseq ranks them (:meth:`_search`).
+    a step whose best candidate ends, searching on past fairseq's end), the first step after a
+    target prefix (the target context, a forced language token) ending the empty translation
+    where fairseq's does (CTranslate2's own search ends only its best candidate there), and the
+    ended hypotheses ranked as fairseq ranks them (:meth:`_search`).
 
     ``prefix`` (:data:`PREFIX_MODES`, ``--ct2-prefix``): how a row with a target prefix (the
     target context) is decoded. ``stepwise`` (the default) is the search above: CTranslate2's

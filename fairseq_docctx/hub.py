@@ -405,7 +405,32 @@ class ExportedHubInterface(DocumentHubInterface):
         self.record = record
         #: how a sentence after a target prefix is decoded (``--ct2-prefix``; a search's
         #: ``ct2_prefix=`` overrides it)
-        self.ct2_prefix = ct2_prefix
+        self.ct2_prefix = self.check_prefix_mode(ct2_prefix)
+
+    @property
+    def has_target_prefix(self) -> bool:
+        """Whether a sentence may be decoded after a target prefix: the model reads target
+        context (a ``concat_transformer`` with ``--context-sides both`` or ``tgt``) and the
+        task gives some (K above 0)."""
+        from .models.document_context import DocumentContextModel
+
+        model = self.models[0]
+        return (isinstance(model, DocumentContextModel) and "tgt" in model.context_sides
+                and bool(getattr(self.task.cfg, "context_size", 0)))
+
+    def check_prefix_mode(self, mode: str) -> str:
+        """``mode`` (``--ct2-prefix``), or :class:`ValueError` (one line) for a value other
+        than ``stepwise`` where no sentence has a target prefix (:attr:`has_target_prefix`):
+        the one-pass modes decode only what follows a prefix, so on such a model they would
+        change nothing, as ``--ct2-prefix`` does not with the fairseq engine, which is refused
+        alike."""
+        from .inference.options import check_ct2_prefix
+
+        if check_ct2_prefix(mode) != "stepwise" and not self.has_target_prefix:
+            raise ValueError(f"--ct2-prefix {mode}: applies to a model with target context only (a "
+                             "concat_transformer with --context-sides both or tgt and --context-size above 0); "
+                             f"this {self.record['model']} decodes no sentence after a target prefix")
+        return mode
 
     def build_generator(self, gen_args):
         """The CTranslate2 generator of ``gen_args``; a segment model's stand-in gets the task's
@@ -423,7 +448,7 @@ class ExportedHubInterface(DocumentHubInterface):
             max_len_b=gen_args.max_len_b, min_len=gen_args.min_len, unkpen=gen_args.unkpen,
             max_source_positions=self.record["max_source_positions"],
             max_target_positions=self.record["max_target_positions"],
-            prefix=gen_args.get("ct2_prefix", None) or self.ct2_prefix)
+            prefix=self.check_prefix_mode(gen_args.get("ct2_prefix", None) or self.ct2_prefix))
 
 
 def from_exported(path: str, data: Optional[str] = None, spm_model: Optional[str] = None,
@@ -441,10 +466,9 @@ def from_exported(path: str, data: Optional[str] = None, spm_model: Optional[str
     from omegaconf import OmegaConf
 
     from .inference import ctranslate2 as ct2
-    from .inference.options import CT2_PREFIX_MODES
+    from .inference.options import check_ct2_prefix
 
-    if ct2_prefix not in CT2_PREFIX_MODES:
-        raise ValueError(f"--ct2-prefix {ct2_prefix}: must be one of {', '.join(CT2_PREFIX_MODES)}")
+    check_ct2_prefix(ct2_prefix)  # before the model is loaded
     path = os.fspath(path)
     record = ct2.read_export(path)
     ct2.check_export_files(path, record, data)

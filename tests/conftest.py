@@ -178,6 +178,16 @@ def concat_both_ckpt(toy_bin, tmp_path_factory):
     return save / "checkpoint_last.pt"
 
 
+@pytest.fixture(scope="session")
+def sent_ckpt(toy_bin, tmp_path_factory):
+    """A tiny sentence-level transformer trained on the toy documents."""
+    save = tmp_path_factory.mktemp("ct2_sent")
+    run(["fairseq-train", toy_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
+         "--context-size", "0", "--arch", "transformer", *TINY_MODEL, "--max-tokens", "1000",
+         "--max-epoch", "4", "--no-epoch-checkpoints", "--save-dir", save])
+    return save / "checkpoint_last.pt"
+
+
 def toy_dictionary():
     """A fairseq dictionary with <sep> and the words w0..w29 (unit tests of the models)."""
     from fairseq.data import Dictionary

@@ -4,6 +4,8 @@
 beam: every sentence decoded once, in document order, with its own translations as
 context; greedy search (beam 1) gives the stepwise path's translations; the default leaves
 the outputs as they were; bad values are refused in one line."""
+import re
+
 import pytest
 
 from conftest import ct2_export, docids_documents, run_in_process
@@ -129,3 +131,40 @@ def test_bad_values_are_refused_in_one_line(concat_export, concat_both_ckpt, toy
     assert not (tmp_path / "x.txt").exists()
     with pytest.raises(ValueError, match=r"^--ct2-prefix once: must be one of stepwise, one-pass, one-pass-beam$"):
         from_exported(concat_export, ct2_prefix="once")
+
+
+def test_one_pass_modes_on_a_model_without_target_prefix_are_refused_in_one_line(sent_ckpt, concat_export, toy_bin,
+                                                                                 tmp_path, capsys):
+    """--ct2-prefix one-pass/one-pass-beam decode only what follows a target prefix: on an
+    export whose sentences have none (a sentence-level transformer; a concat_transformer given
+    --context-size 0) they are refused in one line, as --ct2-prefix with the fairseq engine
+    is, by docctx-translate (with --processes too) and by the hub (from_exported and a
+    search's ct2_prefix=); stepwise, the search that decodes them, is accepted."""
+    sent = ct2_export(sent_ckpt, toy_bin, tmp_path / "sent")
+    capsys.readouterr()  # the export's line
+    src = toy_bin.parent / "raw" / "test.src"
+    expected = ("docctx-translate: error: --ct2-prefix {}: applies to a model with target context only (a "
+                "concat_transformer with --context-sides both or tgt and --context-size above 0); this {} decodes "
+                "no sentence after a target prefix")
+    for folder, model, more in ((sent, "transformer", []), (sent, "transformer", ["--processes", 2]),
+                                (concat_export, "concat_transformer", ["--context-size", 0])):
+        for mode in ("one-pass", "one-pass-beam"):
+            out = tmp_path / "x.txt"
+            code, stdout, err = run_in_process(translate_main, [src, "--engine", "ctranslate2", "--path", folder,
+                                                                "--ct2-prefix", mode, "--quiet", "-o", out, *more],
+                                               capsys)
+            lines = [ln for ln in err.strip().splitlines() if not ln.startswith(("WARNING", "INFO"))]
+            assert code == 2 and not stdout and lines == [expected.format(mode, model)], (more, err)
+            assert not out.exists()
+    out = tmp_path / "stepwise.txt"
+    code, _, err = run_in_process(translate_main, [src, "--engine", "ctranslate2", "--path", sent,
+                                                   "--ct2-prefix", "stepwise", "--quiet", "-o", out], capsys)
+    assert code == 0 and len(out.read_text().splitlines()) == len(src.read_text().splitlines()), err
+    message = expected.format("one-pass", "transformer").split("error: ", 1)[1]
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        from_exported(sent, ct2_prefix="one-pass")
+    hub = from_exported(sent)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        hub.translate_documents([["w1 w2"]], beam=2, ct2_prefix="one-pass")
+    with pytest.raises(ValueError, match="^--ct2-prefix once: must be one of "):
+        hub.translate_documents([["w1 w2"]], beam=2, ct2_prefix="once")

@@ -10,23 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, TINY_MODEL, ct2_export, docids_documents, file_digests, run, run_in_process
+from conftest import ct2_export, docids_documents, file_digests, run_in_process
 from fairseq_docctx.cli.drafts import cli_main as drafts_main
 from fairseq_docctx.cli.export import cli_main as export_main
 from fairseq_docctx.cli.translate import cli_main as translate_main
 from fairseq_docctx.hub import from_exported
 
 pytest.importorskip("ctranslate2")
-
-
-@pytest.fixture(scope="module")
-def sent_ckpt(toy_bin, tmp_path_factory):
-    """A tiny sentence-level transformer trained on the toy documents."""
-    save = tmp_path_factory.mktemp("ct2_sent")
-    run(["fairseq-train", toy_bin, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
-         "--context-size", "0", "--arch", "transformer", *TINY_MODEL, "--max-tokens", "1000",
-         "--max-epoch", "4", "--no-epoch-checkpoints", "--save-dir", save])
-    return save / "checkpoint_last.pt"
 
 
 @pytest.fixture(scope="module")
@@ -305,6 +295,31 @@ def test_on_trained_models_ctranslate2_gives_fairseqs_translations(probe_exporte
     engines = {"fairseq": from_pretrained(str(ckpt), data=data), "ctranslate2": from_exported(folder)}
     for beam in (1, 2, 4, 5):
         out = {name: hub.translate_documents(docs, beam=beam) for name, hub in engines.items()}
+        assert out["ctranslate2"] == out["fairseq"], beam
+
+
+#: the probe's test documents (their index) where the trained concat_transformer ended the
+#: empty translation right after its target prefix at a minimum length of 0 (measured on all
+#: 200: at beam 4 documents 57, 176 and 183, at beam 2 document 160, with the engine that left
+#: that step to CTranslate2's search)
+EMPTY_AFTER_PREFIX_DOCS = (57, 160, 176, 183)
+
+
+def test_at_a_minimum_length_of_0_the_step_after_the_target_prefix_is_fairseqs(probe, probe_exported):
+    """At a minimum length of 0 fairseq's beam search may end the empty translation right
+    after a sentence's target prefix, with EOS among the step's ``beam`` best candidates,
+    where CTranslate2's own search ends only the best one; the engine decides that step as
+    fairseq does: the concat_transformer's translations of the documents where it showed are
+    fairseq's at beams 2 and 4."""
+    from fairseq_docctx.hub import from_pretrained
+
+    models, _, data = probe_exported
+    ckpt, folder = models["concat_transformer"]
+    docs = docids_documents(Path(probe["text"]) / "test.src")
+    docs = [docs[i] for i in EMPTY_AFTER_PREFIX_DOCS]
+    engines = {"fairseq": from_pretrained(str(ckpt), data=data), "ctranslate2": from_exported(folder)}
+    for beam in (2, 4):
+        out = {name: hub.translate_documents(docs, beam=beam, min_len=0) for name, hub in engines.items()}
         assert out["ctranslate2"] == out["fairseq"], beam
 
 

@@ -41,7 +41,8 @@ def build_parser():
                    "target context) is decoded: stepwise (default; fairseq's beam search, the prefix forced "
                    "one step at a time on every beam), one-pass (the prefix in one decoder pass, the --beam "
                    "best first tokens each continued greedily), one-pass-beam (the prefix in one pass, the "
-                   "best first token, then beam search); the same at --beam 1")
+                   "best first token, then beam search); the same at --beam 1; the one-pass modes are refused for a "
+                   "model without target context")
     p.add_argument("--data", help="data directory with the dictionaries (and the SentencePiece "
                    "model its docctx.json names); default: the checkpoint's directory if it has "
                    "them, else the training data")

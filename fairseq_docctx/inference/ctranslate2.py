@@ -45,7 +45,7 @@ from ..data.outputs import Outputs
 from ..modules.context_concat import concat_with_context, gather_context_rows, pack_segments
 from ..modules.sentence_positions import DocumentPositions
 from .checkpoint import CheckpointError, check_context_overrides, checkpoint_sha1, recorded_context
-from .options import CT2_PREFIX_MODES
+from .options import CT2_PREFIX_MODES, check_ct2_prefix
 
 #: the description of an exported folder, beside CTranslate2's files
 EXPORT_FILE = "docctx-export.json"
@@ -598,8 +598,10 @@ class CTranslate2Generator:
     hypotheses ending in EOS among the first ``beam`` set aside and the beam refilled from the
     others, a sentence ended when ``beam`` hypotheses have ended (CTranslate2's rule with a
     length penalty other than 0 and patience 1; with a length penalty of 0 it also waits for
-    a step whose best candidate ends, searching on past fairseq's end), and the ended
-    hypotheses ranked as fairseq ranks them (:meth:`_search`).
+    a step whose best candidate ends, searching on past fairseq's end), the first step after a
+    target prefix (the target context, a forced language token) ending the empty translation
+    where fairseq's does (CTranslate2's own search ends only its best candidate there), and the
+    ended hypotheses ranked as fairseq ranks them (:meth:`_search`).
 
     ``prefix`` (:data:`PREFIX_MODES`, ``--ct2-prefix``): how a row with a target prefix (the
     target context) is decoded. ``stepwise`` (the default) is the search above: CTranslate2's
@@ -617,9 +619,7 @@ class CTranslate2Generator:
                  lenpen: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200, min_len: int = 1,
                  max_source_positions: int = 1024, max_target_positions: int = 1024,
                  unkpen: float = 0.0, max_batch_size: int = 0, prefix: str = "stepwise"):
-        if prefix not in PREFIX_MODES:
-            raise ValueError(f"--ct2-prefix {prefix}: must be one of {', '.join(PREFIX_MODES)}")
-        self.prefix = prefix
+        self.prefix = check_ct2_prefix(prefix)
         self.translator = translator
         self.src_dict, self.tgt_dict, self.sep = src_dict, tgt_dict, sep
         self.beam, self.lenpen = int(beam), float(lenpen)
@@ -722,30 +722,45 @@ class CTranslate2Generator:
 
         CTranslate2 normalises by the length of the returned prefix and translation, so the
         hypotheses are ranked here (:meth:`_finished` returns each row's ``beam`` best).
-        Where CTranslate2 keeps EOS out of the first step (``min_len``), it renormalises that
-        step's probabilities over the other tokens, which fairseq does not: every hypothesis
-        of the row gains ``-log(1 - p(EOS))``, taken off again (``p(EOS)`` scored by
-        CTranslate2; needed only where the ranking depends on it). A translation cut at the
-        length limit is scored again, ending in EOS, as fairseq ends and scores it.
+        Where CTranslate2 keeps EOS out of the first free step (:meth:`_first_step`), it
+        renormalises that step's probabilities over the other tokens, which fairseq does not:
+        every hypothesis of the row gains ``-log(1 - p(EOS))``, taken off again (``p(EOS)``
+        scored by CTranslate2; needed only where the ranking depends on it). A translation
+        cut at the length limit is scored again, ending in EOS, as fairseq ends and scores it.
 
         ``forced``: per row, the words forced first in its translation (fairseq's
         ``prefix_tokens``), given to CTranslate2 at the end of the target prefix; CTranslate2
         returns them as the translation's first tokens, and their log-probabilities, which
         fairseq counts in the score and CTranslate2 does not, are added (scored once per row).
-        A row with forced words has no first step whose EOS CTranslate2 keeps out, unless it is
-        decoded in one pass (:meth:`_one_pass`), whose first free step always keeps EOS out."""
+
+        After a target prefix, CTranslate2's beam search lets EOS end only the best candidate
+        of the first free step (it drops EOS from the others, ``update_sample_with_prefix`` in
+        its ``decoding.cc``), where fairseq's beam search ends every hypothesis of the step's
+        ``beam`` best candidates that ends in EOS, and counts it among the ``beam`` it waits
+        for: the empty translation (the forced words alone, or nothing after the target
+        context at a minimum length of 0). Above beam 1 the engine keeps EOS out of that
+        step in CTranslate2's search, finds whether fairseq ends the empty translation there
+        (:meth:`_ends_empty`), and then searches the row to ``beam - 1`` finished hypotheses
+        (patience ``(beam - 1) / beam``) and adds the empty translation with fairseq's score:
+        the same candidates at every step, the same end and ranking as fairseq's."""
         forced = forced or [[] for _ in sources]
         starts, targets = targets, [t + f for t, f in zip(targets, forced)]
         one_pass = [self.prefix != "stepwise" and c > 0 for c in cut]
-        rows = self._finished(sources, targets, cut, limits, one_pass)
-        with_forced = [i for i, f in enumerate(forced) if f]
-        if with_forced:
-            scored = self.translator.score_batch([sources[i] for i in with_forced],
-                                                 [targets[i] for i in with_forced], max_input_length=0)
-            for i, r in zip(with_forced, scored):  # the forced words' log-probabilities (EOS after them not)
-                extra = float(sum(r.log_probs[-(len(forced[i]) + 1):-1]))
-                rows[i] = [(ids, score + extra, again) for ids, score, again in rows[i]]
-        ranked = self.beam > 1
+        first = [self._first_step(len(t) - 1, len(f), one) for t, f, one in zip(targets, forced, one_pass)]
+        # the forced words' log-probabilities and p(EOS) at the first free step (scored once)
+        extra, eos_lp = [0.0] * len(sources), [None] * len(sources)
+        scored_rows = [i for i, f in enumerate(forced) if f or first[i][2]]
+        if scored_rows:
+            scored = self.translator.score_batch([sources[i] for i in scored_rows],
+                                                 [targets[i] for i in scored_rows], max_input_length=0)
+            for i, r in zip(scored_rows, scored):  # the last token scored: EOS right after the prefix
+                extra[i] = float(sum(r.log_probs[-(len(forced[i]) + 1):-1]))
+                eos_lp[i] = float(r.log_probs[-1])
+        empty = self._ends_empty(sources, targets, [i for i, f in enumerate(first) if f[2]], eos_lp)
+        rows = self._finished(sources, targets, cut, limits, one_pass, first, empty)
+        for i in range(len(rows)):
+            if extra[i]:
+                rows[i] = [(ids, score + extra[i], again) for ids, score, again in rows[i]]
         # translations cut at the length limit: fairseq ends them with EOS there, scored so
         cut_hyps = [(i, j) for i, hyps in enumerate(rows) for j, h in enumerate(hyps) if h[2]]
         if cut_hyps:
@@ -756,17 +771,23 @@ class CTranslate2Generator:
             for (i, j), r in zip(cut_hyps, scored):
                 ids = rows[i][j][0]
                 rows[i][j] = (ids, float(sum(r.log_probs[-(len(ids) + 1):])), True)
+        # fairseq's empty translation, ended at the first free step: exact
+        forced_ids = [[self.tgt_index[w] for w in f] for f in forced]
+        for i in empty:
+            rows[i].append((forced_ids[i], extra[i] + eos_lp[i], True))
         # the ranking depends on the renormalisation where the hypotheses' lengths differ
         # (and it is normalised) or some were scored again
         need = [i for i, hyps in enumerate(rows)
-                if (one_pass[i] or (ranked and self.min_len > 0 and not forced[i]))
-                and len({(len(h[0]) if self.lenpen != 0 else 0, h[2]) for h in hyps}) > 1]
-        offset = [0.0] * len(rows)
-        if need:
-            scored = self.translator.score_batch([sources[i] for i in need], [targets[i] for i in need],
+                if first[i][1] and len({(len(h[0]) if self.lenpen != 0 else 0, h[2]) for h in hyps}) > 1]
+        missing = [i for i in need if eos_lp[i] is None]
+        if missing:
+            scored = self.translator.score_batch([sources[i] for i in missing], [targets[i] for i in missing],
                                                  max_input_length=0)
-            for i, r in zip(need, scored):  # the last token scored: EOS right after the prefix
-                offset[i] = -math.log1p(-math.exp(min(float(r.log_probs[-1]), -1e-12)))
+            for i, r in zip(missing, scored):
+                eos_lp[i] = float(r.log_probs[-1])
+        offset = [0.0] * len(rows)
+        for i in need:
+            offset[i] = -math.log1p(-math.exp(min(eos_lp[i], -1e-12)))
         out = []
         for hyps, c in zip(rows, offset):
             fairseq_scores = [score if exact else score - c for _, score, exact in hyps]
@@ -775,7 +796,72 @@ class CTranslate2Generator:
             out.append((hyps[best][0] + [self.tgt_dict.eos()], fairseq_scores[best]))
         return out
 
-    def _finished(self, sources, targets, cut: List[int], limits: List[int], one_pass=None):
+    def _first_step(self, prefix: int, forced: int, one_pass: bool):
+        """How CTranslate2's search treats EOS at a row's first free step (the first after
+        its target prefix less the start token, ``prefix`` tokens, ``forced`` of them forced
+        words): ``(least, renormalised, empty)``. ``least``: CTranslate2's minimum length
+        (counted with the prefix); ``renormalised``: whether EOS is kept out of the step, its
+        probabilities renormalised over the other tokens; ``empty``: whether fairseq lets EOS
+        end its candidates there, with a target prefix above beam 1, which the engine then
+        decides itself (:meth:`_search`). Fairseq keeps EOS out of its first ``min_len``
+        steps, the forced words counted; CTranslate2 (``min_len`` above one) of its first
+        ``least`` steps, the prefix counted. After a prefix, EOS is kept out of the first
+        free step by suppressing the sequence of the start token, the forced words and EOS
+        (:meth:`_suppressed`), and, where the prefix is the forced words alone, by ``least``.
+        A row decoded in one pass (:meth:`_one_pass`) keeps EOS out of its first free step
+        whatever the minimum length."""
+        if one_pass:
+            return 0, True, False
+        cut = prefix - forced
+        blocked = prefix > 0 and (self.beam > 1 or forced < self.min_len)
+        if self.min_len > 1:  # searched apart per prefix length
+            least = cut + max(self.min_len, forced + 1 if blocked else 0)
+        else:
+            least = forced + 1 if blocked else self.min_len
+        return least, blocked or (prefix == 0 and self.min_len > 0), blocked and forced >= self.min_len
+
+    def _suppressed(self, targets, cut: List[int], rows: List[int]) -> Optional[List[List[str]]]:
+        """CTranslate2's ``suppress_sequences`` that keep EOS out of the first free step of
+        ``rows``: the start token, the row's forced words (the end of its target prefix) and
+        EOS. CTranslate2 matches a sequence against the tokens after the decoder's first, so
+        it applies after a target context; the start token is followed by the forced words
+        only there (``</s>`` ends a translation), so no later step is affected. A row whose
+        prefix is the forced words alone keeps EOS out by its minimum length instead
+        (:meth:`_first_step`), a row without a prefix by ``min_len`` (the sequence is then
+        never matched)."""
+        found = []
+        for i in rows:
+            seq = targets[i][cut[i]:] + [self.eos_word]
+            if seq not in found:
+                found.append(seq)
+        return found or None
+
+    def _ends_empty(self, sources, targets, rows: List[int], eos_lp) -> set:
+        """The rows (of ``rows``) whose first free step fairseq's beam search ends with EOS:
+        EOS among the step's ``beam`` best candidates. CTranslate2's ``return_alternatives``
+        gives the step's ``beam`` best other tokens (their probabilities renormalised without
+        EOS), compared with ``p(EOS)`` (``eos_lp``); rows of one prefix length share a call,
+        which ends at that step."""
+        groups, ends = {}, set()
+        for i in rows:
+            groups.setdefault(len(targets[i]), []).append(i)
+        for length, group in groups.items():
+            results = self.translator.translate_batch(
+                [sources[i] for i in group], target_prefix=[targets[i] for i in group], beam_size=1,
+                num_hypotheses=self.beam, return_alternatives=True, max_decoding_length=length,
+                min_decoding_length=0, return_scores=True, disable_unk=self.disable_unk, max_input_length=0)
+            for i, r in zip(group, results):
+                if len(r.scores) < self.beam:
+                    ends.add(i)
+                    continue
+                # the beam-th best other token's log-probability, without the renormalisation
+                kth = float(r.scores[self.beam - 1]) + math.log1p(-math.exp(min(eos_lp[i], -1e-12)))
+                if eos_lp[i] > kth:
+                    ends.add(i)
+        return ends
+
+    def _finished(self, sources, targets, cut: List[int], limits: List[int], one_pass: List[bool],
+                  first: List[tuple], empty: set):
         """Every row's finished hypotheses ``[(token ids without EOS, unnormalised score, to
         be scored again ending in EOS)]``, each row searched as it is alone: the ``beam`` best
         of a search that ends before the row's length limit, all those a search that reaches
@@ -795,37 +881,38 @@ class CTranslate2Generator:
         there: fairseq then refills the beam with candidates CTranslate2 returns only where
         one of their continuations is among the next step's ``beam`` best).
 
-        EOS is kept out of each row's first step: the minimum length counts from the first
-        token of the prefix, so after a prefix the sequence ``</s> </s>`` is suppressed (the
-        prefix ends with the start token ``</s>``, or the ``bos_token`` given to :meth:`generate`:
-        then that token followed by ``</s>``); a minimum length above one is searched
-        apart per prefix length.
-
-        ``one_pass``: per row, whether it is decoded in one pass (:meth:`_one_pass`) rather
-        than by the search above."""
+        ``first``: per row, how its first free step treats EOS (:meth:`_first_step`: the
+        minimum length, counted from the first token of the prefix; rows of one minimum
+        length share a call); ``empty``: the rows whose search has ended the empty translation
+        at that step (:meth:`_ends_empty`), searched to ``beam - 1`` finished hypotheses (the
+        search after the step is the same). ``one_pass``: per row, whether it is decoded in
+        one pass (:meth:`_one_pass`) rather than by the search above."""
         own = [c + n + 1 for c, n in zip(cut, limits)]
-        one_pass = one_pass or [False] * len(sources)
         out = [None] * len(sources)
         single = [i for i, one in enumerate(one_pass) if one]
         if single:
             for i, hyps in zip(single, self._one_pass(sources, targets, cut, single, own)):
                 out[i] = hyps
         groups = {}
-        for i, c in enumerate(cut):
+        for i in range(len(sources)):
             if not one_pass[i]:
-                groups.setdefault(c if self.min_len > 1 else None, []).append(i)
+                patience = (self.beam - 1) / self.beam if i in empty else 1.0
+                groups.setdefault((first[i][0], patience), []).append(i)
         again = {}
-        for key, rows in groups.items():
+        for (least, patience), rows in groups.items():
             longest = max(own[i] for i in rows)
-            for i, hyps in zip(rows, self._translate(sources, targets, cut, rows, longest)):
-                if self.beam > 1 and max(len(ids) for ids, _, _ in hyps) >= limits[i]:
-                    again.setdefault((key, own[i]), []).append(i)
+            keep_out = [i for i in rows if first[i][1]]
+            for i, hyps in zip(rows, self._translate(sources, targets, cut, rows, longest, least, keep_out,
+                                                     patience)):
+                if self.beam > 1 and max((len(ids) for ids, _, _ in hyps), default=0) >= limits[i]:
+                    again.setdefault((least, own[i]), []).append(i)
                 else:
                     out[i] = hyps
-        for (_, longest), rows in again.items():
-            to_eos = self._translate(sources, targets, cut, rows, longest, patience=2)
-            to_limit = (self._translate(sources, targets, cut, rows, longest - 1, patience=2)
-                        if longest - 1 >= self._min_length(cut[rows[0]]) else [[] for _ in rows])
+        for (least, longest), rows in again.items():
+            keep_out = [i for i in rows if first[i][1]]
+            to_eos = self._translate(sources, targets, cut, rows, longest, least, keep_out, patience=2)
+            to_limit = (self._translate(sources, targets, cut, rows, longest - 1, least, keep_out, patience=2)
+                        if longest - 1 >= least else [[] for _ in rows])
             for i, a, b in zip(rows, to_eos, to_limit):
                 out[i] = a + b
         rows = []
@@ -879,22 +966,17 @@ class CTranslate2Generator:
                 found[i] = hyps
         return [found[i] for i in rows]
 
-    def _min_length(self, cut: int) -> int:
-        """CTranslate2's minimum length (counted with the prefix) of a search of rows whose
-        prefixes have ``cut`` tokens: ``min_len``, EOS being suppressed after the prefix by
-        :meth:`_translate`; above one, the rows are searched apart per prefix length."""
-        return (cut if self.min_len > 1 else 0) + self.min_len
-
-    def _translate(self, sources, targets, cut: List[int], rows: List[int], max_length: int,
-                   patience: int = 1):
+    def _translate(self, sources, targets, cut: List[int], rows: List[int], max_length: int, least: int,
+                   keep_out: List[int], patience: float = 1):
         """CTranslate2's ``patience * beam`` best hypotheses ``[(token ids without EOS,
         unnormalised score, whether it ended with EOS)]`` of ``rows``, searched under one
-        length limit ``max_length`` (prefix included)."""
+        length limit ``max_length`` and one minimum length ``least`` (prefix included), EOS
+        kept out of the first free step of the rows ``keep_out`` (:meth:`_suppressed`)."""
         results = self.translator.translate_batch(
             [sources[i] for i in rows], target_prefix=[targets[i] for i in rows], beam_size=self.beam,
-            patience=float(patience), num_hypotheses=self.beam * patience, length_penalty=self.ct2_lenpen,
-            max_decoding_length=max_length, min_decoding_length=self._min_length(cut[rows[0]]),
-            suppress_sequences=[[self.start_word, self.eos_word]] if self.min_len > 0 else None,
+            patience=float(patience), num_hypotheses=int(round(self.beam * patience)),
+            length_penalty=self.ct2_lenpen, max_decoding_length=max_length, min_decoding_length=least,
+            suppress_sequences=self._suppressed(targets, cut, keep_out),
             return_scores=True, return_end_token=True, disable_unk=self.disable_unk, max_input_length=0,
         )
         eos = self.tgt_dict.eos()

@@ -14,12 +14,12 @@ from conftest import REPO, TINY_MODEL, run
 from test_pretrained_data import _bpe_release, _sp_release, corpus  # noqa: F401  (fixture)
 
 UPDATES = "80"
-#: the updates of a model still learning where sentences end: after 45 updates the tiny
-#: concat_transformer (K=2, both sides) of the M2M-100-style data ranks EOS among the 4 best
-#: candidates right after the forced language token for about half the test sentences (after
-#: 35 it ends every sentence there, after 80 none; measured: tests/test_pretrained_infer.py,
-#: docs/inference.md)
-EARLY_UPDATES = "45"
+#: the updates of a model still learning where sentences end: after 40 updates the tiny
+#: concat_transformer (K=2, both sides) of the M2M-100-style data (its dictionary with M2M-100's
+#: 8 madeupwords) ranks EOS among the 4 best candidates right after the forced language token
+#: for 11 of the 40 valid sentences at beam 4, with and without length penalty (after 30, for
+#: 12 and 18, most of them translated empty; after 45, for 2 and 1; after 80, for none)
+EARLY_UPDATES = "40"
 SOURCE_TOKEN = {"__de__": "__en__", "[de_DE]": "[en_XX]"}
 
 
@@ -345,4 +345,4 @@ def test_ctranslate2_search_after_the_language_token_is_fairseqs(search, models,
              for h in d]
     empty = [fairseq.tgt_dict.index(langtok), fairseq.tgt_dict.eos()]
     ended_empty = sum(any(h["tokens"].tolist() == empty for h in hyps) for hyps in nbest)
-    assert ended_empty >= 5, ended_empty
+    assert ended_empty >= 5, ended_empty  # 11 measured

@@ -202,7 +202,6 @@ def cli_main(argv=None):
     from ..data.manifest import ManifestError
     from ..errors import CheckpointError
 
-    # OutputError (inference.translate) is a ValueError
     exit_on_errors_and_signals("docctx-translate", main, argv, (DocumentFormatError, FileNotFoundError,
                                                                 CheckpointError, ManifestError, ValueError))
 

@@ -1,20 +1,9 @@
-"""What a command reads and what it writes: an output is never one of the run's inputs.
-
-A command that writes a file or a folder (``docctx-translate -o``, ``docctx-export OUTDIR``,
-``docctx-average -o``) lists the files and folders its run reads, each as ``(what it is,
-path)``, and checks its output against them before writing anything
-(:func:`check_output`): the output must not be an input under any name (the same file
-through a hard or symbolic link, or another spelling of its path), and a folder the command
-writes whole must not be an input's folder or hold an input at any depth. The refusal is one
-line naming the output and the input.
+"""Paths and files: the same file under two names, a folder holding a path, a file's digest and
+the mode an output file is given. The rules of what a command may write are
+:mod:`fairseq_docctx.data.outputs`'s, built on these.
 """
 import hashlib
 import os
-from typing import Iterable, Optional, Tuple
-
-
-class OutputClash(ValueError):
-    """An output that is, or (a folder) holds, a file or folder the run reads; one line."""
 
 
 def file_sha1(path: str) -> str:
@@ -51,24 +40,3 @@ def holds(folder: str, path: str) -> bool:
     followed)."""
     f, p = os.path.realpath(folder), os.path.realpath(path)
     return p != f and os.path.commonpath([f, p]) == f
-
-
-def clash(output: str, reads: Iterable[Tuple[str, Optional[str]]], folder: bool = False) -> Optional[str]:
-    """How writing ``output`` would destroy something the run reads (``reads``: ``(what it
-    is, path)`` pairs; a ``None`` path is skipped): ``"is WHAT PATH"``, or with ``folder``
-    (``output`` is a folder written whole) ``"holds WHAT PATH"``; ``None`` when it would not."""
-    reads = [(what, os.fspath(path)) for what, path in reads if path]
-    found = next((f"is {what} {path}" for what, path in reads if same_path(output, path)), None)
-    if found is None and folder:
-        found = next((f"holds {what} {path}" for what, path in reads if holds(output, path)), None)
-    return found
-
-
-def check_output(label: str, output: str, reads: Iterable[Tuple[str, Optional[str]]], folder: bool = False,
-                 error: type = OutputClash) -> None:
-    """Refuse (``error``, one line) an ``output`` that :func:`clash` finds: ``LABEL is WHAT
-    PATH, which the run reads: give another output file`` (``folder``: ``... folder``).
-    ``label``: how the line names the output, e.g. ``"-o out.txt"``."""
-    found = clash(os.fspath(output), reads, folder)
-    if found is not None:
-        raise error(f"{label} {found}, which the run reads: give another {'folder' if folder else 'output file'}")

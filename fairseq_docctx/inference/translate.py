@@ -223,10 +223,6 @@ def check_lengths(hub, docs, max_tokens: Optional[int] = None) -> list:
 STDIN = "<stdin>"
 
 
-class OutputError(ValueError):
-    """An output file that cannot be written."""
-
-
 def open_input(options, path: Optional[str] = None) -> DocumentStream:
     """The input documents, read as they are needed
     (:class:`~fairseq_docctx.data.readers.DocumentStream`): the file ``options.input``, or

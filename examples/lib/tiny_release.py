@@ -203,7 +203,11 @@ def train_checkpoint(dest, dictionary, src, tgt, source_lines, target_lines, upd
                            "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--max-update", updates,
                            "--cpu", "--num-workers", "0", "--save-dir", tmp / "ckpt", "--no-epoch-checkpoints",
                            "--no-save-optimizer-state", "--disable-validation", "--seed", "1",
-                           "--log-format", "simple"])
+                           "--log-format", "simple",
+                           # no batch-making thread: fairseq's own task (no plugin to stop it at exit)
+                           # would leave it running as the interpreter ends, which aborts the
+                           # process at times ("terminate called without an active exception")
+                           "--data-buffer-size", "0"])
         shutil.copyfile(tmp / "ckpt" / "checkpoint_last.pt", dest)
 
 

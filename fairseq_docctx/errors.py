@@ -15,6 +15,7 @@ this when the plugin is imported; the ``docctx-*`` commands report their errors 
 :func:`warn` is the one-line warning of the same commands: ``PROG: warning: MESSAGE`` on
 standard error, once per process.
 """
+import contextlib
 import logging
 import os
 import sys
@@ -57,19 +58,27 @@ def fairseq_command() -> Optional[str]:
     return prog if prog.startswith("fairseq-") else None
 
 
+#: the plugin command this process runs, as :func:`running` sets it (``None``: none)
+_command: Optional[str] = None
+
+
+@contextlib.contextmanager
+def running(prog: str):
+    """Within the block, this process runs the plugin's command ``prog`` (``docctx-translate``):
+    what :func:`command_name` says, and so how :func:`warn` prints. The command-line layer
+    sets it around each command; the previous value comes back after the block."""
+    global _command
+    previous, _command = _command, prog
+    try:
+        yield
+    finally:
+        _command = previous
+
+
 def command_name() -> Optional[str]:
-    """The command this process runs: a fairseq command (:func:`fairseq_command`) or one of
-    the plugin's (``docctx-translate``; ``python -m fairseq_docctx.cli.translate``, as
-    ``--processes`` starts its shards: ``docctx-translate``), else ``None`` (Python)."""
-    prog = fairseq_command()
-    if prog is not None:
-        return prog
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    name = getattr(spec, "name", None) or ""
-    if name.startswith("fairseq_docctx.cli."):
-        return "docctx-" + name.split(".")[2]
-    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    return prog if prog.startswith("docctx-") else None
+    """The command this process runs: a fairseq command (:func:`fairseq_command`) or the
+    plugin's command within :func:`running`, else ``None`` (Python)."""
+    return fairseq_command() or _command
 
 
 _warned = set()

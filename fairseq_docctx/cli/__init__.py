@@ -168,8 +168,11 @@ def exit_on_errors_and_signals(prog, main, argv, errors=(), message=_message):
             handled[s] = signal.signal(s, interrupted)
         except ValueError:  # not the main thread: the default handlers stay
             pass
+    from ..errors import running
+
     try:
-        code, value = _run(prog, main, argv, errors, message)
+        with running(prog.split(" ")[0]):
+            code, value = _run(prog, main, argv, errors, message)
         if code is None:
             sys.stdout.flush()  # a closed standard output shows here, not at the interpreter's exit
             return value

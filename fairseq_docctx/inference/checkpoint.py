@@ -110,11 +110,11 @@ def recorded(state: dict, name: str):
 
 
 def recorded_context(task_cfg, overrides: Optional[dict]) -> dict:
-    """The context settings (``ADOPTED_SETTINGS`` of the ``document_translation`` task) that
+    """The context settings (:data:`~fairseq_docctx.tasks.context_settings.ADOPTED_SETTINGS`) that
     ``overrides`` give, as the task configuration ``task_cfg`` of a checkpoint or an export
     records them (read before the overrides are applied to it); with ``segment_packing`` also
     the ``doc_mode`` its default depends on."""
-    from ..tasks.document_translation import ADOPTED_SETTINGS
+    from ..tasks.context_settings import ADOPTED_SETTINGS
 
     names = [k for k in (overrides or {}) if k in ADOPTED_SETTINGS]
     if "segment_packing" in names and "doc_mode" not in names:
@@ -129,7 +129,7 @@ def check_context_overrides(task, recorded_settings: dict, where: str, arch: Opt
     """The task's rule for the context settings given that differ from a checkpoint's
     (``recorded_settings``, :func:`recorded_context`): refused in one line unless the task's
     ``context_override`` is set, then used with one warning line
-    (:meth:`~fairseq_docctx.tasks.document_translation.DocumentTranslationTask.adopt_context_settings`;
+    (:func:`fairseq_docctx.tasks.context_settings.adopt`;
     ``where``: the checkpoint or export as the messages name it, ``arch``: its architecture or
     model name)."""
     if recorded_settings and hasattr(task, "adopt_context_settings"):

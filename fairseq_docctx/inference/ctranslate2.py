@@ -88,11 +88,11 @@ def check_architecture(arch: Optional[str], where: str) -> str:
     """The model name of ``arch``, or :class:`ExportError` naming the supported ones (a
     segment model other than ``doc2doc_transformer``, e.g. ``g_transformer``, saying why it
     stays on fairseq)."""
-    from ..models.document_context import reads_segments
+    from ..models.document_context import model_class, reads_segments
 
     name = model_name_of(arch)
     if name not in SUPPORTED_MODELS:
-        if name is not None and reads_segments(_model_class(name)):
+        if name is not None and reads_segments(model_class(name)):
             raise ExportError(
                 f"{where}: architecture {arch!r} does not export to CTranslate2: it translates segments with "
                 "attention that is not a plain Transformer's (g_transformer: group attention, each sentence "
@@ -101,12 +101,6 @@ def check_architecture(arch: Optional[str], where: str) -> str:
         raise ExportError(f"{where}: architecture {arch!r} does not export to CTranslate2; supported: "
                           + ", ".join(SUPPORTED_MODELS) + " (and their named variants)")
     return name
-
-
-def _model_class(name: str):
-    from fairseq.models import MODEL_REGISTRY
-
-    return MODEL_REGISTRY.get(name)
 
 
 def check_segments(task, name: str, where: str) -> None:

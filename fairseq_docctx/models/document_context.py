@@ -352,6 +352,14 @@ def sample_for_model(sample, model_or_models):
     return cb.without_context(sample)
 
 
+def model_class(name: Optional[str]):
+    """The model class of a registered architecture or model name (``transformer_iwslt_de_en``,
+    ``han_transformer``), ``None`` if it is neither (or ``name`` is ``None``)."""
+    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+
+    return (ARCH_MODEL_REGISTRY.get(name) or MODEL_REGISTRY.get(name)) if name else None
+
+
 def registered_name(model) -> str:
     """The name ``model``'s class is registered under (``han_transformer`` for all its
     architectures), else the class name."""

@@ -11,14 +11,9 @@ document (:mod:`fairseq_docctx.data.segments`), translated whole (document-to-do
 translation) and given back one hypothesis per source sentence (:meth:`DocumentTranslationTask.
 inference_step`).
 
-Context settings at inference: ``--context-size``, ``--context-sides``, ``--doc-mode``,
-``--max-segment-tokens`` and ``--segment-packing`` default to those the checkpoint was trained
-with (a segment checkpoint that records no ``--segment-packing``, written before the option,
-packs ``per-side``, the rule it was trained with). A value given that differs is refused in
-one line, unless ``--context-override`` says it is meant: then it is used, with a one-line
-warning (:meth:`DocumentTranslationTask.adopt_context_settings`). ``--context-size`` and
-``--context-sides`` of a model that reads no context tables change nothing it reads and are
-taken as given.
+Context settings at inference (``--context-size``, ``--context-sides``, ``--doc-mode``, the
+segment settings) default to the checkpoint's; one given that differs is refused unless
+``--context-override``: :mod:`fairseq_docctx.tasks.context_settings`.
 """
 import argparse
 import contextlib
@@ -37,7 +32,7 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
-from omegaconf import II, open_dict
+from omegaconf import II
 
 from ..data import context_batch as cb
 from ..data import context_variants as cv
@@ -45,22 +40,19 @@ from ..data import segments as seg
 from ..data.doc_index import DocIndex, balanced_shards, check_shard, doc_index_path
 from ..data.document_dataset import DocumentPairDataset
 from ..data.pretrained import PretrainedError, PretrainedText
-from ..errors import UsageError, warn
+from ..errors import UsageError
 from ..models import document_context as dc
 from ..models import sentence_init
-from .length_limits import limit_each_row, row_limit, too_long_message
+from . import context_settings as cs
+from .context_settings import ADOPTED_SETTINGS, NAMED_SETTINGS
+from .context_settings import set_cfg as _set_cfg
+from .length_limits import binarized_files, limit_each_row, row_limit, sample_too_long_message
 
 logger = logging.getLogger(__name__)
 
 TARGET_CONTEXT_CHOICES = ("reference", "hypothesis")
 DOC_BATCHING_CHOICES = ("auto", "runs", "grouped-runs", "sentences")
 DOC_MODE_CHOICES = ("sentences", "segments")
-#: the settings a checkpoint records and inference adopts unless given (:meth:`adopt_context_settings`)
-ADOPTED_SETTINGS = ("context_size", "context_sides", "doc_mode", "max_segment_tokens", "segment_packing")
-#: the adopted settings that say what context tables hold (nothing to a model that reads none)
-TABLE_SETTINGS = ("context_size", "context_sides")
-#: the adopted settings that are names (recorded and compared as plain strings)
-NAMED_SETTINGS = ("doc_mode", "segment_packing")
 #: the batch key of the corpus indices of every row's sentences (--doc-mode segments)
 SEGMENT_SENTENCES = "segment_sentences"
 #: --validate-cxmi: the sums a validation batch adds to its logging output (summed over batches
@@ -306,14 +298,6 @@ def _encoder_name(args, kind: str) -> Optional[str]:
     return None if name in (None, "", "none") else str(name)
 
 
-def _set_cfg(cfg, name, value):
-    try:
-        with open_dict(cfg):
-            setattr(cfg, name, value)
-    except Exception:  # a plain namespace
-        setattr(cfg, name, value)
-
-
 @register_task("document_translation", dataclass=DocumentTranslationConfig)
 class DocumentTranslationTask(TranslationTask):
     """Translate documents sentence by sentence with the previous sentences as context.
@@ -336,10 +320,8 @@ class DocumentTranslationTask(TranslationTask):
         #: settings are taken for the others (:meth:`adopt_context_settings`)
         self.given_context = {k for k in ADOPTED_SETTINGS if getattr(cfg, k, None) is not None}
         #: by split: its binarized (source, target) files and its documents, for the
-        #: messages that name a sentence (:meth:`too_long_message`)
+        #: messages that name a sentence (:meth:`filter_indices_by_size`)
         self.split_files = {}
-        #: the overridden settings warned about (:meth:`check_given_setting`)
-        self._warned = set()
         #: whether :meth:`build_model` has built a model (whose contract is :attr:`model_spec`)
         self.built_model = False
         if getattr(cfg, "doc_mode", None) is None:
@@ -577,75 +559,9 @@ class DocumentTranslationTask(TranslationTask):
 
     def adopt_context_settings(self, saved, where="the checkpoint", arch=None):
         """Take the context settings of a checkpoint (``saved``: its task config or model
-        args) for those not given on the command line; refuse given ones that differ
-        (:meth:`check_given_setting`). The settings: ``--context-size``, ``--context-sides``,
-        ``--doc-mode``, ``--max-segment-tokens`` and ``--segment-packing`` (a checkpoint
-        without the last three was trained on sentences; a segment checkpoint without the last,
-        before the option, packed per side: :data:`~fairseq_docctx.data.segments.LEGACY_SEGMENT_PACKING`).
-        ``where``: the checkpoint as the messages name it; ``arch``: its architecture or model
-        name (default: ``saved``'s, else the model this task built)."""
-        arch = arch or getattr(saved, "arch", None) or getattr(saved, "_name", None)
-        for name in ADOPTED_SETTINGS:
-            value = getattr(saved, name, None)
-            if value is None and name == "segment_packing" and str(getattr(saved, "doc_mode", None)) == "segments":
-                value = seg.LEGACY_SEGMENT_PACKING
-            if value is None:
-                continue
-            mine = getattr(self.cfg, name)
-            if name == "context_sides":
-                same = cb.parse_sides(value) == cb.parse_sides(mine)
-            elif name in NAMED_SETTINGS:
-                same = str(value) == str(mine)
-            else:
-                same = int(value) == int(mine)
-            if same:
-                continue
-            if name in self.given_context:
-                self.check_given_setting(name, mine, value, where, arch)
-            else:
-                logger.info(f"--{name.replace('_', '-')} {value} (from {where})")
-                _set_cfg(self.cfg, name, str(value) if name in NAMED_SETTINGS else value)
-        self.check_doc_mode()
-        if self.uses_context or self.segments:
-            self.add_separator()
-
-    def check_given_setting(self, name, mine, value, where="the checkpoint", arch=None):
-        """A context setting given (``mine``) that differs from the checkpoint's (``value``):
-        refused (:class:`UsageError`, one line naming the option, both values and what to
-        do), or with ``--context-override`` used, with one warning line (once). The table
-        settings (:data:`TABLE_SETTINGS`) of a model that reads no context tables change
-        nothing it reads: taken as given (``arch``: the checkpoint's architecture or model
-        name; default the model this task built); ``--doc-mode sentences`` for a segment model,
-        which decodes segments only, is left to the model's own refusal."""
-        flag = "--" + name.replace("_", "-")
-        if name in TABLE_SETTINGS and self.reads_context_tables(arch) is False:
-            logger.info(f"{flag} {mine} ({where}: {value}): the model reads no context, it changes nothing")
-            return
-        if name == "doc_mode" and str(mine) != "segments" and dc.reads_segments(self.model_class(arch)):
-            return  # a segment model decodes segments only: it refuses the setting when it is built
-        if not getattr(self.cfg, "context_override", False):
-            raise UsageError(f"{flag} {mine} differs from {where}'s ({value}): leave {flag} out to decode as "
-                             f"trained, or add --context-override to decode with {mine} anyway")
-        key = (name, str(mine), str(value))
-        if key not in self._warned:
-            self._warned.add(key)
-            warn(f"{flag} {mine} differs from {where}'s ({value}): decoding with {mine} (--context-override)")
-
-    @staticmethod
-    def model_class(arch):
-        """The model class of an architecture or model name (``None`` if it is neither)."""
-        from fairseq.models import MODEL_REGISTRY
-
-        return (ARCH_MODEL_REGISTRY.get(arch) or MODEL_REGISTRY.get(arch)) if arch else None
-
-    def reads_context_tables(self, arch=None) -> Optional[bool]:
-        """Whether the model of architecture (or model name) ``arch`` reads context tables (a
-        :class:`~fairseq_docctx.models.document_context.DocumentContextModel`); without
-        ``arch``, whether the model this task built does; ``None`` when neither is known."""
-        cls = self.model_class(arch)
-        if cls is not None:
-            return issubclass(cls, dc.DocumentContextModel)
-        return self.model_spec.reads_context if self.built_model else None
+        args) for those not given, refuse a given one that differs unless
+        ``--context-override`` (:func:`.context_settings.adopt`)."""
+        cs.adopt(self, saved, where, arch)
 
     # ------------------------------------------------------------------ data
     def load_dataset(self, split, epoch=1, combine=False, task_cfg=None, **kwargs):
@@ -658,7 +574,8 @@ class DocumentTranslationTask(TranslationTask):
             paths = paths[:1]
         data_path = paths[(epoch - 1) % len(paths)]
         docs = self.load_doc_index(data_path, split, len(pair), combine)
-        self.split_files[split] = (self.binarized_files(data_path, split), docs)
+        self.split_files[split] = (binarized_files(data_path, split, self.cfg.source_lang, self.cfg.target_lang),
+                                   docs)
         if self.segments:
             self.datasets[split] = self.segment_dataset(split, pair, docs)
             return
@@ -680,50 +597,21 @@ class DocumentTranslationTask(TranslationTask):
         if getattr(self.cfg, "validate_cxmi", False) and ds.has_context and split != self.cfg.train_subset:
             ds.set_context_variants(self.cxmi_seed)
 
-    def binarized_files(self, data_path, split) -> Tuple[Optional[str], Optional[str]]:
-        """The binarized source and target files of ``split`` (``SPLIT.SRC-TGT.SRC``, or the
-        pair's other order, as fairseq's ``load_langpair_dataset`` finds them; ``None`` for a
-        side that has none)."""
-        src, tgt = self.cfg.source_lang, self.cfg.target_lang
-        for a, b in ((src, tgt), (tgt, src)):
-            prefix = os.path.join(data_path, f"{split}.{a}-{b}.")
-            if os.path.exists(prefix + src + ".idx"):
-                return (prefix + src, prefix + tgt if os.path.exists(prefix + tgt + ".idx") else None)
-        return (None, None)
-
     def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
         """fairseq's filter; without ``--skip-invalid-size-inputs-valid-test`` (``ignore_invalid_inputs``,
         with which fairseq leaves the samples out with a warning) a sample longer than the
-        model's positions is a :class:`UsageError` naming the split, the sentence (its id, its
-        document and place there), its binarized file, its length and the model's
-        (:func:`~fairseq_docctx.tasks.length_limits.too_long_message`)."""
+        model's positions is a :class:`UsageError` of one line naming it
+        (:func:`~fairseq_docctx.tasks.length_limits.sample_too_long_message`)."""
         if ignore_invalid_inputs or max_positions is None:
             return super().filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)
         kept, ignored = dataset.filter_indices_by_size(indices, max_positions)
         if len(ignored) == 0:
             return kept
         ignored = sorted(int(i) for i in ignored)  # corpus order: the first is the first of the split
-        raise UsageError(self.too_long_message(dataset, ignored[0], max_positions, ignored[1:]))
-
-    def too_long_message(self, dataset, index: int, max_positions, others=()) -> str:
-        """:func:`~fairseq_docctx.tasks.length_limits.too_long_message` of sample ``index`` of
-        ``dataset`` (a split of this task); ``others``: the other samples too long."""
         split = next((k for k, v in self.datasets.items() if v is dataset), None)
         files, docs = self.split_files.get(split, ((None, None), None))
-        size = dataset.size(index)
-        sizes = tuple(size) if isinstance(size, (tuple, list, np.ndarray)) else (size, None)
-        segment = isinstance(dataset, seg.SegmentPairDataset)
-        first = int(dataset.plan.sentences(index)[0]) if segment else index
-        doc = ""
-        if docs is not None and first < docs.num_sentences:
-            d, pos = int(docs.sent_doc[first]), int(docs.sent_pos[first]) + 1
-            doc = f"document {docs.doc_ids[d]!r}, {'from ' if segment else ''}its sentence {pos}"
-        if segment:
-            ids = dataset.plan.sentences(index)
-            item = f"segment {index} (sentences {ids[0]}-{ids[-1]}{' of ' + doc if doc else ''})"
-        else:
-            item = f"sentence {index}{f' ({doc})' if doc else ''}"
-        return too_long_message(split or "the split", item, sizes[:2], max_positions, files, others, segment)
+        raise UsageError(sample_too_long_message(split or "the split", dataset, ignored[0], max_positions, files,
+                                                 docs, ignored[1:]))
 
     def segment_dataset(self, split, pair, docs: DocIndex) -> seg.SegmentPairDataset:
         """``--doc-mode segments``: the split's sentences packed into segments under

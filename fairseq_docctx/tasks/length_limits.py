@@ -32,8 +32,10 @@ A sample longer than the model's positions at all is refused before any batch by
 :func:`too_long_message` is the one line that names it.
 """
 import math
-from typing import Optional, Sequence
+import os
+from typing import Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from fairseq.search import DiverseBeamSearch, Search
 from torch import Tensor
@@ -213,3 +215,37 @@ def too_long_message(split: str, item: str, sizes: Sequence[Optional[int]], max_
         fix += f", cut the sources with --truncate-source --max-source-positions {int(limits[0])}"
     # the option last: docctx-generate adds what it does with the sentences left out
     return f"{split}: {item}: {'; '.join(over)}{more}: {fix}, or leave it out with {SKIP_OPTION}"
+
+
+def binarized_files(data_path: str, split: str, src: str, tgt: str) -> Tuple[Optional[str], Optional[str]]:
+    """The binarized source and target files of ``split`` (``SPLIT.SRC-TGT.SRC``, or the pair's
+    other order, as fairseq's ``load_langpair_dataset`` finds them; ``None`` for a side that
+    has none)."""
+    for a, b in ((src, tgt), (tgt, src)):
+        prefix = os.path.join(data_path, f"{split}.{a}-{b}.")
+        if os.path.exists(prefix + src + ".idx"):
+            return (prefix + src, prefix + tgt if os.path.exists(prefix + tgt + ".idx") else None)
+    return (None, None)
+
+
+def sample_too_long_message(split: str, dataset, index: int, max_positions, files, docs=None, others=()) -> str:
+    """:func:`too_long_message` of sample ``index`` of ``dataset`` (a split of the
+    ``document_translation`` task: sentences, or segments of them), named by its sentence's
+    document and place there (``docs``: the split's document index) and its binarized
+    ``files``; ``others``: the other samples too long."""
+    from ..data import segments as seg
+
+    size = dataset.size(index)
+    sizes = tuple(size) if isinstance(size, (tuple, list, np.ndarray)) else (size, None)
+    segment = isinstance(dataset, seg.SegmentPairDataset)
+    first = int(dataset.plan.sentences(index)[0]) if segment else index
+    doc = ""
+    if docs is not None and first < docs.num_sentences:
+        d, pos = int(docs.sent_doc[first]), int(docs.sent_pos[first]) + 1
+        doc = f"document {docs.doc_ids[d]!r}, {'from ' if segment else ''}its sentence {pos}"
+    if segment:
+        ids = dataset.plan.sentences(index)
+        item = f"segment {index} (sentences {ids[0]}-{ids[-1]}{' of ' + doc if doc else ''})"
+    else:
+        item = f"sentence {index}{f' ({doc})' if doc else ''}"
+    return too_long_message(split, item, sizes[:2], max_positions, files, others, segment)

@@ -11,39 +11,24 @@ def quiet_logging():
     warnings.filterwarnings("ignore", message=".*pin_memory.*")
 
 
-#: the attribute that marks an option as a file the command reads (its value: what it is)
+#: the attribute that marks an option as a file the command reads: ``(what it is, patterns)``
 READS = "docctx_reads"
-#: the attribute that marks an option as a file (or folder) the command writes
+#: the attribute that marks an option as a file (``"file"``) or folder (``"folder"``) it writes
 WRITES = "docctx_writes"
 
 
-def reads(action, what: str, patterns=None):
-    """Mark the option ``action`` (what ``add_argument`` returned) as a file the command
-    reads, ``what`` naming it in a refusal (``"the hypotheses"``); a value that is a folder
-    stands for its files matching ``patterns`` (glob patterns; default: the folder itself).
-    Returns ``action``."""
-    setattr(action, READS, (what, tuple(patterns or ())))
-    return action
-
-
-def writes(action, kind: str = "file"):
-    """Mark the option ``action`` as a file (``kind="folder"``: a folder its files go in) the
-    command writes; :func:`output_guard` declares it before the command runs. Returns
-    ``action``."""
-    setattr(action, WRITES, kind)
-    return action
-
-
 def mark(parser, inputs=None, outputs=None):
-    """Mark the options of ``parser`` by their ``dest``: ``inputs`` ``{dest: what it is}`` (or
-    ``(what, patterns)``: :func:`reads`), ``outputs`` ``{dest: "file" | "folder"}``
-    (:func:`writes`); dests the parser does not have are skipped. Returns ``parser``."""
+    """Mark the options of ``parser`` by their ``dest``, for :func:`output_guard`: ``inputs``
+    ``{dest: what it is}`` (how a refusal names it, ``"the hypotheses"``), or ``(what it is,
+    patterns)`` for a folder standing for its files that match the glob ``patterns``;
+    ``outputs`` ``{dest: "file" | "folder"}`` (a folder the command's files go in). Dests the
+    parser does not have are skipped. Returns ``parser``."""
     for a in parser._actions:
         if inputs and a.dest in inputs:
             what = inputs[a.dest]
-            reads(a, *((what,) if isinstance(what, str) else what))
+            setattr(a, READS, (what, ()) if isinstance(what, str) else (what[0], tuple(what[1])))
         if outputs and a.dest in outputs:
-            writes(a, outputs[a.dest])
+            setattr(a, WRITES, outputs[a.dest])
     return parser
 
 
@@ -55,7 +40,9 @@ def add_force(p, what: str = "an output file"):
                    "run reads)")
 
 
-def _values(value):
+def option_values(value):
+    """The paths an option's value gives: itself, or the items of a list (``nargs``,
+    ``action="append"``), empty ones and non-strings left out."""
     return [v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, str) and v]
 
 
@@ -75,7 +62,7 @@ def _actions(parser, args):
 
 def output_guard(parser, args, command: str, extra_reads=()):
     """The :class:`~fairseq_docctx.data.outputs.Outputs` of one run, from the options the
-    parser (and the subcommand ``args`` chose) marks with :func:`reads` and :func:`writes`:
+    parser (and the subcommand ``args`` chose) marks (:func:`mark`):
     every input, then every output
     declared and checked (before the command does any work). ``extra_reads``: more ``(what
     it is, path)`` pairs."""
@@ -86,14 +73,14 @@ def output_guard(parser, args, command: str, extra_reads=()):
     for a in marked:
         if hasattr(a, READS):
             what, patterns = getattr(a, READS)
-            for v in _values(getattr(args, a.dest, None)):
+            for v in option_values(getattr(args, a.dest, None)):
                 guard.read(what, v)
                 if patterns:
                     guard.reads.extend(folder_files(what, v, patterns))
     for a in marked:
         kind = getattr(a, WRITES, None)
         flag = (a.option_strings or [a.metavar or a.dest])[-1]
-        for v in _values(getattr(args, a.dest, None)) if kind else ():
+        for v in option_values(getattr(args, a.dest, None)) if kind else ():
             if kind == "folder":
                 guard.folder(v, f"{flag} {v}", whole=False)
             elif v != "-":

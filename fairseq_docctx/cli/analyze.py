@@ -15,10 +15,10 @@ import logging
 import sys
 
 from . import add_force, exit_on_errors_and_signals, mark, output_guard
+from ..data.outputs import DATA_DIRECTORY_FILES
 
 #: what the options read and write (the output guard: fairseq_docctx.data.outputs)
-INPUTS = {"path": "the checkpoint", "data": ("the data directory", ("*.docs", "dict.*.txt", "docctx.json",
-                                                                     "*.model", "*.bin", "*.idx"))}
+INPUTS = {"path": "the checkpoint", "data": ("the data directory", DATA_DIRECTORY_FILES)}
 OUTPUTS = {"outdir": "folder"}
 
 

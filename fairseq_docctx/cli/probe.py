@@ -14,11 +14,11 @@ import json
 import sys
 
 from . import add_force, exit_on_errors_and_signals, mark, output_guard
+from ..data.outputs import DATA_DIRECTORY_FILES
 
 #: what the subcommands' options read and write (the output guard: fairseq_docctx.data.outputs)
 INPUTS = {"annotations": "the annotations", "hyp": "the hypotheses", "wrong": "the hypotheses",
-          "source": "the source", "data": ("the data directory", ("*.docs", "dict.*.txt", "docctx.json", "*.model",
-                                                                   "*.bin", "*.idx"))}
+          "source": "the source", "data": ("the data directory", DATA_DIRECTORY_FILES)}
 OUTPUTS = {"json": "file", "outdir": "folder", "hyp_dir": "folder"}
 
 

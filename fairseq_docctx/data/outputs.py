@@ -361,6 +361,11 @@ def input_files(*groups: Iterable[Tuple[str, Optional[object]]]) -> List[Tuple[s
     return out
 
 
+#: the files of a data directory that the commands read (its dictionaries, manifest,
+#: SentencePiece model, binarized splits and document indices): an output is never one of them
+DATA_DIRECTORY_FILES = ("dict.*.txt", "docctx.json", "*.model", "*.docs", "*.bin", "*.idx")
+
+
 def folder_files(what: str, folder: Optional[str], patterns: Sequence[str] = ("*",)) -> List[Tuple[str, str]]:
     """``(what, path)`` for the files of ``folder`` matching ``patterns`` (not recursive)."""
     import glob

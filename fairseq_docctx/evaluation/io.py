@@ -476,12 +476,13 @@ def _sha1_lines(lines) -> str:
 def test_set_identity(doc_ids: Optional[Sequence[str]], lengths: Sequence[int],
                       references: Optional[Sequence[Sequence[Sequence[str]]]] = None) -> Dict[str, object]:
     """What identifies the test set a score was computed on, as ``docctx-score table``
-    compares it: its ``sentences`` and ``documents``, the SHA-1 of its documents' ids and
-    sentence counts (``doc_ids_sha1``; ``None`` without documents) and, where the score read
+    compares it: its ``sentences`` and ``documents`` (one for plain sentence-aligned files,
+    read as one document), the SHA-1 of its documents' ids and sentence counts
+    (``doc_ids_sha1``; ``None`` without document ids) and, where the score read
     references, the SHA-1 of their sentences as scored (``references_sha1``: every reference
     in order, its documents' sentences one a line). ``lengths``: each document's sentence
     count."""
-    out: Dict[str, object] = {"sentences": int(sum(lengths)), "documents": len(lengths) if doc_ids else 0,
+    out: Dict[str, object] = {"sentences": int(sum(lengths)), "documents": len(lengths),
                               "doc_ids_sha1": (_sha1_lines(f"{d}\t{n}" for d, n in zip(doc_ids, lengths))
                                                if doc_ids else None)}
     if references:

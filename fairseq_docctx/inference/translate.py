@@ -30,7 +30,6 @@ shard files back in input order as the input is read again and written.
 ``shard_output``); ``load(options)`` returns the model (the hub's ``DocumentHubInterface``, or
 an object with its ``translate_documents``, ``encode``, ``max_positions`` and ``task.cfg``).
 """
-import glob
 import json
 import os
 import shutil
@@ -42,7 +41,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 
 from ..data.doc_index import balanced_shards, check_shard
 from ..data.packed_tokens import PackedTokens
-from ..data.outputs import Outputs
+from ..data.outputs import DATA_DIRECTORY_FILES, Outputs, folder_files
 from ..data.paths import same_path
 from ..data.readers import DocumentFormatError, DocumentStream, docids_path, release
 from ..data.writers import DocumentWriter
@@ -277,8 +276,10 @@ def check_separator(docs, separator: Optional[str]) -> None:
 def files_read(options, fmt: str) -> List[Tuple[str, str]]:
     """The files a run reads, as (what it is, path): the input, the document ids of a docids
     input, the checkpoint (``checkpoint_best.pt`` of a ``--path`` folder), the draft
-    checkpoint, the SentencePiece model, the dictionaries, ``docctx.json`` and SentencePiece
-    models of ``--data``, of the checkpoint's directory and of the data directory the model is
+    checkpoint, the SentencePiece model, the data files (dictionaries, ``docctx.json``,
+    SentencePiece models, binarized splits and document indices:
+    :data:`~fairseq_docctx.data.outputs.DATA_DIRECTORY_FILES`) of ``--data``, of the
+    checkpoint's directory and of the data directory the model is
     loaded with (without ``--data``: the one it was trained on, where the checkpoint's directory
     has no dictionaries), and every file of an exported model's folder (``--engine
     ctranslate2``: its ``model.bin``, vocabularies, configuration and record)."""
@@ -299,8 +300,7 @@ def files_read(options, fmt: str) -> List[Tuple[str, str]]:
                   for name in sorted(os.listdir(options.path))]
     for d in folders:
         if d:
-            files += [("the model's data file", f) for pattern in ("dict.*.txt", "docctx.json", "*.model")
-                      for f in glob.glob(os.path.join(glob.escape(d), pattern))]
+            files += folder_files("the model's data file", d, DATA_DIRECTORY_FILES)
     return [(what, f) for what, f in files if f]
 
 

@@ -49,7 +49,7 @@ Both take ``--init-from-sentence-checkpoint`` (every weight of a sentence-level
 """
 import functools
 import logging
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor

@@ -5,14 +5,15 @@ import os
 import sys
 from typing import Dict, List, Union
 
-from .. import add_force, mark, output_guard, run_command
+from .. import add_force, mark, option_values, output_guard, run_command
+from ...data.outputs import DATA_DIRECTORY_FILES
 from ...evaluation.io import (HYP_FORMATS, POST_PROCESS, TEXT_FORMATS, Corpus, corpus_identity, load_corpus,
                               write_json)
 
 #: what the options of the subcommands read (their ``dest``: what the output guard calls it)
 INPUTS = {
     "hyp": "the hypotheses", "ref": "the reference", "src": "the source", "docids": "the document ids",
-    "data": ("the data directory", ("*.docs", "dict.*.txt", "docctx.json", "*.model", "*.bin", "*.idx")),
+    "data": ("the data directory", DATA_DIRECTORY_FILES),
     "path": "the checkpoint", "spm_model": "the SentencePiece model", "runs": "the run",
     "significance": "the comparison", "paper_scores": "the published scores", "align_ref": "the alignment",
     "align_hyp": "the alignment", "target_pronouns": "the pronoun list", "source_pronouns": "the pronoun list",
@@ -74,13 +75,9 @@ def _guarded(parser, main, args):
     from ...data.readers import docids_path
 
     extra = [("the document ids", docids_path(v, None)) for dest in ("hyp", "ref", "src")
-             for v in _list(getattr(args, dest, None))]
+             for v in option_values(getattr(args, dest, None))]
     with output_guard(parser, args, "docctx-score", extra) as args.outputs:
         return main(args)
-
-
-def _list(value):
-    return [v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, str) and v]
 
 
 # ------------------------------------------------------------------------------------------
@@ -162,7 +159,6 @@ def emit(args, metrics: Dict[str, dict], corpus: Corpus, text: str):
         metrics = {k: {f: v for f, v in m.items() if f != "per_document"} if isinstance(m, dict) else m
                    for k, m in metrics.items()}
     identity = corpus_identity(corpus)
-    identity["documents"] = len(corpus.doc_ids)
     metrics = {k: {**m, **identity} if isinstance(m, dict) else m for k, m in metrics.items()}
     if getattr(args, "json", None):  # first: a reader that stops reading (| head) loses no file
         write_json(args.json, args.name or os.path.basename(args.hyp), corpus.files, metrics, args.outputs)

@@ -52,7 +52,7 @@ from collections import defaultdict
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .data.outputs import Outputs
-from .data.readers import read_lines
+from .data.documents import read_lines
 
 # (class name, nominative pronoun, accusative pronoun, indefinite article)
 CLASSES = [("m", "er", "ihn", "ein"), ("f", "sie", "sie", "eine"), ("n", "es", "es", "ein")]

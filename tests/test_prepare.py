@@ -13,7 +13,7 @@ from fairseq_docctx.cli.prepare import cli_main, main
 from fairseq_docctx.data.doc_index import DocIndex, doc_index_path
 from fairseq_docctx.data.manifest import MANIFEST_NAME
 from fairseq_docctx.data.prepare import PrepareError
-from fairseq_docctx.data.readers import DocumentFormatError
+from fairseq_docctx.data.documents import DocumentFormatError
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 IWSLT17 = SHARED / "maruf-ende" / "IWSLT2017"

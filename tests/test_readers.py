@@ -3,8 +3,8 @@ import re
 
 import pytest
 
+from fairseq_docctx.data.documents import DocumentFormatError
 from fairseq_docctx.data.readers import (
-    DocumentFormatError,
     detect_format,
     docids_path,
     prefix_name,
@@ -356,7 +356,8 @@ def test_newline_reference_in_a_segment_becomes_a_space(tmp_path):
 
 
 def test_set_and_document_attributes(tmp_path):
-    from fairseq_docctx.data.readers import read_file, read_set_attributes
+    from fairseq_docctx.data.formats.xml import read_set_attributes
+    from fairseq_docctx.data.readers import read_file
 
     f = w(tmp_path / "t.sgm", '<srcset setid="newstest2019" srclang="en">\n'
           '<doc sysid="ref" docid="a-1" genre="news" origlang="de">\n<seg id="1">x</seg>\n</doc>\n</srcset>\n')
@@ -571,7 +572,8 @@ def test_a_control_character_is_refused_on_every_reading_path(tmp_path, fmt, tex
     docctx-translate; read_lines: hypotheses, docids, the contrastive and ctxpro files); a
     model would read it as an unknown word and translate the line differently without a
     word. The tab stays white space."""
-    from fairseq_docctx.data.readers import DocumentStream, read_file, read_lines
+    from fairseq_docctx.data.documents import read_lines
+    from fairseq_docctx.data.readers import DocumentStream, read_file
 
     f = w(tmp_path / "in.txt", text)
     d = w(tmp_path / "in.docids", "x\nx\n")

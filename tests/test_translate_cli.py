@@ -9,7 +9,8 @@ import torch
 
 from conftest import run_in_process, venv_env
 from fairseq_docctx.cli.translate import cli_main as translate_main
-from fairseq_docctx.data.readers import read_file, read_set_attributes
+from fairseq_docctx.data.formats.xml import read_set_attributes
+from fairseq_docctx.data.readers import read_file
 
 
 def translate(argv, capsys):

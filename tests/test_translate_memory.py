@@ -7,7 +7,7 @@ import torch
 
 from conftest import run_in_process
 from fairseq_docctx.cli.translate import cli_main as translate_main
-from fairseq_docctx.data import readers, writers
+from fairseq_docctx.data import documents, writers
 
 
 def _live_tensors():
@@ -61,7 +61,7 @@ def test_input_sentences_are_held_packed(concat_both_ckpt, toy_bin, tmp_path, ca
 
 def _live_documents():
     gc.collect()
-    return sum(1 for o in gc.get_objects() if isinstance(o, readers.Document))
+    return sum(1 for o in gc.get_objects() if isinstance(o, documents.Document))
 
 
 def test_documents_are_read_as_they_are_needed(concat_both_ckpt, toy_bin, tmp_path, capsys, monkeypatch):

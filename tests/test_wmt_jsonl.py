@@ -12,7 +12,9 @@ from fairseq_docctx.cli.score import build_parser
 from fairseq_docctx.cli.translate import cli_main as translate_main
 from fairseq_docctx.data import readers
 from fairseq_docctx.data.doc_index import DocIndex
-from fairseq_docctx.data.readers import DocumentFormatError, read_file, read_parallel
+from fairseq_docctx.data.documents import DocumentFormatError
+from fairseq_docctx.data.formats import wmt_xml
+from fairseq_docctx.data.readers import read_file, read_parallel
 
 
 def wmt_file(path, docs, refs=("A",), seg_ids=None, collections=("news", "speech")):
@@ -62,7 +64,7 @@ def test_wmt_xml_reader_sides_and_translators(tmp_path):
     assert src[0].lines == [6, 6, 7]  # two segments a paragraph line
     b, _ = read_file(str(f), side="ref", translator="B")
     assert b[1].sentences == ["W7 W8 B"]
-    assert readers.wmt_translators(str(f)) == ["A", "B"]
+    assert wmt_xml.wmt_translators(str(f)) == ["A", "B"]
     pd = read_parallel(str(f), "src", "tgt")  # the file itself as the prefix: source + first reference
     assert pd.format == "wmt-xml" and [d.sentences for d in pd.tgt] == [d[2] for d in DOCS]
     with pytest.raises(DocumentFormatError, match=r"t\.xml:4: document 'd1' has no <ref translator='C'> \(it has: 'A', 'B'\)"):
@@ -151,7 +153,7 @@ def test_wmt_xml_round_trip_prepare_translate_score(toy_bin, concat_both_ckpt, t
     assert fmt == "wmt-xml" and [d.doc_id for d in hyp] == [d.doc_id for d in src]
     assert [d.seg_ids for d in hyp] == [d.seg_ids for d in src]
     assert [d.attributes for d in hyp] == [d.attributes for d in src]
-    assert readers.wmt_translators(str(out)) == ["A", "B"] and readers.wmt_systems(str(out)) == ["ctx"]
+    assert wmt_xml.wmt_translators(str(out)) == ["A", "B"] and wmt_xml.wmt_systems(str(out)) == ["ctx"]
     assert [d.sentences for d in read_file(str(out))[0]] == [d.sentences for d in src]
     # the paragraphs of the hypothesis are the source's
     from lxml import etree
@@ -164,7 +166,7 @@ def test_wmt_xml_round_trip_prepare_translate_score(toy_bin, concat_both_ckpt, t
     rc, _, err = run_in_process(translate_main, [out, "--path", concat_both_ckpt, "--data", toy_bin, "--beam", "2",
                                                  "--cpu", "--quiet", "--system-name", "ctx", "-o", tmp_path / "again.xml"],
                                 capsys)
-    assert rc == 0 and readers.wmt_systems(str(tmp_path / "again.xml")) == ["ctx"]
+    assert rc == 0 and wmt_xml.wmt_systems(str(tmp_path / "again.xml")) == ["ctx"]
     # score: both references by default, one with --ref-translator; per document by doc id
     flat = [s for d in hyp for s in d.sentences]
     refs = [[s for _, _, t in toy_test_docs for s in t], [s + " B" for _, _, t in toy_test_docs for s in t]]

@@ -7,9 +7,10 @@ import shlex
 import sys
 from typing import List, Optional
 
+from fairseq_docctx.data.documents import DocumentFormatError
 from fairseq_docctx.data.prepare import SPLITS, PrepareError, prepare
 from fairseq_docctx.data.pretrained import FAMILIES, PretrainedError
-from fairseq_docctx.data.readers import INPUT_FORMATS, DocumentFormatError
+from fairseq_docctx.data.readers import INPUT_FORMATS
 from fairseq_docctx.data.split import DEFAULT_MIN_LEN as SPLIT_MIN_LEN
 from fairseq_docctx.data.split import MODES as SPLIT_MODES
 

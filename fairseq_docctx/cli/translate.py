@@ -21,7 +21,8 @@ import argparse
 import sys
 
 from . import exit_on_errors_and_signals, quiet_logging
-from ..data.readers import INPUT_FORMATS, DocumentFormatError
+from ..data.documents import DocumentFormatError
+from ..data.readers import INPUT_FORMATS
 from ..inference.options import CT2_PREFIX_MODES, TRANSLATE_DEFAULTS
 
 

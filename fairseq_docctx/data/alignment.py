@@ -45,7 +45,7 @@ def read_alignment_lines(path: str, src_tokens: Sequence[Sequence[str]],
                          tgt_tokens: Sequence[Sequence[str]]) -> List[Links]:
     """The links of a Pharaoh file with one line per sentence pair of ``src_tokens`` /
     ``tgt_tokens`` (every link checked against the pair's lengths)."""
-    from .readers import read_lines
+    from .documents import read_lines
 
     lines = read_lines(path)
     if len(lines) != len(src_tokens):

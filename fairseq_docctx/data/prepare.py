@@ -29,12 +29,14 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
+from . import formats
 from .alignment import AlignmentError
 from .doc_index import DocIndex, doc_index_path
+from .documents import DocumentFormatError
 from .manifest import FORMAT_VERSION, MANIFEST_NAME, SPM_MODEL_NAME, write_manifest
 from .outputs import Outputs
 from .pretrained import BPE_CODES, NO_SEGMENTATION, Release, load_release
-from .readers import DocumentFormatError, prefix_name, read_parallel, wmt_translators
+from .readers import prefix_name, read_parallel
 from .split import DEFAULT_MIN_LEN as DEFAULT_SPLIT_MIN_LEN
 from .split import split_documents
 
@@ -204,10 +206,7 @@ def read_split(name: str, prefixes: Sequence[str], src: str, tgt: str, input_for
         data.tgt += [d.sentences for d in pd.tgt]
         entry = {"prefix": prefix, "format": pd.format, "source": pd.src_path,
                  "target": pd.tgt_path, "docids": pd.docids_path}
-        if pd.format == "tags":
-            entry["dropped_empty_pairs"] = pd.dropped_empty
-        if pd.format == "wmt-xml":
-            entry["translator"] = translator if translator is not None else wmt_translators(prefix)[0]
+        entry.update(formats.get(pd.format).describe(pd, translator))
         data.inputs.append(entry)
     return data
 

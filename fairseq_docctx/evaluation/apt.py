@@ -56,7 +56,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-from fairseq_docctx.data.readers import read_lines
+from fairseq_docctx.data.documents import read_lines
 from fairseq_docctx.evaluation.discourse import parse_pharaoh
 from fairseq_docctx.evaluation.io import ScoreInputError
 

@@ -31,7 +31,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from ..data.readers import check_controls, check_json_controls
+from ..data.documents import check_controls, check_json_controls
 
 FORMATS = ("auto", "bawden", "contrapro", "voita", "voita-scoring", "lopes")
 

@@ -73,7 +73,7 @@ def _array_with_lines(path: str) -> List[Tuple[dict, int]]:
 
 def read_evalset(path: str) -> List[dict]:
     """The examples of a ctxpro evaluation set, checked (``FILE:LINE`` of a bad example)."""
-    from ..data.readers import check_json_controls
+    from ..data.documents import check_json_controls
 
     examples = []
     items = _array_with_lines(path)
@@ -103,7 +103,7 @@ def read_inputs(path: str, examples: Sequence[dict], joining: str = EOS) -> List
     """Per example, its document: the context sentences of its line of ``path`` and the
     sentence to translate (the line's last piece, which must be the example's ``src
     segment``)."""
-    from ..data.readers import read_lines
+    from ..data.documents import read_lines
 
     lines = read_lines(path)
     if len(lines) != len(examples):

@@ -144,7 +144,7 @@ class NounTagger:
         self.lang, self.nouns, self.wn = lang, None, None
         self.function = FUNCTION_WORDS.get(lang, set())
         if noun_list:
-            from fairseq_docctx.data.readers import read_lines
+            from fairseq_docctx.data.documents import read_lines
 
             self.nouns = {w.strip().lower() for w in read_lines(noun_list) if w.strip()}
             self.method = f"noun list {noun_list}"
@@ -343,7 +343,7 @@ class WordVectors:
 
     @classmethod
     def from_word2vec(cls, path: str) -> "WordVectors":
-        from fairseq_docctx.data.readers import read_lines
+        from fairseq_docctx.data.documents import read_lines
 
         vecs, dim = {}, None
         for k, line in enumerate(read_lines(path), 1):

@@ -35,11 +35,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Union
 
-from fairseq_docctx.data import readers
-from fairseq_docctx.data.readers import DocumentFormatError
+from fairseq_docctx.data import formats, readers
+from fairseq_docctx.data.documents import Document, DocumentFormatError, match_seg_ids, read_lines
+from fairseq_docctx.data.formats.docids import read_docids_file
+from fairseq_docctx.data.formats.wmt_xml import wmt_translators
 
-HYP_FORMATS = ("auto", "generate", "lines") + readers.FORMATS
-TEXT_FORMATS = ("auto", "lines") + readers.FORMATS
+HYP_FORMATS = formats.Names("auto", "generate", "lines")
+TEXT_FORMATS = formats.Names("auto", "lines")
 POST_PROCESS = ("auto", "none", "sentencepiece", "subword_nmt")
 _GEN_LINE = re.compile(r"^([SHDTPAEI])-(\d+)\t(.*)$")
 
@@ -103,7 +105,7 @@ class Corpus:
 
 
 def looks_like_generate(path: str) -> bool:
-    for line in readers.read_lines(path)[:50]:
+    for line in read_lines(path)[:50]:
         if line.strip():
             if _GEN_LINE.match(line):
                 return True
@@ -135,7 +137,7 @@ def read_generate_output(path: str, post_process: str = "auto"):
     Takes the first ``D-`` line of each id (the first ``H-`` line if the log has no ``D-``
     lines); ids must be ``0..N-1`` without gaps."""
     first: Dict[str, Dict[int, tuple]] = {"D": {}, "H": {}}
-    for ln, line in enumerate(readers.read_lines(path), 1):
+    for ln, line in enumerate(read_lines(path), 1):
         m = _GEN_LINE.match(line)
         if not m or m.group(1) not in first:
             continue
@@ -237,7 +239,7 @@ def read_side(path: str, input_format: str = "auto", *, docids: Optional[str] = 
                 fmt = readers.detect_format(path, _docids_file(path, docids))
             except DocumentFormatError:
                 fmt = "lines"
-            if hypothesis and fmt == "blank":
+            if hypothesis and fmt != "lines" and formats.get(fmt).empty_line_separates:
                 fmt = "lines"  # a blank line in a hypothesis file is an empty translation
     if fmt == "generate":
         sents, lines = read_generate_output(path, post_process)
@@ -253,32 +255,33 @@ def read_side(path: str, input_format: str = "auto", *, docids: Optional[str] = 
                     raise ScoreInputError(str(e)) from None
                 side = _split_by(side, index.doc_ids, index.lengths.tolist(), idx_path)
             else:
-                ids = readers.read_docids_file(docids)
+                ids = read_docids_file(docids)
                 index_ids, lengths = _runs([d for d, _ in ids])
                 side = _split_by(side, index_ids, lengths, docids)
         return side
     if fmt == "lines":
-        return _lines_side(path, fmt, readers.read_lines(path), hypothesis)
-    if fmt == "docids" and hypothesis:  # allow empty hypotheses, unlike readers' docids format
+        return _lines_side(path, fmt, read_lines(path), hypothesis)
+    reader = formats.find(fmt)
+    if reader is None:
+        raise ScoreInputError(f"unknown format {fmt!r}")
+    if reader.id_file and hypothesis:  # allow empty hypotheses, unlike the docids format's reader
         dpath = _docids_file(path, docids)
         if not os.path.exists(dpath):
             raise ScoreInputError(f"no such file: {dpath} (document ids for {path})")
-        ids = readers.read_docids_file(dpath)
-        text = readers.read_lines(path)
+        ids = read_docids_file(dpath)
+        text = read_lines(path)
         if len(text) != len(ids):
             raise ScoreInputError(f"{path} has {len(text)} lines but {dpath} has {len(ids)}")
         side = _lines_side(path, fmt, text, True)
         doc_ids, lengths = _runs([d for d, _ in ids])
         return _split_by(side, doc_ids, lengths, dpath)
-    if fmt not in readers.FORMATS:
-        raise ScoreInputError(f"unknown format {fmt!r}")
     side = side or ("hyp" if hypothesis else "ref")
     docs, fmt = readers.read_file(path, fmt, _docids_file(path, docids), allow_empty=hypothesis, side=side,
                                   translator=translator, system=system)
-    seg = fmt in readers.SEG_ID_FORMATS
+    seg = reader.seg_ids
     return Side(path, fmt, [d.doc_id for d in docs], [list(d.sentences) for d in docs],
-                [list(d.lines) for d in docs], fmt in ("docids",) + readers.SEG_ID_FORMATS + ("jsonl",),
-                _docids_file(path, docids) if fmt == "docids" else None,
+                [list(d.lines) for d in docs], reader.own_ids,
+                _docids_file(path, docids) if reader.id_file else None,
                 [list(d.seg_ids) for d in docs] if seg else None,
                 [d.start for d in docs] if seg else None)
 
@@ -298,17 +301,23 @@ def _runs(ids: List[str]):
 # aligning the sides
 
 
+def _has_seg_ids(side: Side) -> bool:
+    """Whether the segments of ``side`` carry ids of their own (its format's ``seg_ids``)."""
+    reader = formats.find(side.format)
+    return reader is not None and reader.seg_ids
+
+
 def _conform(side: Side, anchor: Side) -> Side:
     """``side`` split into ``anchor``'s documents, checking every count and id on the way."""
     what = f"{anchor.structure_from or anchor.path}"
     if side.doc_ids is None:
         return _split_by(side, anchor.doc_ids, [len(d) for d in anchor.docs], what, anchor.real_ids)
-    if side.format in readers.SEG_ID_FORMATS and anchor.format in readers.SEG_ID_FORMATS:
-        a = [readers.Document(i, s, l, anchor.path, _seg_ids(anchor, k), _start(anchor, k))
+    if _has_seg_ids(side) and _has_seg_ids(anchor):
+        a = [Document(i, s, l, anchor.path, _seg_ids(anchor, k), _start(anchor, k))
              for k, (i, s, l) in enumerate(zip(anchor.doc_ids, anchor.docs, anchor.lines))]
-        b = [readers.Document(i, s, l, side.path, _seg_ids(side, k), _start(side, k))
+        b = [Document(i, s, l, side.path, _seg_ids(side, k), _start(side, k))
              for k, (i, s, l) in enumerate(zip(side.doc_ids, side.docs, side.lines))]
-        matched = readers._match_xml(a, b)
+        matched = match_seg_ids(a, b)
         return Side(side.path, side.format, [d.doc_id for d in matched], [d.sentences for d in matched],
                     [d.lines for d in matched], True, seg_ids=[d.seg_ids for d in matched])
     if side.num_sentences != anchor.num_sentences:
@@ -438,7 +447,7 @@ def _translators(ref: str, ref_format: str, docids: Optional[str], chosen: Optio
             raise ScoreInputError(f"--ref-translator: {ref} is not a WMT 2021+ XML file (which names its references' "
                                   "translators)")
         return [None]
-    present = readers.wmt_translators(ref)
+    present = wmt_translators(ref)
     if not chosen:
         if not present:
             raise ScoreInputError(f"{ref}: no <ref> element: the file has no reference")

@@ -43,7 +43,8 @@ from ..data.doc_index import balanced_shards, check_shard
 from ..data.packed_tokens import PackedTokens
 from ..data.outputs import DATA_DIRECTORY_FILES, Outputs, folder_files
 from ..data.paths import same_path
-from ..data.readers import DocumentFormatError, DocumentStream, docids_path, release
+from ..data.documents import DocumentFormatError
+from ..data.readers import DocumentStream, docids_path, release
 from ..data.writers import DocumentWriter
 from .shards import ShardError, run_shards, shard_environment
 

@@ -39,7 +39,7 @@ def input_errors():
     """The errors every subcommand turns into one line and exit code 2: bad input files, a
     checkpoint or data directory that cannot be used, WordNet missing."""
     from ...data.manifest import ManifestError
-    from ...data.readers import DocumentFormatError
+    from ...data.documents import DocumentFormatError
     from ...errors import CheckpointError, UsageError
     from ...evaluation.io import ScoreInputError
     from ...evaluation.wordnet import WordNetMissing

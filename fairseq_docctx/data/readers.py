@@ -147,8 +147,9 @@ class DocumentStream:
     ``<stdin>``); ``name``: the prefix of generated ids (default: the file's base name).
     :attr:`format` is known on construction (auto-detection reads the lines it needs, the
     first document at most, and leaves them to be read); :attr:`set_attributes`, those of
-    an XML set element (:func:`~fairseq_docctx.data.formats.xml.read_set_attributes`), once the first document is read (``{}``
-    for other formats)."""
+    an XML set element (:func:`~fairseq_docctx.data.formats.xml.read_set_attributes`), once
+    the first document is read (``{}`` for other formats: a format's stream gives them as
+    its ``set_attributes``)."""
 
     def __init__(self, source: Union[str, IO[bytes]], input_format: str = "auto",
                  docids: Optional[str] = None, name: Optional[str] = None, path: Optional[str] = None):
@@ -230,7 +231,7 @@ def read_parallel(prefix: str, src: str, tgt: str, input_format: str = "auto",
     """Read both sides of one prefix and align them (see :class:`ParallelDocuments`). A
     prefix that is itself a file of a ``one_file`` format (``wmt-xml``, ``jsonl``) gives both:
     its source and its reference (of ``translator``: in ``wmt-xml``, default the file's
-    first; see :func:`~fairseq_docctx.data.formats.wmt_xml._read_wmt_xml`)."""
+    first ``<ref>``'s; other formats have one reference)."""
     single = _single_file_format(prefix, input_format)
     if single is not None:
         sdocs, _ = read_file(prefix, single, side="src")

@@ -2,7 +2,8 @@
 
 Every side is a list of documents (``Side``: document ids + sentences). Formats:
 
-* the formats ``docctx-prepare`` reads (``fairseq_docctx.data.readers``): ``docids`` (a
+* the formats ``docctx-prepare`` reads (those registered in ``fairseq_docctx.data.formats``,
+  read with ``fairseq_docctx.data.readers``): ``docids`` (a
   ``.docids`` file beside the text, or ``--docids``), ``blank``, ``marker``, ``xml``, and the
   single-file ``wmt-xml`` and ``jsonl``, of which each side reads its own part: the
   hypotheses the ``<hyp>`` of one system (``--hyp-system``, default the file's only one) or

@@ -272,8 +272,9 @@ class WmtXmlFormat(DocumentFormat):
         ahead on."""
         if isinstance(source, (str, os.PathLike)):
             lines.close()
-            return _iter_wmt_xml(source, path)
-        return _iter_wmt_xml(_LinesAsBytes(lines), path)
+            yield from _iter_wmt_xml(source, path)
+        else:
+            yield from _iter_wmt_xml(_LinesAsBytes(lines), path)
 
     def align(self, src, tgt):
         return match_seg_ids(src, tgt), 0

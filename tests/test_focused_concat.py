@@ -256,7 +256,7 @@ def test_the_ctranslate2_export_refuses_document_positions(toy_bin):
             check_exportable(model, "ckpt.pt")
         assert str(e.value) == f"ckpt.pt: CTranslate2 does not compute this model as fairseq does: {name}"
     _, plain = _positions_model(toy_bin)
-    _check_exportable(plain, "ckpt.pt")  # no flag: exports as before
+    check_exportable(plain, "ckpt.pt")  # no flag: exports as before
 
 
 # ------------------------------------------------------------------ fairseq-train, fairseq-generate

@@ -15,6 +15,7 @@ from .exportable import check_architecture, check_segments
 from .record import CT2_FILES, EXPORT_FILE, export_record, read_export
 from .spec import model_spec
 
+
 def _check_earlier_export(outdir: str) -> None:
     """Refuse an existing ``outdir`` that ``--force`` may not replace: anything but a folder
     ``docctx-export`` wrote (its :data:`EXPORT_FILE`) holding only the files it wrote."""

@@ -12,6 +12,7 @@ from ...data import context_batch as cb
 from ...modules.context_concat import concat_with_context, gather_context_rows, pack_segments
 from .spec import vocabulary
 
+
 class CTranslate2Generator:
     """fairseq's generator interface (``generate(models, sample)`` -> one list of hypotheses
     per row, best first, ``tokens`` ending in EOS) over a ``ctranslate2.Translator``, running
@@ -32,8 +33,9 @@ class CTranslate2Generator:
     ended hypotheses ranked as fairseq ranks them (:meth:`_search`).
 
     ``prefix`` (:data:`~fairseq_docctx.inference.ctranslate2.PREFIX_MODES`, ``--ct2-prefix``,
-    checked where it is given): how a row with a target prefix (the target context) is decoded. ``stepwise`` (the default) is the search above: CTranslate2's
-    ``translate_batch`` forces the prefix one step at a time on every beam. ``one-pass`` and
+    checked where it is given): how a row with a target prefix (the target context) is
+    decoded. ``stepwise`` (the default) is the search above: CTranslate2's ``translate_batch``
+    forces the prefix one step at a time on every beam. ``one-pass`` and
     ``one-pass-beam`` use CTranslate2's ``return_alternatives`` search (:meth:`_one_pass`),
     which runs the prefix through the decoder in one call and then searches each row alone:
     ``one-pass`` takes the ``beam`` best first tokens after the prefix and continues each

@@ -15,6 +15,7 @@ from .generator import draft_generator
 from .record import EXPORT_FILE, check_data_dictionaries, read_export
 from .standins import exported_model
 
+
 def load_translator(path: str, cpu: bool = True, threads: Optional[int] = None):
     """``ctranslate2.Translator`` of an exported folder, on the CPU (``threads``: default
     torch's thread count, so that ``OMP_NUM_THREADS`` sets both engines) or the GPU."""

@@ -5,6 +5,7 @@ import torch
 
 from ...models.document_context import DocumentContextModel
 
+
 class ExportedModel(torch.nn.Module):
     """What the task and the hub ask of a model (its positions, its context contract),
     for a model that CTranslate2 runs."""

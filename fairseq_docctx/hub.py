@@ -351,7 +351,7 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
     from . import register
 
     register()  # the plugin registered with fairseq: its models, safe loading
-    from .inference.ctranslate2 import EXPORT_FILE
+    from .inference.ctranslate2.record import EXPORT_FILE
 
     if os.path.isfile(os.path.join(checkpoint_dir, EXPORT_FILE)):
         raise CheckpointError(f"{checkpoint_dir}: a model exported by docctx-export ctranslate2, not a fairseq "
@@ -424,9 +424,9 @@ class ExportedHubInterface(DocumentHubInterface):
         the one-pass modes decode only what follows a prefix, so on such a model they would
         change nothing, as ``--ct2-prefix`` does not with the fairseq engine, which is refused
         alike."""
-        from .inference.options import check_ct2_prefix
+        from .inference.ctranslate2 import check_prefix_mode
 
-        if check_ct2_prefix(mode) != "stepwise" and not self.has_target_prefix:
+        if check_prefix_mode(mode) != "stepwise" and not self.has_target_prefix:
             raise ValueError(f"--ct2-prefix {mode}: applies to a model with target context only (a "
                              "concat_transformer with --context-sides both or tgt and --context-size above 0); "
                              f"this {self.record['model']} decodes no sentence after a target prefix")
@@ -436,7 +436,7 @@ class ExportedHubInterface(DocumentHubInterface):
         """The CTranslate2 generator of ``gen_args``; a segment model's stand-in gets the task's
         segment rules (sentence count, length windows), which the task checks after each
         search (:meth:`~fairseq_docctx.tasks.document_translation.DocumentTranslationTask.segment_inference_step`)."""
-        from .inference.ctranslate2 import CTranslate2Generator
+        from .inference.ctranslate2.generator import CTranslate2Generator
 
         if hasattr(self.task, "set_segment_rules"):
             self.task.set_segment_rules(self.models, gen_args.min_len)
@@ -459,26 +459,27 @@ def from_exported(path: str, data: Optional[str] = None, spm_model: Optional[str
     directory whose dictionaries are those exported (default: the folder's own copies);
     ``threads``: CPU threads (default torch's); ``ct2_prefix``: how a sentence after a target
     prefix is decoded (``--ct2-prefix``:
-    :data:`~fairseq_docctx.inference.options.CT2_PREFIX_MODES`, default ``stepwise``);
+    :data:`~fairseq_docctx.inference.ctranslate2.PREFIX_MODES`, default ``stepwise``);
     ``overrides``: task options (``context_size=2``; another context setting than the
     export's needs ``context_override=True``, as in :func:`from_pretrained`)."""
     from fairseq.dataclass.configs import GenerationConfig
     from omegaconf import OmegaConf
 
-    from .inference import ctranslate2 as ct2
-    from .inference.options import check_ct2_prefix
+    from .inference.ctranslate2 import check_prefix_mode
+    from .inference.ctranslate2.load import exported_task, load_translator
+    from .inference.ctranslate2.record import check_export_files, read_export
 
-    check_ct2_prefix(ct2_prefix)  # before the model is loaded
+    check_prefix_mode(ct2_prefix)  # before the model is loaded
     path = os.fspath(path)
-    record = ct2.read_export(path)
-    ct2.check_export_files(path, record, data)
-    task, model, data = ct2.exported_task(path, record, data, **{"target_context": "hypothesis", **overrides})
+    record = read_export(path)
+    check_export_files(path, record, data)
+    task, model, data = exported_task(path, record, data, **{"target_context": "hypothesis", **overrides})
     if spm_model is None and record.get("spm_model"):
         spm_model = os.path.join(path, record["spm_model"])
     spm_model = spm_model or find_spm_model(data)
     cfg = OmegaConf.create({"generation": OmegaConf.structured(GenerationConfig()), "tokenizer": None,
                             "bpe": None})
-    return ExportedHubInterface(cfg, task, [model], spm_model, ct2.load_translator(path, cpu, threads), record,
+    return ExportedHubInterface(cfg, task, [model], spm_model, load_translator(path, cpu, threads), record,
                                 ct2_prefix)
 
 
@@ -487,8 +488,9 @@ def export_ctranslate2(path: str, outdir: str, data: Optional[str] = None,
     """``docctx-export ctranslate2``: the checkpoint ``path`` (``transformer``,
     ``concat_transformer`` or ``doc2doc_transformer``), loaded as :func:`from_pretrained` loads it (``data``: its data
     directory), written as a CTranslate2 model folder ``outdir``
-    (:func:`fairseq_docctx.inference.ctranslate2.export`). Returns the record written."""
-    from .inference import ctranslate2 as ct2
+    (:func:`fairseq_docctx.inference.ctranslate2.export.export`). Returns the record written."""
+    from .inference.ctranslate2.export import check_outdir, export, files_read
+    from .inference.ctranslate2.exportable import check_architecture
 
     path = os.fspath(path)
     state = load_checkpoint_state(path)
@@ -496,9 +498,9 @@ def export_ctranslate2(path: str, outdir: str, data: Optional[str] = None,
     model_cfg = cfg.get("model") if cfg is not None else None
     model_cfg = model_cfg if model_cfg is not None else state.get("args")
     arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
-    ct2.check_architecture(arch, path)
-    ct2.check_outdir(os.fspath(outdir), force, ct2.files_read(path, data))  # before the model is loaded
+    check_architecture(arch, path)
+    check_outdir(os.fspath(outdir), force, files_read(path, data))  # before the model is loaded
     del state
     hub = from_pretrained(path, data=data)
-    return ct2.export(hub.models[0], hub.task, path, os.fspath(outdir), spm_model=hub.spm_model,
+    return export(hub.models[0], hub.task, path, os.fspath(outdir), spm_model=hub.spm_model,
                       quantization=quantization, force=force)

@@ -93,11 +93,11 @@ def test_the_default_is_the_stepwise_search(concat_export, concat_both_ckpt, toy
                                             monkeypatch):
     """Without --ct2-prefix nothing is decoded in one pass, and the translations are those of
     --ct2-prefix stepwise and of the fairseq engine (beam 4)."""
-    from fairseq_docctx.inference import ctranslate2 as ct2
+    from fairseq_docctx.inference.ctranslate2.generator import CTranslate2Generator
 
     alternatives = []
-    real = ct2.CTranslate2Generator._one_pass
-    monkeypatch.setattr(ct2.CTranslate2Generator, "_one_pass",
+    real = CTranslate2Generator._one_pass
+    monkeypatch.setattr(CTranslate2Generator, "_one_pass",
                         lambda self, *a: alternatives.append(a) or real(self, *a))
     src = toy_bin.parent / "raw" / "test.src"
     outs = {}

@@ -135,7 +135,7 @@ def test_export_refuses_an_outdir_that_is_or_holds_what_it_reads(export_inputs, 
 
 def test_force_replaces_only_an_earlier_export_once_the_new_one_is_complete(export_inputs, tmp_path, capsys,
                                                                             monkeypatch):
-    from fairseq_docctx.inference import ctranslate2 as ct2
+    from fairseq_docctx.inference.ctranslate2 import record as ct2
 
     ckpt, data = export_inputs
     other = tmp_path / "other"  # a folder docctx-export did not write

@@ -15,7 +15,9 @@ from conftest import ct2_export, docids_documents, run_in_process
 from fairseq_docctx.cli.export import cli_main as export_main
 from fairseq_docctx.cli.translate import cli_main as translate_main
 from fairseq_docctx.hub import from_exported, from_pretrained
-from fairseq_docctx.inference import ctranslate2 as ct2
+from fairseq_docctx.inference.ctranslate2 import ExportError
+from fairseq_docctx.inference.ctranslate2.exportable import check_segments, parameters_not_exported
+from fairseq_docctx.inference.ctranslate2.generator import CTranslate2Generator
 from fairseq_docctx.tasks.document_translation import SEGMENT_SENTENCES
 
 pytest.importorskip("ctranslate2")
@@ -46,7 +48,7 @@ class _Spy:
 
     def __init__(self, monkeypatch):
         self.fallen, self._last = set(), None
-        generate = ct2.CTranslate2Generator.generate
+        generate = CTranslate2Generator.generate
 
         def spy(gen, models, sample, **kw):
             if SEGMENT_SENTENCES in sample:
@@ -55,7 +57,7 @@ class _Spy:
                 self.fallen |= {self._last[k] for k in sample["id"].tolist()}
             return generate(gen, models, sample, **kw)
 
-        monkeypatch.setattr(ct2.CTranslate2Generator, "generate", spy)
+        monkeypatch.setattr(CTranslate2Generator, "generate", spy)
 
 
 def test_doc2doc_exports_as_a_segment_model(doc2doc):
@@ -65,7 +67,7 @@ def test_doc2doc_exports_as_a_segment_model(doc2doc):
     assert record["segments"] == {"max_segment_tokens": 64, "segment_packing": "g-transformer", "constrained": True}
     # a plain Transformer: every weight of the model is one the export writes
     model = from_pretrained(str(ckpt), data=data).models[0]
-    assert type(model).__name__ == "Doc2DocTransformerModel" and ct2._parameters_not_exported(model) == []
+    assert type(model).__name__ == "Doc2DocTransformerModel" and parameters_not_exported(model) == []
     assert len(list(model.named_parameters())) > 10
 
 
@@ -133,7 +135,7 @@ def test_a_misaligned_segment_is_decoded_again_and_reported(doc2doc, tmp_path, c
     f, n, why = hub.segment_report
     assert line == LINE.format(f, n, **why)
 
-    generate, broken = ct2.CTranslate2Generator.generate, []
+    generate, broken = CTranslate2Generator.generate, []
     sep = hub.tgt_dict.index("<sep>")
 
     def without_separators(gen, models, sample, **kw):
@@ -146,7 +148,7 @@ def test_a_misaligned_segment_is_decoded_again_and_reported(doc2doc, tmp_path, c
                     broken.extend(group.tolist())
         return hypos
 
-    monkeypatch.setattr(ct2.CTranslate2Generator, "generate", without_separators)
+    monkeypatch.setattr(CTranslate2Generator, "generate", without_separators)
     after, line = translate("broken")
     monkeypatch.undo()
     assert broken and line == LINE.format(f + 1, n, **dict(why, count=why["count"] + 1))
@@ -187,13 +189,13 @@ def test_other_models_on_segments_are_refused():
     task = Task()
     task.langtok = None
     for name in ("transformer", "doc2doc_transformer"):
-        ct2.check_segments(task, name, "ckpt.pt")
-    with pytest.raises(ct2.ExportError, match=r"^ckpt.pt: a concat_transformer that translates segments "
+        check_segments(task, name, "ckpt.pt")
+    with pytest.raises(ExportError, match=r"^ckpt.pt: a concat_transformer that translates segments "
                        r"\(--doc-mode segments\) does not export to CTranslate2 .*--engine fairseq$"):
-        ct2.check_segments(task, "concat_transformer", "ckpt.pt")
+        check_segments(task, "concat_transformer", "ckpt.pt")
     task.langtok = 4
-    with pytest.raises(ct2.ExportError, match="language tokens"):
-        ct2.check_segments(task, "doc2doc_transformer", "ckpt.pt")
+    with pytest.raises(ExportError, match="language tokens"):
+        check_segments(task, "doc2doc_transformer", "ckpt.pt")
 
 
 @pytest.mark.slow

@@ -246,16 +246,17 @@ def test_cached_decoding_equals_teacher_forcing(toy_bin, flags, learned):
 
 
 def test_the_ctranslate2_export_refuses_document_positions(toy_bin):
-    from fairseq_docctx.inference.ctranslate2 import ExportError, _check_exportable
+    from fairseq_docctx.inference.ctranslate2 import ExportError
+    from fairseq_docctx.inference.ctranslate2.exportable import check_exportable
 
     for flags, name in ((("--segment-shifted-positions", "21"), "--segment-shifted-positions"),
                         (("--sentence-position-embeddings", "sinusoidal"), "--sentence-position-embeddings")):
         _, model = _positions_model(toy_bin, *flags)
         with pytest.raises(ExportError) as e:
-            _check_exportable(model, "ckpt.pt")
+            check_exportable(model, "ckpt.pt")
         assert str(e.value) == f"ckpt.pt: CTranslate2 does not compute this model as fairseq does: {name}"
     _, plain = _positions_model(toy_bin)
-    _check_exportable(plain, "ckpt.pt")  # no flag: exports as before
+    check_exportable(plain, "ckpt.pt")  # no flag: exports as before
 
 
 # ------------------------------------------------------------------ fairseq-train, fairseq-generate

@@ -10,13 +10,14 @@ parent packages Python imports on the way are not edges.
 The layers, lowest first (docs/inference.md, "The package's layers")::
 
     safe_loading, errors, bf16 < data < modules < models < criterions, tasks < the package __init__
-      < inference < hub < evaluation < probe < cli
+      < inference < hub < engines < evaluation < probe < cli
 
 The package ``__init__`` is what ``--user-dir fairseq_docctx`` imports: it registers the
 data, models, criteria and tasks with fairseq, so it sits above them and below everything
-that runs trained models. ``probe.py`` makes the probe's data and scores checkpoints with
-the evaluation's scorers, so it sits above ``evaluation/``. A module may import its own
-layer or any lower one.
+that runs trained models. ``engines/`` (the inference engines the command lines choose
+with ``--engine``) loads models through the hub, so it sits above it. ``probe.py`` makes
+the probe's data and scores checkpoints with the evaluation's scorers, so it sits above
+``evaluation/``. A module may import its own layer or any lower one.
 """
 import ast
 import os
@@ -36,6 +37,7 @@ LAYERS = [
     [""],  # the package __init__: the plugin, registering the layers below
     ["inference"],
     ["hub"],
+    ["engines"],
     ["evaluation"],
     ["probe"],
     ["cli"],

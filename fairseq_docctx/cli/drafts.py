@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from . import exit_on_errors_and_signals, quiet_logging
+from ..engines import ENGINES, add_engine_arguments
 
 
 def build_parser():
@@ -24,9 +25,7 @@ def build_parser():
                    help="sentence-level src->tgt checkpoint (e.g. a transformer)")
     p.add_argument("--splits", default=None,
                    help="comma-separated splits (default: those docctx.json lists, else train,valid,test)")
-    p.add_argument("--engine", choices=["fairseq", "ctranslate2"], default="fairseq",
-                   help="what decodes: fairseq (default) or CTranslate2 (--path: the folder docctx-export "
-                   "ctranslate2 wrote of the checkpoint)")
+    add_engine_arguments(p, options=False)
     p.add_argument("--beam", type=int, default=DEFAULT_BEAM, help=f"beam size (default {DEFAULT_BEAM})")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--max-tokens", type=int, default=None,
@@ -69,16 +68,9 @@ class _Progress:
 
 def load_translator(args):
     """What loads the sentence-level model that makes the drafts, for the parsed options
-    (:func:`~fairseq_docctx.inference.drafts.make_drafts`' ``load``): the one place the
-    command chooses how a model runs: ``--engine ctranslate2`` a folder ``docctx-export
-    ctranslate2`` wrote, else a fairseq checkpoint."""
-    if args.engine == "ctranslate2":
-        from ..inference.ctranslate2 import load_exported_draft_translator
-
-        return load_exported_draft_translator
-    from ..inference.drafter import load_draft_translator
-
-    return load_draft_translator
+    (:func:`~fairseq_docctx.inference.drafts.make_drafts`' ``load``): the draft loader of the
+    engine of ``--engine`` (:meth:`fairseq_docctx.engines.base.Engine.draft_loader`)."""
+    return ENGINES[args.engine].draft_loader()
 
 
 def main(argv=None):

@@ -13,9 +13,10 @@ object). With ``-o`` the output is checked first by the one output guard
 file ``docctx-translate`` did not write, unless ``--force``), written document by document as they complete into a temporary file beside it, and moved
 into place at the end.
 
-Parses the command line, loads the model (:func:`load_model`) and calls
-:mod:`fairseq_docctx.inference.translate`, which does the work (one process, a shard process,
-or several shard processes with ``--processes``).
+Parses the command line (``--engine`` and each engine's own options from
+:mod:`fairseq_docctx.engines`), takes the engine of the options (:func:`load_model` is the
+model it loads) and calls :mod:`fairseq_docctx.inference.translate` with it, which does the
+work (one process, a shard process, or several shard processes with ``--processes``).
 """
 import argparse
 import sys
@@ -23,7 +24,8 @@ import sys
 from . import exit_on_errors_and_signals, quiet_logging
 from ..data.documents import DocumentFormatError
 from ..data.readers import INPUT_FORMATS
-from ..inference.options import CT2_PREFIX_MODES, TRANSLATE_DEFAULTS
+from ..engines import add_engine_arguments, engine_of
+from ..inference.options import TRANSLATE_DEFAULTS
 
 
 def build_parser():
@@ -34,16 +36,7 @@ def build_parser():
     p.add_argument("input", nargs="?", help="input file (default: standard input)")
     p.add_argument("--path", required=True, help="checkpoint file (.pt); with --engine ctranslate2 the "
                    "folder docctx-export ctranslate2 wrote")
-    p.add_argument("--engine", choices=["fairseq", "ctranslate2"], default="fairseq",
-                   help="what decodes: fairseq (default) or CTranslate2 (a model exported by docctx-export "
-                   "ctranslate2; transformer, concat_transformer, doc2doc_transformer)")
-    p.add_argument("--ct2-prefix", choices=CT2_PREFIX_MODES, default=None,
-                   help="--engine ctranslate2: how a sentence after a target prefix (a concat_transformer's "
-                   "target context) is decoded: stepwise (default; fairseq's beam search, the prefix forced "
-                   "one step at a time on every beam), one-pass (the prefix in one decoder pass, the --beam "
-                   "best first tokens each continued greedily), one-pass-beam (the prefix in one pass, the "
-                   "best first token, then beam search); the same at --beam 1; the one-pass modes are refused for a "
-                   "model without target context")
+    add_engine_arguments(p)
     p.add_argument("--data", help="data directory with the dictionaries (and the SentencePiece "
                    "model its docctx.json names); default: the checkpoint's directory if it has "
                    "them, else the training data")
@@ -107,29 +100,9 @@ def build_parser():
 
 def load_model(args):
     """The model that translates, loaded from the parsed options (the checkpoint ``--path``
-    with ``--data``, ``--spm-model``, ``--draft-path``...): the one place a command line
-    chooses how a model runs (``--engine ctranslate2``: a folder ``docctx-export ctranslate2``
-    wrote, decoded by CTranslate2)."""
-    from ..hub import from_exported, from_pretrained
-
-    overrides = {"target_context": args.target_context}
-    if args.no_sentence_length_window:
-        overrides["no_sentence_length_window"] = True
-    if args.context_size is not None:
-        overrides["context_size"] = args.context_size
-    if args.context_override:
-        overrides["context_override"] = True
-    if args.engine == "ctranslate2":
-        if args.fp16 or args.draft_path:
-            raise ValueError(f"--engine ctranslate2: {'--fp16' if args.fp16 else '--draft-path'} does not apply "
-                             "(the precision is the export's --quantization; drafts-reading models do not export)")
-        return from_exported(args.path, data=args.data, spm_model=args.spm_model, cpu=args.cpu,
-                             ct2_prefix=args.ct2_prefix or "stepwise", **overrides)
-    if args.ct2_prefix is not None:
-        raise ValueError(f"--ct2-prefix {args.ct2_prefix}: applies to --engine ctranslate2 only")
-    return from_pretrained(args.path, data=args.data, spm_model=args.spm_model,
-                           cpu=args.cpu, fp16=args.fp16, draft_path=args.draft_path,
-                           draft_beam=args.draft_beam or args.beam, **overrides)
+    with ``--data``, ``--spm-model``, ``--draft-path``...) by the engine of ``--engine``
+    (:func:`fairseq_docctx.engines.engine_of`)."""
+    return engine_of(args).load(args)
 
 
 #: options a shard process gets from the launcher, not from the command line
@@ -183,19 +156,20 @@ def main(argv=None):
     check_at_least({"--beam": args.beam, "--draft-beam": args.draft_beam, "--batch-size": args.batch_size,
                     "--max-tokens": args.max_tokens})
     check_at_least({"--max-len-a": args.max_len_a, "--max-len-b": args.max_len_b}, minimum=0)
+    engine = engine_of(args)  # another engine's options and what does not apply refused
     quiet_logging()
     from ..inference.translate import translate_file, translate_in_processes, translate_shard
 
     if args.shard_output is not None:
-        return translate_shard(args, load_model)
+        return translate_shard(args, engine)
     devices = parse_devices(args.devices, cpu=args.cpu)
     n = num_processes(args.processes, devices)
     if n > 1 or devices:
         counts, elapsed, fallbacks = translate_in_processes(
-            args, lambda path, fmt: _shard_command(args, path, fmt, devices), n, devices)
+            args, engine, lambda path, fmt: _shard_command(args, path, fmt, devices), n, devices)
         _report(args, counts, elapsed, fallbacks, n)
         return
-    counts, elapsed, fallbacks = translate_file(args, load_model)
+    counts, elapsed, fallbacks = translate_file(args, engine)
     _report(args, counts, elapsed, fallbacks)
 
 

@@ -201,7 +201,7 @@ def make_drafts(data_dir: str, checkpoint: str, splits: Optional[Sequence[str]] 
     line per note (resumed chunks, skipped splits, restarts). ``load(checkpoint, data_dir,
     beam=, cpu=, fp16=, **generation)``: what loads the translator (default
     :func:`~fairseq_docctx.inference.drafter.load_draft_translator`;
-    :func:`~fairseq_docctx.inference.ctranslate2.load_exported_draft_translator` for a folder
+    :func:`~fairseq_docctx.inference.ctranslate2.load.load_exported_draft_translator` for a folder
     written by ``docctx-export ctranslate2``, decoded by CTranslate2 in the same batches; any
     loader of an object with :class:`~fairseq_docctx.inference.drafter.DraftTranslator`'s
     interface).

@@ -27,8 +27,10 @@ shard files back in input order as the input is read again and written.
 ``input_format``, ``docids``, ``output``, ``path``, ``data``, ``spm_model``, ``draft_path``,
 ``beam``, ``lenpen``, ``max_len_a``, ``max_len_b``, ``batch_size``, ``max_tokens``,
 ``system_name``, ``quiet``, and a shard process's ``num_shards``, ``shard_id``,
-``shard_output``); ``load(options)`` returns the model (the hub's ``DocumentHubInterface``, or
-an object with its ``translate_documents``, ``encode``, ``max_positions`` and ``task.cfg``).
+``shard_output``). ``engine`` is what runs the model (an :class:`~fairseq_docctx.engines.base.Engine`
+of ``--engine``): ``engine.load(options)`` returns the model (the hub's ``DocumentHubInterface``,
+or an object with its ``translate_documents``, ``encode``, ``max_positions`` and ``task.cfg``),
+``engine.model_files(options)`` names the files loading it reads.
 """
 import json
 import os
@@ -187,8 +189,8 @@ def check_lengths(hub, docs, max_tokens: Optional[int] = None) -> list:
     sentence longer than the model takes (its encoder's positions, end-of-sentence token
     included) or than ``max_tokens`` (``--max-tokens``), and one that its SentencePiece model
     normalises to nothing (no token before the end-of-sentence one):
-    :class:`~fairseq_docctx.data.readers.DocumentFormatError` naming its file and line.
-    ``docs``: the documents read (:class:`~fairseq_docctx.data.readers.Document`), ``hub``: a
+    :class:`~fairseq_docctx.data.documents.DocumentFormatError` naming its file and line.
+    ``docs``: the documents read (:class:`~fairseq_docctx.data.documents.Document`), ``hub``: a
     :class:`~fairseq_docctx.hub.DocumentHubInterface` (its SentencePiece model and
     dictionary count the tokens). The tokens go to ``hub.translate_documents(tokens=...)``,
     so each sentence is encoded once; they are returned packed, one
@@ -274,31 +276,22 @@ def check_separator(docs, separator: Optional[str]) -> None:
                     "the text; the model would read it as a sentence boundary")
 
 
-def files_read(options, fmt: str) -> List[Tuple[str, str]]:
+def files_read(options, fmt: str, engine) -> List[Tuple[str, str]]:
     """The files a run reads, as (what it is, path): the input, the document ids of a docids
-    input, the checkpoint (``checkpoint_best.pt`` of a ``--path`` folder), the draft
-    checkpoint, the SentencePiece model, the data files (dictionaries, ``docctx.json``,
-    SentencePiece models, binarized splits and document indices:
-    :data:`~fairseq_docctx.data.outputs.DATA_DIRECTORY_FILES`) of ``--data``, of the
-    checkpoint's directory and of the data directory the model is
-    loaded with (without ``--data``: the one it was trained on, where the checkpoint's directory
-    has no dictionaries), and every file of an exported model's folder (``--engine
-    ctranslate2``: its ``model.bin``, vocabularies, configuration and record)."""
-    from .checkpoint import checkpoint_path, data_directory_of_file
-
-    exported = getattr(options, "engine", "fairseq") == "ctranslate2"
-    checkpoint = options.path if exported else checkpoint_path(options.path)
-    files = [("the input", options.input), ("the checkpoint", checkpoint),
+    input, the checkpoint, the draft checkpoint, the SentencePiece model, the other files the
+    engine reads (``engine.model_files``: an exported model's folder's), and the data files
+    (dictionaries, ``docctx.json``, SentencePiece models, binarized splits and document
+    indices: :data:`~fairseq_docctx.data.outputs.DATA_DIRECTORY_FILES`) of ``--data`` and of
+    the data directories the engine loads the model with (the checkpoint's directory, the
+    data it was trained on...)."""
+    model = engine.model_files(options)
+    files = [("the input", options.input), ("the checkpoint", model.checkpoint),
              ("the draft checkpoint", options.draft_path), ("the SentencePiece model", options.spm_model)]
     if fmt == "docids":
         files.append(("the input's document ids",
                       options.docids or (docids_path(options.input, None) if options.input else None)))
-    folders = {options.data, os.path.dirname(os.path.abspath(checkpoint))}
-    if not exported and checkpoint:
-        folders.add(data_directory_of_file(checkpoint, options.data))
-    if exported and os.path.isdir(options.path):
-        files += [("the exported model's file", os.path.join(options.path, name))
-                  for name in sorted(os.listdir(options.path))]
+    folders = {options.data, *model.data_folders}
+    files += model.files
     for d in folders:
         if d:
             files += folder_files("the model's data file", d, DATA_DIRECTORY_FILES)
@@ -358,13 +351,13 @@ class Output:
         self.files = []
 
 
-def open_output(options, fmt: str) -> Output:
+def open_output(options, fmt: str, engine) -> Output:
     """The output of the options (:class:`Output`), refused if it is a file the run reads or a
     file ``docctx-translate`` did not write (without ``--force``)."""
     input_docids = None
     if fmt == "docids":
         input_docids = options.docids or (docids_path(options.input, None) if options.input else None)
-    return Output(options.output, fmt == "docids", files_read(options, fmt), input_docids,
+    return Output(options.output, fmt == "docids", files_read(options, fmt, engine), input_docids,
                   force=getattr(options, "force", False))
 
 
@@ -448,19 +441,19 @@ def translate_and_write(model, docs, options, writer, out, progress: Progress, c
     progress.chunk_done(len(docs))
 
 
-def translate_file(options, load: Callable):
+def translate_file(options, engine):
     """One process: the input opened (its format read from its first lines), the output
     opened (refused before the model is loaded when it cannot be written), the model loaded
-    (``load(options)``), and the input read, translated and written chunk by chunk
+    (``engine.load(options)``), and the input read, translated and written chunk by chunk
     (:data:`STREAM_BATCHES`), in input order. Returns (the :class:`Counts`, the seconds
     translating took, and a segment model's ``(segments decoded again sentence by sentence,
     segments decoded, {reason: misaligned segments})``, the hub's ``segment_report``, else
     ``None``)."""
     stream = open_input(options)
     try:
-        output = open_output(options, stream.format)
+        output = open_output(options, stream.format, engine)
         try:
-            model = load(options)
+            model = engine.load(options)
             cfg = model.task.cfg
             counts, progress, writer = Counts(), Progress(options.quiet), None
             start = time.time()
@@ -481,14 +474,14 @@ def translate_file(options, load: Callable):
     return counts, elapsed, getattr(model, "segment_report", None)
 
 
-def translate_shard(options, load: Callable) -> None:
+def translate_shard(options, engine) -> None:
     """One shard process: the documents of shard ``options.shard_id`` of
     ``options.num_shards``, written as they complete to ``options.shard_output``; the input
     read twice, for the documents' sentence counts (which give the shards), then for the
     shard's documents, chunk by chunk."""
     lengths, _ = document_lengths(options)
     mine = set(shard_documents(lengths, options.num_shards, options.shard_id))
-    model = load(options)
+    model = engine.load(options)
     sep = getattr(model.task.cfg, "context_separator", None)
     writer = ShardWriter(options.shard_output, model.task.cfg.source_lang, model.task.cfg.target_lang)
     stream = open_input(options)
@@ -513,7 +506,7 @@ def translate_shard(options, load: Callable) -> None:
         writer.close()
 
 
-def translate_in_processes(options, command: Callable[[str, str], Sequence[str]], processes: int,
+def translate_in_processes(options, engine, command: Callable[[str, str], Sequence[str]], processes: int,
                            devices: Optional[Sequence[str]] = None):
     """The documents translated by ``processes`` shard processes, written in input order
     once all are done. ``command(input_path, input_format)``: the command line of a shard
@@ -531,7 +524,7 @@ def translate_in_processes(options, command: Callable[[str, str], Sequence[str]]
             with open(path, "wb") as f:
                 shutil.copyfileobj(sys.stdin.buffer, f)
         lengths, fmt = document_lengths(options, path)
-        output = open_output(options, fmt)
+        output = open_output(options, fmt, engine)
         try:
             start = time.time()
             try:

@@ -1,0 +1,77 @@
+"""The engine interface: what runs a trained model for the inference commands
+(``docctx-translate``, ``docctx-drafts``, ``docctx-export``), one :class:`Engine` per way of
+running it, registered by its name in :mod:`fairseq_docctx.engines`.
+
+An engine declares the options only it reads (:attr:`Engine.translate_options`, which
+``docctx-translate`` adds to its command line; another engine's given is refused by the
+registry), refuses what does not apply to it (:meth:`Engine.check_options`), loads the
+model (:meth:`Engine.load`: a :class:`~fairseq_docctx.hub.DocumentHubInterface`;
+:meth:`Engine.draft_loader`: the drafts' translator), says what files it reads
+(:meth:`Engine.model_files`, for the output guard) and, where it writes a model of its own,
+exports a checkpoint (:meth:`Engine.add_export_arguments`, :meth:`Engine.export`). Nothing
+heavy is imported here or by an engine's module: each method imports what it runs."""
+from typing import Callable, Iterable, List, NamedTuple, Optional, Tuple
+
+
+class ModelFiles(NamedTuple):
+    """What loading a model reads: the checkpoint (or the file or folder an engine reads in
+    its place), other files as ``(what it is, path)``, and the data directories whose files
+    (:data:`~fairseq_docctx.data.outputs.DATA_DIRECTORY_FILES`) the model is loaded with."""
+
+    checkpoint: Optional[str]
+    files: List[Tuple[str, str]]
+    data_folders: Iterable[Optional[str]]
+
+
+def task_overrides(options) -> dict:
+    """The task options ``docctx-translate``'s command line sets for every engine (the target
+    context, the segment models' length window, the context size and its override)."""
+    overrides = {"target_context": options.target_context}
+    if options.no_sentence_length_window:
+        overrides["no_sentence_length_window"] = True
+    if options.context_size is not None:
+        overrides["context_size"] = options.context_size
+    if options.context_override:
+        overrides["context_override"] = True
+    return overrides
+
+
+class Engine:
+    """One way of running a trained model, registered by :attr:`name`."""
+
+    #: the name ``--engine`` takes
+    name: str = ""
+    #: what decodes, in ``--engine``'s help
+    summary: str = ""
+    #: ``docctx-translate``'s options only this engine reads, as ``(flag, argparse keywords)``;
+    #: each is ``None`` when not given, and refused with another engine
+    translate_options: Tuple[Tuple[str, dict], ...] = ()
+    #: ``docctx-export``'s help of this engine's subcommand (empty: the engine exports nothing)
+    export_help: str = ""
+
+    def check_options(self, options) -> None:
+        """Refuse (``ValueError``, one line) a parsed option of ``docctx-translate`` that does
+        not apply to this engine."""
+
+    def load(self, options):
+        """The model of ``docctx-translate``'s parsed ``options`` (``--path``, ``--data``,
+        ``--spm-model``, the task overrides...), ready to translate documents."""
+        raise NotImplementedError
+
+    def draft_loader(self) -> Callable:
+        """What loads ``docctx-drafts``' sentence-level translator:
+        ``load(path, data_dir, beam=, cpu=, fp16=, **generation)`` -> a
+        :class:`~fairseq_docctx.inference.drafter.DraftTranslator`."""
+        raise NotImplementedError
+
+    def model_files(self, options) -> ModelFiles:
+        """What :meth:`load` reads for ``options``: :class:`ModelFiles`."""
+        raise NotImplementedError
+
+    def add_export_arguments(self, parser) -> None:
+        """``docctx-export NAME``'s arguments (for an engine with :attr:`export_help`)."""
+
+    def export(self, args) -> str:
+        """``docctx-export NAME``: the checkpoint of the parsed ``args`` written for this
+        engine; returns what was written, for the command's line (``MODEL (TYPE)``)."""
+        raise NotImplementedError

@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from ..data import formats
 from ..data.doc_index import balanced_shards, check_shard
 from ..data.packed_tokens import PackedTokens
 from ..data.outputs import DATA_DIRECTORY_FILES, Outputs, folder_files
@@ -230,8 +231,9 @@ def open_input(options, path: Optional[str] = None) -> DocumentStream:
     (:class:`~fairseq_docctx.data.readers.DocumentStream`): the file ``options.input``, or
     standard input as it comes (read as bytes, so that invalid UTF-8 is reported as
     ``<stdin>:LINE``), or ``path``, a copy of standard input, named ``<stdin>`` too."""
-    if options.input is None and options.input_format == "docids" and not options.docids:
-        raise ValueError(f"{STDIN}: --input-format docids reads the document ids from a file: "
+    named = formats.find(options.input_format)
+    if options.input is None and named is not None and named.id_file and not options.docids:
+        raise ValueError(f"{STDIN}: --input-format {named.name} reads the document ids from a file: "
                          "give it with --docids FILE")
     if options.input is not None:
         docids = options.docids or docids_path(options.input, None)
@@ -287,7 +289,7 @@ def files_read(options, fmt: str, engine) -> List[Tuple[str, str]]:
     model = engine.model_files(options)
     files = [("the input", options.input), ("the checkpoint", model.checkpoint),
              ("the draft checkpoint", options.draft_path), ("the SentencePiece model", options.spm_model)]
-    if fmt == "docids":
+    if formats.get(fmt).id_file:
         files.append(("the input's document ids",
                       options.docids or (docids_path(options.input, None) if options.input else None)))
     folders = {options.data, *model.data_folders}
@@ -354,10 +356,10 @@ class Output:
 def open_output(options, fmt: str, engine) -> Output:
     """The output of the options (:class:`Output`), refused if it is a file the run reads or a
     file ``docctx-translate`` did not write (without ``--force``)."""
-    input_docids = None
-    if fmt == "docids":
+    input_docids, id_file = None, formats.get(fmt).id_file
+    if id_file:
         input_docids = options.docids or (docids_path(options.input, None) if options.input else None)
-    return Output(options.output, fmt == "docids", files_read(options, fmt, engine), input_docids,
+    return Output(options.output, id_file, files_read(options, fmt, engine), input_docids,
                   force=getattr(options, "force", False))
 
 

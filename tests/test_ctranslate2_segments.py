@@ -16,7 +16,7 @@ from fairseq_docctx.cli.export import cli_main as export_main
 from fairseq_docctx.cli.translate import cli_main as translate_main
 from fairseq_docctx.hub import from_exported, from_pretrained
 from fairseq_docctx.inference import ctranslate2 as ct2
-from fairseq_docctx.tasks.document_translation import SEGMENT_SENTENCES
+from fairseq_docctx.tasks.segment_decoding import SEGMENT_SENTENCES
 
 pytest.importorskip("ctranslate2")
 

@@ -7,7 +7,8 @@ The task sets a segment model's decoding rules through it before a search
 decoded; ``g_transformer`` and ``doc2doc_transformer`` implement it inside fairseq's search
 (:mod:`fairseq_docctx.models.g_transformer`), a model another engine runs may check them after
 its search only. A model without the interface (e.g. a sentence-level ``transformer`` decoding
-segments) gets no rules: its segments are checked after the search all the same.
+segments) gets no rules; its decoded segments are still checked for their number of sentences
+and for empty ones.
 """
 from typing import Optional, Sequence
 

@@ -66,7 +66,7 @@ REPO = Path(__file__).resolve().parents[1]
 MODULE = "benchmarks.bench_segments"  # its child processes run it with python -m
 WORK = REPO / "bench-work" / "segments"
 USER_DIR = ["--user-dir", str(REPO / "fairseq_docctx")]
-#: the line the task logs once the split is decoded (fairseq_docctx.tasks.document_translation.segment_run_line)
+#: the line the task logs once the split is decoded (fairseq_docctx.tasks.segment_decoding.segment_run_line)
 FALLBACKS = r"(\d+) of (\d+) segments of the split decoded again sentence by sentence"
 
 SIZES = {

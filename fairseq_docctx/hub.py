@@ -74,11 +74,11 @@ class DocumentHubInterface(GeneratorHubInterface):
     def segment_fallbacks(self) -> Optional[tuple]:
         """A segment model's ``(segments decoded again sentence by sentence, segments
         decoded)`` so far, every segment of every call counted once (the task's counts, see
-        :meth:`~fairseq_docctx.tasks.document_translation.DocumentTranslationTask.segment_inference_step`);
+        :meth:`~fairseq_docctx.tasks.segment_decoding.SegmentDecoding.inference_step`);
         ``None`` for other models."""
         if not self.reads_segments:
             return None
-        return int(self.task.segment_fallbacks), int(self.task.segments_decoded)
+        return int(self.task.segment_decoding.fallbacks), int(self.task.segment_decoding.decoded)
 
     @property
     def segment_report(self) -> Optional[tuple]:
@@ -88,7 +88,7 @@ class DocumentHubInterface(GeneratorHubInterface):
         :func:`~fairseq_docctx.data.segments.misalignment`); ``None`` for other models."""
         if not self.reads_segments:
             return None
-        return (*self.segment_fallbacks, {k: int(v) for k, v in self.task.segment_misaligned.items()})
+        return (*self.segment_fallbacks, {k: int(v) for k, v in self.task.segment_decoding.misaligned.items()})
 
     def segment_limit(self, max_tokens: Optional[int] = None) -> int:
         """The limit of the segments' packing (under either rule a segment has at most this
@@ -145,13 +145,11 @@ class DocumentHubInterface(GeneratorHubInterface):
         d = self.src_dict if source else self.tgt_dict
         lang = self.task.cfg.source_lang if source else self.task.cfg.target_lang
         ids = d.encode_line(text.encode(sentence, lang), add_if_not_exist=False, append_eos=True).long()
-        langtok = text.source_langtok if source else text.target_langtok
-        if not langtok:
+        langtoks = self.task.language_tokens
+        langtok = langtoks.source() if source else langtoks.target()
+        if langtok is None:
             return ids
-        if langtok not in d.indices:
-            raise CheckpointError(f"{self.task.cfg.data}: the {side} dictionary has no language token {langtok} "
-                                  "(its docctx.json names it): prepare the data again")
-        return torch.cat([ids.new_tensor([d.index(langtok)]), ids])
+        return torch.cat([ids.new_tensor([langtok]), ids])
 
     def encode(self, sentence: str) -> torch.LongTensor:
         """A raw source sentence -> token ids ending in EOS. On data of a pretrained model
@@ -316,8 +314,8 @@ class DocumentHubInterface(GeneratorHubInterface):
                     done_docs += 1
                     ids_k = range(int(doc_index.offsets[k]), int(doc_index.offsets[k] + doc_index.lengths[k]))
                     doc = [open_results.pop(j) for j in ids_k]
-                    if hasattr(self.task, "forget"):
-                        self.task.forget(ids_k)
+                    if hasattr(self.task, "document_order"):  # the task's memory of the document
+                        self.task.document_order.forget(ids_k)
                     if keep:
                         out[nonempty[k]] = doc
                     if document_done is not None:
@@ -435,11 +433,10 @@ class ExportedHubInterface(DocumentHubInterface):
     def build_generator(self, gen_args):
         """The CTranslate2 generator of ``gen_args``; a segment model's stand-in gets the task's
         segment rules (sentence count, length windows), which the task checks after each
-        search (:meth:`~fairseq_docctx.tasks.document_translation.DocumentTranslationTask.segment_inference_step`)."""
+        search (:meth:`~fairseq_docctx.tasks.segment_decoding.SegmentDecoding.inference_step`)."""
         from .inference.ctranslate2.generator import CTranslate2Generator
 
-        if hasattr(self.task, "set_segment_rules"):
-            self.task.set_segment_rules(self.models, gen_args.min_len)
+        self.task.segment_decoding.set_rules(self.models, gen_args.min_len)
         sep = getattr(self.task.cfg, "context_separator", None)
         return CTranslate2Generator(
             self.translator, self.src_dict, self.tgt_dict,

@@ -18,7 +18,7 @@ from fairseq_docctx.hub import from_exported, from_pretrained
 from fairseq_docctx.inference.ctranslate2 import ExportError
 from fairseq_docctx.inference.ctranslate2.exportable import check_segments, parameters_not_exported
 from fairseq_docctx.inference.ctranslate2.generator import CTranslate2Generator
-from fairseq_docctx.tasks.document_translation import SEGMENT_SENTENCES
+from fairseq_docctx.tasks.segment_decoding import SEGMENT_SENTENCES
 
 pytest.importorskip("ctranslate2")
 
@@ -180,10 +180,14 @@ def test_other_models_on_segments_are_refused():
         segments = True
         cfg = None
 
-        def target_langtok(self):
+        @property
+        def language_tokens(self):
+            return self
+
+        def target(self):
             return self.langtok
 
-        def bart_langtoks(self):
+        def bart(self):
             return None
 
     task = Task()

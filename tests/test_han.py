@@ -311,12 +311,14 @@ def test_each_sentence_encoded_and_decoded_once_per_batch(config):
 
 
 def _toy_task():
+    from fairseq_docctx.tasks.document_order import DocumentOrderMemory
     from fairseq_docctx.tasks.document_translation import DocumentTranslationTask
+    from fairseq_docctx.tasks.language_tokens import LanguageTokens
 
     task = DocumentTranslationTask.__new__(DocumentTranslationTask)  # no data needed
     task.cfg = argparse.Namespace(context_size=3, context_sides="both", target_context="hypothesis")
     task.src_dict = task.tgt_dict = _dict()
-    task.hypotheses, task.model_cache = {}, {}
+    task.language_tokens, task.document_order = LanguageTokens(task), DocumentOrderMemory(task)
     return task
 
 
@@ -353,12 +355,12 @@ def test_inference_cache_gives_the_same_translations_as_recomputing(config):
                 sample = ds.collater([ds[int(i)] for i in b])
                 if use_cache:
                     hyps = task.inference_step(gen, [model], sample)
-                    calls.append(len(task.model_cache))
+                    calls.append(len(task.document_order.cache_entries))
                 else:
                     with torch.no_grad():
-                        hyps = gen.generate([model], task.with_hypothesis_context(sample))
+                        hyps = gen.generate([model], task.document_order.with_translations(sample))
                     for i, sid in enumerate(sample["id"].tolist()):
-                        task.hypotheses[sid] = hyps[i][0]["tokens"]
+                        task.document_order.translations[sid] = hyps[i][0]["tokens"]
                 for i, sid in enumerate(sample["id"].tolist()):
                     out[use_cache, sid] = hyps[i][0]["tokens"].tolist()
         finally:

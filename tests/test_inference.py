@@ -67,7 +67,7 @@ def test_changing_a_sentence_changes_only_its_documents_later_context(hub):
     original = task.inference_step
 
     def spy(generator, models, sample, **kw):
-        ctx = task.with_hypothesis_context(sample)["net_input"]["context"]
+        ctx = task.document_order.with_translations(sample)["net_input"]["context"]
         hypos = original(generator, models, sample, **kw)
         for b, i in enumerate(sample["id"].tolist()):
             rows = []
@@ -188,4 +188,4 @@ def test_model_cache_protocol_delivers_entries_of_context_sentences(hub):
                     checked += 1
     assert checked == sum(max(0, n - 1) + max(0, n - 2) for n in (6, 3, 5))
     # memory is bounded: only the last K=2 sentences of each document are left
-    assert len(task.hypotheses) <= 2 * 3 and len(task.model_cache) <= 2 * 3
+    assert len(task.document_order.translations) <= 2 * 3 and len(task.document_order.cache_entries) <= 2 * 3

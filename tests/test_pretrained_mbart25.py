@@ -92,7 +92,7 @@ def test_tokens_placed_as_fairseq_places_them(mbart):
     _, task, model = _build(data, "concat_transformer", "--context-size", "1", "--context-sides", "both",
                             "--init-from-pretrained", release / "model.pt")
     en, de = task.src_dict.index("[en_XX]"), task.tgt_dict.index("[de_DE]")
-    assert task.bart_langtoks() == (en, de) and task.language_token_ids() == tuple(sorted({en, de}))
+    assert task.language_tokens.bart() == (en, de) and task.language_tokens.ids() == tuple(sorted({en, de}))
     sample = _batch(task)
     seen = []
     forward = model.forward
@@ -130,7 +130,7 @@ def test_tokens_placed_as_fairseq_places_them(mbart):
     sample = _batch(task0)
     pad, eos = task0.tgt_dict.pad(), task0.tgt_dict.eos()
     with torch.no_grad():
-        ni = task0.place_langtoks(sample)["net_input"]
+        ni = task0.language_tokens.place(sample)["net_input"]
         got = ours(ni["src_tokens"], ni["src_lengths"], ni["prev_output_tokens"])[0]
         for i in range(sample["target"].size(0)):
             s = sample["net_input"]["src_tokens"][i]

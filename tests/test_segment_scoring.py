@@ -84,8 +84,8 @@ def reference_translation(hub, doc, beam):
         src = torch.cat(sents)
         src[torch.as_tensor(np.cumsum([t.numel() for t in sents])[:-1] - 1, dtype=torch.long)] = sep
         sample = {"id": torch.tensor([0]), "net_input": {"src_tokens": src[None], "src_lengths": torch.tensor([len(src)])}}
-        window = hub.task.decoding_window(hub.models)
-        with torch.no_grad(), hub.task.segment_length_limit(generator, src[None], window):
+        window = hub.task.segment_decoding.decoding_window(hub.models)
+        with torch.no_grad(), hub.task.segment_decoding.length_limit(generator, src[None], window):
             best = generator.generate(hub.models, sample)[0][0]["tokens"]
         pieces = seg.split_tokens(best, sep, eos)
         out.extend(pieces if len(pieces) == len(sents) else [None] * len(sents))

@@ -11,7 +11,7 @@ from fairseq.data import LanguagePairDataset, data_utils
 from conftest import REPO, TINY_MODEL, docids_documents, run, run_in_process, tilted_toward_ending, toy_dictionary
 from fairseq_docctx.data import segments as seg
 from fairseq_docctx.data.doc_index import DocIndex
-from fairseq_docctx.tasks.document_translation import parse_segment_run_line
+from fairseq_docctx.tasks.segment_decoding import parse_segment_run_line
 
 USER_DIR = ["--user-dir", REPO / "fairseq_docctx"]
 
@@ -423,8 +423,8 @@ def test_inference_step_gives_one_hypothesis_per_sentence_with_fallback():
     gen = CopyGenerator(d, merge)
     hypos = task.inference_step(gen, [None], batch)
     assert gen.calls == [True, False]  # the segments, then the fallback sentences
-    assert task.segment_fallbacks == 2 and task.segments_decoded == len(ds)
-    assert task.segment_misaligned == {"count": 2, "empty": 0, "window": 0}
+    assert task.segment_decoding.fallbacks == 2 and task.segment_decoding.decoded == len(ds)
+    assert task.segment_decoding.misaligned == {"count": 2, "empty": 0, "window": 0}
     assert batch["id"].tolist() == expected_ids and sorted(expected_ids) == list(range(len(pair)))
     assert len(hypos) == len(expected_ids) == batch["net_input"]["src_tokens"].size(0)
     fell_back = {i for sid in merge for i in ds.plan.sentences(sid).tolist()}
@@ -732,13 +732,13 @@ def test_language_tokens_through_the_task(arch, monkeypatch):
     empty besides it and within the window of its source sentence with neither token counted,
     and no segment falls back."""
     import fairseq_docctx.models  # noqa: F401  (registers the architectures)
-    from fairseq_docctx.tasks.document_translation import DocumentTranslationTask
+    from fairseq_docctx.tasks.language_tokens import LanguageTokens
 
     task = make_task()
     d = task.tgt_dict
     src_tok, tgt_tok = d.add_symbol("__en__"), d.add_symbol("__de__")
-    monkeypatch.setattr(DocumentTranslationTask, "source_langtok", lambda self: src_tok)
-    monkeypatch.setattr(DocumentTranslationTask, "target_langtok", lambda self: tgt_tok)
+    monkeypatch.setattr(LanguageTokens, "source", lambda self: src_tok)
+    monkeypatch.setattr(LanguageTokens, "target", lambda self: tgt_tok)
     torch.manual_seed(0)
     model = tilted_toward_ending(task.build_model(tiny_segment_args(arch)).eval(), d)
     plain, docs = toy_pair(d, [17, 1, 9, 4, 12, 3], seed=2, with_target=False)
@@ -756,7 +756,7 @@ def test_language_tokens_through_the_task(arch, monkeypatch):
     for i, h in hypos.items():
         tokens, n = h[0]["tokens"], seg.sentence_length(src[i], src_tok)
         assert int(tokens[0]) == tgt_tok and 1 <= seg.sentence_length(tokens, tgt_tok) <= int(1.2 * n + 10), (i, tokens)
-    assert task.segment_fallbacks == 0 and task.segments_decoded == len(ds)
+    assert task.segment_decoding.fallbacks == 0 and task.segment_decoding.decoded == len(ds)
 
 
 @pytest.mark.parametrize("arch", ["g_transformer", "doc2doc_transformer"])
@@ -797,12 +797,12 @@ def test_misaligned_segments_fall_back_and_the_split_is_counted(arch, caplog):
         assert all(hypos[i][0]["tokens"].numel() > 1 for i in hypos), "an empty output sentence"
         assert all(hypos[i][0]["tokens"].numel() - 1 <= int(1.2 * (pair.src[i].numel() - 1) + 10) for i in hypos
                    if not no_window)
-        assert task.segments_decoded == len(ds) > 6
+        assert task.segment_decoding.decoded == len(ds) > 6
         split = [r.getMessage() for r in caplog.records if "segments of the split" in r.getMessage()]
         assert len(split) == 1 and parse_segment_run_line(split[0]) == (
-            task.segment_fallbacks, len(ds), task.segment_misaligned), split
+            task.segment_decoding.fallbacks, len(ds), task.segment_decoding.misaligned), split
         if no_window:  # the sentence count kept, but empty sentences
-            assert task.segment_misaligned["empty"] > 0
-            assert task.segment_misaligned["count"] == task.segment_misaligned["window"] == 0
+            assert task.segment_decoding.misaligned["empty"] > 0
+            assert task.segment_decoding.misaligned["count"] == task.segment_decoding.misaligned["window"] == 0
         else:  # the 6-token limit is raised to the windows' sum: never a cut segment
-            assert task.segment_fallbacks == 0
+            assert task.segment_decoding.fallbacks == 0

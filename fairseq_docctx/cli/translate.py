@@ -137,10 +137,10 @@ def _report(args, counts, elapsed, fallbacks=None, processes=1):
     if counts.empty:
         print(f"docctx-translate: warning: {counts.empty} empty translations", file=sys.stderr)
     if fallbacks is not None:  # a segment model: its segments decoded again sentence by sentence
+        from ..tasks.segment_decoding import fallback_line
+
         why = fallbacks[2] if len(fallbacks) > 2 else {}
-        print(f"docctx-translate: {fallbacks[0]} of {fallbacks[1]} segments decoded again sentence by sentence "
-              f"(misaligned: {why.get('count', 0)} sentence count, {why.get('empty', 0)} empty sentence, "
-              f"{why.get('window', 0)} outside the length window)", file=sys.stderr)
+        print(f"docctx-translate: {fallback_line(fallbacks[0], fallbacks[1], why)}", file=sys.stderr)
     if not args.quiet:
         total = counts.sentences
         by = f" with {processes} processes" if processes > 1 else ""

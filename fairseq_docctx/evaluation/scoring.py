@@ -198,8 +198,8 @@ class ModelScorer:
         from ..models.document_context import sample_for_model, target_logprobs
 
         sample = sample_for_model(sample, model)
-        place = getattr(self.task, "place_langtoks", None)  # mBART-25's tokens, as the task trains
-        sample = place(sample) if place is not None else sample
+        langtoks = getattr(self.task, "language_tokens", None)  # mBART-25's tokens, as the task trains
+        sample = langtoks.place(sample) if langtoks is not None else sample
         device = next(model.parameters()).device
         sample = utils.move_to_cuda(sample, device=device) if device.type == "cuda" else sample
         net_output = model(**sample["net_input"])

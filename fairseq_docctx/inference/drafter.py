@@ -114,11 +114,10 @@ class DraftTranslator:
         sample = dataset.collater([dataset[int(i)] for i in batch])
         if self.device.type != "cpu":
             sample = utils.move_to_cuda(sample, device=self.device)
-        # the target language token first on data with language tokens (the task's prefix)
-        prefix = getattr(self.task, "langtok_prefix", lambda s: None)(sample)
-        search = getattr(self.task, "search", None)  # the task's placing of mBART-25's tokens
-        hypos = (search(self.generator, [self.model], sample, prefix_tokens=prefix) if search is not None
-                 else self.generator.generate([self.model], sample, prefix_tokens=prefix))
+        # on data with language tokens the task's: the target token first, mBART-25's placed
+        langtoks = getattr(self.task, "language_tokens", None)
+        hypos = (langtoks.generate(self.generator, [self.model], sample, prefix_tokens=langtoks.prefix(sample))
+                 if langtoks is not None else self.generator.generate([self.model], sample, prefix_tokens=None))
         order = sample["id"].tolist()
         out = {i: h[0]["tokens"].int().cpu() for i, h in zip(order, hypos)}
         if len(out) != len(batch):

@@ -277,10 +277,10 @@ def _split_documents(task, cfg):
 
 def segment_fallbacks(logs: Sequence[str]) -> Optional[str]:
     """A segment model's line ``F of N segments of the split decoded again sentence by
-    sentence (misaligned: ...)`` (:func:`~fairseq_docctx.tasks.document_translation.
+    sentence (misaligned: ...)`` (:func:`~fairseq_docctx.tasks.segment_decoding.
     segment_run_line`) with the counts summed over the shards' logs (each shard logs the line
     of its part of the split); ``None`` when no shard logged one (not a segment model)."""
-    from ..tasks.document_translation import parse_segment_run_line, segment_run_line
+    from ..tasks.segment_decoding import parse_segment_run_line, segment_run_line
 
     found = [parse_segment_run_line(log) for log in logs]
     found = [f for f in found if f is not None]

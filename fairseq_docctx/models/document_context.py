@@ -237,8 +237,9 @@ def reads_context(model) -> bool:
 
 def reads_segments(model_or_class) -> bool:
     """Whether a model (or model class) translates *segments*, several consecutive sentences
-    of a document joined by the separator (``doc2doc_transformer``, ``g_transformer``: class
-    attribute ``reads_segments = True``), rather than one sentence per row. Such a model reads
+    of a document joined by the separator (``doc2doc_transformer``, ``g_transformer``: the
+    segment models, :class:`~fairseq_docctx.models.segment_model.SegmentModel`, whose class
+    attribute ``reads_segments = True`` it reads), rather than one sentence per row. Such a model reads
     no context tables: for :func:`context_spec` it is sentence-level; its document context is
     inside its rows."""
     return bool(getattr(model_or_class, "reads_segments", False))

@@ -43,7 +43,8 @@ Training and teacher-forced scoring are unaffected.
 
 Neither reads the task's context tables: for the document-context contract
 (:mod:`fairseq_docctx.models.document_context`) they are sentence-level models (their
-whole input is the segment); ``reads_segments = True`` says that their rows are segments.
+whole input is the segment); they are segment models
+(:class:`~fairseq_docctx.models.segment_model.SegmentModel`: their rows are segments).
 Both take ``--init-from-sentence-checkpoint`` (every weight of a sentence-level
 ``transformer`` of the same name and shape; :mod:`fairseq_docctx.models.sentence_init`).
 """
@@ -80,6 +81,7 @@ from ..modules.kv_cache import (PreallocatedKVAttention, PreallocatedKVDecoderLa
                                 set_preallocated, wrap_layer)
 from . import pretrained_init, sentence_init
 from .arch_defaults import set_defaults
+from .segment_model import SegmentModel
 
 logger = logging.getLogger(__name__)
 
@@ -287,13 +289,14 @@ class SegmentDecoder(TransformerDecoderBase):
         return logits
 
 
-class SegmentModelMixin:
-    """What both segment models share: the separator, the sentence-count switch, the
-    marker of the models whose rows are segments, and the building of their encoder and
-    decoder (the classes ``encoder_class`` and ``decoder_class`` name)."""
+class SegmentModelMixin(SegmentModel):
+    """What both segment models share: the segment-model interface implemented inside
+    fairseq's search (:class:`~fairseq_docctx.models.segment_model.SegmentModel`: the sentence
+    count, the length windows, the sentence-start tokens, the key/value buffers), and the
+    building of their encoder and decoder (the classes ``encoder_class`` and
+    ``decoder_class`` name)."""
 
-    #: the task's rows for this model are segments (``--doc-mode segments``), not sentences
-    reads_segments = True
+    places_sentence_start = True
     encoder_class = None  # a SegmentEncoder
     decoder_class = None  # a SegmentDecoder
 

@@ -19,8 +19,7 @@ import argparse
 import contextlib
 import logging
 import os
-import re
-from typing import Optional, Tuple
+from typing import Optional
 
 import numpy as np
 import torch
@@ -39,22 +38,24 @@ from ..data import context_variants as cv
 from ..data import segments as seg
 from ..data.doc_index import DocIndex, balanced_shards, check_shard, doc_index_path
 from ..data.document_dataset import DocumentPairDataset
-from ..data.pretrained import PretrainedError, PretrainedText
+from ..data.pretrained import PretrainedText
 from ..errors import UsageError
 from ..models import document_context as dc
 from ..models import sentence_init
+from ..models.segment_model import SegmentModel
 from . import context_settings as cs
 from .context_settings import ADOPTED_SETTINGS, NAMED_SETTINGS
 from .context_settings import set_cfg as _set_cfg
-from .length_limits import binarized_files, limit_each_row, row_limit, sample_too_long_message
+from .document_order import DocumentOrderMemory
+from .language_tokens import LanguageTokens
+from .length_limits import binarized_files, check_prefix, limit_each_row, sample_too_long_message
+from .segment_decoding import SEGMENT_SENTENCES, SegmentDecoding
 
 logger = logging.getLogger(__name__)
 
 TARGET_CONTEXT_CHOICES = ("reference", "hypothesis")
 DOC_BATCHING_CHOICES = ("auto", "runs", "grouped-runs", "sentences")
 DOC_MODE_CHOICES = ("sentences", "segments")
-#: the batch key of the corpus indices of every row's sentences (--doc-mode segments)
-SEGMENT_SENTENCES = "segment_sentences"
 #: --validate-cxmi: the sums a validation batch adds to its logging output (summed over batches
 #: and workers like fairseq's --eval-bleu counts): target tokens, and the summed per-token
 #: log-probability differences true - none and random - none (nats)
@@ -247,36 +248,6 @@ def lr_scaled_groups(optimizer, model):
             g["params"] = params
 
 
-#: the line that reports the segments of a split decoded again sentence by sentence
-#: (:func:`segment_run_line`); recipes, docctx-generate and the benchmarks read it
-SEGMENT_RUN_LINE = re.compile(r"(\d+) of (\d+) segments of the split decoded again sentence by sentence"
-                              r"(?: \(misaligned: (\d+) sentence count, (\d+) empty sentence, "
-                              r"(\d+) outside the length window\))?")
-
-
-def _describe_reasons(reasons: dict) -> str:
-    return (f"{reasons.get('count', 0)} sentence count, {reasons.get('empty', 0)} empty sentence, "
-            f"{reasons.get('window', 0)} outside the length window")
-
-
-def segment_run_line(fallbacks: int, total: int, reasons: dict) -> str:
-    """``F of N segments of the split decoded again sentence by sentence (misaligned: C
-    sentence count, E empty sentence, W outside the length window)``: the segments of a split
-    whose best hypothesis was misaligned with the source, by reason
-    (:func:`~fairseq_docctx.data.segments.misalignment`), of its N segments."""
-    return (f"{fallbacks} of {total} segments of the split decoded again sentence by sentence "
-            f"(misaligned: {_describe_reasons(reasons)})")
-
-
-def parse_segment_run_line(text: str) -> Optional[tuple]:
-    """The last :func:`segment_run_line` in ``text``: ``(F, N, {reason: count})``, or ``None``."""
-    found = SEGMENT_RUN_LINE.findall(text)
-    if not found:
-        return None
-    f, n, *why = found[-1]
-    return int(f), int(n), {k: int(v or 0) for k, v in zip(seg.MISALIGNMENTS, why)}
-
-
 def dictionary_digest(d, separator: Optional[str] = None) -> str:
     """A digest of a fairseq ``Dictionary``'s words in order (counts ignored; the context
     separator, which the task adds when missing, left out)."""
@@ -345,152 +316,20 @@ class DocumentTranslationTask(TranslationTask):
             raise UsageError("--validate-cxmi with --doc-mode segments: a segment holds its context inside it, "
                              "validation batches have no context to take away or swap; measure a segment model "
                              "with docctx-score cxmi")
-        #: --doc-mode segments: segments decoded, and those whose best hypothesis was
-        #: misaligned with their source and were decoded again sentence by sentence, by
-        #: reason (:func:`~fairseq_docctx.data.segments.misalignment`; :meth:`inference_step`),
-        #: over this task's lifetime
-        self.segments_decoded = 0
-        self.segment_fallbacks = 0
-        self.segment_misaligned = dict.fromkeys(seg.MISALIGNMENTS, 0)
-        #: the same counts of the split being decoded (the segments of its batches, set by
-        #: :meth:`get_batch_iterator`), logged once its last segment is decoded
-        self.segment_run = None
-        #: document-order inference memory, by corpus index of a decoded sentence: its best
-        #: translation (target token ids ending in EOS), the target context of the next
-        #: sentences, and whatever the model caches (see :meth:`inference_step`). A sentence
-        #: is forgotten once the sentence K positions later has been decoded, or its
-        #: document is done (:meth:`forget`).
-        self.hypotheses = {}
-        self.model_cache = {}
+        #: the language tokens of a pretrained family's data (:mod:`.language_tokens`), the
+        #: decoding of segments and its counts (:mod:`.segment_decoding`), the memory of
+        #: document-order inference (:mod:`.document_order`)
+        self.language_tokens = LanguageTokens(self)
+        self.segment_decoding = SegmentDecoding(self)
+        self.document_order = DocumentOrderMemory(self)
         #: the contract of the last built model (batching of --doc-batching auto)
         self.model_spec = dc.SENTENCE_LEVEL
 
     @property
     def pretrained_text(self) -> Optional[PretrainedText]:
         """The raw text <-> tokens of a data folder written by ``docctx-prepare --pretrained``
-        (:class:`~fairseq_docctx.data.pretrained.PretrainedText`: the release's segmentation and
-        the language tokens of its family), ``None`` for other data. Read once from the
-        manifest of the first path of ``DATA``; a record that cannot be used is a
-        :class:`UsageError` naming its file."""
-        if not hasattr(self, "_pretrained_text"):
-            try:
-                self._pretrained_text = PretrainedText.of_data(getattr(self.cfg, "data", None))
-            except PretrainedError as e:
-                raise UsageError(str(e)) from None
-        return self._pretrained_text
-
-    def set_pretrained_text(self, text: Optional[PretrainedText]) -> None:
-        """Use ``text`` as :attr:`pretrained_text` (a model exported by ``docctx-export
-        ctranslate2`` carries its own copy of the release's segmentation and record, read when
-        its folder is the data directory)."""
-        self._pretrained_text = text
-
-    def target_langtok(self) -> Optional[int]:
-        """The index of the target language token every target sentence starts with (the
-        prepend families of a ``--pretrained`` data folder: m2m100, nllb, mbart50), else
-        ``None``. A token the target dictionary lacks is a :class:`UsageError`."""
-        text = self.pretrained_text
-        return self._langtok_index(text and text.target_langtok, self.tgt_dict, "target")
-
-    def source_langtok(self) -> Optional[int]:
-        """The index of the source language token every source sentence starts with, as
-        :meth:`target_langtok`."""
-        text = self.pretrained_text
-        return self._langtok_index(text and text.source_langtok, self.src_dict, "source")
-
-    def _langtok_index(self, symbol: Optional[str], d, side: str) -> Optional[int]:
-        if not symbol:
-            return None
-        if symbol not in d.indices:
-            raise UsageError(f"{self.cfg.data}: the {side} dictionary has no language token "
-                             f"{symbol} (its docctx.json names it): prepare the data again")
-        return d.index(symbol)
-
-    def bart_langtoks(self) -> Optional[Tuple[int, int]]:
-        """mBART-25's ``(source token, target token)`` indices on data of an ``mbart25``
-        release (placement ``bart``, as fairseq's ``translation_from_pretrained_bart`` places
-        them: the source token after the encoder input's ``</s>``, the target token as the
-        decoder's first input), else ``None``. The data's sentences do not carry them:
-        :meth:`place_langtoks` puts them into each batch the model reads."""
-        text = self.pretrained_text
-        if text is None or text.placement != "bart":
-            return None
-        return (self._langtok_index(text.source_suffix, self.src_dict, "source"),
-                self._langtok_index(text.decoder_start, self.tgt_dict, "target"))
-
-    def language_token_ids(self) -> Tuple[int, ...]:
-        """The indices of the language tokens the data's sentences or the task's batches carry
-        (:meth:`source_langtok`, :meth:`target_langtok`, :meth:`bart_langtoks`); empty on data
-        without them."""
-        toks = [self.source_langtok(), self.target_langtok(), *(self.bart_langtoks() or ())]
-        return tuple(sorted({t for t in toks if t is not None}))
-
-    def place_langtoks(self, sample):
-        """``sample`` as the model reads it on mBART-25 data (:meth:`bart_langtoks`): a copy
-        whose encoder input ends ``</s> [src]`` (``src_tokens`` one column wider,
-        ``src_lengths`` one more) and whose decoder input starts with ``[tgt]`` instead of
-        ``</s>``; on other data ``sample`` itself. The context sentences HAN, QCN and MHT
-        encode apart are left as they are (mBART-25 places its token in the input the
-        encoder translates)."""
-        toks = self.bart_langtoks()
-        if toks is None or sample is None or "net_input" not in sample:
-            return sample
-        src_tok, tgt_tok = toks
-        ni = dict(sample["net_input"])
-        src, lengths = ni["src_tokens"], ni["src_lengths"]
-        wide = src.new_full((src.size(0), src.size(1) + 1), self.src_dict.pad())
-        wide[:, :src.size(1)] = src
-        if self.cfg.left_pad_source:
-            wide[:, -1] = src_tok
-        else:
-            wide[torch.arange(src.size(0), device=src.device), lengths] = src_tok
-        ni["src_tokens"], ni["src_lengths"] = wide, lengths + 1
-        prev = ni.get("prev_output_tokens")
-        if prev is not None:
-            prev = prev.clone()
-            prev[:, 0] = tgt_tok
-            ni["prev_output_tokens"] = prev
-        return {**sample, "net_input": ni}
-
-    def search(self, generator, models, sample, prefix_tokens=None, constraints=None):
-        """fairseq's ``inference_step`` (``generator.generate``) on the batch as the model
-        reads it (:meth:`place_langtoks`); on mBART-25 data the search starts from the target
-        language token (``bos_token``), as ``translation_from_pretrained_bart`` starts it."""
-        toks = self.bart_langtoks()
-        if toks is None:
-            return TranslationTask.inference_step(self, generator, models, sample, prefix_tokens, constraints)
-        with torch.no_grad():
-            return generator.generate(models, self.place_langtoks(sample), prefix_tokens=prefix_tokens,
-                                      constraints=constraints, bos_token=toks[1])
-
-    def langtok_prefix(self, sample) -> Optional[torch.Tensor]:
-        """The forced first output token of every row of ``sample``: the target language token
-        (``[B, 1]``, as fairseq's ``translation_multi_simple_epoch --decoder-langtok`` forces
-        it), or ``None`` for data without language tokens."""
-        tok = self.target_langtok()
-        if tok is None:
-            return None
-        src = sample["net_input"]["src_tokens"]
-        return torch.full((src.size(0), 1), tok, dtype=src.dtype, device=src.device)
-
-    def set_langtok_segments(self, models):
-        """Give the segment models the language tokens every sentence of a segment starts with
-        on such data (``set_sentence_start``: the target one forced first in every output
-        sentence; ``None`` on other data). A model decoding segments without that setting
-        (e.g. a sentence-level ``transformer`` with ``--doc-mode segments``) is refused on data
-        with language tokens (one line): it would place the token in the first sentence only."""
-        if not self.segments:
-            return
-        src_tok, tgt_tok = self.source_langtok(), self.target_langtok()
-        for m in models:
-            if hasattr(m, "set_sentence_start"):
-                m.set_sentence_start(src_tok, tgt_tok)
-            elif tgt_tok is not None:
-                raise UsageError(f"--doc-mode segments: {self.cfg.data} is data of a pretrained "
-                                 f"{self.pretrained_text.family} model with language tokens, which every "
-                                 f"sentence of a segment starts with; {type(m).__name__} does not place them "
-                                 "(doc2doc_transformer and g_transformer do): decode it with --doc-mode sentences "
-                                 "(and --context-override if it was trained on segments)")
+        (:attr:`.language_tokens.LanguageTokens.text`), ``None`` for other data."""
+        return self.language_tokens.text
 
     @property
     def context_sides(self):
@@ -734,7 +573,7 @@ class DocumentTranslationTask(TranslationTask):
             if isinstance(dataset, seg.SegmentPairDataset) and dataset is not self.datasets.get(self.cfg.train_subset):
                 # the segments this iterator hands this worker (fairseq's ShardedIterator:
                 # every num_shards-th batch from shard_id)
-                self.start_segment_run(sum(len(b) for b in itr.frozen_batches[shard_id::max(num_shards, 1)]))
+                self.segment_decoding.start_run(sum(len(b) for b in itr.frozen_batches[shard_id::max(num_shards, 1)]))
             return itr
         if dataset.position_major:
             # In distributed training fairseq's trainer hands each worker every num_shards-th
@@ -743,8 +582,7 @@ class DocumentTranslationTask(TranslationTask):
             # translations of the previous sentences on the same worker, refuses such an
             # iterator (inference_step).
             self.document_order_shards = max(int(num_shards or 1), 1)
-            self.hypotheses.clear()
-            self.model_cache.clear()
+            self.document_order.clear()
         # Document batching: runs are re-drawn every epoch, so the batch sampler is a
         # callable that EpochBatchIterator calls once per epoch.
         dataset.set_epoch(epoch)
@@ -831,8 +669,8 @@ class DocumentTranslationTask(TranslationTask):
         if self.coword_mask_index() is not None and dc.reads_segments(model):
             raise UsageError(f"--coword-dropout: {type(model).__name__} translates segments, whose sentences are "
                              "one another's context: there is no current sentence to mask apart from its context")
-        if hasattr(model, "set_language_tokens"):  # kept out of g_transformer's word masking
-            model.set_language_tokens(self.language_token_ids())
+        if isinstance(model, SegmentModel):  # kept out of g_transformer's word masking
+            model.set_language_tokens(self.language_tokens.ids())
         if self.uses_context and not self.model_spec.reads_context:
             logger.info(
                 f"{model.__class__.__name__} does not read document context: it is "
@@ -874,46 +712,20 @@ class DocumentTranslationTask(TranslationTask):
             super().optimizer_step(optimizer, model, update_num)
 
     def build_generator(self, models, args, **kwargs):
-        """fairseq's generator; segment models search with the sentence count and the
-        length windows of the output sentences (:meth:`sentence_length_window`, with the
-        generation's ``--min-len``), or without them (``--no-sentence-count-constraint``,
-        ``--no-sentence-length-window``), their decoder self-attentions keeping keys and values
-        in preallocated buffers (fairseq's cache with ``--fairseq-kv-cache``);
-        :meth:`inference_step` still accounts for every
-        sentence. Every row's length limit (``--max-len-a``, ``--max-len-b``) comes from its own
-        source length, not from the batch's width as in fairseq
+        """fairseq's generator, every row's length limit (``--max-len-a``, ``--max-len-b``) from
+        its own source length, not from the batch's width as in fairseq
         (:func:`~fairseq_docctx.tasks.length_limits.limit_each_row`), so that a sentence's
-        translation does not depend on what it is batched with.
-
-        On data with language tokens (:meth:`target_langtok`) the target language token is
-        one of the generator's ``symbols_to_strip_from_output`` (left out of fairseq-generate's
-        H-/D- lines, as ``translation_multi_simple_epoch`` does), and :meth:`inference_step`
-        forces it as the first output token; segment models force it first in every sentence of
-        the segment (:meth:`set_langtok_segments`)."""
-        self.set_langtok_segments(models)
-        tok = self.target_langtok()
-        if tok is not None:  # left out of the printed translations, as fairseq's multilingual task does
-            kwargs = dict(kwargs)
-            extra = dict(kwargs.get("extra_gen_cls_kwargs") or {})
-            extra["symbols_to_strip_from_output"] = set(extra.get("symbols_to_strip_from_output") or ()) | {tok}
-            kwargs["extra_gen_cls_kwargs"] = extra
-        self.set_segment_rules(models, getattr(args, "min_len", 1))
+        translation does not depend on what it is batched with. Segment models get the
+        decoding rules of the task's options
+        (:meth:`.segment_decoding.SegmentDecoding.set_rules`) and, on data with language
+        tokens, the tokens every sentence of a segment starts with; the target language token
+        is left out of the printed translations
+        (:meth:`.language_tokens.LanguageTokens.generator_kwargs`)."""
+        if self.segments:
+            self.language_tokens.set_sentence_starts(models)
+        kwargs = self.language_tokens.generator_kwargs(kwargs)
+        self.segment_decoding.set_rules(models, getattr(args, "min_len", 1))
         return limit_each_row(super().build_generator(models, args, **kwargs))
-
-    def set_segment_rules(self, models, min_len: int = 1):
-        """Give the segment models the decoding rules of the task's options: the sentence
-        count (``--no-sentence-count-constraint`` turns it off) and the length window of their
-        output sentences (:meth:`sentence_length_window`, with the generation's ``min_len``).
-        :meth:`build_generator` calls it; so does a generator built elsewhere (the CTranslate2
-        engine's, whose stand-in model carries the rules that :meth:`segment_inference_step`
-        checks after its search)."""
-        window = self.sentence_length_window(min_len)
-        for m in models:
-            if hasattr(m, "set_sentence_count_constraint"):
-                m.set_sentence_count_constraint(not getattr(self.cfg, "no_sentence_count_constraint", False))
-                m.set_sentence_length_window(window)
-            if hasattr(m, "set_preallocated_kv_cache"):
-                m.set_preallocated_kv_cache(not getattr(self.cfg, "fairseq_kv_cache", False))
 
     def build_tokenizer(self, args):
         """fairseq's tokenizer of ``--tokenizer``; without one, on data of a pretrained
@@ -932,17 +744,6 @@ class DocumentTranslationTask(TranslationTask):
         if _encoder_name(args, "bpe") is None and text is not None:
             return text.step(self.cfg.source_lang, self.cfg.target_lang)
         return super().build_bpe(args)
-
-    def sentence_length_window(self, min_len: int = 1) -> Optional[seg.LengthWindow]:
-        """The length window of a segment model's output sentences (``--sentence-max-len-a``,
-        ``--sentence-max-len-b``, ``min_len``: the generation's ``--min-len``); ``None`` with
-        ``--no-sentence-length-window`` (a configuration without these options: the defaults)."""
-        if getattr(self.cfg, "no_sentence_length_window", False):
-            return None
-        a = getattr(self.cfg, "sentence_max_len_a", None)
-        b = getattr(self.cfg, "sentence_max_len_b", None)
-        return seg.LengthWindow(seg.SENTENCE_MAX_LEN_A if a is None else float(a),
-                                seg.SENTENCE_MAX_LEN_B if b is None else int(b), int(min_len or 0))
 
     def dictionary_sizes(self) -> str:
         """``"<source types>,<target types>"`` (recorded in a model's args beside
@@ -1013,7 +814,7 @@ class DocumentTranslationTask(TranslationTask):
             return sample
         src = sample["net_input"]["src_tokens"]
         word = src.ge(self.src_dict.nspecial) & src.ne(mask)
-        for tok in (self.src_dict.index(self.cfg.context_separator), *self.language_token_ids()):
+        for tok in (self.src_dict.index(self.cfg.context_separator), *self.language_tokens.ids()):
             word &= src.ne(tok)
         drop = word & (torch.rand(src.shape, device=src.device) < float(self.cfg.coword_dropout))
         return {**sample, "net_input": {**sample["net_input"], "src_tokens": src.masked_fill(drop, mask)}}
@@ -1025,14 +826,14 @@ class DocumentTranslationTask(TranslationTask):
                              "target positions only): --ignore-prefix-size is not supported")
         sample = self.coword_dropout(dc.sample_for_model(sample, model), model)
         return super().train_step(
-            self.place_langtoks(sample), model, criterion, optimizer, update_num, ignore_grad
+            self.language_tokens.place(sample), model, criterion, optimizer, update_num, ignore_grad
         )
 
     def valid_step(self, sample, model, criterion):
         """fairseq's validation step; with ``--validate-cxmi`` (a model that reads context) the
         batch's references are also scored with no context and with a random document's
         context, the batch's context variants (:meth:`cxmi_sums`)."""
-        true = self.place_langtoks(dc.sample_for_model(sample, model))
+        true = self.language_tokens.place(dc.sample_for_model(sample, model))
         if not self.validates_cxmi(model):
             return super().valid_step(true, model, criterion)
         with _captured_output(model) as captured:  # the criterion's forward pass: the true context's scores
@@ -1060,19 +861,19 @@ class DocumentTranslationTask(TranslationTask):
         reference scored teacher-forced by
         :func:`~fairseq_docctx.models.document_context.target_logprobs` as ``docctx-score
         cxmi`` scores it. ``true_output``: the model's output on ``sample`` as the model reads
-        it (:meth:`place_langtoks`; the criterion's forward pass), else computed here. A batch without context variants — the trainer's
+        it (:meth:`.language_tokens.LanguageTokens.place`; the criterion's forward pass), else computed here. A batch without context variants — the trainer's
         stand-in for a worker's missing batch, a training batch whose logging output it zeroes
         — runs the same forward passes on itself and adds zeros, so every worker runs as many
         forward passes and logs the same keys."""
         pad = self.tgt_dict.pad()
-        read = self.place_langtoks(sample)
+        read = self.language_tokens.place(sample)
         if true_output is None:
             true_output = model(**read["net_input"])
         true, mask = dc.target_logprobs(model, true_output, read, pad)
         variants = cb.variants(sample)
         diffs = {}
         for name in cv.VARIANTS:
-            other = self.place_langtoks(cb.variant_sample(sample, name)) if variants is not None else read
+            other = self.language_tokens.place(cb.variant_sample(sample, name)) if variants is not None else read
             lp, _ = dc.target_logprobs(model, model(**other["net_input"]), other, pad)
             diffs[name] = (true - lp).masked_fill(~mask, 0.0).double().sum()
         if variants is None:
@@ -1104,298 +905,23 @@ class DocumentTranslationTask(TranslationTask):
         metrics.log_derived("cxmi_true_vs_random", per_token(lambda m: m[CXMI_TRUE_NONE].sum - m[CXMI_RANDOM_NONE].sum))
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
-        """Beam search; in document-order inference (``--target-context hypothesis``) the
-        batch's target context is first replaced by the model's own translations.
-
-        Cache hand-off (a single model whose contract defines ``document_cache_entries``):
-        after the search of a batch the model gets the batch, with the encoder output the
-        search computed (:data:`~fairseq_docctx.models.document_context.ENCODER_OUT`), and
-        its hypotheses, and returns one entry per row; the entries of a batch's context
-        sentences come back to it in the context's ``cache``, aligned with the ``tgt``
-        table (see :mod:`fairseq_docctx.models.document_context`).
-        """
+        """Beam search of a batch as the models read it (the target language token forced
+        first on data with language tokens: :meth:`.language_tokens.LanguageTokens.prefix`);
+        in document-order inference (``--target-context hypothesis``) with the model's own
+        translations as target context (:meth:`.document_order.DocumentOrderMemory.
+        inference_step`); a batch of segments (``--doc-mode segments``) decoded and given back
+        one hypothesis list per sentence (:meth:`.segment_decoding.SegmentDecoding.
+        inference_step`)."""
         if self.segments and sample.get(SEGMENT_SENTENCES) is not None:
-            return self.segment_inference_step(generator, models, sample, prefix_tokens, constraints)
+            return self.segment_decoding.inference_step(generator, models, sample, prefix_tokens, constraints)
         sample = dc.sample_for_model(sample, models)
         if prefix_tokens is None:  # the target language token first (data with language tokens)
-            prefix_tokens = self.langtok_prefix(sample)
-        self.check_prefix(generator, sample, prefix_tokens)
-        from_hypotheses = self.hypothesis_context and cb.get_context(sample) is not None
-        cacher = None
-        if from_hypotheses and len(models) == 1 and dc.context_spec(models[0]).caches:
-            cacher = models[0].document_cache_entries
+            prefix_tokens = self.language_tokens.prefix(sample)
+        check_prefix(generator, sample, prefix_tokens, self.tgt_dict.pad())
         if not self.hypothesis_context:  # batches are length-sorted: nothing to do
-            return self.search(generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints)
-        if from_hypotheses:
-            if self.document_order_shards > 1:
-                raise UsageError(
-                    "document-order inference (--target-context hypothesis) does not split "
-                    "its batches over distributed workers (a sentence needs the translations "
-                    "of the previous ones): split the documents with --num-shards N "
-                    "--shard-id I instead (docctx-generate runs the N processes and merges)"
-                )
-            sample = self.with_hypothesis_context(sample, with_cache=cacher is not None)
-        # one search for the whole position batch: every row ends at its own length limit
-        # (:mod:`~fairseq_docctx.tasks.length_limits`), whatever the lengths beside it
-        with _captured_encoder_out(generator if cacher is not None else None) as captured:
-            hypos = self.search(generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints)
-        entries = [None] * len(hypos)
-        if cacher is not None:
-            entries = cacher({**sample, dc.ENCODER_OUT: captured[0]} if captured else sample, hypos)
-        if not from_hypotheses:
-            return hypos
-        for i, sent_id in enumerate(sample["id"].tolist()):
-            self.hypotheses[sent_id] = hypos[i][0]["tokens"]
-            if entries[i] is not None:
-                self.model_cache[sent_id] = entries[i]
-        # the farthest context sentence of each row is no one's context any more
-        ctx_ids = cb.context_ids(cb.get_context(sample))
-        for old in ctx_ids[:, -1][ctx_ids[:, -1] >= 0].tolist():
-            self.hypotheses.pop(old, None)
-            self.model_cache.pop(old, None)
-        return hypos
-
-    def check_prefix(self, generator, sample, prefix_tokens):
-        """Refuse a prefix (``--prefix-size``) longer than its sentence's own length limit:
-        fairseq stops forcing a prefix at the batch's limit, which a row's own limit may be
-        below (:mod:`~fairseq_docctx.tasks.length_limits`)."""
-        rows = row_limit(generator)
-        if rows is None or prefix_tokens is None:
-            return
-        own = rows.own_limits(sample["net_input"]["src_lengths"]).to(prefix_tokens.device)
-        prefix = prefix_tokens.ne(self.tgt_dict.pad()).sum(1)
-        over = (prefix > own).nonzero()
-        if over.numel():
-            i = int(over[0, 0])
-            raise ValueError(f"--prefix-size: the prefix of sentence {int(sample['id'][i])} has {int(prefix[i])} "
-                             f"tokens, more than its length limit of {int(own[i])} (--max-len-a * source tokens "
-                             "+ --max-len-b): raise the limit or shorten the prefix")
-
-    def segment_inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
-        """``--doc-mode segments``: decode a batch of segments and give back one hypothesis
-        list per source **sentence**.
-
-        Every row's hypotheses are split at the separator
-        (:func:`~fairseq_docctx.data.segments.split_hypothesis`) and checked against the
-        source sentences (:func:`~fairseq_docctx.data.segments.misalignment`): another number
-        of sentences, an empty output sentence whose source sentence is not, or (when the
-        model decoded with length windows, :meth:`sentence_length_window`) an output sentence
-        outside its window. A row whose best hypothesis is aligned gives each sentence its
-        piece of every aligned hypothesis (best first). A row whose best hypothesis is
-        misaligned is decoded again sentence by sentence, each sentence a one-sentence
-        segment (the per-segment fallback; a separator such a decoding emits is removed), and
-        counted in :attr:`segment_fallbacks` and :attr:`segment_misaligned` (logged; the
-        split's counts once its last segment is decoded, :meth:`count_segments`).
-
-        A segment's length limit (fairseq's ``--max-len-a``/``--max-len-b`` applied to the
-        segment's own source tokens, :mod:`~fairseq_docctx.tasks.length_limits`) is, with
-        length windows, raised where it is lower to the sum of the windows of its sentences
-        and its separators (:meth:`segment_length_limit`), so that it never ends a sentence
-        before its window does; a sentence decoded again alone gets the limit of a
-        one-sentence segment.
-
-        The batch is then rewritten in place into the sentences, in the segments' order, so
-        that fairseq-generate prints one S-/T-/H-/D- group per source sentence under its own
-        corpus id: ``sample["id"]`` holds the sentence ids, ``net_input`` their source
-        sentences (``src_tokens``, ``src_lengths``; ``prev_output_tokens`` when there are
-        targets), ``target`` their target sentences, each ending in </s>, and
-        ``segment_sentences`` one sentence per row."""
-        from fairseq.sequence_generator import SequenceGeneratorWithAlignment
-
-        if prefix_tokens is not None or constraints is not None:
-            # a segment model decodes segments only; another model can decode sentences
-            advice = ("leave them out: a segment model decodes segments only" if any(dc.reads_segments(m) for m in models)
-                      else "decode with --doc-mode sentences (and --context-override if the model was trained on "
-                      "segments)")
-            raise UsageError("--doc-mode segments: --prefix-size and --constraints apply to a "
-                             f"sentence, not to a segment; {advice}")
-        if isinstance(generator, SequenceGeneratorWithAlignment):
-            raise UsageError("--doc-mode segments: --print-alignment is not supported (the "
-                             "alignment of a segment is not split into its sentences)")
-        sample = dc.sample_for_model(sample, models)
-        sep, eos, pad = self.tgt_dict.index(self.cfg.context_separator), self.tgt_dict.eos(), self.tgt_dict.pad()
-        src_sep = self.src_dict.index(self.cfg.context_separator)
-        src_start, tgt_start = self.source_langtok(), self.target_langtok()  # None without language tokens
-        lenpen = float(getattr(generator, "len_penalty", 1.0))
-        window = self.decoding_window(models)
-        ni, target = sample["net_input"], sample.get("target")
-        # [B, N]: every source sentence's own tokens (separators, </s>, language tokens not
-        # counted), for the segments' limits and the checks of their output below
-        src_lengths_all = seg.sentence_lengths(ni["src_tokens"], src_sep, self.src_dict.pad(), eos, src_start)
-        bounds_all = window.bounds(src_lengths_all) if window is not None else None
-        with self.segment_length_limit(generator, ni["src_tokens"], window, src_lengths_all):
-            hypos = self.search(generator, models, sample)
-        groups = [g.tolist() for g in sample[SEGMENT_SENTENCES]]
-        per_sentence, sources, targets, source_lengths = [], [], [], []
-        reasons = dict.fromkeys(seg.MISALIGNMENTS, 0)
-        for i, ids in enumerate(groups):
-            src = seg.split_tokens(utils.strip_pad(ni["src_tokens"][i], pad), src_sep, eos)
-            if len(src) != len(ids):
-                raise RuntimeError(f"a segment of sentences {ids} has {len(src)} source sentences "
-                                   "in its tokens: the batch is not in the segment format")
-            sources.extend(src)
-            if target is not None:
-                targets.extend(seg.split_tokens(utils.strip_pad(target[i], pad), sep, eos))
-            src_lengths = src_lengths_all[i, :len(ids)].tolist()
-            source_lengths.extend(src_lengths)
-            bounds = None if bounds_all is None else [b[i, :len(ids)].tolist() for b in bounds_all]
-            split = [seg.split_hypothesis(h, sep, eos, len(ids), lenpen) for h in hypos[i]]
-            why = [seg.misalignment(s, src_lengths, bounds, tgt_start) for s in split]
-            if not split or why[0] is not None:  # decoded again below, sentence by sentence
-                reasons[why[0] if split else "count"] += 1
-                per_sentence.extend([None] * len(ids))
-            else:
-                aligned = [s for s, w in zip(split, why) if w is None]
-                per_sentence.extend([[s[k] for s in aligned] for k in range(len(ids))])
-        fallbacks = sum(reasons.values())
-        if fallbacks:
-            todo = [k for k, h in enumerate(per_sentence) if h is None]
-            sub_src = [sources[k] for k in todo]
-            sub_tokens = data_utils.collate_tokens(sub_src, pad, eos, left_pad=self.cfg.left_pad_source)
-            sub = {
-                "id": torch.tensor(todo, device=sample["id"].device), "nsentences": len(todo),
-                "net_input": {
-                    "src_tokens": sub_tokens,
-                    "src_lengths": torch.tensor([t.numel() for t in sub_src], device=sample["id"].device),
-                },
-            }
-            with self.segment_length_limit(generator, sub_tokens, window):
-                sub_hypos = self.search(generator, models, sub)
-            still_empty = 0
-            for k, h in zip(todo, sub_hypos):
-                per_sentence[k] = [seg.without_separators(x, sep) for x in h]
-                still_empty += (seg.sentence_length(per_sentence[k][0]["tokens"], tgt_start) == 0
-                                and source_lengths[k] > 0)
-            logger.info(f"{fallbacks} of {len(groups)} segments of the batch decoded again sentence by "
-                        f"sentence (misaligned: {_describe_reasons(reasons)})")
-            if still_empty:
-                logger.warning(f"{still_empty} sentences decoded alone have an empty translation (their "
-                               "source is not empty)")
-        self.count_segments(len(groups), reasons)
-        self._rewrite_as_sentences(sample, [i for g in groups for i in g], sources, targets)
-        return per_sentence
-
-    def decoding_window(self, models) -> Optional[seg.LengthWindow]:
-        """The length window the models decode segments with (the segment models'
-        ``sentence_length_window``, set by :meth:`build_generator`); ``None`` when one of them
-        has none (off, or a model without the window such as a ``transformer`` on segments)."""
-        windows = [getattr(m, "sentence_length_window", None) for m in models]
-        return windows[0] if windows and all(w is not None and w == windows[0] for w in windows) else None
-
-    @contextlib.contextmanager
-    def segment_length_limit(self, generator, src_tokens, window: Optional[seg.LengthWindow],
-                             lengths: Optional[torch.Tensor] = None):
-        """Within the block, fairseq's ``generator`` ends no hypothesis of the batch of segments
-        ``src_tokens`` before the sum of the length windows of its sentences plus its
-        separators: each row's own limit (``int(max_len_a * its tokens + max_len_b)``,
-        :mod:`~fairseq_docctx.tasks.length_limits`) is raised to that sum where it is lower, and
-        the generator's batch limit (from the batch's width) with it where the largest of them
-        is above it (by raising ``max_len_b``; the model's positions still bound both).
-        On data with language tokens each sentence's token counts beside its window.
-        ``lengths``: the source sentences' lengths (:func:`~fairseq_docctx.data.segments.
-        sentence_lengths` of ``src_tokens``), if computed. Nothing changes without a ``window``
-        or for a generator without these limits. A generator that keeps each row's limit
-        itself and offers ``at_least(floor)`` (the CTranslate2 engine's) gets the rows' raised
-        limits through it, its ``max_len_b`` untouched."""
-        b = getattr(generator, "max_len_b", None)
-        a = getattr(generator, "max_len_a", None)
-        if window is None or a is None or b is None or getattr(generator, "match_source_len", False):
-            yield
-            return
-        rows = row_limit(generator)
-        # a generator that keeps each row's limit itself (the CTranslate2 engine's): its rows
-        # raised, nothing else (its max_len_b is every row's, not a batch limit)
-        own_rows = getattr(generator, "at_least", None) if rows is None else None
-        pad, eos = self.src_dict.pad(), self.src_dict.eos()
-        sep = self.src_dict.index(self.cfg.context_separator)
-        if lengths is None:
-            lengths = seg.sentence_lengths(src_tokens, sep, pad, eos, self.source_langtok())
-        n = src_tokens.eq(sep).sum(1, keepdim=True) + 1
-        real = torch.arange(lengths.size(1), device=lengths.device).unsqueeze(0) < n
-        need = (window.bounds(lengths)[1] * real).sum(1) + n.squeeze(1) - 1  # [B]
-        if self.target_langtok() is not None:  # and the language token starting every sentence
-            need = need + n.squeeze(1)
-        if own_rows is not None:
-            with own_rows(need):
-                yield
-            return
-        floor = rows.at_least(need) if rows is not None else contextlib.nullcontext()
-        raise_by = max(int(need.max()) - int(a * src_tokens.size(1) + b), 0)
-        generator.max_len_b = b + raise_by
-        try:
-            with floor:
-                yield
-        finally:
-            generator.max_len_b = b
-
-    def start_segment_run(self, total: int):
-        """Count the decoding of a split of ``total`` segments (:meth:`count_segments`)."""
-        self.segment_run = {"total": int(total), "decoded": 0, "fallbacks": 0,
-                            **dict.fromkeys(seg.MISALIGNMENTS, 0)}
-
-    def count_segments(self, decoded: int, reasons: dict):
-        """Add a batch's ``decoded`` segments and its misaligned ones by reason to the task's
-        counts and to those of the split being decoded; once the split's last segment is
-        decoded, log its line ``F of N segments of the split decoded again sentence by
-        sentence (misaligned: ...)``, N the split's segments (those of its batches)."""
-        fallbacks = sum(reasons.values())
-        self.segments_decoded += decoded
-        self.segment_fallbacks += fallbacks
-        for k, v in reasons.items():
-            self.segment_misaligned[k] += v
-        run = self.segment_run
-        if run is None:
-            return
-        run["decoded"] += decoded
-        run["fallbacks"] += fallbacks
-        for k, v in reasons.items():
-            run[k] += v
-        if run["decoded"] >= run["total"]:
-            logger.info(segment_run_line(run["fallbacks"], run["total"], {k: run[k] for k in seg.MISALIGNMENTS}))
-            self.segment_run = None
-
-    def _rewrite_as_sentences(self, sample, ids, sources, targets):
-        """Turn a decoded batch of segments into the batch of its sentences (in place)."""
-        pad, eos = self.tgt_dict.pad(), self.tgt_dict.eos()
-        device = sample["id"].device
-        ni = sample["net_input"]
-        sample["id"] = torch.tensor(ids, dtype=torch.long, device=device)
-        sample["nsentences"] = len(ids)
-        ni["src_tokens"] = data_utils.collate_tokens(sources, pad, eos, left_pad=self.cfg.left_pad_source)
-        ni["src_lengths"] = torch.tensor([t.numel() for t in sources], dtype=torch.long, device=device)
-        ni.pop("prev_output_tokens", None)
-        if sample.get("target") is not None:
-            sample["target"] = data_utils.collate_tokens(targets, pad, eos, left_pad=self.cfg.left_pad_target)
-            ni["prev_output_tokens"] = data_utils.collate_tokens(
-                targets, pad, eos, left_pad=self.cfg.left_pad_target, move_eos_to_beginning=True)
-            sample["ntokens"] = sum(t.numel() for t in targets)
-        sample[SEGMENT_SENTENCES] = [torch.tensor([i], dtype=torch.long) for i in ids]
-
-    def forget(self, sentence_ids):
-        """Drop the document-order inference memory of these sentences (those of a
-        document that is done: no later sentence reads them)."""
-        for i in sentence_ids:
-            self.hypotheses.pop(i, None)
-            self.model_cache.pop(i, None)
-
-    def with_hypothesis_context(self, sample, with_cache=False):
-        """Replace the sides of a batch's context that come from translations by the model's
-        own translations of those sentences (decoded earlier: batches come in document
-        order), with the model's cached entries for them if asked."""
-        ctx = cb.get_context(sample)
-        for side in cb.parse_sides(self.cfg.context_sides):
-            if not cb.get_side(side).from_hypotheses:
-                continue
-            try:
-                ctx = cb.replace_side(ctx, side, self.hypotheses, self.tgt_dict.pad(),
-                                      cache_entries=self.model_cache if with_cache else None)
-            except KeyError as e:
-                raise RuntimeError(
-                    f"document-order inference: sentence {e.args[0]} is context of this batch "
-                    "but has not been translated yet (batches must come in document order: "
-                    "use --target-context reference for oracle context)"
-                ) from None
-        return cb.with_context(sample, ctx)
+            return self.language_tokens.generate(generator, models, sample, prefix_tokens=prefix_tokens,
+                                                 constraints=constraints)
+        return self.document_order.inference_step(generator, models, sample, prefix_tokens, constraints)
 
 
 class _captured_output:
@@ -1416,33 +942,4 @@ class _captured_output:
 
     def __exit__(self, *exc):
         self.handle.remove()
-        return False
-
-
-class _captured_encoder_out:
-    """Within the block, the encoder output fairseq's generator computes (its model's
-    ``forward_encoder``; single model) is kept in the list it yields."""
-
-    def __init__(self, generator):
-        self.model = getattr(generator, "model", None) if generator is not None else None
-        self.found = []
-
-    def __enter__(self):
-        fe = getattr(self.model, "forward_encoder", None)
-        if fe is None:
-            self.model = None
-            return self.found
-
-        def capture(net_input):
-            out = fe(net_input)
-            if out is not None and len(out) == 1:
-                self.found.append(out[0])
-            return out
-
-        self.model.forward_encoder = capture
-        return self.found
-
-    def __exit__(self, *exc):
-        if self.model is not None:
-            del self.model.forward_encoder
         return False

@@ -25,7 +25,8 @@ the draft translator all decode with per-row limits. Every search strategy of fa
 wrapped the same way (the wrapper masks the log-probabilities the strategy gets; fairseq's
 diverse beam search also gets the rows' positions in the batch, by which it keeps its
 state); ``--sampling`` still draws its random tokens batch by batch, so its translations
-depend on the batch whatever the limits.
+depend on the batch whatever the limits. A forced prefix (``--prefix-size``) longer than its
+row's limit is refused (:func:`check_prefix`).
 
 A sample longer than the model's positions at all is refused before any batch by the task
 (fairseq's ``--skip-invalid-size-inputs-valid-test`` leaves it out instead):
@@ -183,6 +184,23 @@ def row_limit(generator) -> Optional[RowLengthLimit]:
 
 #: fairseq's option that leaves out the samples longer than the model's positions
 SKIP_OPTION = "--skip-invalid-size-inputs-valid-test"
+
+
+def check_prefix(generator, sample, prefix_tokens, pad: int) -> None:
+    """Refuse a prefix (``--prefix-size``; ``pad``: the target dictionary's padding) longer
+    than its sentence's own length limit: fairseq stops forcing a prefix at the batch's limit,
+    which a row's own limit may be below."""
+    rows = row_limit(generator)
+    if rows is None or prefix_tokens is None:
+        return
+    own = rows.own_limits(sample["net_input"]["src_lengths"]).to(prefix_tokens.device)
+    prefix = prefix_tokens.ne(pad).sum(1)
+    over = (prefix > own).nonzero()
+    if over.numel():
+        i = int(over[0, 0])
+        raise ValueError(f"--prefix-size: the prefix of sentence {int(sample['id'][i])} has {int(prefix[i])} "
+                         f"tokens, more than its length limit of {int(own[i])} (--max-len-a * source tokens "
+                         "+ --max-len-b): raise the limit or shorten the prefix")
 
 
 def too_long_message(split: str, item: str, sizes: Sequence[Optional[int]], max_positions,

@@ -57,8 +57,8 @@ def check_segments(task, name: str, where: str) -> None:
     if name not in SEGMENT_MODELS:
         raise ExportError(f"{where}: a {name} that translates segments (--doc-mode segments) does not export to "
                           "CTranslate2 (segments: " + ", ".join(SEGMENT_MODELS) + "): translate with --engine fairseq")
-    langtoks = (getattr(task, "target_langtok", lambda: None)() is not None
-                or getattr(task, "bart_langtoks", lambda: None)() is not None)
+    tokens = task.language_tokens
+    langtoks = tokens.target() is not None or tokens.bart() is not None
     if langtoks:
         raise ExportError(f"{where}: segments on data with language tokens (docctx-prepare --pretrained): every "
                           "sentence of a segment starts with its language token, forced inside fairseq's search, "

@@ -56,7 +56,7 @@ def exported_task(path: str, record: dict, data: Optional[str], **overrides):
         from ...data.pretrained import PretrainedError, PretrainedText
 
         try:
-            task.set_pretrained_text(PretrainedText(path, record["pretrained"]))
+            task.language_tokens.set_text(PretrainedText(path, record["pretrained"]))
         except PretrainedError as e:
             raise CheckpointError(str(e)) from None
     if getattr(task, "segments", False) and not record.get("segments"):

@@ -4,6 +4,7 @@ built from the export record (:func:`exported_model`)."""
 import torch
 
 from ...models.document_context import DocumentContextModel
+from ...models.segment_model import SegmentModel
 
 
 class ExportedModel(torch.nn.Module):
@@ -30,17 +31,16 @@ class ExportedContextModel(DocumentContextModel, ExportedModel):
     """An exported ``concat_transformer``: it reads the source and target sides."""
 
 
-class ExportedSegmentModel(ExportedModel):
+class ExportedSegmentModel(SegmentModel, ExportedModel):
     """An exported ``doc2doc_transformer``: a Transformer over segments whose fairseq search
     keeps every hypothesis to its source's number of sentences and each output sentence to
     its length window (:class:`~fairseq_docctx.models.g_transformer.SegmentDecoder`).
     CTranslate2 searches without those rules; the task checks the same rules on the decoded
-    segment instead (``decoding_window`` reads :attr:`sentence_length_window`, and
-    ``segment_inference_step`` decodes a segment that breaks one again sentence by sentence).
-    The settings are the segment models' (``set_sentence_count_constraint``,
-    ``set_sentence_length_window``), so the task sets them alike."""
-
-    reads_segments = True
+    segment instead (:class:`~fairseq_docctx.tasks.segment_decoding.SegmentDecoding` reads
+    :attr:`sentence_length_window` and decodes a segment that breaks one again sentence by
+    sentence). It is a :class:`~fairseq_docctx.models.segment_model.SegmentModel`, so the
+    task sets its rules as those of the fairseq segment models; it places no sentence-start
+    tokens (an export of data with language tokens is refused)."""
 
     def __init__(self, record: dict):
         super().__init__(record)

@@ -33,7 +33,7 @@ TABLE_SETTINGS = ("context_size", "context_sides")
 NAMED_SETTINGS = ("doc_mode", "segment_packing")
 
 
-def set_cfg(cfg, name, value):
+def set_config_value(cfg, name, value):
     """``cfg.name = value`` in an omegaconf config (its struct flag lifted) or a plain namespace."""
     try:
         with open_dict(cfg):
@@ -44,7 +44,7 @@ def set_cfg(cfg, name, value):
 
 def adopt(task, saved, where: str = "the checkpoint", arch: Optional[str] = None) -> None:
     """Take the context settings of a checkpoint (``saved``: its task config or model args)
-    for those not given on ``task``'s command line (``task.given_context``); a given one
+    for those not given on ``task``'s command line (``task.command_line_context``); a given one
     that differs goes to :func:`check_given`. A checkpoint without the last three settings
     was trained on sentences; a segment checkpoint without the last, before the option,
     packed per side (:data:`~fairseq_docctx.data.segments.LEGACY_SEGMENT_PACKING`).
@@ -66,11 +66,11 @@ def adopt(task, saved, where: str = "the checkpoint", arch: Optional[str] = None
             same = int(value) == int(mine)
         if same:
             continue
-        if name in task.given_context:
+        if name in task.command_line_context:
             check_given(task, name, mine, value, where, arch)
         else:
             logger.info(f"--{name.replace('_', '-')} {value} (from {where})")
-            set_cfg(task.cfg, name, str(value) if name in NAMED_SETTINGS else value)
+            set_config_value(task.cfg, name, str(value) if name in NAMED_SETTINGS else value)
     task.check_doc_mode()
     if task.uses_context or task.segments:
         task.add_separator()
@@ -103,4 +103,4 @@ def reads_context_tables(task, arch: Optional[str] = None) -> Optional[bool]:
     cls = dc.model_class(arch)
     if cls is not None:
         return issubclass(cls, dc.DocumentContextModel)
-    return task.model_spec.reads_context if getattr(task, "built_model", False) else None
+    return task.context_contract.reads_context if getattr(task, "built_model", False) else None

@@ -529,11 +529,13 @@ class DocumentTranslationTask(TranslationTask):
                 and split != self.cfg.train_subset):
             ds.set_context_variants(cxmi.cxmi_seed(self.cfg))
 
-    def document_dataset(self, split, pair, docs: DocIndex, data_path: Optional[str] = None):
+    def document_dataset(self, split: Optional[str], pair, docs: DocIndex, data_path: Optional[str] = None,
+                         side_data: Optional[dict] = None):
         """The dataset of ``split`` (:func:`~fairseq_docctx.data.dataset_builder.build_document_dataset`),
-        shuffled unless it is ``test``. Sentences: with the task's context, the sides the pair
-        lacks loaded from ``data_path`` (:func:`~fairseq_docctx.data.dataset_builder.load_side_data`),
-        in document order where inference reads its own translations. ``--doc-mode segments``:
+        shuffled unless it is ``test``; ``split`` ``None``: raw input (:meth:`build_dataset_for_inference`).
+        Sentences: with the task's context, the sides the pair lacks ``side_data``, else loaded
+        from ``data_path`` (:func:`~fairseq_docctx.data.dataset_builder.load_side_data`), in
+        document order where inference reads its own translations. ``--doc-mode segments``:
         packed under ``--max-segment-tokens`` and ``--segment-packing`` (``--multi-resolution``
         on the training split), the training split on the lengths of both sides, every other
         split on the source's alone, as the hub and ``docctx-translate`` pack raw documents, so
@@ -545,15 +547,28 @@ class DocumentTranslationTask(TranslationTask):
             options = dict(separators=(self.src_dict.index(sep), self.tgt_dict.index(sep)),
                            max_segment_tokens=self.cfg.max_segment_tokens, packing=self.cfg.segment_packing,
                            count_targets=training, multi_resolution=training and bool(self.cfg.multi_resolution),
-                           shard=None if training else self.generation_shards)
+                           shard=None if training or split is None else self.generation_shards)
         else:
+            if side_data is None:
+                side_data = db.load_side_data(self, self.context_sides, split, data_path, pair)
             options = dict(context_size=self.cfg.context_size, context_sides=self.context_sides,
-                           run_length=self.cfg.doc_run_length,
+                           run_length=self.cfg.doc_run_length, side_data=side_data,
                            # inference reads its own translations: decode in document order
-                           position_major=not training and self.hypothesis_context,
-                           side_data=db.load_side_data(self, self.context_sides, split, data_path, pair))
-        return db.build_document_dataset(pair, docs, segments=self.segments, shuffle=split != "test", split=split,
-                                         **options)
+                           position_major=not training and self.hypothesis_context)
+        return db.build_document_dataset(pair, docs, segments=self.segments, shuffle=split not in ("test", None),
+                                         split=split, **options)
+
+    def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None,
+                                    documents: Optional[DocIndex] = None, side_data: Optional[dict] = None):
+        """fairseq's hook for raw input (its hub's ``translate``): the source sentences in
+        fairseq's ``LanguagePairDataset``; with ``documents``, the document index of the
+        sentences (in document order), the dataset of those documents as the task decodes a
+        test split (:meth:`document_dataset`), ``side_data`` the sentences of the context sides
+        raw input lacks (e.g. the hub's :meth:`~fairseq_docctx.hub.DocumentHubInterface.side_data`)."""
+        pair = super().build_dataset_for_inference(src_tokens, src_lengths, constraints)
+        if documents is None:
+            return pair
+        return self.document_dataset(None, pair, documents, side_data=side_data or {})
 
     def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
         """fairseq's filter; without ``--skip-invalid-size-inputs-valid-test`` (``ignore_invalid_inputs``,

@@ -16,7 +16,7 @@ import textwrap
 import pytest
 import torch
 
-from conftest import REPO, TINY_MODEL, run, run_in_process
+from conftest import TINY_MODEL, run, run_in_process
 
 # ---------------------------------------------------------------- a toy context side
 TOY_SIDE_MODULE = '''

@@ -9,6 +9,8 @@ same size and the training data directory is gone.
 import hashlib
 from typing import Optional
 
+from ..errors import UsageError
+
 SIDES = ("source", "target")
 
 
@@ -62,3 +64,18 @@ def dictionary_message(side: str, recorded_sizes: Optional[str], ours: int, data
                 f"(same size, other words): {fix}")
     return (f"the model was trained with another {side} dictionary than {data}'s "
             f"({ours:,} types; other words or another size): {fix}")
+
+
+def record(args, src_dict, tgt_dict, separator: Optional[str]) -> None:
+    """Record the dictionaries' digests and sizes in a new model's ``args``."""
+    args.dictionary_digests = dictionary_digests(src_dict, tgt_dict, separator)
+    args.dictionary_sizes = dictionary_sizes(src_dict, tgt_dict)
+
+
+def check_recorded(args, src_dict, tgt_dict, separator: Optional[str], data) -> None:
+    """Refuse (:class:`UsageError`, one line) a checkpoint whose ``args`` record dictionary
+    digests other than those of ``src_dict``/``tgt_dict`` (the data directory ``data``'s)."""
+    side = dictionary_mismatch(getattr(args, "dictionary_digests", None), src_dict, tgt_dict, separator)
+    if side:
+        ours = len(src_dict if side == "source" else tgt_dict)
+        raise UsageError(dictionary_message(side, getattr(args, "dictionary_sizes", None), ours, data))

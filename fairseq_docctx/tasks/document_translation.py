@@ -45,19 +45,15 @@ from ..models.sentence_init import lr_scaled_groups
 from . import context_settings as cs
 from . import coword_dropout as coword
 from . import cxmi_validation as cxmi
-from .context_settings import ADOPTED_SETTINGS, NAMED_SETTINGS, set_config_value
+from .context_settings import ADOPTED_SETTINGS
 from .length_limits import binarized_files, limit_each_row, row_limit, sample_too_long_message
 
 logger = logging.getLogger(__name__)
 
 TARGET_CONTEXT_CHOICES = ("reference", "hypothesis")
 DOC_BATCHING_CHOICES = ("auto", "runs", "grouped-runs", "sentences")
-DOC_MODE_CHOICES = ("sentences", "segments")
 #: the batch key of the corpus indices of every row's sentences (--doc-mode segments)
 SEGMENT_SENTENCES = "segment_sentences"
-#: training default of --context-sides (at inference: the checkpoint's); that of
-#: --context-size is :data:`~fairseq_docctx.models.document_context.DEFAULT_CONTEXT_SIZE`
-DEFAULT_CONTEXT_SIDES = "source"
 
 
 @dataclass
@@ -101,7 +97,7 @@ class DocumentTranslationConfig(TranslationConfig):
                   "length), or 'auto': what the model's contract asks for "
                   "(its ``doc_batching``; runs for sentence-level models)"},
     )
-    doc_mode: Optional[ChoiceEnum(DOC_MODE_CHOICES)] = field(
+    doc_mode: Optional[ChoiceEnum(cs.DOC_MODE_CHOICES)] = field(
         default=None,
         metadata={"help": "samples: single 'sentences' with their context (default in "
                   "training), or 'segments' of consecutive sentences of a document translated "
@@ -229,18 +225,6 @@ def parse_segment_run_line(text: str) -> Optional[tuple]:
     return int(f), int(n), {k: int(v or 0) for k, v in zip(seg.MISALIGNMENTS, why)}
 
 
-def _encoder_name(args, kind: str) -> Optional[str]:
-    """The name a tokenizer/BPE configuration gives (``--tokenizer``/``--bpe``), ``None`` when
-    it gives none (fairseq-generate passes ``cfg.tokenizer``/``cfg.bpe``: ``None`` or a config
-    with ``_name``; an argparse namespace has the option as an attribute)."""
-    if args is None:
-        return None
-    name = getattr(args, "_name", None)
-    if name is None and not hasattr(args, "_name"):
-        name = getattr(args, kind, None)
-    return None if name in (None, "", "none") else str(name)
-
-
 @register_task("document_translation", dataclass=DocumentTranslationConfig)
 class DocumentTranslationTask(TranslationTask):
     """Translate documents sentence by sentence with the previous sentences as context.
@@ -267,20 +251,10 @@ class DocumentTranslationTask(TranslationTask):
         self.split_files = {}
         #: whether :meth:`build_model` has built a model (whose contract is :attr:`context_contract`)
         self.built_model = False
-        for name, default in (("doc_mode", "sentences"), ("max_segment_tokens", seg.DEFAULT_MAX_SEGMENT_TOKENS),
-                              ("segment_packing", seg.DEFAULT_SEGMENT_PACKING)):
-            if getattr(cfg, name) is None:
-                set_config_value(cfg, name, default)
-        if cfg.context_size is None:  # segments hold their own context: K is 0
-            set_config_value(cfg, "context_size", 0 if cfg.doc_mode == "segments" else dc.DEFAULT_CONTEXT_SIZE)
-        if cfg.context_sides is None:
-            set_config_value(cfg, "context_sides", DEFAULT_CONTEXT_SIDES)
-        if cfg.context_size < 0:
-            raise UsageError("--context-size must be >= 0")
+        cs.set_defaults(cfg)
         # (a configuration made by hand, without fairseq's dataclass, may lack the training options)
         coword.check_probability(getattr(cfg, "coword_dropout", 0.0))
-        cb.parse_sides(cfg.context_sides)  # a clear error for an unknown side
-        self.check_doc_mode()
+        cs.check_doc_mode(self)
         if getattr(cfg, "validate_cxmi", False) and self.segments:
             raise UsageError("--validate-cxmi with --doc-mode segments: a segment holds its context inside it, "
                              "validation batches have no context to take away or swap; measure a segment model "
@@ -458,45 +432,11 @@ class DocumentTranslationTask(TranslationTask):
         config without the option, e.g. a task made by hand, is of sentences)."""
         return getattr(self.cfg, "doc_mode", "sentences") == "segments"
 
-    def check_doc_mode(self):
-        """Refuse settings that segments cannot honour, naming the option to change."""
-        if self.cfg.doc_mode not in DOC_MODE_CHOICES:
-            raise UsageError(f"--doc-mode {self.cfg.doc_mode}: one of {', '.join(DOC_MODE_CHOICES)}")
-        if not self.segments:
-            return
-        if int(self.cfg.context_size) > 0 and "context_size" not in self.command_line_context:
-            # the default K, or a sentence-level checkpoint's: segments have no context tables
-            logger.info(f"--doc-mode segments: --context-size 0 (not {self.cfg.context_size}): a "
-                        "segment holds its own context")
-            set_config_value(self.cfg, "context_size", 0)
-        if int(self.cfg.context_size) > 0:
-            raise UsageError(
-                f"--doc-mode segments with --context-size {self.cfg.context_size}: a segment "
-                "holds its own context (the sentences before each sentence in it), there are no "
-                "context tables; leave out --context-size (or give 0)"
-            )
-        if int(self.cfg.max_segment_tokens) < 1:
-            raise UsageError(f"--max-segment-tokens {self.cfg.max_segment_tokens}: must be at least 1")
-        if str(self.cfg.segment_packing) not in seg.SEGMENT_PACKINGS:
-            raise UsageError(f"--segment-packing {self.cfg.segment_packing}: one of "
-                             f"{', '.join(seg.SEGMENT_PACKINGS)}")
-
     @classmethod
     def setup_task(cls, cfg, **kwargs):
         task = super().setup_task(cfg, **kwargs)
-        if task.uses_context or task.segments:
-            task.add_separator()
+        cs.add_separator(task)
         return task
-
-    def add_separator(self):
-        sep = self.cfg.context_separator
-        for d in {id(self.src_dict): self.src_dict, id(self.tgt_dict): self.tgt_dict}.values():
-            if sep not in d.indices:
-                logger.warning(
-                    f"context separator {sep} is not in the dictionary: adding it "
-                    "(docctx-prepare puts it there for you)"
-                )
-                d.add_symbol(sep)
 
     def adopt_context_settings(self, saved, where="the checkpoint", arch=None):
         """Take the context settings of a checkpoint (``saved``: its task config or model
@@ -606,12 +546,8 @@ class DocumentTranslationTask(TranslationTask):
         (:func:`~fairseq_docctx.data.dataset_builder.generation_shard`): batches that keep
         runs of consecutive sentences together, drawn every epoch
         (:func:`~fairseq_docctx.data.dataset_builder.document_batch_iterator`)."""
-        options = dict(max_tokens=max_tokens, max_sentences=max_sentences, max_positions=max_positions,
-                       ignore_invalid_inputs=ignore_invalid_inputs, required_batch_size_multiple=required_batch_size_multiple,
-                       seed=seed, num_shards=num_shards, shard_id=shard_id, num_workers=num_workers, epoch=epoch,
-                       data_buffer_size=data_buffer_size, disable_iterator_cache=disable_iterator_cache,
-                       skip_remainder_batch=skip_remainder_batch, grouped_shuffling=grouped_shuffling,
-                       update_epoch_batch_itr=update_epoch_batch_itr)
+        # fairseq's arguments, by name (``__class__``: the cell of ``super()``)
+        options = {k: v for k, v in locals().items() if k not in ("self", "dataset", "kwargs", "__class__")}
         training = dataset is self.datasets.get(self.cfg.train_subset)
         shard = db.generation_shard(dataset, *self.generation_shards, training=training)
         if shard is None and not (isinstance(dataset, DocumentPairDataset) and dataset.has_context):
@@ -670,33 +606,14 @@ class DocumentTranslationTask(TranslationTask):
                            f"(--context-size {self.cfg.context_size}, --context-sides {self.cfg.context_sides}), "
                            "its CXMI is 0; validation scores each batch once")
         if not from_checkpoint and isinstance(cfg, argparse.Namespace):
-            self.record_settings(cfg)
+            # recorded with the model's args, read back at inference (:meth:`build_model`)
+            cs.record(self, cfg)
+            dictionaries.record(cfg, self.src_dict, self.tgt_dict, self.cfg.context_separator)
+            # the language pair, for a checkpoint deployed beside its dictionaries alone
+            cfg.language_pair = f"{self.cfg.source_lang}-{self.cfg.target_lang}"
         elif from_checkpoint:
-            self.check_dictionaries(cfg)
+            dictionaries.check_recorded(cfg, self.src_dict, self.tgt_dict, self.cfg.context_separator, self.cfg.data)
         return model
-
-    def record_settings(self, cfg) -> None:
-        """Record in a new model's args (read back at inference, :meth:`build_model`) the
-        context settings, the dictionaries' digests and sizes (:mod:`~fairseq_docctx.data.
-        dictionaries`) and the language pair, for a checkpoint deployed beside its
-        dictionaries alone."""
-        for name in ADOPTED_SETTINGS:  # plain values (a choice is an enum of fairseq's)
-            value = getattr(self.cfg, name)
-            setattr(cfg, name, str(value) if name in NAMED_SETTINGS else value)
-        cfg.dictionary_digests = dictionaries.dictionary_digests(self.src_dict, self.tgt_dict,
-                                                                 self.cfg.context_separator)
-        cfg.dictionary_sizes = dictionaries.dictionary_sizes(self.src_dict, self.tgt_dict)
-        cfg.language_pair = f"{self.cfg.source_lang}-{self.cfg.target_lang}"
-
-    def check_dictionaries(self, cfg) -> None:
-        """Refuse (one line) a checkpoint whose recorded dictionary digests differ from this
-        task's dictionaries (:func:`~fairseq_docctx.data.dictionaries.dictionary_mismatch`)."""
-        side = dictionaries.dictionary_mismatch(getattr(cfg, "dictionary_digests", None), self.src_dict,
-                                                self.tgt_dict, self.cfg.context_separator)
-        if side:
-            ours = len(self.src_dict if side == "source" else self.tgt_dict)
-            raise UsageError(dictionaries.dictionary_message(side, getattr(cfg, "dictionary_sizes", None), ours,
-                                                             self.cfg.data))
 
     def begin_epoch(self, epoch, model):
         """fairseq's trainer calls this at the start of every epoch but not the model's
@@ -758,21 +675,19 @@ class DocumentTranslationTask(TranslationTask):
 
     def build_tokenizer(self, args):
         """fairseq's tokenizer of ``--tokenizer``; without one, on data of a pretrained
-        ``transformer`` model (``docctx-prepare --pretrained``), the family's Moses
-        tokenizer of the target language: ``fairseq-generate`` detokenizes its D- lines with it."""
+        ``transformer`` model (``docctx-prepare --pretrained``), the family's Moses tokenizer of
+        the target language: ``fairseq-generate`` detokenizes its D- lines with it."""
         text = self.pretrained_text
-        if _encoder_name(args, "tokenizer") is None and text is not None and text.moses:
-            return text.step(self.cfg.source_lang, self.cfg.target_lang, tokenizer=True)
-        return super().build_tokenizer(args)
+        step = text and text.default_step(args, "tokenizer", self.cfg.source_lang, self.cfg.target_lang)
+        return step or super().build_tokenizer(args)
 
     def build_bpe(self, args):
         """fairseq's BPE of ``--bpe``; without one, on data written by ``docctx-prepare
         --pretrained``, the release's segmentation (its SentencePiece model, or its fastBPE
         codes): ``fairseq-generate``'s D- lines are then plain text."""
         text = self.pretrained_text
-        if _encoder_name(args, "bpe") is None and text is not None:
-            return text.step(self.cfg.source_lang, self.cfg.target_lang)
-        return super().build_bpe(args)
+        step = text and text.default_step(args, "bpe", self.cfg.source_lang, self.cfg.target_lang)
+        return step or super().build_bpe(args)
 
     def sentence_length_window(self, min_len: int = 1) -> Optional[seg.LengthWindow]:
         """The length window of a segment model's output sentences (``--sentence-max-len-a``,

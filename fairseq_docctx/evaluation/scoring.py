@@ -11,7 +11,8 @@ sentence-level :class:`~fairseq.data.LanguagePairDataset`, indexed with a
 ``net_input["context"]`` exactly as in training (the model's own ``--context-size`` and
 ``--context-sides``; the target context is the given reference, teacher-forced; a side whose
 sentences raw input lacks, e.g. the drafts MHT reads, comes from its raw-input hook as at test
-time: :meth:`~fairseq_docctx.hub.DocumentHubInterface.side_data`). Only the last sentence of each document is scored, many documents per batch. Models
+time: :meth:`~fairseq_docctx.hub.DocumentHubInterface.side_data`). Only the last sentence of
+each document is scored, many documents per batch. Models
 that do not read context get it removed (:func:`~fairseq_docctx.models.document_context.sample_for_model`),
 i.e. they are scored at sentence level.
 

@@ -10,18 +10,41 @@ context (the criterion's own forward pass), with none and with a random document
 ``cxmi_random`` and ``cxmi_true_vs_random`` in nats per target token, the figures of
 ``docctx-score cxmi``.
 """
+import logging
+
 import torch
 from fairseq import metrics
 
 from ..data import context_batch as cb
 from ..data import context_variants as cv
+from ..errors import UsageError
 from ..models import document_context as dc
+
+logger = logging.getLogger(__name__)
 
 #: the sums a validation batch adds to its logging output (summed over batches and workers
 #: like fairseq's --eval-bleu counts): target tokens, and the summed per-token
 #: log-probability differences true - none and random - none (nats)
 CXMI_TOKENS, CXMI_TRUE_NONE, CXMI_RANDOM_NONE = "_cxmi_tokens", "_cxmi_true_none", "_cxmi_random_none"
 CXMI_SUMS = (CXMI_TOKENS, CXMI_TRUE_NONE, CXMI_RANDOM_NONE)
+
+
+def check_settings(cfg, segments: bool) -> None:
+    """Refuse ``--validate-cxmi`` with ``--doc-mode segments`` (one line): a segment holds its
+    context inside it (a configuration made by hand may lack the option: off)."""
+    if getattr(cfg, "validate_cxmi", False) and segments:
+        raise UsageError("--validate-cxmi with --doc-mode segments: a segment holds its context inside it, "
+                         "validation batches have no context to take away or swap; measure a segment model "
+                         "with docctx-score cxmi")
+
+
+def check_model(cfg, model) -> None:
+    """Warn that ``--validate-cxmi`` does nothing for a new ``model`` that reads no document
+    context (its CXMI is 0)."""
+    if getattr(cfg, "validate_cxmi", False) and not dc.reads_context(model):
+        logger.warning(f"--validate-cxmi does nothing: {model.__class__.__name__} reads no document context "
+                       f"(--context-size {cfg.context_size}, --context-sides {cfg.context_sides}), "
+                       "its CXMI is 0; validation scores each batch once")
 
 
 def cxmi_seed(cfg) -> int:

@@ -255,10 +255,7 @@ class DocumentTranslationTask(TranslationTask):
         # (a configuration made by hand, without fairseq's dataclass, may lack the training options)
         coword.check_probability(getattr(cfg, "coword_dropout", 0.0))
         cs.check_doc_mode(self)
-        if getattr(cfg, "validate_cxmi", False) and self.segments:
-            raise UsageError("--validate-cxmi with --doc-mode segments: a segment holds its context inside it, "
-                             "validation batches have no context to take away or swap; measure a segment model "
-                             "with docctx-score cxmi")
+        cxmi.check_settings(cfg, self.segments)
         #: --doc-mode segments: segments decoded, and those whose best hypothesis was
         #: misaligned with their source and were decoded again sentence by sentence, by
         #: reason (:func:`~fairseq_docctx.data.segments.misalignment`; :meth:`inference_step`),
@@ -601,10 +598,8 @@ class DocumentTranslationTask(TranslationTask):
         if self.uses_context and not self.context_contract.reads_context:
             logger.info(f"{model.__class__.__name__} does not read document context: it is "
                         "trained and decoded at sentence level")
-        if getattr(self.cfg, "validate_cxmi", False) and not from_checkpoint and not self.context_contract.reads_context:
-            logger.warning(f"--validate-cxmi does nothing: {model.__class__.__name__} reads no document context "
-                           f"(--context-size {self.cfg.context_size}, --context-sides {self.cfg.context_sides}), "
-                           "its CXMI is 0; validation scores each batch once")
+        if not from_checkpoint:
+            cxmi.check_model(self.cfg, model)
         if not from_checkpoint and isinstance(cfg, argparse.Namespace):
             # recorded with the model's args, read back at inference (:meth:`build_model`)
             cs.record(self, cfg)

@@ -111,14 +111,18 @@ class DocumentHubInterface(GeneratorHubInterface):
         each translated on its own), by side."""
         return raw_side_data(self.raw_inputs, sentences, batch_size=batch_size, max_tokens=max_tokens)
 
-    def documents_dataset(self, pair, doc_index: DocIndex, side_data: dict,
+    def documents_dataset(self, sentences: PackedTokens, doc_index: DocIndex, batch_size: Optional[int] = None,
                           max_tokens: Optional[int] = None):
-        """The dataset of the documents' sentences (``pair``, no targets; :func:`~fairseq_docctx.
-        data.dataset_builder.build_document_dataset`). A segment model's: packed into segments
+        """The dataset of the documents' binarized sentences (in document order, no targets;
+        :func:`~fairseq_docctx.data.dataset_builder.build_document_dataset`), with the sides raw
+        input lacks (:meth:`side_data`, made in batches of ``batch_size`` sentences or
+        ``max_tokens`` tokens). A segment model's: packed into segments
         under :meth:`segment_limit` and the checkpoint's ``--segment-packing``, document by
         document, on the source's lengths (as the task packs a test split for
         ``fairseq-generate``). Another model's: in document order where it reads its own
         previous translations."""
+        pair = LanguagePairDataset(sentences, sentences.sizes, self.src_dict, tgt_dict=self.tgt_dict, shuffle=False)
+        side_data = self.side_data(sentences, batch_size=batch_size, max_tokens=max_tokens)
         cfg = self.task.cfg
         if self.reads_segments:
             sep = cfg.context_separator
@@ -262,10 +266,7 @@ class DocumentHubInterface(GeneratorHubInterface):
             return [[] for _ in documents] if keep else None
         doc_index = DocIndex([str(i) for i, n in enumerate(lengths) if n],
                              [n for n in lengths if n])
-        pair = LanguagePairDataset(flat, flat.sizes, self.src_dict,
-                                   tgt_dict=self.tgt_dict, shuffle=False)
-        side_data = self.side_data(flat, batch_size=batch_size, max_tokens=max_tokens)
-        dataset = self.documents_dataset(pair, doc_index, side_data, max_tokens)
+        dataset = self.documents_dataset(flat, doc_index, batch_size, max_tokens)
         gen_args = copy.deepcopy(self.cfg.generation)
         with open_dict(gen_args):
             gen_args.beam = beam
@@ -284,7 +285,7 @@ class DocumentHubInterface(GeneratorHubInterface):
         # length-sorted batches: in any order)
         doc_of = np.repeat(np.arange(len(nonempty)), doc_index.lengths)
         left = doc_index.lengths.astype(np.int64).copy()
-        del flat, pair  # the dataset holds what it needs
+        del flat  # the dataset holds what it needs
         # the results of the sentences whose document is still open, by sentence id
         open_results, done_docs = {}, 0
         out = [[] for _ in documents] if keep else None

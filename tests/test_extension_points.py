@@ -134,13 +134,11 @@ def test_build_dataset_for_inference_gives_the_hubs_batches(toy_side, toy_bin):
     docs = [["w1 w2 w3", "w4 w5"], ["w6 w7 w8 w9"], ["w2", "w3 w4", "w5 w6 w7"]]
     flat = PackedTokens.join([PackedTokens(hub.encode(s) for s in d) for d in docs])
     index = DocIndex([str(i) for i in range(len(docs))], [len(d) for d in docs])
-    side_data = hub.side_data(flat)
     from fairseq.data import LanguagePairDataset
 
-    pair = LanguagePairDataset(flat, flat.sizes, hub.src_dict, tgt_dict=hub.tgt_dict, shuffle=False)
     ours = hub.task.build_dataset_for_inference([flat[i] for i in range(len(flat))], flat.sizes,
-                                                documents=index, side_data=side_data)
-    theirs = hub.documents_dataset(pair, index, side_data)
+                                                documents=index, side_data=hub.side_data(flat))
+    theirs = hub.documents_dataset(flat, index)
     assert ours.position_major == theirs.position_major and ours.sides == theirs.sides == ("src", "toyrev")
 
     def batches(ds):

@@ -26,17 +26,18 @@ from fairseq.data import LanguagePairDataset
 from fairseq.hub_utils import GeneratorHubInterface
 from omegaconf import open_dict
 
+from .data import context_batch as cb
+from .data.dataset_builder import build_document_dataset, raw_side_data
 from .data.doc_index import DocIndex
-from .data.document_dataset import DocumentPairDataset
 from .data.packed_tokens import PackedTokens
-from .data.segments import SegmentPairDataset, plan_segments
 # the loading of checkpoints, importable from here as well
 from .inference.checkpoint import (CheckpointError, check_dictionaries, checkpoint_path,  # noqa: F401
                                    find_spm_model, load_checkpoint_state, load_models,
                                    resolve_language_pair)
-from .inference.drafter import (DraftTranslator, load_draft_translator, load_model_drafter,  # noqa: F401
-                                reads_drafts)
+# the draft side's raw-input hook, registered on import; the draft translator, importable from here
+from .inference.drafter import load_draft_translator  # noqa: F401
 from .inference.options import TRANSLATE_DEFAULTS
+from .models.document_context import context_spec
 
 logger = logging.getLogger(__name__)
 
@@ -44,13 +45,12 @@ logger = logging.getLogger(__name__)
 class DocumentHubInterface(GeneratorHubInterface):
     """fairseq's hub interface plus :meth:`translate_document` / :meth:`translate_documents`.
 
-    A model that reads the ``draft`` context side (``mht_transformer``) gets the drafts of
-    raw input from ``drafter``, a sentence-level src->tgt checkpoint
-    (:class:`DraftTranslator`, :func:`from_pretrained`'s
-    ``draft_path``), which translates every sentence first, as ``docctx-drafts`` does for a
-    data directory (length-sorted batches)."""
+    A model that reads a context side whose sentences raw input lacks (e.g. the drafts
+    ``mht_transformer`` reads) gets them from ``raw_inputs``, the makers the sides'
+    raw-input hooks gave when the model was loaded (:func:`~fairseq_docctx.data.
+    context_batch.raw_input_makers`; :meth:`side_data`)."""
 
-    def __init__(self, cfg, task, models, spm_model: Optional[str] = None, drafter=None):
+    def __init__(self, cfg, task, models, spm_model: Optional[str] = None, raw_inputs: Optional[dict] = None):
         super().__init__(cfg, task, models)
         self.spm, self.spm_model = None, spm_model
         if spm_model is not None:
@@ -62,7 +62,7 @@ class DocumentHubInterface(GeneratorHubInterface):
                 self.spm = sentencepiece.SentencePieceProcessor(model_file=spm_model)
             except (OSError, RuntimeError) as e:
                 raise CheckpointError(f"{spm_model}: not a SentencePiece model ({e})") from None
-        self.drafter = drafter
+        self.raw_inputs = dict(raw_inputs or {})
 
     @property
     def reads_segments(self) -> bool:
@@ -104,32 +104,34 @@ class DocumentHubInterface(GeneratorHubInterface):
                 limits.append(int(p))
         return min(limits)
 
-    def segment_dataset(self, pair, doc_index: DocIndex, max_tokens: Optional[int] = None) -> SegmentPairDataset:
-        """The documents' sentences (``pair``, no targets) packed into segments under
-        :meth:`segment_limit` and the checkpoint's ``--segment-packing``, document by document,
-        on the source's lengths (:func:`~fairseq_docctx.data.segments.plan_segments`, as the
-        task packs a test split for ``fairseq-generate``)."""
-        plan = plan_segments(doc_index, pair.src_sizes, None, self.segment_limit(max_tokens),
-                             packing=str(self.task.cfg.segment_packing))
-        sep = self.task.cfg.context_separator
-        return SegmentPairDataset(pair, plan, self.src_dict.index(sep), shuffle=False,
-                                  target_separator=self.tgt_dict.index(sep))
+    def side_data(self, sentences: Sequence[torch.LongTensor], batch_size: Optional[int] = None,
+                  max_tokens: Optional[int] = None) -> dict:
+        """The sentences of the context sides the model reads that raw input lacks, of
+        binarized source ``sentences`` (:attr:`raw_inputs`; e.g. the drafts of every sentence,
+        each translated on its own), by side."""
+        return raw_side_data(self.raw_inputs, sentences, batch_size=batch_size, max_tokens=max_tokens)
 
-    @property
-    def reads_drafts(self) -> bool:
-        """Whether the model reads drafts, which raw input has to be given on the fly."""
-        return reads_drafts(self.models)
-
-    def make_drafts(self, sentences: Sequence[torch.LongTensor], batch_size: Optional[int] = None,
-                    max_tokens: Optional[int] = None) -> List[torch.LongTensor]:
-        """The drafter's best translations (target token ids ending in EOS) of binarized
-        source sentences, each on its own (no context)."""
-        if self.drafter is None:
-            raise CheckpointError("the model reads drafts of the sentences: give the src->tgt "
-                                  "sentence-level checkpoint that makes them (draft_path=...)",
-                                  "the model reads drafts of the sentences: give the src->tgt "
-                                  "sentence-level checkpoint that makes them (--draft-path)")
-        return self.drafter.translate(sentences, max_tokens=max_tokens, batch_size=batch_size)
+    def documents_dataset(self, sentences: PackedTokens, doc_index: DocIndex, batch_size: Optional[int] = None,
+                          max_tokens: Optional[int] = None):
+        """The dataset of the documents' binarized sentences (in document order, no targets;
+        :func:`~fairseq_docctx.data.dataset_builder.build_document_dataset`), with the sides raw
+        input lacks (:meth:`side_data`, made in batches of ``batch_size`` sentences or
+        ``max_tokens`` tokens). A segment model's: packed into segments
+        under :meth:`segment_limit` and the checkpoint's ``--segment-packing``, document by
+        document, on the source's lengths (as the task packs a test split for
+        ``fairseq-generate``). Another model's: in document order where it reads its own
+        previous translations."""
+        pair = LanguagePairDataset(sentences, sentences.sizes, self.src_dict, tgt_dict=self.tgt_dict, shuffle=False)
+        side_data = self.side_data(sentences, batch_size=batch_size, max_tokens=max_tokens)
+        cfg = self.task.cfg
+        if self.reads_segments:
+            sep = cfg.context_separator
+            return build_document_dataset(pair, doc_index, segments=True, max_segment_tokens=self.segment_limit(max_tokens),
+                                          packing=cfg.segment_packing,
+                                          separators=(self.src_dict.index(sep), self.tgt_dict.index(sep)))
+        return build_document_dataset(pair, doc_index, context_size=cfg.context_size, context_sides=cfg.context_sides,
+                                      position_major=bool(getattr(self.task, "hypothesis_context", True)),
+                                      side_data=side_data)
 
     # raw text <-> model tokens: the data folder of a pretrained model (docctx-prepare
     # --pretrained) says how; else the SentencePiece model docctx-prepare trained
@@ -236,7 +238,7 @@ class DocumentHubInterface(GeneratorHubInterface):
         ``document_done(i, hypotheses)`` as soon as document ``i`` is translated.
 
         A segment model (:attr:`reads_segments`) gets the documents packed into segments
-        (:meth:`segment_dataset`); the task's ``inference_step`` gives back one hypothesis
+        (:meth:`documents_dataset`); the task's ``inference_step`` gives back one hypothesis
         list per source sentence and rewrites the batch's ``id`` to those sentences' ids, so
         the results are gathered by sentence as for the other models; the segments decoded
         again sentence by sentence (misaligned with their source) are counted in
@@ -262,21 +264,7 @@ class DocumentHubInterface(GeneratorHubInterface):
             return [[] for _ in documents] if keep else None
         doc_index = DocIndex([str(i) for i, n in enumerate(lengths) if n],
                              [n for n in lengths if n])
-        pair = LanguagePairDataset(flat, flat.sizes, self.src_dict,
-                                   tgt_dict=self.tgt_dict, shuffle=False)
-        cfg = self.task.cfg
-        side_data = {}
-        if self.reads_drafts:
-            from .data.drafts import DraftSentences
-
-            side_data["draft"] = DraftSentences(self.make_drafts(flat, batch_size=batch_size, max_tokens=max_tokens))
-        if self.reads_segments:
-            dataset = self.segment_dataset(pair, doc_index, max_tokens)
-        else:
-            # document order only where the model reads its own previous translations
-            dataset = DocumentPairDataset(pair, doc_index, cfg.context_size, cfg.context_sides, shuffle=False,
-                                          position_major=bool(getattr(self.task, "hypothesis_context", True)),
-                                          side_data=side_data)
+        dataset = self.documents_dataset(flat, doc_index, batch_size, max_tokens)
         gen_args = copy.deepcopy(self.cfg.generation)
         with open_dict(gen_args):
             gen_args.beam = beam
@@ -295,7 +283,7 @@ class DocumentHubInterface(GeneratorHubInterface):
         # length-sorted batches: in any order)
         doc_of = np.repeat(np.arange(len(nonempty)), doc_index.lengths)
         left = doc_index.lengths.astype(np.int64).copy()
-        del flat, pair  # the dataset holds what it needs
+        del flat  # the dataset holds what it needs
         # the results of the sentences whose document is still open, by sentence id
         open_results, done_docs = {}, 0
         out = [[] for _ in documents] if keep else None
@@ -366,8 +354,10 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
             m.half()
         if not cpu and torch.cuda.is_available():
             m.cuda()
-    drafter = load_model_drafter(path, state, models, data, draft_path, beam=draft_beam, cpu=cpu, fp16=fp16)
-    hub = DocumentHubInterface(cfg, task, models, spm_model, drafter=drafter)
+    request = cb.RawInputRequest(path, state, models, data, {"draft_path": draft_path, "draft_beam": draft_beam},
+                                 cpu=cpu, fp16=fp16)
+    sides = [s for m in models for s in context_spec(m).sides]
+    hub = DocumentHubInterface(cfg, task, models, spm_model, raw_inputs=cb.raw_input_makers(sides, request))
     if not cpu and torch.cuda.is_available():
         hub.cuda()
     return hub

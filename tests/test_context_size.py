@@ -31,7 +31,7 @@ def test_a_checkpoint_reports_the_k_it_reads_in_one_place():
 
     hub = from_pretrained(str(OLD / "qcn.pt"), data=str(OLD / "data-bin"))
     assert int(hub.task.cfg.context_size) == 3  # what the task collates (the checkpoint's)
-    assert context_spec(hub.models[0]).size == 2 and hub.task.model_spec.size == 2
+    assert context_spec(hub.models[0]).size == 2 and hub.task.context_contract.size == 2
     assert ModelScorer(hub).context_size == 2
     # a task that gives fewer (said to be meant: context_override): the model reads those
     hub = from_pretrained(str(OLD / "qcn.pt"), data=str(OLD / "data-bin"), context_size=1, context_override=True)

@@ -638,7 +638,7 @@ def test_lr_scale_needs_a_sentence_checkpoint_and_learning_weights(tmp_path):
     with pytest.raises(ValueError, match="must be above 0"):
         g_model(d, 1, lr_scale_pretrained=0.0, init_from_sentence_checkpoint=str(tmp_path / "sent.pt"))
     # a flattened copy of the parameters (fairseq's fp16 training) cannot be grouped: refused
-    from fairseq_docctx.tasks.document_translation import lr_scaled_groups
+    from fairseq_docctx.models.sentence_init import lr_scaled_groups
 
     model = g_model(d, 1, lr_scale_pretrained=0.2, init_from_sentence_checkpoint=str(tmp_path / "sent.pt"))
     flat = torch.nn.Parameter(torch.cat([p.detach().view(-1) for p in model.parameters()]))

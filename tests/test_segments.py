@@ -321,7 +321,7 @@ def test_a_segment_longer_than_the_model_is_one_line_naming_it():
     d = toy_dictionary()
     pair, docs = toy_pair(d, [5, 1, 7, 3])
     task = make_task(max_segment_tokens=30)
-    ds = task.datasets["test"] = task.segment_dataset("test", pair, docs)
+    ds = task.datasets["test"] = task.document_dataset("test", pair, docs)
     task.split_files["test"] = (("bin/test.src-tgt.src", "bin/test.src-tgt.tgt"), docs)
     indices = np.arange(len(ds))
     limit = 12
@@ -353,8 +353,8 @@ def test_only_the_training_split_is_packed_on_the_targets():
     def cut(plan):
         return [plan.sentences(i).tolist() for i in range(len(plan))]
 
-    train = cut(task.segment_dataset("train", pair, docs).plan)
-    test = cut(task.segment_dataset("test", pair, docs).plan)
+    train = cut(task.document_dataset("train", pair, docs).plan)
+    test = cut(task.document_dataset("test", pair, docs).plan)
     assert train == cut(seg.plan_segments(docs, pair.src_sizes, pair.tgt_sizes, 14))
     assert test == cut(seg.plan_segments(docs, pair.src_sizes, None, 14)) != train
 
@@ -366,13 +366,13 @@ def test_generation_shards_pack_their_own_documents():
     pair, docs = toy_pair(d, [5, 1, 7, 3, 4, 6, 2])
     seen = []
     for shard in range(3):
-        ds = make_task(num_shards=3, shard_id=shard).segment_dataset("test", pair, docs)
+        ds = make_task(num_shards=3, shard_id=shard).document_dataset("test", pair, docs)
         mine = np.concatenate([ds.plan.sentences(i) for i in range(len(ds))])
         whole = np.flatnonzero(np.isin(docs.sent_doc, docs.sent_doc[mine]))
         assert sorted(mine.tolist()) == whole.tolist()  # whole documents
         seen.extend(mine.tolist())
     assert sorted(seen) == list(range(len(pair)))
-    train = make_task(num_shards=3, shard_id=1).segment_dataset("train", pair, docs)
+    train = make_task(num_shards=3, shard_id=1).document_dataset("train", pair, docs)
     assert sum(int(c) for c in train.plan.counts) == len(pair)
 
 

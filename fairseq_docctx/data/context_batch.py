@@ -78,8 +78,9 @@ class ContextSide:
             side is the model's own translations, filled in by the task batch by batch.
         aliases: other spellings accepted by ``--context-sides``.
         load: for sides without ``item_key``: ``load(task, split, data_path, pair)`` returns
-            the side's sentences of a split (an indexable of token tensors, one per sentence,
-            with a ``sizes`` array), or ``None`` if the split has none.
+            the side's sentences of a binarized split (an indexable of token tensors, one per
+            sentence, with a ``sizes`` array), or ``None`` if the split has none. Those of raw
+            input come from the side's raw-input hook (:func:`register_raw_input`).
     """
 
     name: str
@@ -117,6 +118,51 @@ def register_side(side: ContextSide) -> ContextSide:
 register_side(ContextSide("src", "source", item_key="source", left_pad=None, aliases=("source",)))
 register_side(ContextSide("tgt", "target", item_key="target", left_pad=False, from_hypotheses=True,
                           aliases=("target",)))
+
+
+@dataclass(frozen=True)
+class RawInputRequest:
+    """What a raw-input hook (:func:`register_raw_input`) is given when a checkpoint is
+    loaded to translate or score raw input: the checkpoint file ``path`` and its ``state``,
+    its loaded ``models``, their data directory ``data``, the loading ``options`` (keyword
+    options of the hub's ``from_pretrained``, e.g. the checkpoint a side's sentences come
+    from) and the device settings."""
+
+    path: str
+    state: dict
+    models: Sequence
+    data: Optional[str]
+    options: Mapping
+    cpu: bool = True
+    fp16: bool = False
+
+
+_RAW_INPUTS: Dict[str, Callable] = {}
+
+
+def register_raw_input(name: str, hook: Callable) -> None:
+    """Declare how raw input (text binarized on the fly, which has no stream of side
+    ``name`` beside it) gets side ``name``'s sentences: ``hook(request)``, called once when a
+    model that reads the side is loaded (:class:`RawInputRequest`), returns the maker
+    ``make(sentences, batch_size=None, max_tokens=None)`` of the side's sentences of binarized
+    source sentences (an indexable of token tensors with a ``sizes`` array, one per
+    sentence), or ``None`` when it has none to give (the side is then absent from the
+    batches). The side's other hook, ``load``, reads a binarized split's
+    (:class:`ContextSide`)."""
+    get_side(name)
+    _RAW_INPUTS[name] = hook
+
+
+def raw_input_makers(sides: Sequence[str], request: RawInputRequest) -> Dict[str, Callable]:
+    """The makers of the sentences of those of ``sides`` that raw input lacks (sides without
+    ``item_key`` that have a raw-input hook, :func:`register_raw_input`), by side."""
+    makers = {}
+    for name in sides:
+        hook = _RAW_INPUTS.get(name) if get_side(name).item_key is None else None
+        make = hook(request) if hook is not None else None
+        if make is not None:
+            makers[name] = make
+    return makers
 
 
 def get_side(name: str) -> ContextSide:
@@ -356,7 +402,8 @@ def cut_width(tokens: Tensor, width: int, left_pad: bool) -> Tensor:
 
 
 __all__ = [
-    "ContextSide", "SideTable", "register_side", "get_side", "declared_sides", "parse_sides",
+    "ContextSide", "SideTable", "register_side", "RawInputRequest", "register_raw_input", "raw_input_makers",
+    "get_side", "declared_sides", "parse_sides",
     "format_sides", "get_context", "with_context", "without_context", "with_variants", "variants",
     "variant_sample", "new_context",
     "add_table", "has_side", "sides", "table", "index", "context_ids", "cache", "row_map",

@@ -22,6 +22,8 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
+from ..errors import UsageError
+
 DOC_INDEX_SUFFIX = "docs"
 
 
@@ -179,3 +181,36 @@ def balanced_shards(lengths: Sequence[int], num_shards: int) -> List[np.ndarray]
         owner[d] = s
         heapq.heappush(heap, (load + int(lengths[d]), s))
     return [np.flatnonzero(owner == s) for s in range(num_shards)]
+
+
+def load_doc_index(data_path: str, split: str, src: str, tgt: str, num_sentences: int,
+                   combine: bool = False, missing: Optional[str] = None) -> DocIndex:
+    """The document index of ``split`` of a binarized data directory (shards ``split1``,
+    ``split2``... concatenated with ``combine``, as fairseq concatenates the binarized
+    shards), written for either direction. A split without one is one document a sentence,
+    or, when ``missing`` names what to do instead (the option that needs no documents), a
+    ``FileNotFoundError`` saying so; an index that covers another number of sentences than
+    ``num_sentences`` is a :class:`~fairseq_docctx.errors.UsageError`."""
+    parts, k = [], 0
+    while True:
+        split_k = split + (str(k) if k > 0 else "")
+        found = [p for p in (doc_index_path(data_path, split_k, src, tgt), doc_index_path(data_path, split_k, tgt, src))
+                 if os.path.exists(p)]
+        if not found:
+            break
+        parts.append(DocIndex.read(found[0]))
+        k += 1
+        if not combine:
+            break
+    if not parts:
+        if missing is not None:
+            raise FileNotFoundError(
+                f"no document index {doc_index_path(data_path, split, src, tgt)}: prepare the data with "
+                "docctx-prepare (or write one line '<doc id>\\t<number of sentences>' per document), or "
+                f"train with {missing}")
+        return DocIndex.single_sentence_documents(num_sentences)
+    docs = DocIndex.concat(parts)
+    if docs.num_sentences != num_sentences:
+        raise UsageError(f"{data_path}: the document index of '{split}' covers {docs.num_sentences} sentences, "
+                         f"the binarized data has {num_sentences}")
+    return docs

@@ -714,6 +714,27 @@ class PretrainedText:
         tokens are not added here."""
         return _Step(self, source_lang, target_lang, tokenizer)
 
+    def default_step(self, args, kind: str, source_lang: str, target_lang: str):
+        """The step a task builds for fairseq's ``--tokenizer`` (``kind`` ``"tokenizer"``) or
+        ``--bpe`` (``"bpe"``) configuration ``args`` that names none: the family's Moses
+        tokenizer (families that tokenize with Moses only), or the release's segmentation
+        (:meth:`step`); ``None`` when ``args`` names one (fairseq builds it)."""
+        if encoder_name(args, kind) is not None or (kind == "tokenizer" and not self.moses):
+            return None
+        return self.step(source_lang, target_lang, tokenizer=kind == "tokenizer")
+
+
+def encoder_name(args, kind: str) -> Optional[str]:
+    """The name a tokenizer/BPE configuration gives (``--tokenizer``/``--bpe``), ``None`` when
+    it gives none (fairseq-generate passes ``cfg.tokenizer``/``cfg.bpe``: ``None`` or a config
+    with ``_name``; an argparse namespace has the option as an attribute)."""
+    if args is None:
+        return None
+    name = getattr(args, "_name", None)
+    if name is None and not hasattr(args, "_name"):
+        name = getattr(args, kind, None)
+    return None if name in (None, "", "none") else str(name)
+
 
 class _Step:
     """One of :meth:`PretrainedText.step`: ``encode``/``decode`` as fairseq's encoders have them."""

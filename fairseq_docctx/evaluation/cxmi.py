@@ -42,10 +42,13 @@ def _split_index(task, split: str):
     segments``) keeps its plan only, so the index is read again from the data directory."""
     ds = task.dataset(split)
     index = getattr(ds, "docs", None)
-    if index is None and hasattr(ds, "plan") and hasattr(task, "load_doc_index"):
+    if index is None and hasattr(ds, "plan"):
         from fairseq import utils
 
-        index = task.load_doc_index(utils.split_paths(task.cfg.data)[0], split, len(ds.pair), False)
+        from ..data.doc_index import load_doc_index
+
+        index = load_doc_index(utils.split_paths(task.cfg.data)[0], split, task.cfg.source_lang,
+                               task.cfg.target_lang, len(ds.pair), missing="--doc-mode sentences")
     return index
 
 

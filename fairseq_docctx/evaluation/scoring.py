@@ -6,11 +6,13 @@ A unit of scoring is a small *document*: the context sentences (source and targe
 document order) followed by the sentence to score. The documents are flattened into one
 sentence-level :class:`~fairseq.data.LanguagePairDataset`, indexed with a
 :class:`~fairseq_docctx.data.doc_index.DocIndex`, and wrapped in the task's
-:class:`~fairseq_docctx.data.document_dataset.DocumentPairDataset`, so every batch carries
+:class:`~fairseq_docctx.data.document_dataset.DocumentPairDataset`
+(:func:`~fairseq_docctx.data.dataset_builder.build_document_dataset`), so every batch carries
 ``net_input["context"]`` exactly as in training (the model's own ``--context-size`` and
-``--context-sides``; the target context is the given reference, teacher-forced; a model that
-reads drafts, MHT, gets its sentence model's drafts of the source sentences, made as at test
-time). Only the last sentence of each document is scored, many documents per batch. Models
+``--context-sides``; the target context is the given reference, teacher-forced; a side whose
+sentences raw input lacks, e.g. the drafts MHT reads, comes from its raw-input hook as at test
+time: :meth:`~fairseq_docctx.hub.DocumentHubInterface.side_data`). Only the last sentence of
+each document is scored, many documents per batch. Models
 that do not read context get it removed (:func:`~fairseq_docctx.models.document_context.sample_for_model`),
 i.e. they are scored at sentence level.
 
@@ -34,8 +36,8 @@ from fairseq import utils
 from fairseq.data import LanguagePairDataset
 
 from ..data.doc_index import DocIndex
-from ..data.document_dataset import DocumentPairDataset
-from ..data.segments import SegmentBudget, SegmentPairDataset, SegmentPlan
+from ..data.dataset_builder import build_document_dataset, one_segment_per_document
+from ..data.segments import SegmentBudget
 
 # (source sentences, target sentences) of one document; the last pair is scored
 TokenDocument = Tuple[Sequence[torch.Tensor], Sequence[torch.Tensor]]
@@ -153,21 +155,14 @@ class ModelScorer:
         )
         index = DocIndex([str(i) for i in range(len(lengths))], lengths)
         if self.reads_segments:  # one segment a document; its id is the document's position
-            plan = SegmentPlan(index.offsets.astype(np.int64), index.lengths.astype(np.int64),
-                               np.zeros(len(lengths), dtype=np.int64), np.zeros(0, dtype=np.int64), 0,
-                               self.segment_limit, str(self.task.cfg.segment_packing))
             sep = cfg.context_separator
-            ds = SegmentPairDataset(pair, plan, self.src_dict.index(sep), shuffle=False,
-                                    target_separator=self.tgt_dict.index(sep))
-            return ds, None
-        side_data = {}
-        if self.hub.reads_drafts:  # MHT: drafts of every source sentence by its sentence model, as at test time
-            from ..data.drafts import DraftSentences
-
-            side_data["draft"] = DraftSentences(self.hub.make_drafts(src, batch_size=self.batch_size,
-                                                                     max_tokens=self.max_tokens))
-        ds = DocumentPairDataset(pair, index, cfg.context_size, cfg.context_sides, shuffle=False,
-                                 side_data=side_data)
+            plan = one_segment_per_document(index, self.segment_limit, self.task.cfg.segment_packing)
+            return build_document_dataset(pair, index, segments=True, plan=plan,
+                                          separators=(self.src_dict.index(sep), self.tgt_dict.index(sep))), None
+        # the sides raw input lacks (e.g. MHT's drafts of every source sentence), made as at test time
+        side_data = self.hub.side_data(src, batch_size=self.batch_size, max_tokens=self.max_tokens)
+        ds = build_document_dataset(pair, index, context_size=cfg.context_size, context_sides=cfg.context_sides,
+                                    side_data=side_data)
         last = (index.offsets + index.lengths - 1).astype(np.int64)
         return ds, last
 

@@ -21,6 +21,7 @@ from fairseq import checkpoint_utils, tasks
 from omegaconf import DictConfig, open_dict
 
 from ..data import manifest as mf
+from ..data.dictionaries import dictionary_digest, dictionary_mismatch
 from ..data.manifest import spm_model_path
 from .. import register
 from ..data.paths import file_sha1
@@ -168,7 +169,8 @@ def check_dictionaries(path: str, state: dict, task, data: str, trained_on: Opti
         raise CheckpointError(msg.format(opt="data"), msg.format(opt="--data"))
     if not trained_on or not os.path.isdir(trained_on):
         # the directory is gone: the digests of its dictionaries' words the task recorded
-        mismatch = getattr(task, "dictionary_mismatch", lambda _: None)(recorded(state, "dictionary_digests"))
+        mismatch = dictionary_mismatch(recorded(state, "dictionary_digests"), task.source_dictionary,
+                                       task.target_dictionary, getattr(task.cfg, "context_separator", None))
         if mismatch:
             msg = (f"{path} was trained with another {mismatch} dictionary than {{opt}} {data}'s "
                    f"(same size, other words): {fix}")
@@ -199,8 +201,6 @@ def _pair_of_dictionaries(data: str, digests: Optional[str], separator: Optional
     when there are not two or the digests do not single one direction out (a joined
     dictionary: both files hold the same words)."""
     from fairseq.data import Dictionary
-
-    from ..tasks.document_translation import dictionary_digest
 
     langs = _dictionary_languages(data)
     if len(langs) != 2 or not digests or len(digests.split(",")) != 2:

@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from ..data import manifest as mf
-from ..data.drafts import DEFAULT_BEAM, DEFAULT_MAX_TOKENS, DraftsError
+from ..data import context_batch as cb
+from ..data.drafts import DEFAULT_BEAM, DEFAULT_MAX_TOKENS, DRAFT_SIDE, DraftSentences, DraftsError
 from ..models.document_context import context_spec
 from ..tasks.length_limits import limit_each_row
 from .checkpoint import CheckpointError, checkpoint_sha1, load_models, recorded
@@ -24,7 +25,18 @@ from .checkpoint import CheckpointError, checkpoint_sha1, load_models, recorded
 
 def reads_drafts(models) -> bool:
     """Whether one of ``models`` reads the ``draft`` context side."""
-    return any("draft" in context_spec(m).sides for m in models)
+    return any(DRAFT_SIDE in context_spec(m).sides for m in models)
+
+
+def check_language_pair(where: str, langs, data_dir: str) -> None:
+    """Refuse (:class:`CheckpointError`) a drafts model ``where`` that translates ``langs``
+    (source, target) when the data directory ``data_dir`` records another language pair:
+    drafts come from a model of the data's pair."""
+    pair = mf.language_pair(data_dir)
+    if pair is not None and tuple(pair) != tuple(langs):
+        raise CheckpointError(f"{where} translates {langs[0]}->{langs[1]}, the data directory {data_dir} "
+                              f"is {pair[0]}->{pair[1]}: drafts come from a {pair[0]}->{pair[1]} "
+                              "sentence-level model")
 
 
 class DraftTranslator:
@@ -159,12 +171,7 @@ def load_draft_translator(checkpoint: str, data_dir: str, beam: int = DEFAULT_BE
 
     checkpoint, data_dir = os.fspath(checkpoint), os.fspath(data_dir)
     models, cfg, task, _, _ = load_models(checkpoint, data_dir, fix="")
-    pair = mf.language_pair(data_dir)
-    langs = (task.cfg.source_lang, task.cfg.target_lang)
-    if pair is not None and tuple(pair) != langs:
-        raise CheckpointError(f"{checkpoint} translates {langs[0]}->{langs[1]}, the data "
-                              f"directory {data_dir} is {pair[0]}->{pair[1]}: drafts come "
-                              f"from a {pair[0]}->{pair[1]} sentence-level model")
+    check_language_pair(checkpoint, (task.cfg.source_lang, task.cfg.target_lang), data_dir)
     model = models[0]
     if context_spec(model).reads_context:
         raise CheckpointError(f"{checkpoint}: {model.__class__.__name__} reads document "
@@ -208,3 +215,25 @@ def load_model_drafter(path: str, state: dict, models, data: str, draft_path: Op
                "src->tgt sentence-level checkpoint ({opt})")
         raise CheckpointError(msg.format(opt="draft_path=CKPT"), msg.format(opt="--draft-path CKPT"))
     return load_draft_translator(draft_path, data, beam=beam or DEFAULT_BEAM, cpu=cpu, fp16=fp16)
+
+
+def draft_input(request: cb.RawInputRequest):
+    """The ``draft`` side's raw-input hook (:func:`~fairseq_docctx.data.context_batch.
+    register_raw_input`): for a model that reads drafts, the maker of the drafts of raw
+    input's sentences by its draft translator (:func:`load_model_drafter`, with the hub's
+    ``draft_path`` and ``draft_beam`` options), each sentence translated on its own in
+    length-sorted batches as ``docctx-drafts`` translates a data directory; ``None`` for
+    other models."""
+    translator = load_model_drafter(request.path, request.state, request.models, request.data,
+                                    request.options.get("draft_path"), beam=request.options.get("draft_beam"),
+                                    cpu=request.cpu, fp16=request.fp16)
+    if translator is None:
+        return None
+
+    def make(sentences, batch_size=None, max_tokens=None):
+        return DraftSentences(translator.translate(sentences, max_tokens=max_tokens, batch_size=batch_size))
+
+    return make
+
+
+cb.register_raw_input(DRAFT_SIDE, draft_input)

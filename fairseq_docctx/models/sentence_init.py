@@ -31,8 +31,9 @@ Options:
   (:func:`mark_lr_scale`; what fairseq's ``composite`` optimizer groups on), and the
   ``document_translation`` task's optimizer step gives them a parameter group of their own
   at S times the scheduler's learning rate
-  (:func:`~fairseq_docctx.tasks.document_translation.lr_scaled_groups`).
+  (:func:`lr_scaled_groups`).
 """
+import contextlib
 import logging
 import os
 from typing import Callable, List, Sequence
@@ -204,3 +205,46 @@ def apply(model, args, name: str, is_context: Callable[[str], bool],
         print(msg, flush=True)
         logger.info(msg)
     return model
+
+
+@contextlib.contextmanager
+def lr_scaled_groups(optimizer, model):
+    """For the duration of one optimizer step: the trainable parameters of ``model`` with a
+    learning-rate scale s (fairseq's ``optim_overrides`` attribute,
+    :func:`lr_scale`, e.g. ``--lr-scale-pretrained``) in
+    parameter groups of their own, one per scale, each a copy of its group's settings with
+    the learning rate the scheduler set times s; afterwards the optimizer's groups are
+    exactly as before, so its state and checkpoints keep fairseq's layout. Nothing changes
+    when no parameter has a scale, nor under fairseq's ``composite`` optimizer, which groups
+    on the same attributes itself. A scaled parameter the optimizer does not hold as such
+    (fairseq's flattened fp16 copy) is an error naming ``--fp16-no-flatten-grads``."""
+    scaled = {id(p) for p in model.parameters() if p.requires_grad and lr_scale(p) != 1.0}
+    if not scaled or getattr(optimizer, "supports_groups", False):
+        yield
+        return
+    groups = optimizer.param_groups
+    originals = [(g, g["params"]) for g in groups]
+    added, found = [], 0
+    for g, params in originals:
+        by_scale, keep = {}, []
+        for p in params:
+            s = lr_scale(p)
+            (keep if s == 1.0 else by_scale.setdefault(s, [])).append(p)
+        if by_scale:
+            g["params"] = keep
+            for s, ps in by_scale.items():
+                added.append({**g, "params": ps, "lr": g["lr"] * s})
+                found += len(ps)
+    if found != len(scaled):
+        for g, params in originals:
+            g["params"] = params
+        raise UsageError(f"--lr-scale-pretrained: the optimizer holds {found} of the {len(scaled)} parameters "
+                         "with a learning-rate scale as parameters of their own (fairseq's fp16 training "
+                         "flattens them into one: add --fp16-no-flatten-grads)")
+    groups.extend(added)
+    try:
+        yield
+    finally:
+        del groups[len(originals):]
+        for g, params in originals:
+            g["params"] = params

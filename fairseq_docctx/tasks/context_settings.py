@@ -31,9 +31,13 @@ ADOPTED_SETTINGS = ("context_size", "context_sides", "doc_mode", "max_segment_to
 TABLE_SETTINGS = ("context_size", "context_sides")
 #: the adopted settings that are names (recorded and compared as plain strings)
 NAMED_SETTINGS = ("doc_mode", "segment_packing")
+DOC_MODE_CHOICES = ("sentences", "segments")
+#: training default of --context-sides (at inference: the checkpoint's); that of
+#: --context-size is :data:`~fairseq_docctx.models.document_context.DEFAULT_CONTEXT_SIZE`
+DEFAULT_CONTEXT_SIDES = "source"
 
 
-def set_cfg(cfg, name, value):
+def set_config_value(cfg, name, value):
     """``cfg.name = value`` in an omegaconf config (its struct flag lifted) or a plain namespace."""
     try:
         with open_dict(cfg):
@@ -42,9 +46,57 @@ def set_cfg(cfg, name, value):
         setattr(cfg, name, value)
 
 
+def set_defaults(cfg) -> None:
+    """The defaults of the context settings not given (training's; at inference the
+    checkpoint's replace them, :func:`adopt`): sentences, K = 3 (0 for segments, which hold
+    their own context), the source side, the segments' limit and packing; a negative K or an
+    unknown side is a :class:`UsageError`."""
+    for name, default in (("doc_mode", "sentences"), ("max_segment_tokens", seg.DEFAULT_MAX_SEGMENT_TOKENS),
+                          ("segment_packing", seg.DEFAULT_SEGMENT_PACKING)):
+        if getattr(cfg, name) is None:
+            set_config_value(cfg, name, default)
+    if cfg.context_size is None:  # segments hold their own context: K is 0
+        set_config_value(cfg, "context_size", 0 if cfg.doc_mode == "segments" else dc.DEFAULT_CONTEXT_SIZE)
+    if cfg.context_sides is None:
+        set_config_value(cfg, "context_sides", DEFAULT_CONTEXT_SIDES)
+    if cfg.context_size < 0:
+        raise UsageError("--context-size must be >= 0")
+    cb.parse_sides(cfg.context_sides)  # a clear error for an unknown side
+
+
+def check_doc_mode(task) -> None:
+    """Refuse settings that segments cannot honour, naming the option to change; a K that is
+    not given (the default, or a sentence-level checkpoint's) is 0 for segments."""
+    cfg = task.cfg
+    if cfg.doc_mode not in DOC_MODE_CHOICES:
+        raise UsageError(f"--doc-mode {cfg.doc_mode}: one of {', '.join(DOC_MODE_CHOICES)}")
+    if not task.segments:
+        return
+    if int(cfg.context_size) > 0 and "context_size" not in task.command_line_context:
+        # the default K, or a sentence-level checkpoint's: segments have no context tables
+        logger.info(f"--doc-mode segments: --context-size 0 (not {cfg.context_size}): a segment holds its own context")
+        set_config_value(cfg, "context_size", 0)
+    if int(cfg.context_size) > 0:
+        raise UsageError(f"--doc-mode segments with --context-size {cfg.context_size}: a segment holds its own "
+                         "context (the sentences before each sentence in it), there are no context tables; "
+                         "leave out --context-size (or give 0)")
+    if int(cfg.max_segment_tokens) < 1:
+        raise UsageError(f"--max-segment-tokens {cfg.max_segment_tokens}: must be at least 1")
+    if str(cfg.segment_packing) not in seg.SEGMENT_PACKINGS:
+        raise UsageError(f"--segment-packing {cfg.segment_packing}: one of {', '.join(seg.SEGMENT_PACKINGS)}")
+
+
+def record(task, cfg) -> None:
+    """Record the task's context settings in a new model's args ``cfg`` (plain values: a
+    choice is an enum of fairseq's), where inference reads them back (:func:`adopt`)."""
+    for name in ADOPTED_SETTINGS:
+        value = getattr(task.cfg, name)
+        setattr(cfg, name, str(value) if name in NAMED_SETTINGS else value)
+
+
 def adopt(task, saved, where: str = "the checkpoint", arch: Optional[str] = None) -> None:
     """Take the context settings of a checkpoint (``saved``: its task config or model args)
-    for those not given on ``task``'s command line (``task.given_context``); a given one
+    for those not given on ``task``'s command line (``task.command_line_context``); a given one
     that differs goes to :func:`check_given`. A checkpoint without the last three settings
     was trained on sentences; a segment checkpoint without the last, before the option,
     packed per side (:data:`~fairseq_docctx.data.segments.LEGACY_SEGMENT_PACKING`).
@@ -66,14 +118,26 @@ def adopt(task, saved, where: str = "the checkpoint", arch: Optional[str] = None
             same = int(value) == int(mine)
         if same:
             continue
-        if name in task.given_context:
+        if name in task.command_line_context:
             check_given(task, name, mine, value, where, arch)
         else:
             logger.info(f"--{name.replace('_', '-')} {value} (from {where})")
-            set_cfg(task.cfg, name, str(value) if name in NAMED_SETTINGS else value)
-    task.check_doc_mode()
-    if task.uses_context or task.segments:
-        task.add_separator()
+            set_config_value(task.cfg, name, str(value) if name in NAMED_SETTINGS else value)
+    check_doc_mode(task)
+    add_separator(task)
+
+
+def add_separator(task) -> None:
+    """With context or segments, the context separator (``--context-separator``) in the
+    task's dictionaries, added with a warning where missing (``docctx-prepare`` puts it there)."""
+    if not (task.uses_context or task.segments):
+        return
+    sep = task.cfg.context_separator
+    for d in {id(task.src_dict): task.src_dict, id(task.tgt_dict): task.tgt_dict}.values():
+        if sep not in d.indices:
+            logger.warning(f"context separator {sep} is not in the dictionary: adding it "
+                           "(docctx-prepare puts it there for you)")
+            d.add_symbol(sep)
 
 
 def check_given(task, name: str, mine, value, where: str = "the checkpoint", arch: Optional[str] = None) -> None:
@@ -103,4 +167,4 @@ def reads_context_tables(task, arch: Optional[str] = None) -> Optional[bool]:
     cls = dc.model_class(arch)
     if cls is not None:
         return issubclass(cls, dc.DocumentContextModel)
-    return task.model_spec.reads_context if getattr(task, "built_model", False) else None
+    return task.context_contract.reads_context if getattr(task, "built_model", False) else None

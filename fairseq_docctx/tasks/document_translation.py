@@ -16,17 +16,12 @@ segment settings) default to the checkpoint's; one given that differs is refused
 ``--context-override``: :mod:`fairseq_docctx.tasks.context_settings`.
 """
 import argparse
-import contextlib
 import logging
-import os
-from typing import Optional
+from typing import Optional, Tuple
 
-import numpy as np
-import torch
 from dataclasses import dataclass, field
 
-from fairseq import metrics, utils
-from fairseq.data import data_utils, iterators
+from fairseq import utils
 from fairseq.dataclass import ChoiceEnum
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.tasks import register_task
@@ -34,18 +29,20 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II
 
 from ..data import context_batch as cb
-from ..data import context_variants as cv
+from ..data import dataset_builder as db
+from ..data import dictionaries
 from ..data import segments as seg
-from ..data.doc_index import DocIndex, balanced_shards, check_shard, doc_index_path
+from ..data.doc_index import DocIndex, load_doc_index
 from ..data.document_dataset import DocumentPairDataset
 from ..data.pretrained import PretrainedText
 from ..errors import UsageError
 from ..models import document_context as dc
-from ..models import sentence_init
 from ..models.segment_model import SegmentModel
+from ..models.sentence_init import lr_scaled_groups
 from . import context_settings as cs
-from .context_settings import ADOPTED_SETTINGS, NAMED_SETTINGS
-from .context_settings import set_cfg as _set_cfg
+from . import coword_dropout as coword
+from . import cxmi_validation as cxmi
+from .context_settings import ADOPTED_SETTINGS
 from .document_order import DocumentOrderMemory
 from .language_tokens import LanguageTokens
 from .length_limits import binarized_files, check_prefix, limit_each_row, sample_too_long_message
@@ -55,15 +52,6 @@ logger = logging.getLogger(__name__)
 
 TARGET_CONTEXT_CHOICES = ("reference", "hypothesis")
 DOC_BATCHING_CHOICES = ("auto", "runs", "grouped-runs", "sentences")
-DOC_MODE_CHOICES = ("sentences", "segments")
-#: --validate-cxmi: the sums a validation batch adds to its logging output (summed over batches
-#: and workers like fairseq's --eval-bleu counts): target tokens, and the summed per-token
-#: log-probability differences true - none and random - none (nats)
-CXMI_TOKENS, CXMI_TRUE_NONE, CXMI_RANDOM_NONE = "_cxmi_tokens", "_cxmi_true_none", "_cxmi_random_none"
-CXMI_SUMS = (CXMI_TOKENS, CXMI_TRUE_NONE, CXMI_RANDOM_NONE)
-#: training default of --context-sides (at inference: the checkpoint's); that of
-#: --context-size is :data:`~fairseq_docctx.models.document_context.DEFAULT_CONTEXT_SIZE`
-DEFAULT_CONTEXT_SIDES = "source"
 
 
 @dataclass
@@ -107,7 +95,7 @@ class DocumentTranslationConfig(TranslationConfig):
                   "length), or 'auto': what the model's contract asks for "
                   "(its ``doc_batching``; runs for sentence-level models)"},
     )
-    doc_mode: Optional[ChoiceEnum(DOC_MODE_CHOICES)] = field(
+    doc_mode: Optional[ChoiceEnum(cs.DOC_MODE_CHOICES)] = field(
         default=None,
         metadata={"help": "samples: single 'sentences' with their context (default in "
                   "training), or 'segments' of consecutive sentences of a document translated "
@@ -205,68 +193,6 @@ class DocumentTranslationConfig(TranslationConfig):
     shard_id: int = II("dataset.shard_id")
 
 
-@contextlib.contextmanager
-def lr_scaled_groups(optimizer, model):
-    """For the duration of one optimizer step: the trainable parameters of ``model`` with a
-    learning-rate scale s (fairseq's ``optim_overrides`` attribute,
-    :func:`~fairseq_docctx.models.sentence_init.lr_scale`, e.g. ``--lr-scale-pretrained``) in
-    parameter groups of their own, one per scale, each a copy of its group's settings with
-    the learning rate the scheduler set times s; afterwards the optimizer's groups are
-    exactly as before, so its state and checkpoints keep fairseq's layout. Nothing changes
-    when no parameter has a scale, nor under fairseq's ``composite`` optimizer, which groups
-    on the same attributes itself. A scaled parameter the optimizer does not hold as such
-    (fairseq's flattened fp16 copy) is an error naming ``--fp16-no-flatten-grads``."""
-    scaled = {id(p) for p in model.parameters() if p.requires_grad and sentence_init.lr_scale(p) != 1.0}
-    if not scaled or getattr(optimizer, "supports_groups", False):
-        yield
-        return
-    groups = optimizer.param_groups
-    originals = [(g, g["params"]) for g in groups]
-    added, found = [], 0
-    for g, params in originals:
-        by_scale, keep = {}, []
-        for p in params:
-            s = sentence_init.lr_scale(p)
-            (keep if s == 1.0 else by_scale.setdefault(s, [])).append(p)
-        if by_scale:
-            g["params"] = keep
-            for s, ps in by_scale.items():
-                added.append({**g, "params": ps, "lr": g["lr"] * s})
-                found += len(ps)
-    if found != len(scaled):
-        for g, params in originals:
-            g["params"] = params
-        raise UsageError(f"--lr-scale-pretrained: the optimizer holds {found} of the {len(scaled)} parameters "
-                         "with a learning-rate scale as parameters of their own (fairseq's fp16 training "
-                         "flattens them into one: add --fp16-no-flatten-grads)")
-    groups.extend(added)
-    try:
-        yield
-    finally:
-        del groups[len(originals):]
-        for g, params in originals:
-            g["params"] = params
-
-
-def dictionary_digest(d, separator: Optional[str] = None) -> str:
-    """A digest of a fairseq ``Dictionary``'s words in order (counts ignored; the context
-    separator, which the task adds when missing, left out)."""
-    import hashlib
-
-    words = [w for w in d.symbols if w != separator]
-    return hashlib.sha1("\n".join(words).encode("utf-8")).hexdigest()[:16]
-
-
-def _encoder_name(args, kind: str) -> Optional[str]:
-    """The name a tokenizer/BPE configuration gives (``--tokenizer``/``--bpe``), ``None`` when
-    it gives none (fairseq-generate passes ``cfg.tokenizer``/``cfg.bpe``: ``None`` or a config
-    with ``_name``; an argparse namespace has the option as an attribute)."""
-    if args is None:
-        return None
-    name = getattr(args, "_name", None)
-    if name is None and not hasattr(args, "_name"):
-        name = getattr(args, kind, None)
-    return None if name in (None, "", "none") else str(name)
 
 
 @register_task("document_translation", dataclass=DocumentTranslationConfig)
@@ -287,43 +213,28 @@ class DocumentTranslationTask(TranslationTask):
 
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
-        #: the context settings given on the command line (not defaulted): a checkpoint's
-        #: settings are taken for the others (:meth:`adopt_context_settings`)
-        self.given_context = {k for k in ADOPTED_SETTINGS if getattr(cfg, k, None) is not None}
+        #: the names of the context settings given on the command line (not defaulted): a
+        #: checkpoint's settings are taken for the others (:meth:`adopt_context_settings`)
+        self.command_line_context = {k for k in ADOPTED_SETTINGS if getattr(cfg, k, None) is not None}
         #: by split: its binarized (source, target) files and its documents, for the
         #: messages that name a sentence (:meth:`filter_indices_by_size`)
         self.split_files = {}
-        #: whether :meth:`build_model` has built a model (whose contract is :attr:`model_spec`)
+        #: whether :meth:`build_model` has built a model (whose contract is :attr:`context_contract`)
         self.built_model = False
-        if getattr(cfg, "doc_mode", None) is None:
-            _set_cfg(cfg, "doc_mode", "sentences")
-        if getattr(cfg, "max_segment_tokens", None) is None:
-            _set_cfg(cfg, "max_segment_tokens", seg.DEFAULT_MAX_SEGMENT_TOKENS)
-        if getattr(cfg, "segment_packing", None) is None:
-            _set_cfg(cfg, "segment_packing", seg.DEFAULT_SEGMENT_PACKING)
-        if cfg.context_size is None:  # segments hold their own context: K is 0
-            _set_cfg(cfg, "context_size", 0 if cfg.doc_mode == "segments" else dc.DEFAULT_CONTEXT_SIZE)
-        if cfg.context_sides is None:
-            _set_cfg(cfg, "context_sides", DEFAULT_CONTEXT_SIDES)
-        if cfg.context_size < 0:
-            raise UsageError("--context-size must be >= 0")
-        p = float(getattr(cfg, "coword_dropout", 0.0) or 0.0)
-        if not 0 <= p < 1:  # NaN included
-            raise UsageError(f"--coword-dropout {p:g}: a probability below 1 and at least 0 (0: off)")
-        cb.parse_sides(cfg.context_sides)  # a clear error for an unknown side
-        self.check_doc_mode()
-        if getattr(cfg, "validate_cxmi", False) and self.segments:
-            raise UsageError("--validate-cxmi with --doc-mode segments: a segment holds its context inside it, "
-                             "validation batches have no context to take away or swap; measure a segment model "
-                             "with docctx-score cxmi")
+        cs.set_defaults(cfg)
+        # (a configuration made by hand, without fairseq's dataclass, may lack the training options)
+        coword.check_probability(getattr(cfg, "coword_dropout", 0.0))
+        cs.check_doc_mode(self)
+        cxmi.check_settings(cfg, self.segments)
         #: the language tokens of a pretrained family's data (:mod:`.language_tokens`), the
         #: decoding of segments and its counts (:mod:`.segment_decoding`), the memory of
         #: document-order inference (:mod:`.document_order`)
         self.language_tokens = LanguageTokens(self)
         self.segment_decoding = SegmentDecoding(self)
         self.document_order = DocumentOrderMemory(self)
-        #: the contract of the last built model (batching of --doc-batching auto)
-        self.model_spec = dc.SENTENCE_LEVEL
+        #: the context contract of the last built model (:func:`~fairseq_docctx.models.
+        #: document_context.context_spec`; batching of --doc-batching auto)
+        self.context_contract = dc.SENTENCE_LEVEL
 
     @property
     def pretrained_text(self) -> Optional[PretrainedText]:
@@ -356,45 +267,11 @@ class DocumentTranslationTask(TranslationTask):
         config without the option, e.g. a task made by hand, is of sentences)."""
         return getattr(self.cfg, "doc_mode", "sentences") == "segments"
 
-    def check_doc_mode(self):
-        """Refuse settings that segments cannot honour, naming the option to change."""
-        if self.cfg.doc_mode not in DOC_MODE_CHOICES:
-            raise UsageError(f"--doc-mode {self.cfg.doc_mode}: one of {', '.join(DOC_MODE_CHOICES)}")
-        if not self.segments:
-            return
-        if int(self.cfg.context_size) > 0 and "context_size" not in self.given_context:
-            # the default K, or a sentence-level checkpoint's: segments have no context tables
-            logger.info(f"--doc-mode segments: --context-size 0 (not {self.cfg.context_size}): a "
-                        "segment holds its own context")
-            _set_cfg(self.cfg, "context_size", 0)
-        if int(self.cfg.context_size) > 0:
-            raise UsageError(
-                f"--doc-mode segments with --context-size {self.cfg.context_size}: a segment "
-                "holds its own context (the sentences before each sentence in it), there are no "
-                "context tables; leave out --context-size (or give 0)"
-            )
-        if int(self.cfg.max_segment_tokens) < 1:
-            raise UsageError(f"--max-segment-tokens {self.cfg.max_segment_tokens}: must be at least 1")
-        if str(self.cfg.segment_packing) not in seg.SEGMENT_PACKINGS:
-            raise UsageError(f"--segment-packing {self.cfg.segment_packing}: one of "
-                             f"{', '.join(seg.SEGMENT_PACKINGS)}")
-
     @classmethod
     def setup_task(cls, cfg, **kwargs):
         task = super().setup_task(cfg, **kwargs)
-        if task.uses_context or task.segments:
-            task.add_separator()
+        cs.add_separator(task)
         return task
-
-    def add_separator(self):
-        sep = self.cfg.context_separator
-        for d in {id(self.src_dict): self.src_dict, id(self.tgt_dict): self.tgt_dict}.values():
-            if sep not in d.indices:
-                logger.warning(
-                    f"context separator {sep} is not in the dictionary: adding it "
-                    "(docctx-prepare puts it there for you)"
-                )
-                d.add_symbol(sep)
 
     def adopt_context_settings(self, saved, where="the checkpoint", arch=None):
         """Take the context settings of a checkpoint (``saved``: its task config or model
@@ -404,6 +281,10 @@ class DocumentTranslationTask(TranslationTask):
 
     # ------------------------------------------------------------------ data
     def load_dataset(self, split, epoch=1, combine=False, task_cfg=None, **kwargs):
+        """fairseq's sentence pairs of ``split`` with its document index
+        (:func:`~fairseq_docctx.data.doc_index.load_doc_index`), made the split's dataset by
+        :meth:`document_dataset`; with ``--validate-cxmi``, a validation split's batches carry
+        the context variants (:mod:`.cxmi_validation`)."""
         if task_cfg is not None:  # fairseq-generate: the checkpoint's task config
             self.adopt_context_settings(task_cfg)
         super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
@@ -412,29 +293,57 @@ class DocumentTranslationTask(TranslationTask):
         if split != self.cfg.train_subset:
             paths = paths[:1]
         data_path = paths[(epoch - 1) % len(paths)]
-        docs = self.load_doc_index(data_path, split, len(pair), combine)
-        self.split_files[split] = (binarized_files(data_path, split, self.cfg.source_lang, self.cfg.target_lang),
-                                   docs)
+        src, tgt = self.cfg.source_lang, self.cfg.target_lang
+        missing = None  # what to train with instead when the split has no document index
+        if self.uses_context or self.segments:
+            missing = "--doc-mode sentences" if self.segments else "--context-size 0"
+        docs = load_doc_index(data_path, split, src, tgt, len(pair), combine, missing)
+        self.split_files[split] = (binarized_files(data_path, split, src, tgt), docs)
+        ds = self.datasets[split] = self.document_dataset(split, pair, docs, data_path)
+        if (getattr(self.cfg, "validate_cxmi", False) and not self.segments and ds.has_context
+                and split != self.cfg.train_subset):
+            ds.set_context_variants(cxmi.cxmi_seed(self.cfg))
+
+    def document_dataset(self, split: Optional[str], pair, docs: DocIndex, data_path: Optional[str] = None,
+                         side_data: Optional[dict] = None):
+        """The dataset of ``split`` (:func:`~fairseq_docctx.data.dataset_builder.build_document_dataset`),
+        shuffled unless it is ``test``; ``split`` ``None``: raw input (:meth:`build_dataset_for_inference`).
+        Sentences: with the task's context, the sides the pair lacks ``side_data``, else loaded
+        from ``data_path`` (:func:`~fairseq_docctx.data.dataset_builder.load_side_data`), in
+        document order where inference reads its own translations. ``--doc-mode segments``:
+        packed under ``--max-segment-tokens`` and ``--segment-packing`` (``--multi-resolution``
+        on the training split), the training split on the lengths of both sides, every other
+        split on the source's alone, as the hub and ``docctx-translate`` pack raw documents, so
+        that ``fairseq-generate`` decodes a test set in the same segments; with ``--num-shards
+        N --shard-id I`` (generation) only the documents of shard I, the sentence ids the split's."""
+        training = split == self.cfg.train_subset
         if self.segments:
-            self.datasets[split] = self.segment_dataset(split, pair, docs)
-            return
-        if docs.num_context_only:
-            logger.info(f"{split}: {docs.num_context_only} of {docs.num_sentences} sentences are "
-                        "context only (pairs docctx-prepare's filters removed from the training "
-                        "targets): context of the next sentences, never a target")
-        ds = self.datasets[split] = DocumentPairDataset(
-            pair,
-            docs,
-            context_size=self.cfg.context_size,
-            context_sides=self.context_sides,
-            shuffle=(split != "test"),
-            run_length=self.cfg.doc_run_length,
-            # inference reads its own translations: decode in document order
-            position_major=(split != self.cfg.train_subset and self.hypothesis_context),
-            side_data=self.load_side_data(split, data_path, pair),
-        )
-        if getattr(self.cfg, "validate_cxmi", False) and ds.has_context and split != self.cfg.train_subset:
-            ds.set_context_variants(self.cxmi_seed)
+            sep = self.cfg.context_separator
+            options = dict(separators=(self.src_dict.index(sep), self.tgt_dict.index(sep)),
+                           max_segment_tokens=self.cfg.max_segment_tokens, packing=self.cfg.segment_packing,
+                           count_targets=training, multi_resolution=training and bool(self.cfg.multi_resolution),
+                           shard=None if training or split is None else self.generation_shards)
+        else:
+            if side_data is None:
+                side_data = db.load_side_data(self, self.context_sides, split, data_path, pair)
+            options = dict(context_size=self.cfg.context_size, context_sides=self.context_sides,
+                           run_length=self.cfg.doc_run_length, side_data=side_data,
+                           # inference reads its own translations: decode in document order
+                           position_major=not training and self.hypothesis_context)
+        return db.build_document_dataset(pair, docs, segments=self.segments, shuffle=split not in ("test", None),
+                                         split=split, **options)
+
+    def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None,
+                                    documents: Optional[DocIndex] = None, side_data: Optional[dict] = None):
+        """fairseq's hook for raw input (its hub's ``translate``): the source sentences in
+        fairseq's ``LanguagePairDataset``; with ``documents``, the document index of the
+        sentences (in document order), the dataset of those documents as the task decodes a
+        test split (:meth:`document_dataset`), ``side_data`` the sentences of the context sides
+        raw input lacks (e.g. the hub's :meth:`~fairseq_docctx.hub.DocumentHubInterface.side_data`)."""
+        pair = super().build_dataset_for_inference(src_tokens, src_lengths, constraints)
+        if documents is None:
+            return pair
+        return self.document_dataset(None, pair, documents, side_data=side_data or {})
 
     def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
         """fairseq's filter; without ``--skip-invalid-size-inputs-valid-test`` (``ignore_invalid_inputs``,
@@ -452,104 +361,15 @@ class DocumentTranslationTask(TranslationTask):
         raise UsageError(sample_too_long_message(split or "the split", dataset, ignored[0], max_positions, files,
                                                  docs, ignored[1:]))
 
-    def segment_dataset(self, split, pair, docs: DocIndex) -> seg.SegmentPairDataset:
-        """``--doc-mode segments``: the split's sentences packed into segments under
-        ``--max-segment-tokens`` and ``--segment-packing``
-        (:func:`~fairseq_docctx.data.segments.plan_segments`; ``--multi-resolution`` on the
-        training split). The training split is packed on the lengths of both sides; every
-        other split on the source's alone, as the hub and ``docctx-translate`` pack raw
-        documents, so that ``fairseq-generate`` decodes a test set in the same segments. With
-        ``--num-shards N --shard-id I`` (generation) only the documents of shard I are
-        packed; the sentence ids stay the split's."""
-        training = split == self.cfg.train_subset
-        documents = None
-        if not training:
-            try:
-                num_shards, shard_id = int(self.cfg.num_shards or 1), int(self.cfg.shard_id or 0)
-            except Exception:
-                num_shards, shard_id = 1, 0
-            if num_shards > 1:
-                documents = balanced_shards(docs.lengths, num_shards)[check_shard(num_shards, shard_id)]
-        plan = seg.plan_segments(
-            docs, pair.src_sizes, pair.tgt_sizes if training else None, int(self.cfg.max_segment_tokens),
-            multi_resolution=training and bool(self.cfg.multi_resolution), documents=documents,
-            packing=str(self.cfg.segment_packing),
-        )
-        logger.info(f"{split}: {plan.describe()} ({docs.num_sentences:,} sentences in "
-                    f"{len(docs) if documents is None else len(documents):,} documents)")
-        if len(plan.long_sentences):
-            shown = ", ".join(map(str, plan.long_sentences[:10].tolist()))
-            logger.warning(
-                f"{split}: {len(plan.long_sentences)} sentences are over --max-segment-tokens "
-                f"{plan.max_tokens} on their own ({plan.packing} packing): each is a segment of its "
-                f"own (sentences {shown}{', ...' if len(plan.long_sentences) > 10 else ''})"
-            )
-        if plan.context_only:
-            logger.info(f"{split}: {plan.context_only} of {docs.num_sentences} sentences are "
-                        "context only (pairs docctx-prepare's filters removed from the training "
-                        "targets): never in a segment, segments end before them")
-        sep = self.cfg.context_separator
-        return seg.SegmentPairDataset(pair, plan, self.src_dict.index(sep), shuffle=(split != "test"),
-                                      target_separator=self.tgt_dict.index(sep))
-
-    def load_side_data(self, split, data_path, pair) -> dict:
-        """The sentences of the context sides that are not in the pair dataset: each such
-        side's ``load(task, split, data_path, pair)`` hook
-        (:class:`~fairseq_docctx.data.context_batch.ContextSide`), one sentence per sentence
-        of ``pair``; a side whose hook returns ``None`` is absent from this split's batches."""
-        found = {}
-        for side in self.context_sides:
-            spec = cb.get_side(side)
-            if spec.item_key is not None or spec.load is None:
-                continue
-            data = spec.load(self, split, data_path, pair)
-            if data is None:
-                logger.warning(f"{split}: no {side!r} context sentences in {data_path}: the "
-                               f"batches of {split} carry no {side!r} side")
-                continue
-            if len(data) != len(pair):
-                raise UsageError(f"{data_path}: the {side!r} sentences of '{split}' are "
-                                 f"{len(data)}, the binarized data has {len(pair)} sentences")
-            found[side] = data
-        return found
-
-    def load_doc_index(self, data_path, split, num_sentences, combine) -> DocIndex:
-        """The document index of ``split`` (shards ``split1``, ``split2``... concatenated
-        like fairseq concatenates the binarized shards)."""
-        src, tgt = self.cfg.source_lang, self.cfg.target_lang
-        parts, k = [], 0
-        while True:
-            split_k = split + (str(k) if k > 0 else "")
-            found = [
-                p
-                for p in (
-                    doc_index_path(data_path, split_k, src, tgt),
-                    doc_index_path(data_path, split_k, tgt, src),
-                )
-                if os.path.exists(p)
-            ]
-            if not found:
-                break
-            parts.append(DocIndex.read(found[0]))
-            k += 1
-            if not combine:
-                break
-        if not parts:
-            if self.uses_context or self.segments:
-                raise FileNotFoundError(
-                    f"no document index {doc_index_path(data_path, split, src, tgt)}: "
-                    "prepare the data with docctx-prepare (or write one line "
-                    "'<doc id>\\t<number of sentences>' per document), or train with "
-                    + ("--doc-mode sentences" if self.segments else "--context-size 0")
-                )
-            return DocIndex.single_sentence_documents(num_sentences)
-        docs = DocIndex.concat(parts)
-        if docs.num_sentences != num_sentences:
-            raise UsageError(
-                f"{data_path}: the document index of '{split}' covers "
-                f"{docs.num_sentences} sentences, the binarized data has {num_sentences}"
-            )
-        return docs
+    @property
+    def generation_shards(self) -> Tuple[int, int]:
+        """``(N, I)`` of ``--num-shards N --shard-id I``: generation of shard I of N decodes the
+        documents of that shard only (``(1, 0)`` where the configuration does not resolve
+        them: options absent from older configurations, a configuration made by hand)."""
+        try:
+            return int(self.cfg.num_shards or 1), int(self.cfg.shard_id or 0)
+        except Exception:
+            return 1, 0
 
     def get_batch_iterator(self, dataset, max_tokens=None, max_sentences=None,
                            max_positions=None, ignore_invalid_inputs=False,
@@ -557,20 +377,17 @@ class DocumentTranslationTask(TranslationTask):
                            shard_id=0, num_workers=0, epoch=1, data_buffer_size=0,
                            disable_iterator_cache=False, skip_remainder_batch=False,
                            grouped_shuffling=False, update_epoch_batch_itr=False, **kwargs):
-        shard = self.generation_shard(dataset)
+        """fairseq's iterator, except for a dataset with context or a generation shard
+        (:func:`~fairseq_docctx.data.dataset_builder.generation_shard`): batches that keep
+        runs of consecutive sentences together, drawn every epoch
+        (:func:`~fairseq_docctx.data.dataset_builder.document_batch_iterator`)."""
+        # fairseq's arguments, by name (``__class__``: the cell of ``super()``)
+        options = {k: v for k, v in locals().items() if k not in ("self", "dataset", "kwargs", "__class__")}
+        training = dataset is self.datasets.get(self.cfg.train_subset)
+        shard = db.generation_shard(dataset, *self.generation_shards, training=training)
         if shard is None and not (isinstance(dataset, DocumentPairDataset) and dataset.has_context):
-            itr = super().get_batch_iterator(
-                dataset, max_tokens=max_tokens, max_sentences=max_sentences,
-                max_positions=max_positions, ignore_invalid_inputs=ignore_invalid_inputs,
-                required_batch_size_multiple=required_batch_size_multiple, seed=seed,
-                num_shards=num_shards, shard_id=shard_id, num_workers=num_workers,
-                epoch=epoch, data_buffer_size=data_buffer_size,
-                disable_iterator_cache=disable_iterator_cache,
-                skip_remainder_batch=skip_remainder_batch,
-                grouped_shuffling=grouped_shuffling,
-                update_epoch_batch_itr=update_epoch_batch_itr,
-            )
-            if isinstance(dataset, seg.SegmentPairDataset) and dataset is not self.datasets.get(self.cfg.train_subset):
+            itr = super().get_batch_iterator(dataset, **options)
+            if isinstance(dataset, seg.SegmentPairDataset) and not training:
                 # the segments this iterator hands this worker (fairseq's ShardedIterator:
                 # every num_shards-th batch from shard_id)
                 self.segment_decoding.start_run(sum(len(b) for b in itr.frozen_batches[shard_id::max(num_shards, 1)]))
@@ -583,63 +400,9 @@ class DocumentTranslationTask(TranslationTask):
             # iterator (inference_step).
             self.document_order_shards = max(int(num_shards or 1), 1)
             self.document_order.clear()
-        # Document batching: runs are re-drawn every epoch, so the batch sampler is a
-        # callable that EpochBatchIterator calls once per epoch.
-        dataset.set_epoch(epoch)
-        if dataset.has_context:
-            dataset.set_doc_batching(self.doc_batching, self.model_spec.context_token_cost)
-            # context sentences the batches never check (context-only ones, skipped long
-            # ones) are cut to what the model's positions allow
-            dataset.set_context_max_positions(max_positions)
-
-        def make_batches(dataset, epoch):
-            with data_utils.numpy_seed(seed + epoch):
-                indices = dataset.ordered_indices()
-            if shard is not None:  # this shard's documents, in the order of the whole split
-                indices = indices[np.isin(indices, shard)]
-            if max_positions is not None:
-                indices = self.filter_indices_by_size(
-                    indices, dataset, max_positions, ignore_invalid_inputs
-                )
-            return dataset.batch_by_size(
-                indices, max_tokens=max_tokens, max_sentences=max_sentences,
-                required_batch_size_multiple=required_batch_size_multiple,
-            )
-
-        return iterators.EpochBatchIterator(
-            dataset=dataset,
-            collate_fn=dataset.collater,
-            batch_sampler=make_batches,
-            seed=seed,
-            num_shards=num_shards,
-            shard_id=shard_id,
-            num_workers=num_workers,
-            epoch=epoch,
-            buffer_size=data_buffer_size,
-            skip_remainder_batch=skip_remainder_batch,
-            grouped_shuffling=grouped_shuffling,
-        )
-
-    def generation_shard(self, dataset) -> Optional[np.ndarray]:
-        """With ``--num-shards N`` (N > 1) and ``--shard-id I``: the corpus indices of the
-        sentences of shard I of a split that is not the training split, whole documents
-        balanced by sentence count (:func:`~fairseq_docctx.data.doc_index.balanced_shards`);
-        ``None`` otherwise. The sentence ids stay the split's own, so the outputs of the N
-        shards merged by id are the output of the whole split."""
-        try:  # absent from older configurations, unresolvable outside a whole configuration
-            num_shards, shard_id = int(self.cfg.num_shards or 1), int(self.cfg.shard_id or 0)
-        except Exception:
-            num_shards, shard_id = 1, 0
-        check_shard(num_shards, shard_id)
-        if (num_shards == 1 or not isinstance(dataset, DocumentPairDataset)
-                or dataset is self.datasets.get(self.cfg.train_subset)):
-            return None
-        shard = dataset.docs.shard_sentences(num_shards, shard_id)
-        if len(shard) == 0:
-            raise UsageError(f"--shard-id {shard_id} of --num-shards {num_shards}: the split has "
-                             f"{len(dataset.docs)} documents, shard {shard_id} gets none: use at "
-                             f"most {len(dataset.docs)} shards")
-        return shard
+        return db.document_batch_iterator(
+            dataset, lambda indices: self.filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs),
+            self.doc_batching, self.context_contract.context_token_cost, shard, **options)
 
     # ---------------------------------------------------------------- models
     @property
@@ -648,7 +411,7 @@ class DocumentTranslationTask(TranslationTask):
         contract of the last built model (``runs`` for sentence-level models)."""
         mode = self.cfg.doc_batching
         if mode == "auto":
-            mode = self.model_spec.doc_batching
+            mode = self.context_contract.doc_batching
         return mode
 
     def build_model(self, cfg, from_checkpoint=False):
@@ -664,35 +427,24 @@ class DocumentTranslationTask(TranslationTask):
         k = dc.check_context(model, self.context_sides, self.cfg.context_size, from_checkpoint)
         if dc.reads_context(model):  # the K it reads, where the hub and generation read it
             model.declare_context(model.context_sides, k)
-        self.model_spec = dc.context_spec(model)
+        self.context_contract = dc.context_spec(model)
         self.built_model = True
-        if self.coword_mask_index() is not None and dc.reads_segments(model):
-            raise UsageError(f"--coword-dropout: {type(model).__name__} translates segments, whose sentences are "
-                             "one another's context: there is no current sentence to mask apart from its context")
+        coword.check_model(self.cfg, self.src_dict, model)
         if isinstance(model, SegmentModel):  # kept out of g_transformer's word masking
             model.set_language_tokens(self.language_tokens.ids())
-        if self.uses_context and not self.model_spec.reads_context:
-            logger.info(
-                f"{model.__class__.__name__} does not read document context: it is "
-                "trained and decoded at sentence level"
-            )
-        if getattr(self.cfg, "validate_cxmi", False) and not from_checkpoint and not self.model_spec.reads_context:
-            logger.warning(f"--validate-cxmi does nothing: {model.__class__.__name__} reads no document context "
-                           f"(--context-size {self.cfg.context_size}, --context-sides {self.cfg.context_sides}), "
-                           "its CXMI is 0; validation scores each batch once")
+        if self.uses_context and not self.context_contract.reads_context:
+            logger.info(f"{model.__class__.__name__} does not read document context: it is "
+                        "trained and decoded at sentence level")
+        if not from_checkpoint:
+            cxmi.check_model(self.cfg, model)
         if not from_checkpoint and isinstance(cfg, argparse.Namespace):
             # recorded with the model's args, read back at inference (:meth:`build_model`)
-            for name in ADOPTED_SETTINGS:  # plain values (a choice is an enum of fairseq's)
-                value = getattr(self.cfg, name)
-                setattr(cfg, name, str(value) if name in NAMED_SETTINGS else value)
-            cfg.dictionary_digests = self.dictionary_digests()
-            cfg.dictionary_sizes = self.dictionary_sizes()
+            cs.record(self, cfg)
+            dictionaries.record(cfg, self.src_dict, self.tgt_dict, self.cfg.context_separator)
             # the language pair, for a checkpoint deployed beside its dictionaries alone
             cfg.language_pair = f"{self.cfg.source_lang}-{self.cfg.target_lang}"
         elif from_checkpoint:
-            mismatch = self.dictionary_mismatch(getattr(cfg, "dictionary_digests", None))
-            if mismatch:
-                raise UsageError(self._dictionary_message(mismatch, getattr(cfg, "dictionary_sizes", None)))
+            dictionaries.check_recorded(cfg, self.src_dict, self.tgt_dict, self.cfg.context_separator, self.cfg.data)
         return model
 
     def begin_epoch(self, epoch, model):
@@ -707,7 +459,7 @@ class DocumentTranslationTask(TranslationTask):
     def optimizer_step(self, optimizer, model, update_num):
         """fairseq's step, with the parameters that have a learning-rate scale
         (``--lr-scale-pretrained``) in groups of their own at the scaled learning rate
-        (:func:`lr_scaled_groups`)."""
+        (:func:`~fairseq_docctx.models.sentence_init.lr_scaled_groups`)."""
         with lr_scaled_groups(optimizer, model):
             super().optimizer_step(optimizer, model, update_num)
 
@@ -729,95 +481,24 @@ class DocumentTranslationTask(TranslationTask):
 
     def build_tokenizer(self, args):
         """fairseq's tokenizer of ``--tokenizer``; without one, on data of a pretrained
-        ``transformer`` model (``docctx-prepare --pretrained``), the family's Moses
-        tokenizer of the target language: ``fairseq-generate`` detokenizes its D- lines with it."""
+        ``transformer`` model (``docctx-prepare --pretrained``), the family's Moses tokenizer of
+        the target language: ``fairseq-generate`` detokenizes its D- lines with it."""
         text = self.pretrained_text
-        if _encoder_name(args, "tokenizer") is None and text is not None and text.moses:
-            return text.step(self.cfg.source_lang, self.cfg.target_lang, tokenizer=True)
-        return super().build_tokenizer(args)
+        step = text and text.default_step(args, "tokenizer", self.cfg.source_lang, self.cfg.target_lang)
+        return step or super().build_tokenizer(args)
 
     def build_bpe(self, args):
         """fairseq's BPE of ``--bpe``; without one, on data written by ``docctx-prepare
         --pretrained``, the release's segmentation (its SentencePiece model, or its fastBPE
         codes): ``fairseq-generate``'s D- lines are then plain text."""
         text = self.pretrained_text
-        if _encoder_name(args, "bpe") is None and text is not None:
-            return text.step(self.cfg.source_lang, self.cfg.target_lang)
-        return super().build_bpe(args)
-
-    def dictionary_sizes(self) -> str:
-        """``"<source types>,<target types>"`` (recorded in a model's args beside
-        :meth:`dictionary_digests`, so that a mismatch can say whether the sizes differ)."""
-        return f"{len(self.src_dict)},{len(self.tgt_dict)}"
-
-    def _dictionary_message(self, side: str, recorded_sizes: Optional[str]) -> str:
-        fix = "give the data directory it was trained on"
-        ours = len(self.src_dict if side == "source" else self.tgt_dict)
-        theirs = None
-        if recorded_sizes:
-            try:
-                theirs = int(recorded_sizes.split(",")[0 if side == "source" else 1])
-            except (ValueError, IndexError):
-                theirs = None
-        if theirs is not None and theirs != ours:
-            return (f"the model was trained with a {theirs:,}-type {side} dictionary, {self.cfg.data} has "
-                    f"{ours:,}: {fix}")
-        if theirs is not None:
-            return (f"the model was trained with another {side} dictionary than {self.cfg.data}'s "
-                    f"(same size, other words): {fix}")
-        return (f"the model was trained with another {side} dictionary than {self.cfg.data}'s "
-                f"({ours:,} types; other words or another size): {fix}")
-
-    def dictionary_digests(self) -> str:
-        """``"<source digest>,<target digest>"`` of the dictionaries' words (recorded in a
-        model's args, so that a checkpoint paired with other dictionaries of the same size is
-        refused without its training data directory)."""
-        return ",".join(dictionary_digest(d, self.cfg.context_separator)
-                        for d in (self.src_dict, self.tgt_dict))
-
-    def dictionary_mismatch(self, recorded: Optional[str]) -> Optional[str]:
-        """``"source"``/``"target"`` when the dictionary digests a checkpoint recorded differ
-        from this task's dictionaries, else ``None`` (also for checkpoints without them)."""
-        if not recorded:
-            return None
-        for name, theirs, ours in zip(("source", "target"), recorded.split(","),
-                                      self.dictionary_digests().split(",")):
-            if theirs != ours:
-                return name
-        return None
-
-    def coword_mask_index(self) -> Optional[int]:
-        """The index of the mask symbol of ``--coword-dropout`` (``None`` when it is off); a
-        source dictionary without the symbol is refused (one line): ``Dictionary.index`` would
-        give ``<unk>``'s index for it, and the model would learn to read unknown words as
-        dropped ones."""
-        p = float(getattr(self.cfg, "coword_dropout", 0.0) or 0.0)
-        if p <= 0:  # in [0, 1): checked when the task is set up
-            return None
-        sym = self.cfg.coword_mask
-        if sym not in self.src_dict.indices:
-            raise UsageError(f"--coword-dropout: {self.cfg.data}'s source dictionary has no {sym} (the mask): "
-                             f"prepare the data with docctx-prepare --mask-symbol {sym}")
-        return self.src_dict.index(sym)
+        step = text and text.default_step(args, "bpe", self.cfg.source_lang, self.cfg.target_lang)
+        return step or super().build_bpe(args)
 
     def coword_dropout(self, sample, model):
-        """``sample`` with CoWord dropout applied (Fernandes et al. 2021, §3): a copy whose
-        current source sentences (``net_input["src_tokens"]``) have each word replaced by the
-        mask with probability ``--coword-dropout``; the context (the batch's context tables,
-        which hold their own copy of every sentence), the target and the decoder input are
-        untouched. Words are the tokens past fairseq's special symbols other than the separator,
-        the mask and the data's language tokens (``</s>`` stays, where the authors' code masks
-        it too: docs/context-usage.md). The segment models, whose sentences are one another's
-        context, are refused when they are built (:meth:`build_model`)."""
-        mask = self.coword_mask_index()
-        if mask is None or "net_input" not in sample or dc.reads_segments(model):
-            return sample
-        src = sample["net_input"]["src_tokens"]
-        word = src.ge(self.src_dict.nspecial) & src.ne(mask)
-        for tok in (self.src_dict.index(self.cfg.context_separator), *self.language_tokens.ids()):
-            word &= src.ne(tok)
-        drop = word & (torch.rand(src.shape, device=src.device) < float(self.cfg.coword_dropout))
-        return {**sample, "net_input": {**sample["net_input"], "src_tokens": src.masked_fill(drop, mask)}}
+        """``sample`` with ``--coword-dropout`` applied to its current source sentences
+        (:func:`.coword_dropout.coword_dropout`; the data's language tokens are never masked)."""
+        return coword.coword_dropout(sample, model, self.cfg, self.src_dict, self.language_tokens.ids())
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         if dc.context_spec(model).packs_training_output and getattr(criterion, "ignore_prefix_size", 0) > 0:
@@ -832,77 +513,20 @@ class DocumentTranslationTask(TranslationTask):
     def valid_step(self, sample, model, criterion):
         """fairseq's validation step; with ``--validate-cxmi`` (a model that reads context) the
         batch's references are also scored with no context and with a random document's
-        context, the batch's context variants (:meth:`cxmi_sums`)."""
+        context, the batch's context variants (:func:`.cxmi_validation.cxmi_sums`)."""
         true = self.language_tokens.place(dc.sample_for_model(sample, model))
-        if not self.validates_cxmi(model):
+        if not cxmi.validates_cxmi(self.cfg, model, self.segments):
             return super().valid_step(true, model, criterion)
         with _captured_output(model) as captured:  # the criterion's forward pass: the true context's scores
             loss, sample_size, logging_output = super().valid_step(true, model, criterion)
-        logging_output.update(self.cxmi_sums(sample, model, captured.output))
+        logging_output.update(cxmi.cxmi_sums(sample, model, self.tgt_dict.pad(), self.language_tokens.place, captured.output))
         return loss, sample_size, logging_output
 
-    @property
-    def cxmi_seed(self) -> int:
-        """The seed of ``--validate-cxmi``'s random contexts: fairseq's ``--seed`` (1 where the
-        configuration does not resolve it, e.g. a task made by hand)."""
-        try:
-            return int(self.cfg.seed)
-        except Exception:
-            return 1
-
-    def validates_cxmi(self, model) -> bool:
-        """Whether validation measures CXMI: ``--validate-cxmi`` and a model that reads context."""
-        return bool(getattr(self.cfg, "validate_cxmi", False)) and dc.reads_context(model) and not self.segments
-
-    def cxmi_sums(self, sample, model, true_output=None) -> dict:
-        """The CXMI sums of a validation batch (:data:`CXMI_SUMS`) for ``model``, which reads
-        context: its target tokens and the sums over them of ``log p(y_t | x, C) - log p(y_t |
-        x)`` (true context against none) and of the same with the random context, in nats, each
-        reference scored teacher-forced by
-        :func:`~fairseq_docctx.models.document_context.target_logprobs` as ``docctx-score
-        cxmi`` scores it. ``true_output``: the model's output on ``sample`` as the model reads
-        it (:meth:`.language_tokens.LanguageTokens.place`; the criterion's forward pass), else computed here. A batch without context variants — the trainer's
-        stand-in for a worker's missing batch, a training batch whose logging output it zeroes
-        — runs the same forward passes on itself and adds zeros, so every worker runs as many
-        forward passes and logs the same keys."""
-        pad = self.tgt_dict.pad()
-        read = self.language_tokens.place(sample)
-        if true_output is None:
-            true_output = model(**read["net_input"])
-        true, mask = dc.target_logprobs(model, true_output, read, pad)
-        variants = cb.variants(sample)
-        diffs = {}
-        for name in cv.VARIANTS:
-            other = self.language_tokens.place(cb.variant_sample(sample, name)) if variants is not None else read
-            lp, _ = dc.target_logprobs(model, model(**other["net_input"]), other, pad)
-            diffs[name] = (true - lp).masked_fill(~mask, 0.0).double().sum()
-        if variants is None:
-            return dict.fromkeys(CXMI_SUMS, 0.0)
-        return {CXMI_TOKENS: float(mask.sum()), CXMI_TRUE_NONE: float(diffs[cv.NONE]),
-                CXMI_RANDOM_NONE: float(diffs[cv.NONE] - diffs[cv.RANDOM])}
-
     def reduce_metrics(self, logging_outputs, criterion):
-        """fairseq's metrics; with ``--validate-cxmi`` also ``cxmi`` (true - none),
-        ``cxmi_random`` (random - none) and ``cxmi_true_vs_random`` (true - random), nats per
-        target token: the sums of :meth:`cxmi_sums` over the batches and workers of the
-        validation, divided by its target tokens (derived metrics, so also selectable with
-        ``--best-checkpoint-metric``)."""
+        """fairseq's metrics; with ``--validate-cxmi`` also the CXMI figures
+        (:func:`.cxmi_validation.reduce_metrics`)."""
         super().reduce_metrics(logging_outputs, criterion)
-        if not any(CXMI_TOKENS in log for log in logging_outputs):
-            return
-        for key in CXMI_SUMS:
-            total = sum(log.get(key, 0) for log in logging_outputs)
-            metrics.log_scalar(key, float(total.cpu()) if torch.is_tensor(total) else float(total))
-
-        def per_token(numerator):
-            def fn(meters):
-                tokens = meters[CXMI_TOKENS].sum
-                return round(float(numerator(meters) / tokens), 4) if tokens > 0 else 0.0
-            return fn
-
-        metrics.log_derived("cxmi", per_token(lambda m: m[CXMI_TRUE_NONE].sum))
-        metrics.log_derived("cxmi_random", per_token(lambda m: m[CXMI_RANDOM_NONE].sum))
-        metrics.log_derived("cxmi_true_vs_random", per_token(lambda m: m[CXMI_TRUE_NONE].sum - m[CXMI_RANDOM_NONE].sum))
+        cxmi.reduce_metrics(logging_outputs)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         """Beam search of a batch as the models read it (the target language token forced

@@ -63,9 +63,8 @@ def exported_task(path: str, record: dict, data: Optional[str], **overrides):
         raise ExportError(f"--path {path}: the model translates segments (--doc-mode segments) but its export "
                           f"record ({EXPORT_FILE}) does not say so: export the checkpoint again")
     model = exported_model(record, task)
-    if hasattr(task, "model_spec"):
-        task.model_spec = context_spec(model)
-        check_context(model, task.context_sides, task.cfg.context_size, True)
+    task.context_contract = context_spec(model)
+    check_context(model, task.context_sides, task.cfg.context_size, True)
     return task, model, data
 
 
@@ -75,9 +74,8 @@ def load_exported_draft_translator(path: str, data_dir: str, beam: int = DEFAULT
     """:func:`~fairseq_docctx.inference.drafter.load_draft_translator` for a sentence-level
     model exported by ``docctx-export ctranslate2``: the same drafts' interface, decoded by
     CTranslate2."""
-    from ...data import manifest as mf
     from ...data.drafts import DraftsError
-    from ..drafter import DraftTranslator
+    from ..drafter import DraftTranslator, check_language_pair
 
     path = os.fspath(path)
     record = read_export(path)
@@ -88,12 +86,7 @@ def load_exported_draft_translator(path: str, data_dir: str, beam: int = DEFAULT
         raise CheckpointError(f"{path}: {record['model']} reads document context; drafts come from a "
                               "sentence-level model (e.g. transformer)")
     task, model, _ = exported_task(path, record, os.fspath(data_dir))
-    pair = mf.language_pair(data_dir)
-    langs = (record["source_lang"], record["target_lang"])
-    if pair is not None and tuple(pair) != langs:
-        raise CheckpointError(f"{path} translates {langs[0]}->{langs[1]}, the data directory {data_dir} "
-                              f"is {pair[0]}->{pair[1]}: drafts come from a {pair[0]}->{pair[1]} "
-                              "sentence-level model")
+    check_language_pair(path, (record["source_lang"], record["target_lang"]), data_dir)
     translator = load_translator(path, cpu=bool(cpu))
     generator = draft_generator(translator, task, record, beam, **generation)
     return DraftTranslator(task, model, generator, os.path.abspath(path),

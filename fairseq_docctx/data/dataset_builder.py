@@ -75,6 +75,46 @@ def build_document_dataset(pair, docs: DocIndex, *, segments: bool = False, cont
     return SegmentPairDataset(pair, plan, separators[0], shuffle=shuffle, target_separator=separators[1])
 
 
+def task_dataset(task, split: Optional[str], pair, docs: DocIndex, data_path: Optional[str] = None,
+                 side_data: Optional[dict] = None):
+    """The dataset of ``split`` of a ``document_translation`` ``task`` (:func:`build_document_dataset`
+    with the task's options), shuffled unless it is ``test``; ``split`` ``None``: raw input.
+    Sentences: with the task's context, the sides the pair lacks ``side_data``, else loaded
+    from ``data_path`` (:func:`load_side_data`), in document order where inference reads its
+    own translations. ``--doc-mode segments``: packed under ``--max-segment-tokens`` and
+    ``--segment-packing`` (``--multi-resolution`` on the training split), the training split
+    on the lengths of both sides, every other split on the source's alone, as the hub and
+    ``docctx-translate`` pack raw documents, so that ``fairseq-generate`` decodes a test set
+    in the same segments; with ``--num-shards N --shard-id I`` (generation) only the
+    documents of shard I, the sentence ids the split's."""
+    training = split == task.cfg.train_subset
+    if task.segments:
+        sep = task.cfg.context_separator
+        options = dict(separators=(task.src_dict.index(sep), task.tgt_dict.index(sep)),
+                       max_segment_tokens=task.cfg.max_segment_tokens, packing=task.cfg.segment_packing,
+                       count_targets=training, multi_resolution=training and bool(task.cfg.multi_resolution),
+                       shard=None if training or split is None else generation_shards(task.cfg))
+    else:
+        if side_data is None:
+            side_data = load_side_data(task, task.context_sides, split, data_path, pair)
+        options = dict(context_size=task.cfg.context_size, context_sides=task.context_sides,
+                       run_length=task.cfg.doc_run_length, side_data=side_data,
+                       # inference reads its own translations: decode in document order
+                       position_major=not training and task.hypothesis_context)
+    return build_document_dataset(pair, docs, segments=task.segments, shuffle=split not in ("test", None),
+                                  split=split, **options)
+
+
+def generation_shards(cfg) -> Tuple[int, int]:
+    """``(N, I)`` of ``--num-shards N --shard-id I`` of a task's ``cfg``: generation of shard I
+    of N decodes the documents of that shard only (``(1, 0)`` where the configuration does not
+    resolve them: options absent from older configurations, a configuration made by hand)."""
+    try:
+        return int(cfg.num_shards or 1), int(cfg.shard_id or 0)
+    except Exception:
+        return 1, 0
+
+
 def _log_plan(split: str, plan: SegmentPlan, docs: DocIndex, documents) -> None:
     logger.info(f"{split}: {plan.describe()} ({docs.num_sentences:,} sentences in "
                 f"{len(docs) if documents is None else len(documents):,} documents)")

@@ -302,6 +302,14 @@ class ContextMismatchError(UsageError):
     """A model asks for context the task does not give."""
 
 
+def check_training_criterion(model, criterion) -> None:
+    """Refuse ``--ignore-prefix-size`` for a model that packs its training output: fairseq's
+    criteria cut the prefix off a ``[B, T, V]`` output, not off that of packed positions."""
+    if context_spec(model).packs_training_output and getattr(criterion, "ignore_prefix_size", 0) > 0:
+        raise UsageError(f"{model.__class__.__name__} packs its training output (real "
+                         "target positions only): --ignore-prefix-size is not supported")
+
+
 def check_context(model, sides: Sequence[str], size: int, from_checkpoint: bool = False) -> int:
     """Check what ``model`` reads against what the task gives (``sides``, K = ``size``) and
     return the K it reads (0 for a sentence-level model or a task without context), which

@@ -110,3 +110,24 @@ def reduce_metrics(logging_outputs) -> None:
     metrics.log_derived("cxmi", per_token(lambda m: m[CXMI_TRUE_NONE].sum))
     metrics.log_derived("cxmi_random", per_token(lambda m: m[CXMI_RANDOM_NONE].sum))
     metrics.log_derived("cxmi_true_vs_random", per_token(lambda m: m[CXMI_TRUE_NONE].sum - m[CXMI_RANDOM_NONE].sum))
+
+
+class captured_output:
+    """``with captured_output(model) as c:`` — ``c.output``, the output of the first call of
+    ``model`` inside the block (``None`` if there is none): a forward hook, whatever calls it
+    (the criterion)."""
+
+    def __init__(self, model):
+        self.model, self.output = model, None
+
+    def __enter__(self):
+        def hook(module, args, output):
+            if self.output is None:
+                self.output = output
+
+        self.handle = self.model.register_forward_hook(hook)
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.remove()
+        return False

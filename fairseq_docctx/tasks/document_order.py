@@ -16,19 +16,28 @@ from ..models import document_context as dc
 
 
 class DocumentOrderMemory:
-    """The document-order inference of ``task`` (its ``cfg``, target dictionary,
-    ``language_tokens`` and ``document_order_shards``, read when asked)."""
+    """The document-order inference of ``task`` (its ``cfg``, target dictionary and
+    ``language_tokens``, read when asked)."""
 
     def __init__(self, task):
         self.task = task
+        #: the number of workers the split's batch iterator hands batches to (fairseq's
+        #: trainer splits a validation split's batches over its workers); document-order
+        #: inference refuses more than one (:meth:`inference_step`)
+        self.shards = 1
         #: by corpus index: the best translation (target token ids ending in EOS), the
         #: target context of the next sentences
         self.translations = {}
         #: by corpus index: the model's cache entry (``document_cache_entries``)
         self.cache_entries = {}
 
-    def clear(self) -> None:
-        """Forget everything (a new split is decoded)."""
+    def start(self, num_shards: int = 1) -> None:
+        """A new split is decoded in document order, its batches handed to ``num_shards``
+        workers: forget everything. (In distributed training fairseq's trainer hands each
+        worker every num_shards-th batch of the validation split: right for the validation
+        loss, which reads the references as target context; document-order inference needs
+        the translations of the previous sentences on the same worker.)"""
+        self.shards = max(int(num_shards or 1), 1)
         self.translations.clear()
         self.cache_entries.clear()
 
@@ -71,7 +80,7 @@ class DocumentOrderMemory:
         if from_hypotheses and len(models) == 1 and dc.context_spec(models[0]).caches:
             cacher = models[0].document_cache_entries
         if from_hypotheses:
-            if self.task.document_order_shards > 1:
+            if self.shards > 1:
                 raise UsageError(
                     "document-order inference (--target-context hypothesis) does not split "
                     "its batches over distributed workers (a sentence needs the translations "

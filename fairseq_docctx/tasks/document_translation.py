@@ -17,7 +17,7 @@ segment settings) default to the checkpoint's; one given that differs is refused
 """
 import argparse
 import logging
-from typing import Optional, Tuple
+from typing import Optional
 
 from dataclasses import dataclass, field
 
@@ -45,7 +45,7 @@ from . import cxmi_validation as cxmi
 from .context_settings import ADOPTED_SETTINGS
 from .document_order import DocumentOrderMemory
 from .language_tokens import LanguageTokens
-from .length_limits import binarized_files, check_prefix, limit_each_row, sample_too_long_message
+from .length_limits import binarized_files, check_prefix, limit_each_row, split_too_long_message
 from .segment_decoding import SEGMENT_SENTENCES, SegmentDecoding
 
 logger = logging.getLogger(__name__)
@@ -193,8 +193,6 @@ class DocumentTranslationConfig(TranslationConfig):
     shard_id: int = II("dataset.shard_id")
 
 
-
-
 @register_task("document_translation", dataclass=DocumentTranslationConfig)
 class DocumentTranslationTask(TranslationTask):
     """Translate documents sentence by sentence with the previous sentences as context.
@@ -206,10 +204,6 @@ class DocumentTranslationTask(TranslationTask):
     """
 
     cfg: DocumentTranslationConfig
-    #: the number of workers the last document-order batch iterator was split over (fairseq's
-    #: trainer splits a validation split's batches over its workers); document-order
-    #: inference refuses more than one
-    document_order_shards = 1
 
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
@@ -306,32 +300,10 @@ class DocumentTranslationTask(TranslationTask):
 
     def document_dataset(self, split: Optional[str], pair, docs: DocIndex, data_path: Optional[str] = None,
                          side_data: Optional[dict] = None):
-        """The dataset of ``split`` (:func:`~fairseq_docctx.data.dataset_builder.build_document_dataset`),
-        shuffled unless it is ``test``; ``split`` ``None``: raw input (:meth:`build_dataset_for_inference`).
-        Sentences: with the task's context, the sides the pair lacks ``side_data``, else loaded
-        from ``data_path`` (:func:`~fairseq_docctx.data.dataset_builder.load_side_data`), in
-        document order where inference reads its own translations. ``--doc-mode segments``:
-        packed under ``--max-segment-tokens`` and ``--segment-packing`` (``--multi-resolution``
-        on the training split), the training split on the lengths of both sides, every other
-        split on the source's alone, as the hub and ``docctx-translate`` pack raw documents, so
-        that ``fairseq-generate`` decodes a test set in the same segments; with ``--num-shards
-        N --shard-id I`` (generation) only the documents of shard I, the sentence ids the split's."""
-        training = split == self.cfg.train_subset
-        if self.segments:
-            sep = self.cfg.context_separator
-            options = dict(separators=(self.src_dict.index(sep), self.tgt_dict.index(sep)),
-                           max_segment_tokens=self.cfg.max_segment_tokens, packing=self.cfg.segment_packing,
-                           count_targets=training, multi_resolution=training and bool(self.cfg.multi_resolution),
-                           shard=None if training or split is None else self.generation_shards)
-        else:
-            if side_data is None:
-                side_data = db.load_side_data(self, self.context_sides, split, data_path, pair)
-            options = dict(context_size=self.cfg.context_size, context_sides=self.context_sides,
-                           run_length=self.cfg.doc_run_length, side_data=side_data,
-                           # inference reads its own translations: decode in document order
-                           position_major=not training and self.hypothesis_context)
-        return db.build_document_dataset(pair, docs, segments=self.segments, shuffle=split not in ("test", None),
-                                         split=split, **options)
+        """The dataset of ``split`` as this task batches it
+        (:func:`~fairseq_docctx.data.dataset_builder.task_dataset`); ``split`` ``None``: raw
+        input (:meth:`build_dataset_for_inference`)."""
+        return db.task_dataset(self, split, pair, docs, data_path, side_data)
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None,
                                     documents: Optional[DocIndex] = None, side_data: Optional[dict] = None):
@@ -349,27 +321,15 @@ class DocumentTranslationTask(TranslationTask):
         """fairseq's filter; without ``--skip-invalid-size-inputs-valid-test`` (``ignore_invalid_inputs``,
         with which fairseq leaves the samples out with a warning) a sample longer than the
         model's positions is a :class:`UsageError` of one line naming it
-        (:func:`~fairseq_docctx.tasks.length_limits.sample_too_long_message`)."""
+        (:func:`~fairseq_docctx.tasks.length_limits.split_too_long_message`)."""
         if ignore_invalid_inputs or max_positions is None:
             return super().filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)
         kept, ignored = dataset.filter_indices_by_size(indices, max_positions)
         if len(ignored) == 0:
             return kept
-        ignored = sorted(int(i) for i in ignored)  # corpus order: the first is the first of the split
         split = next((k for k, v in self.datasets.items() if v is dataset), None)
         files, docs = self.split_files.get(split, ((None, None), None))
-        raise UsageError(sample_too_long_message(split or "the split", dataset, ignored[0], max_positions, files,
-                                                 docs, ignored[1:]))
-
-    @property
-    def generation_shards(self) -> Tuple[int, int]:
-        """``(N, I)`` of ``--num-shards N --shard-id I``: generation of shard I of N decodes the
-        documents of that shard only (``(1, 0)`` where the configuration does not resolve
-        them: options absent from older configurations, a configuration made by hand)."""
-        try:
-            return int(self.cfg.num_shards or 1), int(self.cfg.shard_id or 0)
-        except Exception:
-            return 1, 0
+        raise UsageError(split_too_long_message(split, dataset, ignored, max_positions, files, docs))
 
     def get_batch_iterator(self, dataset, max_tokens=None, max_sentences=None,
                            max_positions=None, ignore_invalid_inputs=False,
@@ -384,7 +344,7 @@ class DocumentTranslationTask(TranslationTask):
         # fairseq's arguments, by name (``__class__``: the cell of ``super()``)
         options = {k: v for k, v in locals().items() if k not in ("self", "dataset", "kwargs", "__class__")}
         training = dataset is self.datasets.get(self.cfg.train_subset)
-        shard = db.generation_shard(dataset, *self.generation_shards, training=training)
+        shard = db.generation_shard(dataset, *db.generation_shards(self.cfg), training=training)
         if shard is None and not (isinstance(dataset, DocumentPairDataset) and dataset.has_context):
             itr = super().get_batch_iterator(dataset, **options)
             if isinstance(dataset, seg.SegmentPairDataset) and not training:
@@ -392,14 +352,8 @@ class DocumentTranslationTask(TranslationTask):
                 # every num_shards-th batch from shard_id)
                 self.segment_decoding.start_run(sum(len(b) for b in itr.frozen_batches[shard_id::max(num_shards, 1)]))
             return itr
-        if dataset.position_major:
-            # In distributed training fairseq's trainer hands each worker every num_shards-th
-            # batch of the validation split: right for the validation loss, which reads the
-            # references as target context; document-order inference, which needs the
-            # translations of the previous sentences on the same worker, refuses such an
-            # iterator (inference_step).
-            self.document_order_shards = max(int(num_shards or 1), 1)
-            self.document_order.clear()
+        if dataset.position_major:  # decoded in document order (its batches on num_shards workers)
+            self.document_order.start(num_shards)
         return db.document_batch_iterator(
             dataset, lambda indices: self.filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs),
             self.doc_batching, self.context_contract.context_token_cost, shard, **options)
@@ -501,14 +455,9 @@ class DocumentTranslationTask(TranslationTask):
         return coword.coword_dropout(sample, model, self.cfg, self.src_dict, self.language_tokens.ids())
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        if dc.context_spec(model).packs_training_output and getattr(criterion, "ignore_prefix_size", 0) > 0:
-            # fairseq's criteria cut the prefix off the [B, T, V] output: not that of packed positions
-            raise UsageError(f"{model.__class__.__name__} packs its training output (real "
-                             "target positions only): --ignore-prefix-size is not supported")
-        sample = self.coword_dropout(dc.sample_for_model(sample, model), model)
-        return super().train_step(
-            self.language_tokens.place(sample), model, criterion, optimizer, update_num, ignore_grad
-        )
+        dc.check_training_criterion(model, criterion)
+        sample = self.language_tokens.place(self.coword_dropout(dc.sample_for_model(sample, model), model))
+        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
     def valid_step(self, sample, model, criterion):
         """fairseq's validation step; with ``--validate-cxmi`` (a model that reads context) the
@@ -517,9 +466,10 @@ class DocumentTranslationTask(TranslationTask):
         true = self.language_tokens.place(dc.sample_for_model(sample, model))
         if not cxmi.validates_cxmi(self.cfg, model, self.segments):
             return super().valid_step(true, model, criterion)
-        with _captured_output(model) as captured:  # the criterion's forward pass: the true context's scores
+        with cxmi.captured_output(model) as captured:  # the criterion's forward pass: the true context's scores
             loss, sample_size, logging_output = super().valid_step(true, model, criterion)
-        logging_output.update(cxmi.cxmi_sums(sample, model, self.tgt_dict.pad(), self.language_tokens.place, captured.output))
+        pad, place = self.tgt_dict.pad(), self.language_tokens.place
+        logging_output.update(cxmi.cxmi_sums(sample, model, pad, place, captured.output))
         return loss, sample_size, logging_output
 
     def reduce_metrics(self, logging_outputs, criterion):
@@ -547,23 +497,3 @@ class DocumentTranslationTask(TranslationTask):
                                                  constraints=constraints)
         return self.document_order.inference_step(generator, models, sample, prefix_tokens, constraints)
 
-
-class _captured_output:
-    """``with _captured_output(model) as c:`` — ``c.output``, the output of the first call of
-    ``model`` inside the block (``None`` if there is none): a forward hook, whatever calls it
-    (the criterion)."""
-
-    def __init__(self, model):
-        self.model, self.output = model, None
-
-    def __enter__(self):
-        def hook(module, args, output):
-            if self.output is None:
-                self.output = output
-
-        self.handle = self.model.register_forward_hook(hook)
-        return self
-
-    def __exit__(self, *exc):
-        self.handle.remove()
-        return False

@@ -267,3 +267,10 @@ def sample_too_long_message(split: str, dataset, index: int, max_positions, file
     else:
         item = f"sentence {index}{f' ({doc})' if doc else ''}"
     return too_long_message(split, item, sizes[:2], max_positions, files, others, segment)
+
+
+def split_too_long_message(split: Optional[str], dataset, ignored, max_positions, files, docs=None) -> str:
+    """:func:`sample_too_long_message` of the first sample of ``split`` in corpus order among
+    the ``ignored`` ones (those longer than ``max_positions``), the others named after it."""
+    ignored = sorted(int(i) for i in ignored)
+    return sample_too_long_message(split or "the split", dataset, ignored[0], max_positions, files, docs, ignored[1:])

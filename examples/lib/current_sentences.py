@@ -14,7 +14,8 @@ documents) and OUT_PREFIX.hyp (their translations, one a line) and prints the co
 import os
 import sys
 
-from fairseq_docctx.data.readers import read_file, read_lines
+from fairseq_docctx.data.documents import read_lines
+from fairseq_docctx.data.readers import read_file
 from fairseq_docctx.evaluation.io import read_generate_output
 
 

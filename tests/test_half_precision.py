@@ -9,8 +9,9 @@ fairseq's own criterion of the model (label-smoothed cross-entropy; QCN's with t
 and the task's ``train_step`` (its context and language-token handling), and decodes the first
 test documents in document order through the hub (beam 4, the model's own translations as
 target context where it reads them). Asserted: a finite loss and finite gradients (in the
-half precision), the loss per target token within :data:`LOSS_TOLERANCE` of float32's, and the
-same best hypothesis for every sentence as float32. Dropout is off in both runs so that the two compute the same function.
+half precision), the loss per target token within :data:`LOSS_TOLERANCE` of float32's, and for every
+sentence float32's best hypothesis, or one that float32's model scores no worse
+(:func:`_no_worse`). Dropout is off in both runs so that the two compute the same function.
 """
 import copy
 import math
@@ -26,6 +27,9 @@ from test_batch_independence import probe_documents
 #: both qcn_transformer's (its loss, with the PCC term, is a difference of two terms); the
 #: others at most 0.0005 and 0.00004
 LOSS_TOLERANCE = {torch.bfloat16: 0.01, torch.float16: 0.001}
+#: how much worse (nats per target token, float32's teacher-forced score) a sentence's
+#: half-precision translation may be than float32's where the two searches choose differently
+SCORE_TOLERANCE = 0.01
 #: the probe's test documents decoded (the first of them; 32 sentences)
 DOCS = 6
 
@@ -92,7 +96,32 @@ def _check(probe, model, **overrides):
             got = hub.translate_documents(docs, beam=4)
         finally:
             hub.models[0] = decoder32
-        assert got == reference, dtype
+        if got != reference:
+            _no_worse(hub, docs, got, reference, dtype)
+
+
+def _no_worse(hub, docs, got, reference, dtype):
+    """Where the half-precision search's best hypothesis differs from float32's, float32's
+    model scores it (teacher-forced, per target token, its own earlier translations as
+    context) at least as well as its own best, within :data:`SCORE_TOLERANCE`: fairseq's
+    beam search stops once ``beam`` hypotheses have ended, so a rounding can let a better
+    hypothesis end before the search stops (or a worse one after); a broken half-precision
+    path scores far below. Measured on the probe's ``mht_transformer`` (float16, 1 of 32
+    sentences): float32's best ``ich glaube sie assen .`` at -1.196 nats per token ended before
+    ``ich glaube sie ist schwer .`` (-0.070, float16's) could."""
+    from fairseq_docctx.evaluation.scoring import ModelScorer
+
+    scorer = ModelScorer(hub)
+    for d, (src, ours, theirs) in enumerate(zip(docs, got, reference)):
+        for i, (a, b) in enumerate(zip(ours, theirs)):
+            if a == b:
+                continue
+            source = [scorer.encode_source(x) for x in src[:i + 1]]
+            scores = scorer.score_documents([
+                (source, [scorer.encode_target(x) for x in ours[:i + 1]]),
+                (source, [scorer.encode_target(x) for x in theirs[:i + 1]])])
+            half, full = (s.logprob / s.ntokens for s in scores)
+            assert half >= full - SCORE_TOLERANCE, (dtype, d, i, a, half, b, full)
 
 
 # one test per architecture, each reading its session model (tests/probe_fixtures.py starts

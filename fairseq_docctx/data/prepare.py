@@ -552,33 +552,12 @@ def _prepare_into(args, guard, parent, data, splits, release, log, command) -> d
 
         # SentencePiece (a model is trained on the training sentences as read: before they are split)
         spm_info = sp = None
-        if release is not None:
-            pass  # segmented below, after the split
-        elif args.spm_vocab_size or args.spm_model:
-            import sentencepiece as spm
-
-            if args.spm_model:
-                shutil.copyfile(args.spm_model, os.path.join(out, SPM_NAME + ".model"))
-            else:
-                train = data["train"]
-                sents = [s for side in (train.src, train.tgt) for doc in side for s in doc]
-                log(f"training SentencePiece ({args.spm_model_type}, vocab {args.spm_vocab_size}) "
-                    f"on {len(sents)} {src}+{tgt} training sentences")
-                train_spm(sents, os.path.join(out, SPM_NAME), args.spm_vocab_size,
-                          args.spm_model_type, args.workers, args.spm_input_sentence_size)
-            sp = spm.SentencePieceProcessor(model_file=os.path.join(out, SPM_NAME + ".model"))
-            spm_info = _spm_entry(sp, out, args.spm_model_type if args.spm_vocab_size else _spm_model_type(sp),
-                                  "train" if args.spm_vocab_size else args.spm_model)
+        if release is None:  # a release is segmented below, after the split
+            sp, spm_info = _spm_model(args, data, out, log)
 
         # divide and rule (training split only): at words, before the subword segmentation
         if split_mode:
-            tr = data["train"]
-            try:
-                tr.src, tr.tgt, tr.split_sentences = split_documents(
-                    tr.src, tr.tgt, split_mode, getattr(args, "split_min_len", None) or DEFAULT_SPLIT_MIN_LEN,
-                    getattr(args, "split_alignment", None), log, os.path.join(out, SPLIT_ALIGNMENT_NAME))
-            except AlignmentError as e:
-                raise PrepareError(str(e)) from None
+            _split_training(args, data["train"], split_mode, out, log)
 
         if release is not None:
             spm_info = _segment_pretrained(release, data, out, src, tgt, args.workers, log)
@@ -588,20 +567,7 @@ def _prepare_into(args, guard, parent, data, splits, release, log, command) -> d
 
         # filters (training split only)
         if "train" in data:
-            tr = data["train"]
-            stats = filter_split(tr, args.min_len, args.max_len, args.max_len_ratio,
-                                 getattr(args, "tuple_max_len", None), getattr(args, "tuple_max_len_ratio", None))
-            tr.filtered = stats
-            r = stats["removed_pairs"]
-            active = [f"min-len {args.min_len}: {r['min_len']}"]
-            for name, value in stats["settings"].items():
-                if name != "min_len" and value is not None:
-                    active.append(f"{name.replace('_', '-')} {value:g}: {r[name]}")
-            log(f"train: filters removed sentence pairs from the training targets ({', '.join(active)}); "
-                f"{stats['context_only_pairs']} of them stay in their documents as context only, "
-                f"{stats['removed_documents']} documents vanished entirely")
-            if not tr.src:
-                raise PrepareError("the filters removed every training sentence pair")
+            _filter_training(args, data["train"], log)
 
         if release is not None and release.placement == "prepend":
             for d in data.values():
@@ -610,32 +576,10 @@ def _prepare_into(args, guard, parent, data, splits, release, log, command) -> d
                     side[:] = [[f"{tok} {s}" for s in doc] for doc in side]
 
         # plain text for the binarizer
-        for split, d in data.items():
-            for lang, side in ((src, d.src), (tgt, d.tgt)):
-                with open(os.path.join(work, f"{split}.{lang}"), "w", encoding="utf-8") as f:
-                    for doc in side:
-                        f.writelines(s + "\n" for s in doc)
+        _write_plain_text(data, work, src, tgt)
 
         # dictionaries (separator at index 4)
-        trainfiles = {lang: os.path.join(work, f"train.{lang}") for lang in (src, tgt)}
-        pretrained_info = None
-        if release is not None:
-            sd, td, pretrained_info = _pretrained_dictionaries(release, src, tgt, sep, log, mask)
-            if args.joined_dictionary and sd.symbols != td.symbols:
-                raise PrepareError(f"--joined-dictionary: the release's dictionaries "
-                                   f"{release.dict_files[src]} and {release.dict_files[tgt]} differ")
-        elif args.joined_dictionary:
-            given = args.srcdict or args.tgtdict
-            sd = td = (load_dictionary(given, sep, log, mask) if given else build_dictionary(
-                [trainfiles[src], trainfiles[tgt]], sep, args.thresholdsrc, args.nwordssrc,
-                args.workers, args.padding_factor, mask))
-        else:
-            sd = (load_dictionary(args.srcdict, sep, log, mask) if args.srcdict else build_dictionary(
-                [trainfiles[src]], sep, args.thresholdsrc, args.nwordssrc, args.workers,
-                args.padding_factor, mask))
-            td = (load_dictionary(args.tgtdict, sep, log, mask) if args.tgtdict else build_dictionary(
-                [trainfiles[tgt]], sep, args.thresholdtgt, args.nwordstgt, args.workers,
-                args.padding_factor, mask))
+        sd, td, pretrained_info = _dictionaries(args, release, work, log)
         log(f"dictionaries: {src} {len(sd)} types, {tgt} {len(td)} types"
             + (" (joined)" if args.joined_dictionary else "")
             + f"; {sep} at index {sd.index(sep)}" + (f", {mask} at index {sd.index(mask)}" if mask else ""))
@@ -643,30 +587,7 @@ def _prepare_into(args, guard, parent, data, splits, release, log, command) -> d
         binarize(work, out, splits, (src, tgt), (sd, td), args.workers, log)
 
         # document indexes + checks + manifest
-        split_info = {}
-        for split, d in data.items():
-            idx = DocIndex(d.doc_ids, [len(doc) for doc in d.src], d.context_only_flags())
-            idx.write(doc_index_path(out, split, src, tgt))
-            tokens = {}
-            for lang, side in ((src, d.src), (tgt, d.tgt)):
-                sizes = _binarized_sizes(out, split, src, tgt, lang)
-                tokens[lang] = int(sizes.sum()) - len(sizes)  # without </s>
-                expected = sum(len(s.split()) for doc in side for s in doc)
-                if len(sizes) != idx.num_sentences or tokens[lang] != expected:
-                    raise RuntimeError(
-                        f"internal error: {split}.{lang} binarized {len(sizes)} lines / "
-                        f"{tokens[lang]} tokens, expected {idx.num_sentences} / {expected}")
-            split_info[split] = {
-                "inputs": d.inputs, "documents": len(idx), "sentences": idx.num_sentences,
-                "context_only": idx.num_context_only,
-                "source_tokens": tokens[src], "target_tokens": tokens[tgt],
-                "filtered": d.filtered,
-            }
-            if d.split_sentences is not None:
-                split_info[split]["split_sentences"] = d.split_sentences
-            log(f"{split}: {len(idx)} documents, {idx.num_sentences} sentences"
-                + (f" ({idx.num_context_only} context only)" if idx.num_context_only else "")
-                + f", {tokens[src]} {src} / {tokens[tgt]} {tgt} tokens")
+        split_info = _index_splits(data, out, src, tgt, log)
         manifest = {
             "format_version": FORMAT_VERSION,
             "source_lang": src,
@@ -686,18 +607,141 @@ def _prepare_into(args, guard, parent, data, splits, release, log, command) -> d
             manifest["pretrained"] = pretrained_info
         write_manifest(out, manifest)
 
-        # publish
-        _check_destdir(args.destdir, os.listdir(out))
-        if os.path.isdir(args.destdir):
-            for name in sorted(os.listdir(out)):
-                os.replace(os.path.join(out, name), os.path.join(args.destdir, name))
-        else:
-            os.replace(out, args.destdir)
-        log(f"wrote {args.destdir}: {', '.join(splits)} ({src}-{tgt} .bin/.idx + .docs), "
-            f"dict.{src}.txt, dict.{tgt}.txt, {MANIFEST_NAME}" + (f", {SPM_MODEL_NAME}" if spm_info else "")
-            + (f", {BPE_CODES}" if release is not None and _segmentation_copy(release) == BPE_CODES else ""))
+        _publish(args, out, splits, spm_info, release, log)
         return manifest
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _spm_model(args, data: Dict[str, SplitData], out: str, log: Log):
+    """The SentencePiece model of ``--spm-model`` or trained for ``--spm-vocab-size`` (in
+    ``out``) and the manifest's ``spm`` entry; ``(None, None)`` without either option."""
+    if not (args.spm_vocab_size or args.spm_model):
+        return None, None
+    import sentencepiece as spm
+
+    if args.spm_model:
+        shutil.copyfile(args.spm_model, os.path.join(out, SPM_NAME + ".model"))
+    else:
+        train = data["train"]
+        sents = [s for side in (train.src, train.tgt) for doc in side for s in doc]
+        log(f"training SentencePiece ({args.spm_model_type}, vocab {args.spm_vocab_size}) "
+            f"on {len(sents)} {args.source_lang}+{args.target_lang} training sentences")
+        train_spm(sents, os.path.join(out, SPM_NAME), args.spm_vocab_size,
+                  args.spm_model_type, args.workers, args.spm_input_sentence_size)
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(out, SPM_NAME + ".model"))
+    spm_info = _spm_entry(sp, out, args.spm_model_type if args.spm_vocab_size else _spm_model_type(sp),
+                          "train" if args.spm_vocab_size else args.spm_model)
+    return sp, spm_info
+
+
+def _split_training(args, tr: SplitData, split_mode: str, out: str, log: Log) -> None:
+    """Cut the training pairs in two (``--split-sentences``, in place); an alignment error is a
+    :class:`PrepareError`."""
+    try:
+        tr.src, tr.tgt, tr.split_sentences = split_documents(
+            tr.src, tr.tgt, split_mode, getattr(args, "split_min_len", None) or DEFAULT_SPLIT_MIN_LEN,
+            getattr(args, "split_alignment", None), log, os.path.join(out, SPLIT_ALIGNMENT_NAME))
+    except AlignmentError as e:
+        raise PrepareError(str(e)) from None
+
+
+def _filter_training(args, tr: SplitData, log: Log) -> None:
+    """Apply the length filters to the training split (in place) and log what they removed; a
+    split left with no pair is a :class:`PrepareError`."""
+    stats = filter_split(tr, args.min_len, args.max_len, args.max_len_ratio,
+                         getattr(args, "tuple_max_len", None), getattr(args, "tuple_max_len_ratio", None))
+    tr.filtered = stats
+    r = stats["removed_pairs"]
+    active = [f"min-len {args.min_len}: {r['min_len']}"]
+    for name, value in stats["settings"].items():
+        if name != "min_len" and value is not None:
+            active.append(f"{name.replace('_', '-')} {value:g}: {r[name]}")
+    log(f"train: filters removed sentence pairs from the training targets ({', '.join(active)}); "
+        f"{stats['context_only_pairs']} of them stay in their documents as context only, "
+        f"{stats['removed_documents']} documents vanished entirely")
+    if not tr.src:
+        raise PrepareError("the filters removed every training sentence pair")
+
+
+def _write_plain_text(data: Dict[str, SplitData], work: str, src: str, tgt: str) -> None:
+    """Write every split's sentences as ``work/{split}.{lang}``, one a line (the binarizer's input)."""
+    for split, d in data.items():
+        for lang, side in ((src, d.src), (tgt, d.tgt)):
+            with open(os.path.join(work, f"{split}.{lang}"), "w", encoding="utf-8") as f:
+                for doc in side:
+                    f.writelines(s + "\n" for s in doc)
+
+
+def _dictionaries(args, release: Optional[Release], work: str, log: Log):
+    """The source and target dictionaries (the release's, given or built from the plain text
+    in ``work``) and the manifest's ``pretrained`` entry (``None`` without a release)."""
+    src, tgt, sep = args.source_lang, args.target_lang, args.context_separator
+    mask = getattr(args, "mask_symbol", None)
+    trainfiles = {lang: os.path.join(work, f"train.{lang}") for lang in (src, tgt)}
+    pretrained_info = None
+    if release is not None:
+        sd, td, pretrained_info = _pretrained_dictionaries(release, src, tgt, sep, log, mask)
+        if args.joined_dictionary and sd.symbols != td.symbols:
+            raise PrepareError(f"--joined-dictionary: the release's dictionaries "
+                               f"{release.dict_files[src]} and {release.dict_files[tgt]} differ")
+    elif args.joined_dictionary:
+        given = args.srcdict or args.tgtdict
+        sd = td = (load_dictionary(given, sep, log, mask) if given else build_dictionary(
+            [trainfiles[src], trainfiles[tgt]], sep, args.thresholdsrc, args.nwordssrc,
+            args.workers, args.padding_factor, mask))
+    else:
+        sd = (load_dictionary(args.srcdict, sep, log, mask) if args.srcdict else build_dictionary(
+            [trainfiles[src]], sep, args.thresholdsrc, args.nwordssrc, args.workers,
+            args.padding_factor, mask))
+        td = (load_dictionary(args.tgtdict, sep, log, mask) if args.tgtdict else build_dictionary(
+            [trainfiles[tgt]], sep, args.thresholdtgt, args.nwordstgt, args.workers,
+            args.padding_factor, mask))
+    return sd, td, pretrained_info
+
+
+def _index_splits(data: Dict[str, SplitData], out: str, src: str, tgt: str, log: Log) -> dict:
+    """Write the document index of every split into ``out``, check the binarized files against
+    it and return the manifest's ``splits`` entry."""
+    split_info = {}
+    for split, d in data.items():
+        idx = DocIndex(d.doc_ids, [len(doc) for doc in d.src], d.context_only_flags())
+        idx.write(doc_index_path(out, split, src, tgt))
+        tokens = {}
+        for lang, side in ((src, d.src), (tgt, d.tgt)):
+            sizes = _binarized_sizes(out, split, src, tgt, lang)
+            tokens[lang] = int(sizes.sum()) - len(sizes)  # without </s>
+            expected = sum(len(s.split()) for doc in side for s in doc)
+            if len(sizes) != idx.num_sentences or tokens[lang] != expected:
+                raise RuntimeError(
+                    f"internal error: {split}.{lang} binarized {len(sizes)} lines / "
+                    f"{tokens[lang]} tokens, expected {idx.num_sentences} / {expected}")
+        split_info[split] = {
+            "inputs": d.inputs, "documents": len(idx), "sentences": idx.num_sentences,
+            "context_only": idx.num_context_only,
+            "source_tokens": tokens[src], "target_tokens": tokens[tgt],
+            "filtered": d.filtered,
+        }
+        if d.split_sentences is not None:
+            split_info[split]["split_sentences"] = d.split_sentences
+        log(f"{split}: {len(idx)} documents, {idx.num_sentences} sentences"
+            + (f" ({idx.num_context_only} context only)" if idx.num_context_only else "")
+            + f", {tokens[src]} {src} / {tokens[tgt]} {tgt} tokens")
+    return split_info
+
+
+def _publish(args, out: str, splits: List[str], spm_info: Optional[dict], release: Optional[Release],
+             log: Log) -> None:
+    """Move the files of ``out`` into ``--destdir`` (checked again first) and log what was written."""
+    src, tgt = args.source_lang, args.target_lang
+    _check_destdir(args.destdir, os.listdir(out))
+    if os.path.isdir(args.destdir):
+        for name in sorted(os.listdir(out)):
+            os.replace(os.path.join(out, name), os.path.join(args.destdir, name))
+    else:
+        os.replace(out, args.destdir)
+    log(f"wrote {args.destdir}: {', '.join(splits)} ({src}-{tgt} .bin/.idx + .docs), "
+        f"dict.{src}.txt, dict.{tgt}.txt, {MANIFEST_NAME}" + (f", {SPM_MODEL_NAME}" if spm_info else "")
+        + (f", {BPE_CODES}" if release is not None and _segmentation_copy(release) == BPE_CODES else ""))
 
 

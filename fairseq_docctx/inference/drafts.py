@@ -274,59 +274,14 @@ def _make_drafts(data_dir, checkpoint, splits, beam, max_tokens, batch_size, cpu
             results.append(DraftsResult(split, prefix, n, 0, 0, 0.0, True))
             continue
         if record is not None:
-            same = (drafts_exist(data_dir, split, src, tgt) and record.sentences == n
-                    and record.checkpoint_sha1 == translator.checkpoint_sha1
-                    and record.beam == int(beam) and record.max_tokens == max_tokens
-                    and record.batch_size == batch_size and bool(record.fp16) == bool(fp16))
-            if same:
-                log(f"{split}: overwriting the drafts made with the same settings (--overwrite)")
-            elif not drafts_exist(data_dir, split, src, tgt):
-                log(f"{split}: the drafts recorded in {mf.manifest_path(data_dir)} are missing: "
-                    "making them again")
-            else:
-                log(f"{split}: the drafts there were made with other settings or data: making them again")
-            mf.forget_drafts(data_dir, split)
+            _forget_drafts(data_dir, split, src, tgt, record, n, translator, beam, max_tokens, batch_size,
+                           fp16, log)
         dataset = translator.dataset(src_data, src_data.sizes)
         batches = translator.plan(dataset, max_tokens, batch_size, where=sources[split] + ".bin")
         chunks = _chunks(batches, chunk_sentences)
-        work = _SplitWork(data_dir, split, src, tgt)
-        settings = {**settings_base, "split": split, "sentences": n}
-        old = work.settings()
-        if old is not None and not _settings_equal(old, settings):
-            log(f"{split}: the unfinished drafts in {work.dir} were made with other settings: "
-                "starting this split over")
-            old = None
-        if old is None:
-            work.start(settings)
-        drafts: List[Optional[np.ndarray]] = [None] * n
-        done = reused = reused_chunks = 0
-        todo = []
-        for k, chunk in enumerate(chunks):
-            ids = np.concatenate(chunk) if chunk else np.zeros(0, np.int64)
-            found = work.read_chunk(k, ids)
-            if found is None:
-                todo.append((k, chunk, ids))
-                continue
-            for i, d in zip(ids.tolist(), found):
-                drafts[i] = d
-            reused += len(ids)
-            reused_chunks += 1
-        done = reused
-        if reused_chunks:
-            log(f"{split}: resuming: {reused_chunks} of {len(chunks)} chunks already done "
-                f"({reused} of {n} sentences)")
-        if progress is not None:
-            progress(split, done, n)
-        for k, chunk, ids in todo:
-            out = []
-            for batch in chunk:
-                out.extend(translator.translate_batch(dataset, batch))
-                done += len(batch)
-                if progress is not None:
-                    progress(split, done, n)
-            work.write_chunk(k, ids, out)
-            for i, d in zip(ids.tolist(), out):
-                drafts[i] = d.numpy()
+        work = _split_work(data_dir, split, src, tgt, {**settings_base, "split": split, "sentences": n}, log)
+        drafts, reused, todo = _reused_chunks(work, chunks, split, n, log)
+        _translate_chunks(translator, dataset, work, todo, drafts, split, reused, n, progress)
         missing = [i for i, d in enumerate(drafts) if d is None]
         if missing:
             raise RuntimeError(f"internal error: sentence {missing[0]} of {sources[split]} has no draft")
@@ -342,3 +297,74 @@ def _make_drafts(data_dir, checkpoint, splits, beam, max_tokens, batch_size, cpu
         work.remove()
         results.append(DraftsResult(split, prefix, n, n - reused, reused, seconds, False))
     return results
+
+
+def _forget_drafts(data_dir, split, src, tgt, record, n, translator, beam, max_tokens, batch_size, fp16,
+                   log) -> None:
+    """Say why the recorded drafts of ``split`` are made again, and drop their record from
+    ``docctx.json``."""
+    same = (drafts_exist(data_dir, split, src, tgt) and record.sentences == n
+            and record.checkpoint_sha1 == translator.checkpoint_sha1
+            and record.beam == int(beam) and record.max_tokens == max_tokens
+            and record.batch_size == batch_size and bool(record.fp16) == bool(fp16))
+    if same:
+        log(f"{split}: overwriting the drafts made with the same settings (--overwrite)")
+    elif not drafts_exist(data_dir, split, src, tgt):
+        log(f"{split}: the drafts recorded in {mf.manifest_path(data_dir)} are missing: "
+            "making them again")
+    else:
+        log(f"{split}: the drafts there were made with other settings or data: making them again")
+    mf.forget_drafts(data_dir, split)
+
+
+def _split_work(data_dir, split, src, tgt, settings, log) -> _SplitWork:
+    """The work directory of ``split``, kept when an earlier run left it with the same
+    ``settings``, else started over."""
+    work = _SplitWork(data_dir, split, src, tgt)
+    old = work.settings()
+    if old is not None and not _settings_equal(old, settings):
+        log(f"{split}: the unfinished drafts in {work.dir} were made with other settings: "
+            "starting this split over")
+        old = None
+    if old is None:
+        work.start(settings)
+    return work
+
+
+def _reused_chunks(work, chunks, split, n, log):
+    """The drafts of the chunks an earlier run finished (``None`` for the others' sentences),
+    how many sentences they hold, and the chunks still to translate as ``(k, chunk, ids)``."""
+    drafts: List[Optional[np.ndarray]] = [None] * n
+    reused = reused_chunks = 0
+    todo = []
+    for k, chunk in enumerate(chunks):
+        ids = np.concatenate(chunk) if chunk else np.zeros(0, np.int64)
+        found = work.read_chunk(k, ids)
+        if found is None:
+            todo.append((k, chunk, ids))
+            continue
+        for i, d in zip(ids.tolist(), found):
+            drafts[i] = d
+        reused += len(ids)
+        reused_chunks += 1
+    if reused_chunks:
+        log(f"{split}: resuming: {reused_chunks} of {len(chunks)} chunks already done "
+            f"({reused} of {n} sentences)")
+    return drafts, reused, todo
+
+
+def _translate_chunks(translator, dataset, work, todo, drafts, split, done, n, progress) -> None:
+    """Translate the chunks of ``todo``, writing each chunk file when complete and its drafts
+    into ``drafts`` (in place); ``progress`` after every batch."""
+    if progress is not None:
+        progress(split, done, n)
+    for k, chunk, ids in todo:
+        out = []
+        for batch in chunk:
+            out.extend(translator.translate_batch(dataset, batch))
+            done += len(batch)
+            if progress is not None:
+                progress(split, done, n)
+        work.write_chunk(k, ids, out)
+        for i, d in zip(ids.tolist(), out):
+            drafts[i] = d.numpy()

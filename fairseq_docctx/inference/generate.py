@@ -324,6 +324,44 @@ def generate(fairseq_args: Sequence[str], processes: Optional[int] = None,
     from fairseq import tasks
 
     n = num_processes(processes, devices)
+    fairseq_args, cfg = _document_generation_args(fairseq_args, allow_skipped)
+    skipping = bool(cfg.dataset.skip_invalid_size_inputs_valid_test)
+    subset = cfg.dataset.gen_subset
+    guard, results = _output_guard(cfg, output, work_dir, force)
+    task = tasks.setup_task(cfg.task)
+    docs = _split_documents(task, cfg)
+    if docs is not None and len(docs) < n:
+        logger.warning(f"{cfg.dataset.gen_subset} has {len(docs)} documents: {len(docs)} processes, not {n}")
+        n = len(docs)
+    commands = [[python, "-m", "fairseq_cli.generate", *shard_arguments(fairseq_args, n, i, devices)]
+                for i in range(n)]
+    envs = [shard_environment(i, n, devices) for i in range(n)]
+    records, logs, elapsed = _decode_shards(commands, envs, work_dir, guard, subset, skipping)
+    skipped = _skipped_sentences(docs, records, logs, subset, skipping)
+    limit = _max_positions(logs)
+    for i in skipped:
+        report(f"sentence {i} of {subset} left out: longer than the model allows"
+               + (f" (max_positions={limit})" if limit else ""))
+    try:
+        score = score_line(cfg, task.target_dictionary, records)
+    except ValueError as e:  # not recoverable from the output: said in its place
+        score = _log_line(f"no score over the merged shards: {e}")
+    segments = segment_fallbacks(logs)
+    if segments is not None:
+        report(segments)
+    summary = _summary_line(records, elapsed, n, skipped, segments)
+    _write_output(cfg, records, summary, score, output, results, guard)
+    if skipped and not allow_skipped:
+        raise SkippedSentences(
+            f"{len(skipped)} sentences of {subset} are left out as longer than the model allows "
+            f"(ids reported above); the output holds the other {len(records)}: shorten or split "
+            "them, or add --allow-skipped to accept the output without them")
+    return records
+
+
+def _document_generation_args(fairseq_args: Sequence[str], allow_skipped: bool):
+    """The fairseq-generate arguments (``--user-dir`` checked, the skip option added for
+    ``allow_skipped``) and their configuration, refused unless the task is document_translation."""
     fairseq_args = check_user_dir(fairseq_args)
     if allow_skipped and SKIP_OPTION not in fairseq_args:
         fairseq_args = [*fairseq_args, SKIP_OPTION]
@@ -331,9 +369,13 @@ def generate(fairseq_args: Sequence[str], processes: Optional[int] = None,
     if getattr(cfg.task, "_name", None) != "document_translation":
         raise ValueError("docctx-generate shards the documents of --task document_translation "
                          f"(got --task {getattr(cfg.task, '_name', None)})")
-    skipping = bool(cfg.dataset.skip_invalid_size_inputs_valid_test)
-    subset = cfg.dataset.gen_subset
-    results_file = f"generate-{subset}.txt"
+    return fairseq_args, cfg
+
+
+def _output_guard(cfg, output: Optional[TextIO], work_dir: Optional[str], force: bool):
+    """Check the output directories writable and return the output guard with the merged
+    output's file in it (``None`` when the output goes to ``output`` or standard output)."""
+    results_file = f"generate-{cfg.dataset.gen_subset}.txt"
     if output is None and cfg.common_eval.results_path is not None:
         _check_writable(cfg.common_eval.results_path, "--results-path", results_file)
     if work_dir is not None:
@@ -344,14 +386,13 @@ def generate(fairseq_args: Sequence[str], processes: Optional[int] = None,
     if output is None and cfg.common_eval.results_path is not None:
         results = guard.file(os.path.join(cfg.common_eval.results_path, results_file),
                              f"--results-path {cfg.common_eval.results_path}: {results_file}")
-    task = tasks.setup_task(cfg.task)
-    docs = _split_documents(task, cfg)
-    if docs is not None and len(docs) < n:
-        logger.warning(f"{cfg.dataset.gen_subset} has {len(docs)} documents: {len(docs)} processes, not {n}")
-        n = len(docs)
-    commands = [[python, "-m", "fairseq_cli.generate", *shard_arguments(fairseq_args, n, i, devices)]
-                for i in range(n)]
-    envs = [shard_environment(i, n, devices) for i in range(n)]
+    return guard, results
+
+
+def _decode_shards(commands, envs, work_dir: Optional[str], guard, subset: str, skipping: bool):
+    """Run the shard processes in ``work_dir`` (default a temporary directory, removed) and
+    return their merged sentence lines, their logs and the seconds they took."""
+    n = len(commands)
     tmp = work_dir is None
     shard_files = [] if tmp else [os.path.join(work_dir, f"shard-{i}.{ext}") for i in range(n) for ext in ("out", "err")]
     for f in shard_files:
@@ -375,6 +416,13 @@ def generate(fairseq_args: Sequence[str], processes: Optional[int] = None,
         guard.written_files([f for f in shard_files if os.path.exists(f)])
         if tmp:
             shutil.rmtree(work_dir, ignore_errors=True)
+    return records, logs, elapsed
+
+
+def _skipped_sentences(docs, records: Dict[int, List[str]], logs: Sequence[str], subset: str,
+                       skipping: bool) -> List[int]:
+    """The ids of the sentences of the split in no output, sorted: by the document index, else
+    by fairseq's warnings (which name the first few only)."""
     skipped: List[int] = []
     if docs is not None:
         missing = sorted(set(range(docs.num_sentences)) - set(records))
@@ -388,23 +436,25 @@ def generate(fairseq_args: Sequence[str], processes: Optional[int] = None,
             if m:
                 skipped += [int(i) for i in m.group(3).split(",") if i.strip()]
         skipped = sorted(skipped)
-    limit = _max_positions(logs)
-    for i in skipped:
-        report(f"sentence {i} of {subset} left out: longer than the model allows"
-               + (f" (max_positions={limit})" if limit else ""))
-    try:
-        score = score_line(cfg, task.target_dictionary, records)
-    except ValueError as e:  # not recoverable from the output: said in its place
-        score = _log_line(f"no score over the merged shards: {e}")
+    return skipped
+
+
+def _summary_line(records: Dict[int, List[str]], elapsed: float, n: int, skipped: List[int],
+                  segments: Optional[str]) -> str:
+    """The summary log line of the merged output: sentences, tokens, speed, the sentences left
+    out and a segment model's count."""
     tokens = sum(len(p[0].split()) for p in (_fields(lines, "P") for lines in records.values()) if p)
-    segments = segment_fallbacks(logs)
-    if segments is not None:
-        report(segments)
-    summary = _log_line(f"Translated {len(records):,} sentences ({tokens:,} tokens) in {elapsed:.1f}s "
-                        f"with {n} processes ({len(records) / max(elapsed, 1e-9):.2f} sentences/s)"
-                        + (f"; {len(skipped):,} sentences left out as too long (ids: "
-                           f"{', '.join(map(str, skipped))})" if skipped else "")
-                        + (f"; {segments}" if segments is not None else ""))
+    return _log_line(f"Translated {len(records):,} sentences ({tokens:,} tokens) in {elapsed:.1f}s "
+                     f"with {n} processes ({len(records) / max(elapsed, 1e-9):.2f} sentences/s)"
+                     + (f"; {len(skipped):,} sentences left out as too long (ids: "
+                        f"{', '.join(map(str, skipped))})" if skipped else "")
+                     + (f"; {segments}" if segments is not None else ""))
+
+
+def _write_output(cfg, records: Dict[int, List[str]], summary: str, score: Optional[str],
+                  output: Optional[TextIO], results, guard) -> None:
+    """Write the merged sentence lines (unless ``--quiet``), the summary and the score line to
+    the results file, else ``output``, else standard output."""
     with contextlib.ExitStack() as stack:
         if results is not None:
             output = stack.enter_context(guard.open(results))
@@ -417,9 +467,3 @@ def generate(fairseq_args: Sequence[str], processes: Optional[int] = None,
         if score is not None:
             output.write(score + "\n")
         output.flush()
-    if skipped and not allow_skipped:
-        raise SkippedSentences(
-            f"{len(skipped)} sentences of {subset} are left out as longer than the model allows "
-            f"(ids reported above); the output holds the other {len(records)}: shorten or split "
-            "them, or add --allow-skipped to accept the output without them")
-    return records

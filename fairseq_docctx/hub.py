@@ -122,13 +122,13 @@ class DocumentHubInterface(GeneratorHubInterface):
         ``fairseq-generate``). Another model's: in document order where it reads its own
         previous translations."""
         pair = LanguagePairDataset(sentences, sentences.sizes, self.src_dict, tgt_dict=self.tgt_dict, shuffle=False)
-        side_data = self.side_data(sentences, batch_size=batch_size, max_tokens=max_tokens)
         cfg = self.task.cfg
-        if self.reads_segments:
+        if self.reads_segments:  # a segment holds its own context: no side data
             sep = cfg.context_separator
             return build_document_dataset(pair, doc_index, segments=True, max_segment_tokens=self.segment_limit(max_tokens),
                                           packing=cfg.segment_packing,
                                           separators=(self.src_dict.index(sep), self.tgt_dict.index(sep)))
+        side_data = self.side_data(sentences, batch_size=batch_size, max_tokens=max_tokens)
         return build_document_dataset(pair, doc_index, context_size=cfg.context_size, context_sides=cfg.context_sides,
                                       position_major=bool(getattr(self.task, "hypothesis_context", True)),
                                       side_data=side_data)

@@ -10,6 +10,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Dict, List, Optional, Sequence
 
@@ -164,14 +165,20 @@ def generate(data_bin: str, ckpt: str, subset: str = "test", beam: int = 1,
 
     Raises if any sentence of the subset has no ``H-`` line (fairseq drops the last batch
     when it is not a multiple of --required-batch-size-multiple, so 1 is always passed).
+    Without ``log_path`` each call logs to a file of its own beside the checkpoint: the probe
+    fixtures decode one checkpoint with different arguments in two threads at once, and a
+    shared log would be truncated by the second run while the first reads it back.
     """
     cmd = [_tool("fairseq-generate"), data_bin, "--task", task, "--path", ckpt,
            "--gen-subset", subset, "--beam", str(beam), "--batch-size", str(batch_size),
            "--required-batch-size-multiple", "1", "--cpu", "--num-workers", "0"]
     if user_dir:
         cmd += ["--user-dir", user_dir]
-    out = _run(cmd + list(extra_args),
-               log_path or os.path.join(os.path.dirname(ckpt), f"generate-{subset}.log"))
+    if log_path is None:
+        fd, log_path = tempfile.mkstemp(prefix=f"generate-{subset}-", suffix=".log",
+                                        dir=os.path.dirname(ckpt))
+        os.close(fd)
+    out = _run(cmd + list(extra_args), log_path)
     hyps: Dict[int, str] = {}
     for line in out.splitlines():
         m = re.match(r"H-(\d+)\t[^\t]*\t?(.*)$", line)

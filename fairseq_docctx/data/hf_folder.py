@@ -134,3 +134,104 @@ def fairseq_vocabulary(vocab: Dict[str, int], rows: int, specials: Dict[str, Opt
         symbols.append(tok)
         hf_rows.append(i)
     return Vocabulary(symbols, hf_rows)
+
+
+def load_tokenizer(d: str):
+    """``transformers.AutoTokenizer.from_pretrained(d)`` (imported here: the rest of the module
+    needs no ``transformers``); a folder whose tokenizer cannot be made is one line naming
+    the file it lacks, or the folder."""
+    read_config(d)
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise HFFolderError(f"{d}: a transformers folder: install transformers (requirements.txt pins it)") from None
+    try:
+        return AutoTokenizer.from_pretrained(d)
+    except Exception as e:  # transformers raises OSError, ValueError, TypeError, AssertionError, KeyError...
+        missing = _missing_tokenizer_file(d)
+        if missing:
+            raise HFFolderError(f"{os.path.join(d, missing)}: missing (the tokenizer's file)") from None
+        msg = " ".join(str(e).split())[:200] or type(e).__name__
+        raise HFFolderError(f"{d}: its tokenizer cannot be loaded ({msg})") from None
+
+
+#: the files each family's tokenizer is made of (one of each tuple)
+TOKENIZER_FILES = {"marian": (("source.spm",), ("target.spm",), ("vocab.json",)),
+                   "m2m_100": (("vocab.json", "tokenizer.json"), ("sentencepiece.bpe.model", "tokenizer.json")),
+                   "mbart": (("sentencepiece.bpe.model", "tokenizer.json"),),
+                   "fsmt": (("vocab-src.json",), ("vocab-tgt.json",), ("merges.txt",))}
+
+
+def _missing_tokenizer_file(d: str) -> Optional[str]:
+    """The first tokenizer file of the folder's family that it lacks (``None``: it has them all)."""
+    kind = read_config(d)["model_type"]
+    tok_cfg = read_json(os.path.join(d, TOKENIZER_CONFIG)) if os.path.isfile(os.path.join(d, TOKENIZER_CONFIG)) else {}
+    needs = list(TOKENIZER_FILES[kind])
+    if kind == "m2m_100" and "Nllb" not in str(tok_cfg.get("tokenizer_class") or ""):
+        needs = [("vocab.json",), ("sentencepiece.bpe.model",)]  # M2M100Tokenizer has no tokenizer.json
+    if kind == "marian" and tok_cfg.get("separate_vocabs"):
+        needs.append(("target_vocab.json",))
+    for names in needs:
+        if not any(os.path.isfile(os.path.join(d, n)) for n in names):
+            return names[0]
+    return None
+
+
+def tokenizer_specials(tok, vocab: Dict[str, int]) -> Dict[str, Optional[str]]:
+    """The tokenizer's bos / pad / eos / unk tokens (:data:`TOKENIZER_SPECIALS`); one it does not
+    name is fairseq's name where its vocabulary has that (MBart50Tokenizer names no ``bos_token``,
+    FSMTTokenizer no ``eos_token``: ``<s>`` and ``</s>`` are ids 0 and 2 of their vocabularies),
+    else ``None`` (Marian has no ``<s>``)."""
+    out = {}
+    for attr, name in zip(TOKENIZER_SPECIALS, FAIRSEQ_SPECIALS):
+        tok_name = getattr(tok, attr, None)
+        out[attr] = str(tok_name) if tok_name is not None else (name if name in vocab else None)
+    return out
+
+
+def tokenizer_vocabularies(tok) -> Dict[str, Dict[str, int]]:
+    """{"source", "target"}: token -> id of each side of a loaded tokenizer, every token it can
+    give included (M2M100Tokenizer's ``get_vocab`` leaves out its language tokens; FSMT's
+    ``get_tgt_vocab`` maps ids to tokens; Marian's ``get_tgt_vocab`` fails on added tokens)."""
+    if hasattr(tok, "get_src_vocab") and hasattr(tok, "src_vocab_size"):  # FSMT: two vocabularies
+        tgt = {v: k for k, v in tok.decoder.items()}
+        return {"source": dict(tok.get_src_vocab()), "target": tgt}
+    vocab = dict(tok.get_vocab())
+    vocab.update(getattr(tok, "lang_token_to_id", None) or {})
+    if getattr(tok, "separate_vocabs", False):  # Marian with a target vocabulary of its own
+        tgt = dict(tok.target_encoder)
+        tgt.update({str(t): i for t, i in tok.added_tokens_encoder.items()})
+        return {"source": vocab, "target": tgt}
+    return {"source": vocab, "target": vocab}
+
+
+def embedding_rows(cfg: dict, path: str = CONFIG) -> Dict[str, int]:
+    """{"source", "target"}: the rows of the model's embedding tables, from ``config.json``
+    (``vocab_size``; FSMT's ``src_vocab_size`` / ``tgt_vocab_size``; Marian's
+    ``decoder_vocab_size`` where its vocabularies are separate)."""
+    try:
+        if cfg["model_type"] == "fsmt":
+            return {"source": int(cfg["src_vocab_size"]), "target": int(cfg["tgt_vocab_size"])}
+        rows = int(cfg["vocab_size"])
+        if cfg["model_type"] == "marian" and not cfg.get("share_encoder_decoder_embeddings", True):
+            return {"source": rows, "target": int(cfg.get("decoder_vocab_size") or rows)}
+        return {"source": rows, "target": rows}
+    except (KeyError, TypeError, ValueError) as e:
+        raise HFFolderError(f"{path}: no embedding size ({e})") from None
+
+
+def folder_vocabularies(d: str) -> Dict[str, Vocabulary]:
+    """{"source": Vocabulary, "target": Vocabulary} of a transformers folder: its tokenizer's
+    vocabulary of each side (:func:`tokenizer_vocabularies`) in fairseq's order
+    (:func:`fairseq_vocabulary`) for the rows of its embedding tables (:func:`embedding_rows`).
+    The data (``docctx-prepare --pretrained DIR``) and the weights (``--init-from-pretrained
+    DIR``) map ids through the same vocabularies."""
+    cfg = read_config(d)
+    tok = load_tokenizer(d)
+    rows = embedding_rows(cfg, os.path.join(d, CONFIG))
+    vocabs = tokenizer_vocabularies(tok)
+    out = {}
+    for side in ("source", "target"):
+        where = f"{d} ({type(tok).__name__}, {side} side)"
+        out[side] = fairseq_vocabulary(vocabs[side], rows[side], tokenizer_specials(tok, vocabs[side]), where)
+    return out

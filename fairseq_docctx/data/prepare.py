@@ -35,7 +35,8 @@ from .doc_index import DocIndex, doc_index_path
 from .documents import DocumentFormatError
 from .manifest import FORMAT_VERSION, MANIFEST_NAME, SPM_MODEL_NAME, write_manifest
 from .outputs import Outputs
-from .pretrained import BPE_CODES, NO_SEGMENTATION, Release, load_release
+from .hf_release import TOKENIZER_COPY, is_hf_spec, load_hf_release
+from .pretrained import BPE_CODES, HF_SEGMENTATION, NO_SEGMENTATION, Release, load_release
 from .readers import prefix_name, read_parallel
 from .split import DEFAULT_MIN_LEN as DEFAULT_SPLIT_MIN_LEN
 from .split import split_documents
@@ -400,7 +401,9 @@ def _segment_pretrained(release: Release, data: Dict[str, SplitData], out: str, 
                         workers: int, log: Log) -> Optional[dict]:
     """Segment every split as the release does (in place) and copy its segmentation file into
     ``out``; returns the manifest's ``spm`` entry (``None`` without a SentencePiece model)."""
-    if release.segmentation == NO_SEGMENTATION:
+    if release.segmentation == HF_SEGMENTATION:
+        log(f"segmenting with the tokenizer of {release.dir} ({type(release.tokenizer_object).__name__})")
+    elif release.segmentation == NO_SEGMENTATION:
         log("the release has no segmentation file: the text is used as it is (pre-tokenized)")
     else:
         log(f"segmenting with the release's {release.path(release.segmentation_file)} ({release.segmentation})"
@@ -408,6 +411,9 @@ def _segment_pretrained(release: Release, data: Dict[str, SplitData], out: str, 
     for d in data.values():
         for lang, side in ((src, d.src), (tgt, d.tgt)):
             _replace_sentences(side, release.segment([s for doc in side for s in doc], lang, workers))
+    if release.segmentation == HF_SEGMENTATION:
+        release.save_tokenizer(out)
+        return None
     if release.segmentation == NO_SEGMENTATION:
         return None
     if release.segmentation != "sentencepiece":
@@ -422,6 +428,8 @@ def _segmentation_copy(release: Release) -> Optional[str]:
     """The name of the copy of the release's segmentation file in the data folder."""
     if release.segmentation == NO_SEGMENTATION:
         return None
+    if release.segmentation == HF_SEGMENTATION:
+        return TOKENIZER_COPY
     return SPM_NAME + ".model" if release.segmentation == "sentencepiece" else BPE_CODES
 
 
@@ -459,6 +467,7 @@ def _pretrained_dictionaries(release: Release, src: str, tgt: str, sep: str, log
         "langtok": {"source": release.langtok(src), "target": release.langtok(tgt), "placement": release.placement},
         "segmentation": seg,
         "tokenizer": release.tokenizer,
+        **(release.record() if release.segmentation == HF_SEGMENTATION else {}),
     }
     return dicts[src], dicts[tgt], info
 
@@ -516,8 +525,7 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
     release = None
     if getattr(args, "pretrained", None):
         langs = args.pretrained_langs.split(",") if getattr(args, "pretrained_langs", None) else None
-        release = load_release(args.pretrained, src, tgt, getattr(args, "pretrained_family", None), langs,
-                               getattr(args, "pretrained_segmentation", None))
+        release = _load_release(args, src, tgt, langs)
         release.check()
         log(f"pretrained release {release.dir}: family {release.family}, dictionaries "
             f"{', '.join(sorted(set(release.dict_files.values())))}, segmentation {release.segmentation}"
@@ -536,6 +544,19 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
         parent = os.path.dirname(os.path.abspath(args.destdir))
         guard.make_folders(parent)
         return _prepare_into(args, guard, parent, data, splits, release, log, command)
+
+
+def _load_release(args, src: str, tgt: str, langs):
+    """The release of ``--pretrained``: a fairseq release folder (:mod:`.pretrained`), or a
+    transformers folder or hub id (:mod:`.hf_release`), whose family and segmentation are its own."""
+    if not is_hf_spec(args.pretrained):
+        return load_release(args.pretrained, src, tgt, getattr(args, "pretrained_family", None), langs,
+                            getattr(args, "pretrained_segmentation", None))
+    for opt in ("pretrained_family", "pretrained_segmentation"):
+        if getattr(args, opt, None):
+            raise PrepareError(f"--{opt.replace('_', '-')} contradicts --pretrained {args.pretrained}: a transformers "
+                               "folder's family is its config.json's model_type, its segmentation its tokenizer")
+    return load_hf_release(args.pretrained, src, tgt, langs)
 
 
 def _prepare_into(args, guard, parent, data, splits, release, log, command) -> dict:

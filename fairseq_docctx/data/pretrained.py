@@ -93,6 +93,8 @@ MBART_SPM, MBART50_LANGS = "sentence.bpe.model", "ML50_langs.txt"
 END_OF_WORD, JOINER = "</w>", "@@"
 #: the segmentations (``segmentation.kind`` of the manifest's record; fairseq's ``--bpe`` names)
 SEGMENTATIONS = ("sentencepiece", "fastbpe", "subword_nmt", "none")
+#: the kind of a transformers folder's tokenizer (:mod:`.hf_release`; its file: the data folder's copy)
+HF_SEGMENTATION = "transformers"
 #: the record's kind of the data folders prepared before ``fastbpe`` had its own name
 LEGACY_KINDS = {"bpe": "fastbpe"}
 NO_SEGMENTATION = "none"
@@ -654,10 +656,13 @@ class PretrainedText:
         self.kind = LEGACY_KINDS.get(seg.get("kind"), seg.get("kind"))
         name = seg.get("file")
         self.segmentation_file = name if not name or os.path.isabs(name) else os.path.join(data_dir, name)
-        if self.kind not in SEGMENTATIONS or (self.kind != NO_SEGMENTATION and not self.segmentation_file):
+        self.transformers = self.kind == HF_SEGMENTATION  # a transformers folder's tokenizer (hf_release)
+        if (self.kind not in SEGMENTATIONS and not self.transformers) or (
+                self.kind != NO_SEGMENTATION and not self.segmentation_file):
             raise PretrainedError(f"{os.path.join(data_dir, 'docctx.json')}: its pretrained record has no "
-                                  f"segmentation (kind {', '.join(SEGMENTATIONS)}, and its file)")
-        if self.segmentation_file and not os.path.isfile(self.segmentation_file):
+                                  f"segmentation (kind {', '.join(SEGMENTATIONS + (HF_SEGMENTATION,))}, and its file)")
+        if self.segmentation_file and not (os.path.isdir if self.transformers else os.path.isfile)(
+                self.segmentation_file):
             raise PretrainedError(f"{self.segmentation_file}: missing (the segmentation of the pretrained "
                                   f"{self.family} model, named by {os.path.join(data_dir, 'docctx.json')})")
         self.moses = record.get("tokenizer") == "moses"
@@ -677,6 +682,10 @@ class PretrainedText:
 
     def segmenter(self):
         """The segmenter of the record's kind and file (:func:`open_segmenter`, opened once)."""
+        if self._segmenter is None and self.transformers:
+            from .hf_release import TokenizerText
+
+            self._segmenter = TokenizerText(self.segmentation_file, self.record)
         if self._segmenter is None:
             self._segmenter = open_segmenter(self.kind, self.segmentation_file)
         return self._segmenter
@@ -689,22 +698,24 @@ class PretrainedText:
         """The inverse of :meth:`tokenize`."""
         return moses(lang).decode(text) if self.moses else text
 
-    def segment(self, text: str) -> str:
-        """The release's pieces of ``text`` (tokenized already for ``transformer``'s BPE codes)."""
-        return self.segmenter().encode(text)
+    def segment(self, text: str, lang: Optional[str] = None) -> str:
+        """The release's pieces of ``text`` (tokenized already for ``transformer``'s BPE codes);
+        ``lang``: its language, which a transformers folder's tokenizer needs (default: the
+        source's)."""
+        return self.segmenter().encode(text, lang) if self.transformers else self.segmenter().encode(text)
 
-    def unsegment(self, pieces: str) -> str:
-        """The inverse of :meth:`segment`."""
-        return self.segmenter().decode(pieces)
+    def unsegment(self, pieces: str, lang: Optional[str] = None) -> str:
+        """The inverse of :meth:`segment` (``lang`` default: the target's)."""
+        return self.segmenter().decode(pieces, lang) if self.transformers else self.segmenter().decode(pieces)
 
     def encode(self, text: str, lang: str) -> str:
         """One raw sentence of language ``lang`` as the release segments it (as
         ``docctx-prepare --pretrained`` wrote the data folder; no language token)."""
-        return self.segment(self.tokenize(text.strip(), lang))
+        return self.segment(self.tokenize(text.strip(), lang), lang)
 
     def decode(self, pieces: str, lang: str) -> str:
         """Pieces (joined by spaces, no language token) back into raw text of ``lang``."""
-        return self.detokenize(self.unsegment(pieces), lang)
+        return self.detokenize(self.unsegment(pieces, lang), lang)
 
     def step(self, source_lang: str, target_lang: str, tokenizer: bool = False):
         """fairseq's BPE (or, ``tokenizer``, tokenizer) object: ``encode`` applies it to
@@ -743,7 +754,7 @@ class _Step:
         self.text, self.source_lang, self.target_lang, self.tokenizer = text, source_lang, target_lang, tokenizer
 
     def encode(self, x: str) -> str:
-        return self.text.tokenize(x, self.source_lang) if self.tokenizer else self.text.segment(x)
+        return self.text.tokenize(x, self.source_lang) if self.tokenizer else self.text.segment(x, self.source_lang)
 
     def decode(self, x: str) -> str:
-        return self.text.detokenize(x, self.target_lang) if self.tokenizer else self.text.unsegment(x)
+        return self.text.detokenize(x, self.target_lang) if self.tokenizer else self.text.unsegment(x, self.target_lang)

@@ -9,7 +9,9 @@ setup(
     # fairseq (the ve-fairseq fork) is installed with --no-deps by the Makefile.
     install_requires=["sentencepiece", "sacrebleu", "numpy", "torch"],
     # the CTranslate2 engine (docctx-export ctranslate2, --engine ctranslate2)
-    extras_require={"ctranslate2": ["ctranslate2>=4.5"]},
+    # ... and transformers folders and hub ids (docctx-prepare --pretrained DIR of a transformers model)
+    extras_require={"ctranslate2": ["ctranslate2>=4.5"],
+                    "transformers": ["transformers>=5.23,<6", "huggingface_hub>=2.4"]},
     entry_points={
         "console_scripts": [
             "docctx-prepare = fairseq_docctx.cli.prepare:cli_main",

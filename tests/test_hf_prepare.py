@@ -225,3 +225,27 @@ def test_hub_id_offline(corpus, tmp_path):
     line = _cli(tmp_path, prefix, "Helsinki-NLP/opus-mt-en-de@0123abc", env=env)
     assert "--pretrained Helsinki-NLP/opus-mt-en-de@0123abc: not a directory, and the hub cannot give it" in line
     assert not (tmp_path / "hf-home" / "hub").exists() or not any((tmp_path / "hf-home" / "hub").iterdir())
+
+
+def test_hub_id_from_the_cache(corpus, folders, tmp_path):
+    """A hub id the hub's cache holds (offline: huggingface_hub answers from the cache, no
+    network) is read from its snapshot; the record pins the commit it resolved to."""
+    prefix, text = corpus
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    cache = tmp_path / "hf-home" / "hub" / "models--tiny--opus-mt-en-de"
+    (cache / "refs").mkdir(parents=True)
+    (cache / "refs" / "main").write_text(sha)
+    shutil.copytree(folders("marian"), cache / "snapshots" / sha)
+    dest = tmp_path / "bin"
+    run(["docctx-prepare", "-s", "en", "-t", "de", "--trainpref", prefix, "--destdir", dest,
+         "--pretrained", "tiny/opus-mt-en-de"], env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf-home")})
+    rec = json.loads((dest / MANIFEST_NAME).read_text())["pretrained"]
+    assert rec["hub"] == {"repo_id": "tiny/opus-mt-en-de", "revision": sha, "requested": None}
+    assert rec["dir"] == str(cache / "snapshots" / sha) and rec["family"] == "marian"
+    ids, _ = _data(dest, "en")
+    from transformers import AutoTokenizer
+
+    from fairseq_docctx.data.hf_folder import folder_vocabularies
+
+    v = folder_vocabularies(str(folders("marian")))["source"]
+    assert [v.hf_ids(x) for x in ids[:20]] == AutoTokenizer.from_pretrained(str(folders("marian")))(text["en"][:20]).input_ids

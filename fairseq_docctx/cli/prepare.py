@@ -64,10 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pretrained", metavar="DIR",
                    help="the release directory of a pretrained fairseq translation model: its "
                    "dictionaries, segmentation (SentencePiece; Moses + fastBPE or subword-nmt codes; or none) "
-                   "and language tokens make the data (see docs/pretrained.md)")
+                   "and language tokens make the data; or a Hugging Face transformers model folder (config.json "
+                   "of model_type marian, m2m_100, mbart or fsmt) or hub id OWNER/NAME[@REVISION]: its "
+                   "tokenizer's ids and language tokens (see docs/pretrained.md)")
     p.add_argument("--pretrained-family", choices=FAMILIES, metavar="NAME",
                    help="the release's family (" + ", ".join(FAMILIES) + "; default: detected from "
-                   "DIR's files)")
+                   "DIR's files; a transformers folder's is its model_type)")
     p.add_argument("--pretrained-segmentation", metavar="FILE|none",
                    help="the release's segmentation: a SentencePiece model (*.model) or BPE codes (any other "
                    "file; fastBPE or subword-nmt, read from its lines), as given or in DIR; none: the text is "
@@ -75,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "without one: none; see docs/pretrained.md)")
     p.add_argument("--pretrained-langs", metavar="SRC,TGT",
                    help="the release's codes of the two languages for the language tokens (default: "
-                   "-s/-t when the release lists them, else its one code CODE_*, e.g. en -> en_XX)")
+                   "-s/-t when the release lists them, else its one code CODE_*, e.g. en -> en_XX; a "
+                   "transformers folder: its tokenizer's src_lang/tgt_lang codes, e.g. eng_Latn,deu_Latn)")
     p.add_argument("--context-separator", default="<sep>", metavar="SYM",
                    help="symbol put in every dictionary at index 4 (default: <sep>)")
     p.add_argument("--mask-symbol", default=None, metavar="SYM",

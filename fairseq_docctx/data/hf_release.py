@@ -34,8 +34,8 @@ from typing import Dict, List, Optional, Sequence
 from .hf_folder import (CONFIG, HFFolderError, Vocabulary, fairseq_vocabulary, embedding_rows, is_hf_folder,
                         load_tokenizer, read_config, tokenizer_specials, tokenizer_vocabularies)
 from .paths import file_sha1
-from .pretrained import HF_SEGMENTATION as SEGMENTATION
-from .pretrained import PretrainedError, _langtok_langs
+from .release_common import HF_SEGMENTATION as SEGMENTATION
+from .release_common import PretrainedError, langtok_langs
 
 #: the copy of the tokenizer's files (and config.json) in the data folder
 TOKENIZER_COPY = "hf_tokenizer"
@@ -96,7 +96,7 @@ def resolve(spec: str) -> Dict[str, Optional[str]]:
     except ImportError:
         raise PretrainedError(f"--pretrained {spec}: a hub id: install huggingface_hub") from None
     except Exception as e:  # offline mode, connection, not found, gated: all one line
-        msg = " ".join(str(e).split())[:200] or type(e).__name__
+        msg = " ".join(str(e).split()).split(". ")[0][:200] or type(e).__name__
         raise PretrainedError(f"--pretrained {spec}: not a directory, and the hub cannot give it "
                               f"({type(e).__name__}: {msg})") from None
     return {"dir": path, "repo_id": repo_id, "revision": os.path.basename(os.path.normpath(path)),
@@ -288,7 +288,7 @@ def load_hf_release(spec: str, src: str, tgt: str, langs: Optional[Sequence[str]
                   hub=None if where["repo_id"] is None else {k: where[k] for k in ("repo_id", "revision", "requested")})
     codes = language_codes(tok)
     if codes:
-        r.langtok_langs = _langtok_langs(codes, f"{d} ({type(tok).__name__}'s languages)", (src, tgt), langs)
+        r.langtok_langs = langtok_langs(codes, f"{d} ({type(tok).__name__}'s languages)", (src, tgt), langs)
     elif langs is not None:
         raise PretrainedError(f"--pretrained-langs: {d}: the {family} tokenizer has no language tokens")
     layouts = {}

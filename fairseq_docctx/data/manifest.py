@@ -27,7 +27,9 @@ This module alone reads and writes it. The manifest is a JSON object with, among
     pretrained                only with docctx-prepare --pretrained: {"family", "dir",
                               "dictionary", "dictionary_sha1", "model_symbols",
                               "added_symbols", "langtok", "segmentation", "tokenizer"}, the
-                              release the ids are those of (docs/pretrained.md)
+                              release the ids are those of (docs/pretrained.md); a transformers
+                              folder's also "format", "model_type", "tokenizer_class",
+                              "identity", "languages", "sides", "hub"
     drafts                    {split: {"files", "sentences", "checkpoint", "checkpoint_sha1",
                               "beam", "max_tokens", "batch_size", "fp16"}}, written by
                               docctx-drafts (:func:`record_drafts`)

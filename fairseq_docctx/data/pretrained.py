@@ -56,6 +56,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .paths import file_sha1
+from .release_common import HF_SEGMENTATION, PretrainedError
+from .release_common import langtok_langs as _langtok_langs
 
 FAMILIES = ("transformer", "m2m100", "nllb", "mbart50", "mbart25")
 #: where a family puts its language tokens (None: it has none). ``prepend``: first in every
@@ -93,8 +95,6 @@ MBART_SPM, MBART50_LANGS = "sentence.bpe.model", "ML50_langs.txt"
 END_OF_WORD, JOINER = "</w>", "@@"
 #: the segmentations (``segmentation.kind`` of the manifest's record; fairseq's ``--bpe`` names)
 SEGMENTATIONS = ("sentencepiece", "fastbpe", "subword_nmt", "none")
-#: the kind of a transformers folder's tokenizer (:mod:`.hf_release`; its file: the data folder's copy)
-HF_SEGMENTATION = "transformers"
 #: the record's kind of the data folders prepared before ``fastbpe`` had its own name
 LEGACY_KINDS = {"bpe": "fastbpe"}
 NO_SEGMENTATION = "none"
@@ -102,10 +102,6 @@ NO_SEGMENTATION = "none"
 GPT2_BPE_FILES = ("merges.txt", "vocab.json")
 #: the option that names the release's segmentation file (or ``none``)
 SEGMENTATION_OPTION = "--pretrained-segmentation"
-
-
-class PretrainedError(ValueError):
-    """A release directory that cannot be used; ``str(err)`` is one line naming the file."""
 
 
 # ------------------------------------------------------------------------------ fastBPE
@@ -526,31 +522,6 @@ def read_language_list(path: str, pairs: bool = False) -> List[str]:
         return sorted(set(langs))
     seen = set()
     return [x for x in langs if not (x in seen or seen.add(x))]
-
-
-def _langtok_langs(langs: List[str], lang_file: str, data_langs: Tuple[str, str],
-                   given: Optional[Sequence[str]]) -> Dict[str, str]:
-    """{data lang: release language}: ``given`` (``--pretrained-langs``), else each data
-    language itself when the list has it, else the one list entry ``CODE_*`` (``en`` ->
-    ``en_XX`` of mBART-50, ``eng`` -> ``eng_Latn`` of NLLB)."""
-    out = {}
-    for k, lang in enumerate(data_langs):
-        if given:
-            code = given[k]
-            if code not in langs:
-                raise PretrainedError(f"{lang_file}: no language {code} (--pretrained-langs): the model "
-                                      f"has no language token for it")
-        elif lang in langs:
-            code = lang
-        else:
-            cands = [x for x in langs if x.startswith(lang + "_")]
-            if len(cands) != 1:
-                raise PretrainedError(
-                    f"{lang_file}: no language {lang}" + (f" (several: {', '.join(cands)})" if cands else "")
-                    + "; give the release's codes with --pretrained-langs SRC,TGT")
-            code = cands[0]
-        out[lang] = code
-    return out
 
 
 def load_release(d: str, src: str, tgt: str, family: Optional[str] = None,

@@ -122,7 +122,7 @@ class HFRelease:
     segmentation: str = SEGMENTATION
     segmentation_file: Optional[str] = None
     tokenizer: Optional[str] = None  # the record's Moses tokenizer: none (the tokenizer does it all)
-    _cache: dict = field(default_factory=dict)  # (side, code) -> the layout's (head, tail) ids
+    _cache: dict = field(default_factory=dict)  # the layouts' (head, tail) ids and the id maps, made once
 
     def path(self, name: str) -> str:
         return os.path.join(self.dir, name)
@@ -134,8 +134,8 @@ class HFRelease:
         """The fairseq symbol of a data language's language token (``None`` without them)."""
         if not self.placement:
             return None
-        v = self.vocabulary(lang)
-        return v.symbols[v.fairseq_ids([lang_token_id(self.tokenizer_object, self.langtok_langs[lang])])[0]]
+        row = lang_token_id(self.tokenizer_object, self.langtok_langs[lang])
+        return self.vocabulary(lang).symbols[self._maps(self.sides[lang])["row"][row]]
 
     def model_dictionary(self, lang: str):
         """A fairseq dictionary of the folder's symbols for data language ``lang``, in fairseq's
@@ -192,9 +192,18 @@ class HFRelease:
         """FSMT's target ids (the module doc): Moses of the target language, BPE, vocab-tgt.json, ``</s>``."""
         tok, v = self.tokenizer_object, self.vocabularies["target"]
         words = tok.moses_tokenize(tok.moses_pipeline(text, lang=tok.tgt_lang), lang=tok.tgt_lang)
-        ids = {s: r for s, r in zip(v.symbols, v.hf_rows)}
-        unk, eos = v.hf_rows[3], v.hf_rows[2]
-        return [ids.get(p, unk) for w in words if w for p in tok.bpe(w).split(" ")] + [eos]
+        index, unk, eos = self._maps("target")["symbol"], v.hf_rows[3], v.hf_rows[2]
+        return [v.hf_rows[index[p]] if p in index else unk for w in words if w for p in tok.bpe(w).split(" ")] + [eos]
+
+    def _maps(self, side: str) -> Dict[str, dict]:
+        """{"row": the tokenizer's id -> fairseq index, "symbol": symbol -> fairseq index} of one
+        side (made once: a vocabulary has up to 256k entries)."""
+        key = ("maps", side)
+        if key not in self._cache:
+            v = self.vocabularies[side]
+            self._cache[key] = {"row": {r: i for i, r in enumerate(v.hf_rows) if r is not None},
+                                "symbol": {sym: i for i, sym in enumerate(v.symbols)}}
+        return self._cache[key]
 
     def _specials(self, side: str, code: Optional[str]):
         """(head, tail): the special ids of the layout of one side (the probe sentence's)."""
@@ -215,12 +224,13 @@ class HFRelease:
         (prepended by :mod:`.prepare` for ``prepend``; placed by the task for ``bart``)."""
         side, v = self.sides[lang], self.vocabulary(lang)
         ids = self.encode(sentences, side, self.langtok_langs.get(lang))
-        return [" ".join(v.symbols[i] for i in v.fairseq_ids(x)) for x in ids]
+        back = self._maps(side)["row"]
+        return [" ".join(v.symbols[back[int(i)]] for i in x) for x in ids]
 
     def decode(self, pieces: str, lang: str) -> str:
         """Symbols of data language ``lang`` (joined by spaces, no language token) as text."""
         v = self.vocabulary(lang)
-        index = {s: i for i, s in enumerate(v.symbols)}
+        index = self._maps(self.sides[lang])["symbol"]
         rows = [v.hf_rows[index.get(p, 3)] for p in pieces.split()]
         return self.tokenizer_object.decode([r for r in rows if r is not None], skip_special_tokens=True)
 

@@ -59,7 +59,7 @@ def _write(path: Path, data) -> Path:
     return path
 
 
-def _marian_tokenizer(d: Path, work: Path, separate: bool):
+def _marian_tokenizer(work: Path, separate: bool):
     """OPUS-MT's files: ``source.spm``, ``target.spm`` (SentencePiece unigram models of each
     side), ``vocab.json`` (Marian's ids: ``</s>`` 0, ``<unk>`` 1, the pieces, ``<pad>`` last;
     joint over both sides unless ``separate``, then ``target_vocab.json`` too)."""
@@ -193,7 +193,7 @@ def make_hf_folder(root, family: str, separate_vocabs: bool = False) -> Path:
     d.mkdir(parents=True)
     work.mkdir()
     if family == "marian":
-        tok = _marian_tokenizer(d, work, separate_vocabs)
+        tok = _marian_tokenizer(work, separate_vocabs)
     elif family == "m2m100":
         tok = _m2m100_tokenizer(work)
     elif family == "nllb":

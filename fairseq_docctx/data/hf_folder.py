@@ -134,3 +134,126 @@ def fairseq_vocabulary(vocab: Dict[str, int], rows: int, specials: Dict[str, Opt
         symbols.append(tok)
         hf_rows.append(i)
     return Vocabulary(symbols, hf_rows)
+
+
+#: the tokenizer's special tokens when ``tokenizer_config.json`` does not name them
+#: (transformers' tokenizer classes' defaults; Marian's tokenizer has no bos token)
+DEFAULT_SPECIALS = {
+    "marian": {"bos_token": None, "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"},
+    None: {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"},
+}
+
+
+def _token(value) -> Optional[str]:
+    """A special token as ``tokenizer_config.json`` writes it: a string or an ``AddedToken``
+    dict (``{"content": ...}``)."""
+    if isinstance(value, dict):
+        return value.get("content")
+    return value
+
+
+def tokenizer_specials(d: str, kind: str) -> Dict[str, Optional[str]]:
+    """The tokenizer's bos / pad / eos / unk tokens: ``tokenizer_config.json``'s, else the
+    family's defaults (:data:`DEFAULT_SPECIALS`)."""
+    out = dict(DEFAULT_SPECIALS.get(kind, DEFAULT_SPECIALS[None]))
+    path = os.path.join(d, TOKENIZER_CONFIG)
+    if os.path.isfile(path):
+        cfg = read_json(path)
+        for attr in TOKENIZER_SPECIALS:
+            if attr in cfg:
+                out[attr] = _token(cfg[attr])
+    return out
+
+
+def _added_tokens(d: str) -> Dict[str, int]:
+    """``tokenizer_config.json``'s ``added_tokens_decoder`` (id -> token) as token -> id."""
+    path = os.path.join(d, TOKENIZER_CONFIG)
+    if not os.path.isfile(path):
+        return {}
+    added = read_json(path).get("added_tokens_decoder") or {}
+    return {_token(v): int(k) for k, v in added.items()}
+
+
+def _fast_vocab(path: str) -> Dict[str, int]:
+    """token -> id of a fast tokenizer's ``tokenizer.json``: its model's vocabulary (a dict for
+    BPE / WordPiece / WordLevel, a list of ``[piece, score]`` for Unigram, ids in list order)
+    and its ``added_tokens``."""
+    obj = read_json(path)
+    vocab = (obj.get("model") or {}).get("vocab")
+    if isinstance(vocab, list):
+        out = {entry[0]: i for i, entry in enumerate(vocab)}
+    elif isinstance(vocab, dict):
+        out = {k: int(v) for k, v in vocab.items()}
+    else:
+        raise HFFolderError(f"{path}: no model vocabulary")
+    for tok in obj.get("added_tokens") or []:
+        out[tok["content"]] = int(tok["id"])
+    return out
+
+
+def _auto_vocab(d: str, side: str) -> Dict[str, int]:
+    """The vocabulary of ``AutoTokenizer.from_pretrained(d)`` (FSMT: the side's), for a folder
+    whose tokenizer files are not the JSON ones :func:`_side_vocab` reads."""
+    try:
+        from transformers import AutoTokenizer  # the folder's own tokenizer decides
+    except ImportError:  # pragma: no cover
+        raise HFFolderError(f"{d}: reading its tokenizer needs transformers (pip install transformers)") from None
+    try:
+        tok = AutoTokenizer.from_pretrained(d)
+    except Exception as e:  # noqa: BLE001 - any unreadable tokenizer is one line
+        raise HFFolderError(f"{d}: AutoTokenizer cannot read its tokenizer ({type(e).__name__}: "
+                            f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    if side == "target" and hasattr(tok, "get_tgt_vocab"):
+        return dict(tok.get_tgt_vocab())
+    if hasattr(tok, "get_src_vocab"):
+        return dict(tok.get_src_vocab())
+    return dict(tok.get_vocab())
+
+
+def _side_vocab(d: str, kind: str, side: str) -> Dict[str, int]:
+    """token -> id of one side's vocabulary, from the tokenizer's JSON files where the family
+    keeps its whole vocabulary there: FSMT ``vocab-src.json`` / ``vocab-tgt.json``; Marian
+    ``vocab.json`` (``target_vocab.json`` for the target with ``separate_vocabs``); a fast
+    tokenizer's ``tokenizer.json`` (mBART, NLLB); ``vocab.json`` with ``tokenizer_config.json``'s
+    ``added_tokens_decoder`` (M2M-100's language tokens). Otherwise the folder's
+    ``AutoTokenizer`` (:func:`_auto_vocab`)."""
+    def path(name):
+        return os.path.join(d, name)
+
+    if kind == "fsmt":
+        name = "vocab-src.json" if side == "source" else "vocab-tgt.json"
+        return read_json(path(name)) if os.path.isfile(path(name)) else _auto_vocab(d, side)
+    if kind == "marian":
+        cfg = read_json(path(TOKENIZER_CONFIG)) if os.path.isfile(path(TOKENIZER_CONFIG)) else {}
+        name = "target_vocab.json" if side == "target" and cfg.get("separate_vocabs") else "vocab.json"
+        return read_json(path(name)) if os.path.isfile(path(name)) else _auto_vocab(d, side)
+    if os.path.isfile(path("tokenizer.json")):
+        return _fast_vocab(path("tokenizer.json"))
+    added = _added_tokens(d)
+    if os.path.isfile(path("vocab.json")) and (added or kind != "m2m_100"):
+        return {**read_json(path("vocab.json")), **added}
+    return _auto_vocab(d, side)
+
+
+def folder_vocabularies(d: str) -> Dict[str, Vocabulary]:
+    """The source and target vocabularies of the folder ``d`` in fairseq's order
+    (:func:`fairseq_vocabulary`), sized by ``config.json``'s embedding tables (``vocab_size``;
+    Marian's ``decoder_vocab_size``; FSMT's ``src_vocab_size`` / ``tgt_vocab_size``). Both
+    are the same vocabulary where the family shares one. Reads the tokenizer's JSON files
+    (:func:`_side_vocab`) and imports ``transformers`` only for a tokenizer they do not hold."""
+    cfg = read_config(d)
+    kind = cfg["model_type"]
+    if kind == "fsmt":
+        rows = {"source": cfg.get("src_vocab_size"), "target": cfg.get("tgt_vocab_size")}
+    else:
+        rows = {"source": cfg.get("vocab_size"),
+                "target": (cfg.get("decoder_vocab_size") or cfg.get("vocab_size")) if kind == "marian"
+                else cfg.get("vocab_size")}
+    specials = tokenizer_specials(d, kind)
+    out = {}
+    for side in ("source", "target"):
+        if not isinstance(rows[side], int):
+            raise HFFolderError(f"{os.path.join(d, CONFIG)}: no vocabulary size for the {side} side")
+        vocab = _side_vocab(d, kind, side)
+        out[side] = fairseq_vocabulary(vocab, rows[side], specials, where=f"{d} ({side} vocabulary)")
+    return out

@@ -1,0 +1,209 @@
+"""``--init-from-pretrained DIR`` with a transformers model folder (fairseq_docctx/models/hf_import.py,
+fairseq_docctx/modules/hf_network.py): the document model is the folder's network.
+
+Per family a tiny model is built with its configuration class at tiny sizes but with the
+option set of its real releases (OPUS-MT's Marian: swish, scaled embeddings, Marian's
+positions, one shared table, pad = the last id = the decoder start; mBART-50; M2M-100 and
+NLLB-200; the WMT19 FSMT port with two vocabularies of different sizes), random weights
+(``final_logits_bias`` included), ``save_pretrained`` into a folder with the tokenizer's
+vocabulary files. The fairseq model built from it with ``--init-from-pretrained`` gives
+transformers' logits (fairseq column ``i`` against transformers' column ``hf_rows[i]``) and
+its greedy search gives ``generate(num_beams=1)``'s tokens.
+"""
+import json
+
+import pytest
+import torch
+
+from conftest import REPO
+
+transformers = pytest.importorskip("transformers")
+
+USER_DIR = str(REPO / "fairseq_docctx")
+V = 60  # the tokenizer's vocabulary (tiny)
+SIZES = dict(d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
+             encoder_ffn_dim=24, decoder_ffn_dim=24, max_position_embeddings=64)
+LANGS = ["__en__", "__de__", "__fr__"]
+
+
+def _plain_vocab(n, lead=("<s>", "<pad>", "</s>", "<unk>"), tail=()):
+    """token -> id: the special tokens first, then ``w<i>``, then ``tail``."""
+    toks = list(lead) + [f"w{i}" for i in range(n - len(lead) - len(tail))] + list(tail)
+    return {t: i for i, t in enumerate(toks)}
+
+
+def _write_json(path, obj):
+    path.write_text(json.dumps(obj), encoding="utf-8")
+
+
+def _tokenizer_json(path, vocab):
+    """A fast tokenizer's tokenizer.json as far as its vocabulary goes (Unigram: a list of
+    pieces in id order; the language tokens as added tokens)."""
+    base = {t: i for t, i in vocab.items() if not t.endswith("_Latn") and not t.startswith("__")}
+    pieces = [[t, 0.0] for t, _ in sorted(base.items(), key=lambda kv: kv[1])]
+    added = [{"id": i, "content": t, "special": True} for t, i in vocab.items() if t not in base]
+    _write_json(path, {"model": {"type": "Unigram", "vocab": pieces}, "added_tokens": added})
+
+
+def _family(kind):
+    """(config, model class, writer of the tokenizer files) of a family's release option set."""
+    T = transformers
+    if kind == "marian":  # Helsinki-NLP/opus-mt-en-de: vocab.json, </s> 0, <unk> 1, <pad> last
+        vocab = _plain_vocab(V, lead=("</s>", "<unk>"), tail=("<pad>",))
+        cfg = T.MarianConfig(vocab_size=V, decoder_vocab_size=V, pad_token_id=V - 1, eos_token_id=0,
+                             decoder_start_token_id=V - 1, forced_eos_token_id=0, bos_token_id=None,
+                             activation_function="swish", scale_embedding=True,
+                             share_encoder_decoder_embeddings=True, tie_word_embeddings=True, **SIZES)
+        return cfg, T.MarianMTModel, lambda d: _write_json(d / "vocab.json", vocab)
+    if kind in ("m2m_100", "nllb"):  # facebook/m2m100_418M, facebook/nllb-200-distilled-600M
+        langs = LANGS if kind == "m2m_100" else ["eng_Latn", "deu_Latn", "fra_Latn"]
+        vocab = _plain_vocab(V, tail=langs)
+        cfg = T.M2M100Config(vocab_size=V, activation_function="relu", scale_embedding=True,
+                             decoder_start_token_id=2, tie_word_embeddings=True, **SIZES)
+        if kind == "m2m_100":  # vocab.json + the language tokens in tokenizer_config.json
+            def write(d):
+                _write_json(d / "vocab.json", {t: i for t, i in vocab.items() if t not in langs})
+                _write_json(d / "tokenizer_config.json", {"added_tokens_decoder": {
+                    str(vocab[t]): {"content": t, "special": True} for t in langs}})
+            return cfg, T.M2M100ForConditionalGeneration, write
+        return cfg, T.M2M100ForConditionalGeneration, lambda d: _tokenizer_json(d / "tokenizer.json", vocab)
+    if kind == "mbart":  # facebook/mbart-large-50(-many-to-many-mmt)
+        vocab = _plain_vocab(V, tail=["en_XX_Latn", "de_DE_Latn"])
+        cfg = T.MBartConfig(vocab_size=V, activation_function="gelu", scale_embedding=True,
+                            decoder_start_token_id=2, tie_word_embeddings=True, **SIZES)
+        return cfg, T.MBartForConditionalGeneration, lambda d: _tokenizer_json(d / "tokenizer.json", vocab)
+    if kind == "fsmt":  # facebook/wmt19-en-de: two vocabularies
+        src, tgt = _plain_vocab(V), _plain_vocab(V - 13)
+        sizes = {k: v for k, v in SIZES.items()}
+        cfg = T.FSMTConfig(langs=["en", "de"], src_vocab_size=V, tgt_vocab_size=V - 13, activation_function="relu",
+                           scale_embedding=True, tie_word_embeddings=False, **sizes)
+
+        def write(d):
+            _write_json(d / "vocab-src.json", src)
+            _write_json(d / "vocab-tgt.json", tgt)
+        return cfg, T.FSMTForConditionalGeneration, write
+    raise KeyError(kind)
+
+
+FAMILIES = ["marian", "mbart", "m2m_100", "nllb", "fsmt"]
+
+
+def make_folder(root, kind, seed=0):
+    """A tiny transformers folder of ``kind`` with random weights; returns (dir, hf model)."""
+    cfg, cls, write = _family(kind)
+    torch.manual_seed(seed)
+    model = cls(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.requires_grad and ".embed_positions." not in name or kind == "mbart":
+                p.normal_(0, 0.5 if p.dim() > 1 else 0.2)
+        if hasattr(model, "final_logits_bias"):
+            model.final_logits_bias.normal_(0, 1.0)
+    d = root / kind
+    model.save_pretrained(d)
+    write(d)
+    return d, model
+
+
+def write_data(root, vocabs, sep="<sep>"):
+    """A data folder whose dictionaries are the vocabularies' symbols plus the separator."""
+    data = root / "data"
+    data.mkdir()
+    for lang, side in (("src", "source"), ("tgt", "target")):
+        lines = [f"{s} 1" for s in vocabs[side].symbols[4:]] + [f"{sep} 1"]
+        (data / f"dict.{lang}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return data
+
+
+def build(data, arch, *extra):
+    from fairseq import options, tasks
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [str(data), "--user-dir", USER_DIR, "--task", "document_translation",
+                                                "-s", "src", "-t", "tgt", "--arch", arch, *map(str, extra)])
+    task = tasks.setup_task(args)
+    torch.manual_seed(1)
+    return args, task, task.build_model(args).eval()
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request, tmp_path_factory):
+    from fairseq_docctx.data.hf_folder import folder_vocabularies
+
+    root = tmp_path_factory.mktemp(request.param)
+    d, hf = make_folder(root, request.param)
+    vocabs = folder_vocabularies(str(d))
+    data = write_data(root, vocabs)
+    return {"kind": request.param, "dir": d, "hf": hf, "vocabs": vocabs, "data": data}
+
+
+SENTS = [[5, 9, 11, 30, 7], [12, 4, 40], [33, 21, 6, 8, 17, 9, 10]]  # fairseq ids (no specials)
+
+
+def _batch(vocab, sents, eos, pad, start, hf_pad):
+    """fairseq's source batch (left-padded, </s> last) and transformers' (right-padded)."""
+    n = max(len(s) for s in sents) + 1
+    fs = torch.full((len(sents), n), pad)
+    hf = torch.full((len(sents), n), hf_pad)
+    mask = torch.zeros((len(sents), n), dtype=torch.long)
+    for i, s in enumerate(sents):
+        ids = s + [eos]
+        fs[i, n - len(ids):] = torch.tensor(ids)
+        hf[i, :len(ids)] = torch.tensor(vocab.hf_ids(ids))
+        mask[i, :len(ids)] = 1
+    return fs, torch.tensor([len(s) + 1 for s in sents]), hf, mask
+
+
+def _hf_start(kind, hf):
+    return hf.config.decoder_start_token_id
+
+
+def _logits_pair(family, arch, *extra):
+    """fairseq's and transformers' logits ``[B, T, V]`` on the same teacher-forced batch, and
+    the target vocabulary."""
+    kind, hf, vocabs = family["kind"], family["hf"], family["vocabs"]
+    args, task, model = build(family["data"], arch, "--init-from-pretrained", family["dir"], *extra)
+    sd, td = task.source_dictionary, task.target_dictionary
+    src, lengths, hf_src, mask = _batch(vocabs["source"], SENTS, sd.eos(), sd.pad(), None,
+                                        hf.config.pad_token_id)
+    tgt = [[7, 8, 9, 10], [11, 12], [13, 14, 15, 16, 17, 18]]
+    T = max(len(t) for t in tgt) + 1
+    prev = torch.full((len(tgt), T), td.pad())
+    hf_prev = torch.full((len(tgt), T), hf.config.pad_token_id)
+    dmask = torch.zeros((len(tgt), T), dtype=torch.long)
+    for i, t in enumerate(tgt):
+        prev[i, :len(t) + 1] = torch.tensor([td.eos()] + t)
+        hf_prev[i, :len(t) + 1] = torch.tensor([_hf_start(kind, hf)] + vocabs["target"].hf_ids(t))
+        dmask[i, :len(t) + 1] = 1
+    with torch.no_grad():
+        ours = model(src, lengths, prev)[0]
+        theirs = hf(input_ids=hf_src, attention_mask=mask, decoder_input_ids=hf_prev,
+                    decoder_attention_mask=dmask, use_cache=False).logits  # FSMT: no causal mask with the cache
+    real = dmask.bool()
+    return model, ours, theirs, real, vocabs["target"]
+
+
+def _compare(ours, theirs, real, vocab):
+    cols = [i for i, r in enumerate(vocab.hf_rows) if r is not None]
+    a = ours[..., cols][real]
+    b = theirs[..., [vocab.hf_rows[i] for i in cols]][real]
+    return (a - b).abs().max().item()
+
+
+def test_logits_equal_transformers(family):
+    """concat_transformer at K=0 from the folder: transformers' logits (atol 1e-4), and the
+    log-probabilities too (the fairseq-only symbols, Marian's <s> and the separator, hold no
+    probability mass)."""
+    model, ours, theirs, real, vocab = _logits_pair(family, "concat_transformer", "--context-size", "0")
+    assert _compare(ours, theirs, real, vocab) < 1e-4
+    lp_ours = torch.log_softmax(ours[..., : len(vocab.symbols)], -1)
+    lp_theirs = torch.log_softmax(theirs, -1)
+    assert _compare(lp_ours, lp_theirs, real, vocab) < 1e-4
+    # the logits are not trivially equal: they vary over the vocabulary
+    assert theirs[real].std().item() > 0.5
+
+
+def test_other_architecture_same_network(family):
+    """han_transformer from the folder: the same network (its sentence-level logits at K=0)."""
+    _, ours, theirs, real, vocab = _logits_pair(family, "han_transformer", "--context-size", "0")
+    assert _compare(ours, theirs, real, vocab) < 1e-4

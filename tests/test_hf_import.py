@@ -97,6 +97,8 @@ def make_folder(root, kind, seed=0):
         for name, p in model.named_parameters():
             if p.requires_grad and ".embed_positions." not in name or kind == "mbart":
                 p.normal_(0, 0.5 if p.dim() > 1 else 0.2)
+                if "norm" in name and name.endswith(".weight"):
+                    p.add_(1.0)  # a LayerNorm gain around 1
         if hasattr(model, "final_logits_bias"):
             model.final_logits_bias.normal_(0, 1.0)
     d = root / kind
@@ -105,12 +107,13 @@ def make_folder(root, kind, seed=0):
     return d, model
 
 
-def write_data(root, vocabs, sep="<sep>"):
-    """A data folder whose dictionaries are the vocabularies' symbols plus the separator."""
-    data = root / "data"
+def write_data(root, vocabs, sep="<sep>", name="data"):
+    """A data folder whose dictionaries are the vocabularies' symbols plus the separator
+    (``sep=None``: without it)."""
+    data = root / name
     data.mkdir()
     for lang, side in (("src", "source"), ("tgt", "target")):
-        lines = [f"{s} 1" for s in vocabs[side].symbols[4:]] + [f"{sep} 1"]
+        lines = [f"{s} 1" for s in vocabs[side].symbols[4:]] + ([f"{sep} 1"] if sep else [])
         (data / f"dict.{lang}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return data
 
@@ -133,8 +136,8 @@ def family(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(request.param)
     d, hf = make_folder(root, request.param)
     vocabs = folder_vocabularies(str(d))
-    data = write_data(root, vocabs)
-    return {"kind": request.param, "dir": d, "hf": hf, "vocabs": vocabs, "data": data}
+    return {"kind": request.param, "dir": d, "hf": hf, "vocabs": vocabs, "data": write_data(root, vocabs),
+            "data_nosep": write_data(root, vocabs, sep=None, name="data_nosep")}
 
 
 SENTS = [[5, 9, 11, 30, 7], [12, 4, 40], [33, 21, 6, 8, 17, 9, 10]]  # fairseq ids (no specials)
@@ -207,3 +210,67 @@ def test_other_architecture_same_network(family):
     """han_transformer from the folder: the same network (its sentence-level logits at K=0)."""
     _, ours, theirs, real, vocab = _logits_pair(family, "han_transformer", "--context-size", "0")
     assert _compare(ours, theirs, real, vocab) < 1e-4
+
+
+GEN_SENTS = [[5, 9, 11, 30, 7], [12, 4, 40], [33, 21, 6, 8, 17, 9, 10], [44, 45], [20, 19, 18, 17, 16, 15]]
+
+
+def test_greedy_search_equals_generate(family):
+    """fairseq's beam search at beam 1 (incremental decoding: the positions, the output bias and
+    the decoder start of one-step calls) gives transformers' ``generate(num_beams=1)``'s tokens.
+    The data dictionary here holds the checkpoint's symbols only (a symbol the data adds, the
+    separator, has a new row that can win an argmax: docs/pretrained.md)."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    kind, hf, vocabs = family["kind"], family["hf"], family["vocabs"]
+    _, task, model = build(family["data_nosep"], "han_transformer", "--context-size", "0",
+                           "--init-from-pretrained", family["dir"])
+    sd, td = task.source_dictionary, task.target_dictionary
+    src, lengths, hf_src, mask = _batch(vocabs["source"], GEN_SENTS, sd.eos(), sd.pad(), None,
+                                        hf.config.pad_token_id)
+    n = 12
+    gen = SequenceGenerator([model], td, beam_size=1, max_len_a=0, max_len_b=n, min_len=1)
+    with torch.no_grad():
+        hyps = gen.generate([model], {"net_input": {"src_tokens": src, "src_lengths": lengths}})
+        out = hf.generate(input_ids=hf_src, attention_mask=mask, num_beams=1, do_sample=False, max_new_tokens=n,
+                          min_new_tokens=1, decoder_start_token_id=hf.config.decoder_start_token_id,
+                          eos_token_id=vocabs["target"].hf_rows[td.eos()],
+                          bad_words_ids=[[hf.config.pad_token_id]], forced_bos_token_id=None,
+                          forced_eos_token_id=None)
+    eos = vocabs["target"].hf_rows[td.eos()]
+    lengths_seen = []
+    for i, h in enumerate(hyps):
+        ours = vocabs["target"].hf_ids(h[0]["tokens"].tolist())
+        theirs = out[i, 1:].tolist()
+        if eos in theirs:
+            theirs = theirs[: theirs.index(eos) + 1]
+        # fairseq ends a hypothesis at max_len with </s>; transformers stops after n tokens
+        assert ours[: len(theirs)] == theirs, (i, ours, theirs)
+        lengths_seen.append(len(theirs))
+    assert max(lengths_seen) > 2  # not all empty translations
+
+
+@pytest.mark.parametrize("option,off", [("positions_style", "fairseq"), ("output_bias", False),
+                                        ("decoder_start_pad", False), ("encoder_learned_pos", False),
+                                        ("layernorm_embedding", False), ("encoder_normalize_before", False)])
+def test_each_choice_is_needed(family, option, off, monkeypatch):
+    """Without one of the family's choices (the option as fairseq's default) the logits are not
+    transformers': each option the conversion sets is needed where it is set."""
+    from fairseq_docctx.models import hf_import
+
+    real = hf_import.network_options
+    if real(json.loads((family["dir"] / "config.json").read_text()), "x")[option] == off:
+        pytest.skip(f"{family['kind']} does not set {option}")
+
+    def without(cfg, where):
+        opts = real(cfg, where)
+        opts[option] = off
+        if option == "encoder_learned_pos":
+            opts["decoder_learned_pos"] = off
+        if option == "encoder_normalize_before":
+            opts["decoder_normalize_before"] = off
+        return opts
+
+    monkeypatch.setattr(hf_import, "network_options", without)
+    _, ours, theirs, real_pos, vocab = _logits_pair(family, "concat_transformer", "--context-size", "0")
+    assert _compare(ours, theirs, real_pos, vocab) > 1e-2

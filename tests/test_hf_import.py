@@ -274,3 +274,27 @@ def test_each_choice_is_needed(family, option, off, monkeypatch):
     monkeypatch.setattr(hf_import, "network_options", without)
     _, ours, theirs, real_pos, vocab = _logits_pair(family, "concat_transformer", "--context-size", "0")
     assert _compare(ours, theirs, real_pos, vocab) > 1e-2
+
+
+def test_concat_cached_prefix_decoding_with_the_options(family):
+    """concat_transformer from the folder with target context: the cached prefix run and its
+    one-token steps (``ConcatContextDecoder._forward_cached``: Marian's positions looked up at
+    per-row positions, the output bias, the pad start) give the full run's outputs."""
+    _, task, model = build(family["data"], "concat_transformer", "--context-size", "3", "--context-sides", "both",
+                           "--init-from-pretrained", family["dir"])
+    td = task.target_dictionary
+    eos, pad = td.eos(), td.pad()
+    src = torch.tensor([[10, 11, 12, eos], [13, 14, 15, eos], [16, 17, 18, eos], [19, 20, 21, eos]])
+    table = torch.tensor([[22, 23, 24, eos], [25, eos, pad, pad], [26, 27, eos, pad]])
+    ctx = {"tgt_tokens": table, "tgt_index": torch.tensor([[2, 1, 0], [-1, -1, -1], [1, 1, -1], [0, 1, -1]])}
+    hist = torch.randint(5, 40, (4, 6), generator=torch.Generator().manual_seed(2))
+    hist[:, 0] = eos
+    with torch.no_grad():
+        enc = model.encoder(src, src_lengths=torch.tensor([4] * 4), context=ctx)
+        state = {}
+        for t in range(1, hist.size(1) + 1):
+            out, _ = model.decoder(hist[:, :t], encoder_out=enc, incremental_state=state)
+            ref, _ = model.decoder(hist[:, :t], encoder_out=enc)
+            torch.testing.assert_close(out[:, -1], ref[:, -1], atol=1e-4, rtol=1e-5)
+    cached = model.decoder.get_incremental_state(state, "concat_prefix")
+    assert "prefix_len" in cached  # the cached path ran (not the full-run fallback)

@@ -298,3 +298,74 @@ def test_concat_cached_prefix_decoding_with_the_options(family):
             torch.testing.assert_close(out[:, -1], ref[:, -1], atol=1e-4, rtol=1e-5)
     cached = model.decoder.get_incremental_state(state, "concat_prefix")
     assert "prefix_len" in cached  # the cached path ran (not the full-run fallback)
+
+
+def test_trained_checkpoint_rebuilds_without_the_folder(family, tmp_path):
+    """The options are in the model's arguments (what a checkpoint saves): the model rebuilt
+    from them, the folder gone, with the weights loaded, gives the same logits."""
+    import copy
+    import shutil
+
+    from fairseq import tasks
+
+    folder = tmp_path / "copy"
+    shutil.copytree(family["dir"], folder)
+    args, task, model = build(family["data"], "concat_transformer", "--context-size", "0",
+                              "--init-from-pretrained", folder)
+    shutil.rmtree(folder)
+    saved = copy.deepcopy(args)
+    assert saved.init_from_pretrained is None and saved.initialized_from_pretrained == str(folder)
+    again = tasks.setup_task(saved).build_model(saved).eval()
+    again.load_state_dict(model.state_dict())
+    src = torch.tensor([[5, 6, 7, 2], [1, 8, 9, 2]])
+    prev = torch.tensor([[2, 10, 11], [2, 12, 13]])
+    with torch.no_grad():
+        torch.testing.assert_close(again(src, torch.tensor([4, 3]), prev)[0], model(src, torch.tensor([4, 3]), prev)[0])
+    from fairseq_docctx.modules import hf_network
+
+    assert hf_network.options(saved) == {k: v for k, v in hf_network.options(args).items()}
+
+
+def test_refusals(family, tmp_path):
+    """One line each: an option given against the folder's, Marian's table with document
+    positions, the CTranslate2 export of a model with the options, a folder of another family
+    or without weights."""
+    from fairseq_docctx.errors import UsageError
+    from fairseq_docctx.inference.ctranslate2 import ExportError
+    from fairseq_docctx.inference.ctranslate2.exportable import check_exportable
+
+    kind = family["kind"]
+    args, task, model = build(family["data"], "concat_transformer", "--context-size", "0",
+                              "--init-from-pretrained", family["dir"])
+    if kind == "marian":
+        with pytest.raises(UsageError, match="--positions-style marian: .*document positions"):
+            build(family["data"], "concat_transformer", "--init-from-pretrained", family["dir"],
+                  "--segment-shifted-positions", "8")
+        with pytest.raises(ExportError, match="--positions-style marian, --output-bias, --decoder-start-pad"):
+            check_exportable(model, "x")
+    if kind == "mbart":
+        with pytest.raises(ExportError, match="--output-bias"):
+            check_exportable(model, "x")
+    if kind == "m2m_100":
+        check_exportable(model, "x")  # M2M-100's network is a plain fairseq Transformer
+        # (a flag given with its default value counts as not given: pretrained_init's rule)
+        with pytest.raises(UsageError, match="--output-bias True contradicts .*--output-bias is False"):
+            build(family["data"], "concat_transformer", "--init-from-pretrained", family["dir"], "--output-bias")
+        other = tmp_path / "other"
+        other.mkdir()
+        (other / "config.json").write_text(json.dumps({"model_type": "t5"}))
+        with pytest.raises(UsageError, match=r"model_type 't5' is not one"):
+            build(family["data"], "concat_transformer", "--init-from-pretrained", other)
+        empty = tmp_path / "empty"
+        shutil_copy_config(family["dir"], empty)
+        with pytest.raises(UsageError, match="no weights"):
+            build(family["data"], "concat_transformer", "--init-from-pretrained", empty)
+
+
+def shutil_copy_config(src, dst):
+    import shutil
+
+    dst.mkdir()
+    for name in ("config.json", "vocab.json", "tokenizer_config.json"):
+        if (src / name).exists():
+            shutil.copy(src / name, dst / name)

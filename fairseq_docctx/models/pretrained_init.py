@@ -6,7 +6,12 @@ checkpoint (WMT19 En<->De; with ``layernorm_embedding`` and pre-norm: mBART-50, 
 NLLB-200 dense) or a ``bart`` one (mBART-25: Liu et al. 2020, "Multilingual Denoising
 Pre-training for Neural Machine Translation"; its checkpoint has no
 ``decoder.output_projection.weight``, the projection is the tied embedding table, fairseq
-issue #1758). The document model is built with the checkpoint's own network and its weights:
+issue #1758); or a Hugging Face ``transformers`` model folder (``config.json``: OPUS-MT's
+Marian, M2M-100 / NLLB-200, mBART, FSMT), converted by :mod:`~fairseq_docctx.models.hf_import`
+into the same three things a fairseq checkpoint gives (weights in fairseq's names and rows, the
+network options, the model class), its families' own choices being the options of
+:mod:`~fairseq_docctx.modules.hf_network` (part of :data:`NETWORK_OPTIONS`). The document model
+is built with the checkpoint's own network and its weights:
 
 1. :func:`configure` (the start of the model's ``build_model``): the options that define the
    network (:data:`NETWORK_OPTIONS`) are read from the checkpoint's saved configuration

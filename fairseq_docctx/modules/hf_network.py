@@ -17,6 +17,7 @@ Transformer does not make, as model options of every Transformer-based document 
   decoder starts from ``</s>`` (and reads no other ``</s>`` within a sentence). The table is
   unchanged (the encoder and the output projection still use the ``</s>`` row).
 
+:func:`apply` also puts fairseq's ``--activation-fn swish`` in working order (:func:`fix_swish`).
 The defaults are fairseq's network: a checkpoint saved without these options builds as before.
 They are saved in the checkpoint's arguments, so a trained model rebuilds without the folder.
 """

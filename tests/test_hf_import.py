@@ -370,3 +370,43 @@ def shutil_copy_config(src, dst):
     for name in ("config.json", "vocab.json", "tokenizer_config.json"):
         if (src / name).exists():
             shutil.copy(src / name, dst / name)
+
+
+#: each Transformer-based architecture's task options
+ARCHS = {
+    "concat_transformer": ["--context-size", "2", "--context-sides", "both"],
+    "han_transformer": ["--context-size", "2", "--context-sides", "both"],
+    "qcn_transformer": ["--context-size", "2"],
+    "mht_transformer": ["--context-size", "2", "--context-sides", "src,draft"],
+    "doc2doc_transformer": ["--context-size", "0", "--doc-mode", "segments"],
+    "g_transformer": ["--context-size", "0", "--doc-mode", "segments", "--encoder-ctxlayers", "1",
+                      "--decoder-ctxlayers", "1", "--cross-ctxlayers", "1"],
+}
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_every_architecture_gets_the_network(arch, tmp_path):
+    """The six Transformer document models built from a Marian folder: Marian's tables in every
+    sinusoidal position module, the output bias and the pad start in every decoder, every
+    weight of the folder loaded (the converted tensors)."""
+    from fairseq.models.transformer import TransformerDecoderBase
+    from fairseq.modules import SinusoidalPositionalEmbedding
+
+    from fairseq_docctx.data.hf_folder import folder_vocabularies
+    from fairseq_docctx.models import hf_import
+    from fairseq_docctx.modules.hf_network import EosAsPadEmbedding, MarianSinusoidalPositions
+
+    d, _ = make_folder(tmp_path, "marian")
+    data = write_data(tmp_path, folder_vocabularies(str(d)))
+    _, _, model = build(data, arch, *ARCHS[arch], "--init-from-pretrained", d)
+    positions = [m for m in model.modules() if isinstance(m, SinusoidalPositionalEmbedding)]
+    assert positions and all(isinstance(m, MarianSinusoidalPositions) for m in positions)
+    decoders = [m for m in model.modules() if isinstance(m, TransformerDecoderBase)]
+    assert decoders and all(isinstance(m.embed_tokens, EosAsPadEmbedding) and m.output_projection.bias is not None
+                            for m in decoders)
+    own = model.state_dict()
+    weights, _, _ = hf_import.read_folder(str(d))
+    for k, v in weights.items():
+        if k.endswith(".version"):
+            continue
+        assert torch.equal(own[k][: v.shape[0]], v), k

@@ -410,3 +410,44 @@ def test_every_architecture_gets_the_network(arch, tmp_path):
         if k.endswith(".version"):
             continue
         assert torch.equal(own[k][: v.shape[0]], v), k
+
+
+def test_folder_vocabularies_read_the_json_files_as_the_tokenizer(shared_data, tmp_path):
+    """The ids folder_vocabularies reads from the tokenizer's JSON files (no transformers) are
+    ``AutoTokenizer.from_pretrained(DIR).get_vocab()``'s, in fairseq's order, for real
+    tokenizers saved by transformers: Marian (vocab.json), M2M-100 (vocab.json and
+    tokenizer_config.json's added tokens), NLLB (tokenizer.json)."""
+    import sentencepiece as spm
+
+    from fairseq_docctx.data.hf_folder import fairseq_vocabulary, folder_vocabularies
+
+    T = transformers
+    text = (shared_data / "maruf-ende" / "Europarl7" / "concatenated_en2de_dev_en.txt").read_text().splitlines()[:300]
+    (tmp_path / "train.txt").write_text("\n".join(text))
+    spm.SentencePieceTrainer.train(input=str(tmp_path / "train.txt"), model_prefix=str(tmp_path / "sp"),
+                                   vocab_size=150, bos_id=-1, eos_id=1, unk_id=0, pad_id=-1, minloglevel=2)
+    sp_model = str(tmp_path / "sp.model")
+    pieces = [p.split("\t")[0] for p in (tmp_path / "sp.vocab").read_text().splitlines()]
+    marian = {"</s>": 0, "<unk>": 1, **{p: i for i, p in enumerate([p for p in pieces if p not in ("</s>", "<unk>")], 2)}}
+    marian["<pad>"] = len(marian)
+    _write_json(tmp_path / "marian.json", marian)
+    fs = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    fs.update({p: i for i, p in enumerate([p for p in pieces if p not in fs], 4)})
+    _write_json(tmp_path / "m2m.json", fs)
+    cases = {
+        "marian": (T.MarianTokenizer(sp_model, sp_model, str(tmp_path / "marian.json")), T.MarianConfig),
+        "m2m_100": (T.M2M100Tokenizer(str(tmp_path / "m2m.json"), sp_model), T.M2M100Config),
+        "nllb": (T.NllbTokenizer(vocab_file=sp_model), T.M2M100Config),
+    }
+    for kind, (tok, cfg_cls) in cases.items():
+        d = tmp_path / kind
+        tok.save_pretrained(d)
+        rows = len(tok.get_vocab()) + 3  # rows no token names (M2M-100's madeupwords)
+        cfg_cls(vocab_size=rows, decoder_vocab_size=rows, d_model=16).save_pretrained(d)
+        auto = T.AutoTokenizer.from_pretrained(d)
+        specials = {k: getattr(auto, k, None) for k in ("bos_token", "pad_token", "eos_token", "unk_token")}
+        want = fairseq_vocabulary(auto.get_vocab(), rows, specials)
+        got = folder_vocabularies(str(d))
+        assert got["source"] == want and got["target"] == want, kind
+        if kind == "marian":
+            assert got["source"].hf_rows[:4] == [None, len(marian) - 1, 0, 1]

@@ -55,6 +55,20 @@ def _family(kind):
                              activation_function="swish", scale_embedding=True,
                              share_encoder_decoder_embeddings=True, tie_word_embeddings=True, **SIZES)
         return cfg, T.MarianMTModel, lambda d: _write_json(d / "vocab.json", vocab)
+    if kind == "marian_separate":  # a Marian model with two vocabularies (separate_vocabs)
+        src = _plain_vocab(V, lead=("</s>", "<unk>"), tail=("<pad>",))
+        # transformers' Marian has one pad_token_id: <pad> has the same id in both vocabularies
+        tgt = {(f"t{t}" if t.startswith("w") else t): i for t, i in src.items()}
+        cfg = T.MarianConfig(vocab_size=V, decoder_vocab_size=V, pad_token_id=V - 1, eos_token_id=0,
+                             decoder_start_token_id=V - 1, forced_eos_token_id=0, bos_token_id=None,
+                             activation_function="swish", scale_embedding=True,
+                             share_encoder_decoder_embeddings=False, tie_word_embeddings=True, **SIZES)
+
+        def write(d):
+            _write_json(d / "vocab.json", src)
+            _write_json(d / "target_vocab.json", tgt)
+            _write_json(d / "tokenizer_config.json", {"separate_vocabs": True})
+        return cfg, T.MarianMTModel, write
     if kind in ("m2m_100", "nllb"):  # facebook/m2m100_418M, facebook/nllb-200-distilled-600M
         langs = LANGS if kind == "m2m_100" else ["eng_Latn", "deu_Latn", "fra_Latn"]
         vocab = _plain_vocab(V, tail=langs)
@@ -85,7 +99,7 @@ def _family(kind):
     raise KeyError(kind)
 
 
-FAMILIES = ["marian", "mbart", "m2m_100", "nllb", "fsmt"]
+FAMILIES = ["marian", "marian_separate", "mbart", "m2m_100", "nllb", "fsmt"]
 
 
 def make_folder(root, kind, seed=0):
@@ -360,6 +374,9 @@ def test_refusals(family, tmp_path):
         empty = tmp_path / "empty"
         shutil_copy_config(family["dir"], empty)
         with pytest.raises(UsageError, match="no weights"):
+            build(family["data"], "concat_transformer", "--init-from-pretrained", empty)
+        (empty / "config.json").unlink()
+        with pytest.raises(UsageError, match="a directory without a config.json"):
             build(family["data"], "concat_transformer", "--init-from-pretrained", empty)
 
 

@@ -126,6 +126,9 @@ def read_checkpoint(path: str) -> Tuple[dict, Dict[str, object], str]:
             return hf_import.read_folder(path)
         except HFFolderError as e:
             raise UsageError(f"{OPTION}: {e}") from None
+    if os.path.isdir(path):
+        raise UsageError(f"{OPTION}: {path} is a directory without a config.json (not a transformers model "
+                         "folder; a fairseq checkpoint is a file)")
     if not os.path.isfile(path):
         raise UsageError(f"{OPTION}: no such file {path}")
     try:

@@ -157,7 +157,7 @@ def family(request, tmp_path_factory):
 SENTS = [[5, 9, 11, 30, 7], [12, 4, 40], [33, 21, 6, 8, 17, 9, 10]]  # fairseq ids (no specials)
 
 
-def _batch(vocab, sents, eos, pad, start, hf_pad):
+def _batch(vocab, sents, eos, pad, hf_pad):
     """fairseq's source batch (left-padded, </s> last) and transformers' (right-padded)."""
     n = max(len(s) for s in sents) + 1
     fs = torch.full((len(sents), n), pad)
@@ -171,17 +171,13 @@ def _batch(vocab, sents, eos, pad, start, hf_pad):
     return fs, torch.tensor([len(s) + 1 for s in sents]), hf, mask
 
 
-def _hf_start(kind, hf):
-    return hf.config.decoder_start_token_id
-
-
 def _logits_pair(family, arch, *extra):
     """fairseq's and transformers' logits ``[B, T, V]`` on the same teacher-forced batch, and
     the target vocabulary."""
-    kind, hf, vocabs = family["kind"], family["hf"], family["vocabs"]
+    hf, vocabs = family["hf"], family["vocabs"]
     args, task, model = build(family["data"], arch, "--init-from-pretrained", family["dir"], *extra)
     sd, td = task.source_dictionary, task.target_dictionary
-    src, lengths, hf_src, mask = _batch(vocabs["source"], SENTS, sd.eos(), sd.pad(), None,
+    src, lengths, hf_src, mask = _batch(vocabs["source"], SENTS, sd.eos(), sd.pad(),
                                         hf.config.pad_token_id)
     tgt = [[7, 8, 9, 10], [11, 12], [13, 14, 15, 16, 17, 18]]
     T = max(len(t) for t in tgt) + 1
@@ -190,7 +186,7 @@ def _logits_pair(family, arch, *extra):
     dmask = torch.zeros((len(tgt), T), dtype=torch.long)
     for i, t in enumerate(tgt):
         prev[i, :len(t) + 1] = torch.tensor([td.eos()] + t)
-        hf_prev[i, :len(t) + 1] = torch.tensor([_hf_start(kind, hf)] + vocabs["target"].hf_ids(t))
+        hf_prev[i, :len(t) + 1] = torch.tensor([hf.config.decoder_start_token_id] + vocabs["target"].hf_ids(t))
         dmask[i, :len(t) + 1] = 1
     with torch.no_grad():
         ours = model(src, lengths, prev)[0]
@@ -236,11 +232,11 @@ def test_greedy_search_equals_generate(family):
     separator, has a new row that can win an argmax: docs/pretrained.md)."""
     from fairseq.sequence_generator import SequenceGenerator
 
-    kind, hf, vocabs = family["kind"], family["hf"], family["vocabs"]
+    hf, vocabs = family["hf"], family["vocabs"]
     _, task, model = build(family["data_nosep"], "han_transformer", "--context-size", "0",
                            "--init-from-pretrained", family["dir"])
     sd, td = task.source_dictionary, task.target_dictionary
-    src, lengths, hf_src, mask = _batch(vocabs["source"], GEN_SENTS, sd.eos(), sd.pad(), None,
+    src, lengths, hf_src, mask = _batch(vocabs["source"], GEN_SENTS, sd.eos(), sd.pad(),
                                         hf.config.pad_token_id)
     n = 12
     gen = SequenceGenerator([model], td, beam_size=1, max_len_a=0, max_len_b=n, min_len=1)
@@ -445,7 +441,8 @@ def test_folder_vocabularies_read_the_json_files_as_the_tokenizer(shared_data, t
                                    vocab_size=150, bos_id=-1, eos_id=1, unk_id=0, pad_id=-1, minloglevel=2)
     sp_model = str(tmp_path / "sp.model")
     pieces = [p.split("\t")[0] for p in (tmp_path / "sp.vocab").read_text().splitlines()]
-    marian = {"</s>": 0, "<unk>": 1, **{p: i for i, p in enumerate([p for p in pieces if p not in ("</s>", "<unk>")], 2)}}
+    rest = [p for p in pieces if p not in ("</s>", "<unk>")]
+    marian = {"</s>": 0, "<unk>": 1, **{p: i for i, p in enumerate(rest, 2)}}
     marian["<pad>"] = len(marian)
     _write_json(tmp_path / "marian.json", marian)
     fs = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}

@@ -26,7 +26,7 @@ vocabulary outside JSON files: :func:`~fairseq_docctx.data.hf_folder.folder_voca
 """
 import json
 import os
-from typing import Dict, Optional, Tuple
+from typing import Dict, Tuple
 
 import torch
 
@@ -77,8 +77,8 @@ def network_options(cfg: dict, where: str) -> Dict[str, object]:
                             f"({', '.join(ACTIVATIONS)})")
     try:
         d = int(cfg["d_model"])
-        sizes = {f"{side}_{k}": int(cfg[f"{side}_{hf}"]) for side in ("encoder", "decoder")
-                 for k, hf in (("layers", "layers"), ("ffn_embed_dim", "ffn_dim"), ("attention_heads", "attention_heads"))}
+        pairs = (("layers", "layers"), ("ffn_embed_dim", "ffn_dim"), ("attention_heads", "attention_heads"))
+        sizes = {f"{side}_{k}": int(cfg[f"{side}_{hf}"]) for side in ("encoder", "decoder") for k, hf in pairs}
     except KeyError as e:
         raise HFFolderError(f"{where}: no {e.args[0]}") from None
     both, tie = _shared(cfg)
@@ -138,8 +138,8 @@ def _rows(t: torch.Tensor, vocab: Vocabulary, fill: float = 0.0) -> torch.Tensor
     return out
 
 
-def _rename(key: str) -> Optional[str]:
-    """fairseq's name of a transformers weight (None: not a weight fairseq keeps)."""
+def _rename(key: str) -> str:
+    """fairseq's name of a transformers weight."""
     if key.startswith("model."):
         key = key[len("model."):]
     if key == "lm_head.weight":

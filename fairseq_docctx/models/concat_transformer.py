@@ -45,6 +45,9 @@ class ConcatContextEncoder(TransformerEncoderBase):
     """A Transformer encoder over the concatenation of context and current sentence."""
 
     sep_idx: int = -1  # set by ConcatTransformerModel.build_model
+    #: the target dictionary's separator, which ends each sentence of the target prefix (set by
+    #: build_model; it differs from ``sep_idx`` where the two dictionaries differ, e.g. FSMT's)
+    tgt_sep_idx: Optional[int] = None
 
     def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False,
                 token_embeddings=None, context=None):
@@ -60,9 +63,10 @@ class ConcatContextEncoder(TransformerEncoderBase):
         if cb.has_side(context, "tgt"):
             # previous target sentences, farthest first, each ending in <sep>
             tgt = cb.table(context, "tgt")
+            sep = self.sep_idx if self.tgt_sep_idx is None else self.tgt_sep_idx
             segs = [
                 gather_context_rows(tgt.tokens, tgt.index[:, k], self.padding_idx,
-                                    self.dictionary.eos(), self.sep_idx)
+                                    self.dictionary.eos(), sep)
                 for k in reversed(range(tgt.index.size(1)))
             ]
             prefix, _ = pack_segments(segs, self.padding_idx, left_pad=False)
@@ -320,6 +324,7 @@ class ConcatTransformerModel(DocumentContextModel, TransformerModel):
         model.declare_context([s for s in sides if s in ("src", "tgt")], None)
         model.encoder.sep_idx = task.source_dictionary.index(sep)
         model.decoder.sep_idx = task.target_dictionary.index(sep)
+        model.encoder.tgt_sep_idx = model.decoder.sep_idx
         if shift or args.sentence_position_embeddings != "none":
             # the number of sentences a row holds sizes the learned tables: recorded in the
             # checkpoint (the task's K + 1 when the model is first built)

@@ -6,7 +6,12 @@ checkpoint (WMT19 En<->De; with ``layernorm_embedding`` and pre-norm: mBART-50, 
 NLLB-200 dense) or a ``bart`` one (mBART-25: Liu et al. 2020, "Multilingual Denoising
 Pre-training for Neural Machine Translation"; its checkpoint has no
 ``decoder.output_projection.weight``, the projection is the tied embedding table, fairseq
-issue #1758). The document model is built with the checkpoint's own network and its weights:
+issue #1758); or a Hugging Face ``transformers`` model folder (``config.json``: OPUS-MT's
+Marian, M2M-100 / NLLB-200, mBART, FSMT), converted by :mod:`~fairseq_docctx.models.hf_import`
+into the same three things a fairseq checkpoint gives (weights in fairseq's names and rows, the
+network options, the model class), its families' own choices being the options of
+:mod:`~fairseq_docctx.modules.hf_network` (part of :data:`NETWORK_OPTIONS`). The document model
+is built with the checkpoint's own network and its weights:
 
 1. :func:`configure` (the start of the model's ``build_model``): the options that define the
    network (:data:`NETWORK_OPTIONS`) are read from the checkpoint's saved configuration
@@ -42,8 +47,11 @@ from typing import Dict, List, Optional, Tuple
 from fairseq import checkpoint_utils
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY
 
+from ..data.hf_folder import HFFolderError, is_hf_folder
 from ..data.manifest import ManifestError, read_manifest
 from ..errors import UsageError
+from ..modules import hf_network
+from . import hf_import
 from .resume import restore_path
 
 logger = logging.getLogger(__name__)
@@ -62,18 +70,21 @@ NETWORK_OPTIONS = (
     "decoder_learned_pos", "no_token_positional_embeddings", "no_scale_embedding",
     "share_all_embeddings", "share_decoder_input_output_embed", "decoder_output_dim",
     "decoder_input_dim", "max_source_positions", "max_target_positions",
-)
+) + tuple(hf_network.DEFAULTS)  # the transformers families' choices (modules/hf_network.py)
 
 #: the embedding tables whose rows follow the dictionaries
-TABLES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "decoder.output_projection.weight")
+TABLES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "decoder.output_projection.weight",
+          "decoder.output_projection.bias")
 
 
 def add_args(parser):
     """The option (a model argument)."""
     parser.add_argument(OPTION, metavar="PATH",
                         help="build the model with the network of this pretrained fairseq translation "
-                        "checkpoint (transformer or bart: WMT19, mBART, M2M-100, NLLB) and start from its "
-                        "weights; the context parts start as the model's paper says")
+                        "checkpoint (transformer or bart: WMT19, mBART, M2M-100, NLLB) or transformers model "
+                        "folder (marian, m2m_100, mbart, fsmt) and start from its weights; the context parts "
+                        "start as the model's paper says")
+    hf_network.add_args(parser)
 
 
 def _flag(name: str) -> str:
@@ -108,7 +119,16 @@ def read_checkpoint(path: str) -> Tuple[dict, Dict[str, object], str]:
     """The weights, the network options (:data:`NETWORK_OPTIONS`, completed by the
     checkpoint's own architecture function) and the model class of ``path``. A missing file,
     an unreadable one or a model class other than :data:`MODEL_CLASSES` is a
-    :class:`UsageError` (one line)."""
+    :class:`UsageError` (one line). A transformers model folder (``config.json``) is read by
+    :func:`hf_import.read_folder` (its model class: ``transformers <model_type>``)."""
+    if is_hf_folder(path):
+        try:
+            return hf_import.read_folder(path)
+        except HFFolderError as e:
+            raise UsageError(f"{OPTION}: {e}") from None
+    if os.path.isdir(path):
+        raise UsageError(f"{OPTION}: {path} is a directory without a config.json (not a transformers model "
+                         "folder; a fairseq checkpoint is a file)")
     if not os.path.isfile(path):
         raise UsageError(f"{OPTION}: no such file {path}")
     try:
@@ -211,7 +231,7 @@ def configure(args, task, name: str):
     if getattr(args, "init_from_sentence_checkpoint", None):
         raise UsageError(f"{name}: {OPTION} and --init-from-sentence-checkpoint exclude each other: give one")
     resume = restore_path(args)
-    if resume and not os.path.isfile(path):
+    if resume and not os.path.exists(path):
         state = checkpoint_utils.load_checkpoint_to_cpu(resume)
         saved = _as_dict(state["cfg"]["model"] if state.get("cfg") else state.get("args"))
         options = {k: saved[k] for k in NETWORK_OPTIONS if k in saved}
@@ -224,7 +244,8 @@ def configure(args, task, name: str):
     if options.get("share_all_embeddings") and task.source_dictionary != task.target_dictionary:
         raise UsageError(f"{name}: {OPTION} {path}: the checkpoint shares one embedding table between source and "
                          "target: the data folder needs a joined dictionary (docctx-prepare --joined-dictionary)")
-    defaults = architecture_defaults(args.arch)
+    arch_defaults = architecture_defaults(args.arch)
+    defaults = {**arch_defaults, **hf_network.DEFAULTS}
     given = {k for k, v in defaults.items() if hasattr(args, k) and getattr(args, k) != v}
     taken = []
     for k, v in options.items():
@@ -235,7 +256,7 @@ def configure(args, task, name: str):
             taken.append(f"{_flag(k)} {v}")
         setattr(args, k, v)
     # the options the architecture derives from the sizes are derived again (unless given)
-    for k in defaults:
+    for k in arch_defaults:
         if k not in given and k not in options and hasattr(args, k):
             delattr(args, k)
     ARCH_CONFIG_REGISTRY[args.arch](args)
@@ -281,7 +302,7 @@ def load_weights(model, path: str, name: str) -> List[str]:
             ignored.append(f"  left out: {k} {tuple(v.shape)} (not in the model)")
         elif mine.shape == v.shape:
             full[k] = v
-        elif k in TABLES and v.dim() == 2 and mine.shape[1] == v.shape[1] and v.shape[0] < mine.shape[0]:
+        elif k in TABLES and v.dim() == mine.dim() and v.shape[1:] == mine.shape[1:] and v.shape[0] < mine.shape[0]:
             grown[k] = v
         else:
             ignored.append(f"  left out: {k} {tuple(v.shape)} (model: {tuple(mine.shape)})")

@@ -41,6 +41,7 @@ from typing import Callable, List, Sequence
 from fairseq import checkpoint_utils, utils
 
 from ..errors import UsageError
+from ..modules import hf_network
 from . import pretrained_init
 from .arch_defaults import set_defaults as _set_defaults
 from .resume import restore_path
@@ -139,7 +140,10 @@ def apply(model, args, name: str, is_context: Callable[[str], bool],
     messages; ``is_context(parameter name)``: the weights a sentence-level model lacks, never
     frozen nor scaled, nor are the embedding tables ``--init-from-pretrained`` grows). The
     path applied is kept in ``args.<record_as>`` (``args.initialized_from_pretrained`` for a
-    pretrained checkpoint). Returns the model."""
+    pretrained checkpoint). First builds in the parts the options of
+    :mod:`~fairseq_docctx.modules.hf_network` add (every model passes here, built anew or
+    rebuilt from a checkpoint). Returns the model."""
+    hf_network.apply(model, args, name)  # the network parts the options add, before any weights load
     path = getattr(args, "init_from_sentence_checkpoint", None)
     pretrained = getattr(args, "init_from_pretrained", None)
     if path and pretrained:

@@ -6,6 +6,7 @@ export and why."""
 import re
 from typing import List, Optional
 
+from ...modules.hf_network import EosAsPadEmbedding, MarianSinusoidalPositions
 from ...modules.sentence_positions import DocumentPositions
 from . import ExportError
 
@@ -98,7 +99,14 @@ def check_exportable(model, where: str) -> None:
     if any(isinstance(p, DocumentPositions) and p.sentence_embeddings is not None
            for p in (enc.embed_positions, dec.embed_positions)):
         problems.append("--sentence-position-embeddings")
-    extra = parameters_not_exported(model)
+    # the transformers families' choices (modules/hf_network.py): not in the exported spec
+    if any(isinstance(p, MarianSinusoidalPositions) for p in (enc.embed_positions, dec.embed_positions)):
+        problems.append("--positions-style marian")
+    if getattr(getattr(dec, "output_projection", None), "bias", None) is not None:
+        problems.append("--output-bias")
+    if isinstance(dec.embed_tokens, EosAsPadEmbedding):
+        problems.append("--decoder-start-pad")
+    extra = [k for k in parameters_not_exported(model) if k != "decoder.output_projection.bias"]
     if extra:  # a weight the spec would leave out: a model other than a plain Transformer
         problems.append(f"parameters a plain Transformer lacks ({', '.join(extra[:3])}"
                         + (f" and {len(extra) - 3} more" if len(extra) > 3 else "") + ")")

@@ -1,0 +1,467 @@
+"""``--init-from-pretrained DIR`` with a transformers model folder (fairseq_docctx/models/hf_import.py,
+fairseq_docctx/modules/hf_network.py): the document model is the folder's network.
+
+Per family a tiny model is built with its configuration class at tiny sizes but with the
+option set of its real releases (OPUS-MT's Marian: swish, scaled embeddings, Marian's
+positions, one shared table, pad = the last id = the decoder start; mBART-50; M2M-100 and
+NLLB-200; the WMT19 FSMT port with two vocabularies of different sizes), random weights
+(``final_logits_bias`` included), ``save_pretrained`` into a folder with the tokenizer's
+vocabulary files. The fairseq model built from it with ``--init-from-pretrained`` gives
+transformers' logits (fairseq column ``i`` against transformers' column ``hf_rows[i]``) and
+its greedy search gives ``generate(num_beams=1)``'s tokens.
+"""
+import json
+
+import pytest
+import torch
+
+from conftest import REPO
+
+transformers = pytest.importorskip("transformers")
+
+USER_DIR = str(REPO / "fairseq_docctx")
+V = 60  # the tokenizer's vocabulary (tiny)
+SIZES = dict(d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
+             encoder_ffn_dim=24, decoder_ffn_dim=24, max_position_embeddings=64)
+LANGS = ["__en__", "__de__", "__fr__"]
+
+
+def _plain_vocab(n, lead=("<s>", "<pad>", "</s>", "<unk>"), tail=()):
+    """token -> id: the special tokens first, then ``w<i>``, then ``tail``."""
+    toks = list(lead) + [f"w{i}" for i in range(n - len(lead) - len(tail))] + list(tail)
+    return {t: i for i, t in enumerate(toks)}
+
+
+def _write_json(path, obj):
+    path.write_text(json.dumps(obj), encoding="utf-8")
+
+
+def _tokenizer_json(path, vocab):
+    """A fast tokenizer's tokenizer.json as far as its vocabulary goes (Unigram: a list of
+    pieces in id order; the language tokens as added tokens)."""
+    base = {t: i for t, i in vocab.items() if not t.endswith("_Latn") and not t.startswith("__")}
+    pieces = [[t, 0.0] for t, _ in sorted(base.items(), key=lambda kv: kv[1])]
+    added = [{"id": i, "content": t, "special": True} for t, i in vocab.items() if t not in base]
+    _write_json(path, {"model": {"type": "Unigram", "vocab": pieces}, "added_tokens": added})
+
+
+def _family(kind):
+    """(config, model class, writer of the tokenizer files) of a family's release option set."""
+    T = transformers
+    if kind == "marian":  # Helsinki-NLP/opus-mt-en-de: vocab.json, </s> 0, <unk> 1, <pad> last
+        vocab = _plain_vocab(V, lead=("</s>", "<unk>"), tail=("<pad>",))
+        cfg = T.MarianConfig(vocab_size=V, decoder_vocab_size=V, pad_token_id=V - 1, eos_token_id=0,
+                             decoder_start_token_id=V - 1, forced_eos_token_id=0, bos_token_id=None,
+                             activation_function="swish", scale_embedding=True,
+                             share_encoder_decoder_embeddings=True, tie_word_embeddings=True, **SIZES)
+        return cfg, T.MarianMTModel, lambda d: _write_json(d / "vocab.json", vocab)
+    if kind == "marian_separate":  # a Marian model with two vocabularies (separate_vocabs)
+        src = _plain_vocab(V, lead=("</s>", "<unk>"), tail=("<pad>",))
+        # transformers' Marian has one pad_token_id: <pad> has the same id in both vocabularies
+        tgt = {(f"t{t}" if t.startswith("w") else t): i for t, i in src.items()}
+        cfg = T.MarianConfig(vocab_size=V, decoder_vocab_size=V, pad_token_id=V - 1, eos_token_id=0,
+                             decoder_start_token_id=V - 1, forced_eos_token_id=0, bos_token_id=None,
+                             activation_function="swish", scale_embedding=True,
+                             share_encoder_decoder_embeddings=False, tie_word_embeddings=True, **SIZES)
+
+        def write(d):
+            _write_json(d / "vocab.json", src)
+            _write_json(d / "target_vocab.json", tgt)
+            _write_json(d / "tokenizer_config.json", {"separate_vocabs": True})
+        return cfg, T.MarianMTModel, write
+    if kind in ("m2m_100", "nllb"):  # facebook/m2m100_418M, facebook/nllb-200-distilled-600M
+        langs = LANGS if kind == "m2m_100" else ["eng_Latn", "deu_Latn", "fra_Latn"]
+        vocab = _plain_vocab(V, tail=langs)
+        cfg = T.M2M100Config(vocab_size=V, activation_function="relu", scale_embedding=True,
+                             decoder_start_token_id=2, tie_word_embeddings=True, **SIZES)
+        if kind == "m2m_100":  # vocab.json + the language tokens in tokenizer_config.json
+            def write(d):
+                _write_json(d / "vocab.json", {t: i for t, i in vocab.items() if t not in langs})
+                _write_json(d / "tokenizer_config.json", {"added_tokens_decoder": {
+                    str(vocab[t]): {"content": t, "special": True} for t in langs}})
+            return cfg, T.M2M100ForConditionalGeneration, write
+        return cfg, T.M2M100ForConditionalGeneration, lambda d: _tokenizer_json(d / "tokenizer.json", vocab)
+    if kind == "mbart":  # facebook/mbart-large-50(-many-to-many-mmt)
+        vocab = _plain_vocab(V, tail=["en_XX_Latn", "de_DE_Latn"])
+        cfg = T.MBartConfig(vocab_size=V, activation_function="gelu", scale_embedding=True,
+                            decoder_start_token_id=2, tie_word_embeddings=True, **SIZES)
+        return cfg, T.MBartForConditionalGeneration, lambda d: _tokenizer_json(d / "tokenizer.json", vocab)
+    if kind == "fsmt":  # facebook/wmt19-en-de: two vocabularies
+        src, tgt = _plain_vocab(V), _plain_vocab(V - 13)
+        sizes = {k: v for k, v in SIZES.items()}
+        cfg = T.FSMTConfig(langs=["en", "de"], src_vocab_size=V, tgt_vocab_size=V - 13, activation_function="relu",
+                           scale_embedding=True, tie_word_embeddings=False, **sizes)
+
+        def write(d):
+            _write_json(d / "vocab-src.json", src)
+            _write_json(d / "vocab-tgt.json", tgt)
+        return cfg, T.FSMTForConditionalGeneration, write
+    raise KeyError(kind)
+
+
+FAMILIES = ["marian", "marian_separate", "mbart", "m2m_100", "nllb", "fsmt"]
+
+
+def make_folder(root, kind, seed=0):
+    """A tiny transformers folder of ``kind`` with random weights; returns (dir, hf model)."""
+    cfg, cls, write = _family(kind)
+    torch.manual_seed(seed)
+    model = cls(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.requires_grad and ".embed_positions." not in name or kind == "mbart":
+                p.normal_(0, 0.5 if p.dim() > 1 else 0.2)
+                if "norm" in name and name.endswith(".weight"):
+                    p.add_(1.0)  # a LayerNorm gain around 1
+        if hasattr(model, "final_logits_bias"):
+            model.final_logits_bias.normal_(0, 1.0)
+    d = root / kind
+    model.save_pretrained(d)
+    write(d)
+    return d, model
+
+
+def write_data(root, vocabs, sep="<sep>", name="data"):
+    """A data folder whose dictionaries are the vocabularies' symbols plus the separator
+    (``sep=None``: without it)."""
+    data = root / name
+    data.mkdir()
+    for lang, side in (("src", "source"), ("tgt", "target")):
+        lines = [f"{s} 1" for s in vocabs[side].symbols[4:]] + ([f"{sep} 1"] if sep else [])
+        (data / f"dict.{lang}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return data
+
+
+def build(data, arch, *extra):
+    from fairseq import options, tasks
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [str(data), "--user-dir", USER_DIR, "--task", "document_translation",
+                                                "-s", "src", "-t", "tgt", "--arch", arch, *map(str, extra)])
+    task = tasks.setup_task(args)
+    torch.manual_seed(1)
+    return args, task, task.build_model(args).eval()
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request, tmp_path_factory):
+    from fairseq_docctx.data.hf_folder import folder_vocabularies
+
+    root = tmp_path_factory.mktemp(request.param)
+    d, hf = make_folder(root, request.param)
+    vocabs = folder_vocabularies(str(d))
+    return {"kind": request.param, "dir": d, "hf": hf, "vocabs": vocabs, "data": write_data(root, vocabs),
+            "data_nosep": write_data(root, vocabs, sep=None, name="data_nosep")}
+
+
+SENTS = [[5, 9, 11, 30, 7], [12, 4, 40], [33, 21, 6, 8, 17, 9, 10]]  # fairseq ids (no specials)
+
+
+def _batch(vocab, sents, eos, pad, hf_pad):
+    """fairseq's source batch (left-padded, </s> last) and transformers' (right-padded)."""
+    n = max(len(s) for s in sents) + 1
+    fs = torch.full((len(sents), n), pad)
+    hf = torch.full((len(sents), n), hf_pad)
+    mask = torch.zeros((len(sents), n), dtype=torch.long)
+    for i, s in enumerate(sents):
+        ids = s + [eos]
+        fs[i, n - len(ids):] = torch.tensor(ids)
+        hf[i, :len(ids)] = torch.tensor(vocab.hf_ids(ids))
+        mask[i, :len(ids)] = 1
+    return fs, torch.tensor([len(s) + 1 for s in sents]), hf, mask
+
+
+def _logits_pair(family, arch, *extra):
+    """fairseq's and transformers' logits ``[B, T, V]`` on the same teacher-forced batch, and
+    the target vocabulary."""
+    hf, vocabs = family["hf"], family["vocabs"]
+    args, task, model = build(family["data"], arch, "--init-from-pretrained", family["dir"], *extra)
+    sd, td = task.source_dictionary, task.target_dictionary
+    src, lengths, hf_src, mask = _batch(vocabs["source"], SENTS, sd.eos(), sd.pad(),
+                                        hf.config.pad_token_id)
+    tgt = [[7, 8, 9, 10], [11, 12], [13, 14, 15, 16, 17, 18]]
+    T = max(len(t) for t in tgt) + 1
+    prev = torch.full((len(tgt), T), td.pad())
+    hf_prev = torch.full((len(tgt), T), hf.config.pad_token_id)
+    dmask = torch.zeros((len(tgt), T), dtype=torch.long)
+    for i, t in enumerate(tgt):
+        prev[i, :len(t) + 1] = torch.tensor([td.eos()] + t)
+        hf_prev[i, :len(t) + 1] = torch.tensor([hf.config.decoder_start_token_id] + vocabs["target"].hf_ids(t))
+        dmask[i, :len(t) + 1] = 1
+    with torch.no_grad():
+        ours = model(src, lengths, prev)[0]
+        theirs = hf(input_ids=hf_src, attention_mask=mask, decoder_input_ids=hf_prev,
+                    decoder_attention_mask=dmask, use_cache=False).logits  # FSMT: no causal mask with the cache
+    real = dmask.bool()
+    return model, ours, theirs, real, vocabs["target"]
+
+
+def _compare(ours, theirs, real, vocab):
+    cols = [i for i, r in enumerate(vocab.hf_rows) if r is not None]
+    a = ours[..., cols][real]
+    b = theirs[..., [vocab.hf_rows[i] for i in cols]][real]
+    return (a - b).abs().max().item()
+
+
+def test_logits_equal_transformers(family):
+    """concat_transformer at K=0 from the folder: transformers' logits (atol 1e-4), and the
+    log-probabilities too (the fairseq-only symbols, Marian's <s> and the separator, hold no
+    probability mass)."""
+    model, ours, theirs, real, vocab = _logits_pair(family, "concat_transformer", "--context-size", "0")
+    assert _compare(ours, theirs, real, vocab) < 1e-4
+    lp_ours = torch.log_softmax(ours[..., : len(vocab.symbols)], -1)
+    lp_theirs = torch.log_softmax(theirs, -1)
+    assert _compare(lp_ours, lp_theirs, real, vocab) < 1e-4
+    # the logits are not trivially equal: they vary over the vocabulary
+    assert theirs[real].std().item() > 0.5
+
+
+def test_other_architecture_same_network(family):
+    """han_transformer from the folder: the same network (its sentence-level logits at K=0)."""
+    _, ours, theirs, real, vocab = _logits_pair(family, "han_transformer", "--context-size", "0")
+    assert _compare(ours, theirs, real, vocab) < 1e-4
+
+
+GEN_SENTS = [[5, 9, 11, 30, 7], [12, 4, 40], [33, 21, 6, 8, 17, 9, 10], [44, 45], [20, 19, 18, 17, 16, 15]]
+
+
+def test_greedy_search_equals_generate(family):
+    """fairseq's beam search at beam 1 (incremental decoding: the positions, the output bias and
+    the decoder start of one-step calls) gives transformers' ``generate(num_beams=1)``'s tokens.
+    The data dictionary here holds the checkpoint's symbols only (a symbol the data adds, the
+    separator, has a new row that can win an argmax: docs/pretrained.md)."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    hf, vocabs = family["hf"], family["vocabs"]
+    _, task, model = build(family["data_nosep"], "han_transformer", "--context-size", "0",
+                           "--init-from-pretrained", family["dir"])
+    sd, td = task.source_dictionary, task.target_dictionary
+    src, lengths, hf_src, mask = _batch(vocabs["source"], GEN_SENTS, sd.eos(), sd.pad(),
+                                        hf.config.pad_token_id)
+    n = 12
+    gen = SequenceGenerator([model], td, beam_size=1, max_len_a=0, max_len_b=n, min_len=1)
+    with torch.no_grad():
+        hyps = gen.generate([model], {"net_input": {"src_tokens": src, "src_lengths": lengths}})
+        out = hf.generate(input_ids=hf_src, attention_mask=mask, num_beams=1, do_sample=False, max_new_tokens=n,
+                          min_new_tokens=1, decoder_start_token_id=hf.config.decoder_start_token_id,
+                          eos_token_id=vocabs["target"].hf_rows[td.eos()],
+                          bad_words_ids=[[hf.config.pad_token_id]], forced_bos_token_id=None,
+                          forced_eos_token_id=None)
+    eos = vocabs["target"].hf_rows[td.eos()]
+    lengths_seen = []
+    for i, h in enumerate(hyps):
+        ours = vocabs["target"].hf_ids(h[0]["tokens"].tolist())
+        theirs = out[i, 1:].tolist()
+        if eos in theirs:
+            theirs = theirs[: theirs.index(eos) + 1]
+        # fairseq ends a hypothesis at max_len with </s>; transformers stops after n tokens
+        assert ours[: len(theirs)] == theirs, (i, ours, theirs)
+        lengths_seen.append(len(theirs))
+    assert max(lengths_seen) > 2  # not all empty translations
+
+
+#: the choices a conversion sets and fairseq's default for each (with the options it goes with)
+CHOICES = {"positions_style": {"positions_style": "fairseq"}, "output_bias": {"output_bias": False},
+           "decoder_start_pad": {"decoder_start_pad": False},
+           "encoder_learned_pos": {"encoder_learned_pos": False, "decoder_learned_pos": False},
+           "layernorm_embedding": {"layernorm_embedding": False},
+           "encoder_normalize_before": {"encoder_normalize_before": False, "decoder_normalize_before": False}}
+
+
+def test_each_choice_is_needed(family, monkeypatch):
+    """Without one of the family's choices (fairseq's default instead) the logits are not
+    transformers': each choice the conversion sets is needed where it is set."""
+    from fairseq_docctx.models import hf_import
+
+    real = hf_import.network_options
+    opts = real(json.loads((family["dir"] / "config.json").read_text()), "x")
+    tried = []
+    for option, off in CHOICES.items():
+        if opts[option] == off[option]:
+            continue
+        monkeypatch.setattr(hf_import, "network_options", lambda cfg, where, off=off: {**real(cfg, where), **off})
+        _, ours, theirs, real_pos, vocab = _logits_pair(family, "concat_transformer", "--context-size", "0")
+        assert _compare(ours, theirs, real_pos, vocab) > 1e-2, option
+        tried.append(option)
+    monkeypatch.undo()
+    assert tried or family["kind"] in ("m2m_100", "nllb", "fsmt")  # fairseq's own Transformer choices
+
+
+def test_concat_cached_prefix_decoding_with_the_options(family):
+    """concat_transformer from the folder with target context: the cached prefix run and its
+    one-token steps (``ConcatContextDecoder._forward_cached``: Marian's positions looked up at
+    per-row positions, the output bias, the pad start) give the full run's outputs."""
+    _, task, model = build(family["data"], "concat_transformer", "--context-size", "3", "--context-sides", "both",
+                           "--init-from-pretrained", family["dir"])
+    td = task.target_dictionary
+    eos, pad = td.eos(), td.pad()
+    src = torch.tensor([[10, 11, 12, eos], [13, 14, 15, eos], [16, 17, 18, eos], [19, 20, 21, eos]])
+    table = torch.tensor([[22, 23, 24, eos], [25, eos, pad, pad], [26, 27, eos, pad]])
+    ctx = {"tgt_tokens": table, "tgt_index": torch.tensor([[2, 1, 0], [-1, -1, -1], [1, 1, -1], [0, 1, -1]])}
+    hist = torch.randint(5, 40, (4, 6), generator=torch.Generator().manual_seed(2))
+    hist[:, 0] = eos
+    with torch.no_grad():
+        enc = model.encoder(src, src_lengths=torch.tensor([4] * 4), context=ctx)
+        state = {}
+        for t in range(1, hist.size(1) + 1):
+            out, _ = model.decoder(hist[:, :t], encoder_out=enc, incremental_state=state)
+            ref, _ = model.decoder(hist[:, :t], encoder_out=enc)
+            torch.testing.assert_close(out[:, -1], ref[:, -1], atol=1e-4, rtol=1e-5)
+    cached = model.decoder.get_incremental_state(state, "concat_prefix")
+    assert "prefix_len" in cached  # the cached path ran (not the full-run fallback)
+
+
+def test_trained_checkpoint_rebuilds_without_the_folder(family, tmp_path):
+    """The options are in the model's arguments (what a checkpoint saves): the model rebuilt
+    from them, the folder gone, with the weights loaded, gives the same logits."""
+    import copy
+    import shutil
+
+    from fairseq import tasks
+
+    folder = tmp_path / "copy"
+    shutil.copytree(family["dir"], folder)
+    args, task, model = build(family["data"], "concat_transformer", "--context-size", "0",
+                              "--init-from-pretrained", folder)
+    shutil.rmtree(folder)
+    saved = copy.deepcopy(args)
+    assert saved.init_from_pretrained is None and saved.initialized_from_pretrained == str(folder)
+    again = tasks.setup_task(saved).build_model(saved).eval()
+    again.load_state_dict(model.state_dict())
+    src = torch.tensor([[5, 6, 7, 2], [1, 8, 9, 2]])
+    prev = torch.tensor([[2, 10, 11], [2, 12, 13]])
+    with torch.no_grad():
+        torch.testing.assert_close(again(src, torch.tensor([4, 3]), prev)[0], model(src, torch.tensor([4, 3]), prev)[0])
+    from fairseq_docctx.modules import hf_network
+
+    assert hf_network.options(saved) == {k: v for k, v in hf_network.options(args).items()}
+
+
+def test_refusals(family, tmp_path):
+    """One line each: an option given against the folder's, Marian's table with document
+    positions, the CTranslate2 export of a model with the options, a folder of another family
+    or without weights."""
+    from fairseq_docctx.errors import UsageError
+    from fairseq_docctx.inference.ctranslate2 import ExportError
+    from fairseq_docctx.inference.ctranslate2.exportable import check_exportable
+
+    kind = family["kind"]
+    args, task, model = build(family["data"], "concat_transformer", "--context-size", "0",
+                              "--init-from-pretrained", family["dir"])
+    if kind == "marian":
+        with pytest.raises(UsageError, match="--positions-style marian: .*document positions"):
+            build(family["data"], "concat_transformer", "--init-from-pretrained", family["dir"],
+                  "--segment-shifted-positions", "8")
+        with pytest.raises(ExportError, match="--positions-style marian, --output-bias, --decoder-start-pad"):
+            check_exportable(model, "x")
+    if kind == "mbart":
+        with pytest.raises(ExportError, match="--output-bias"):
+            check_exportable(model, "x")
+    if kind == "m2m_100":
+        check_exportable(model, "x")  # M2M-100's network is a plain fairseq Transformer
+        # (a flag given with its default value counts as not given: pretrained_init's rule)
+        with pytest.raises(UsageError, match="--output-bias True contradicts .*--output-bias is False"):
+            build(family["data"], "concat_transformer", "--init-from-pretrained", family["dir"], "--output-bias")
+        other = tmp_path / "other"
+        other.mkdir()
+        (other / "config.json").write_text(json.dumps({"model_type": "t5"}))
+        with pytest.raises(UsageError, match=r"model_type 't5' is not one"):
+            build(family["data"], "concat_transformer", "--init-from-pretrained", other)
+        empty = tmp_path / "empty"
+        shutil_copy_config(family["dir"], empty)
+        with pytest.raises(UsageError, match="no weights"):
+            build(family["data"], "concat_transformer", "--init-from-pretrained", empty)
+        (empty / "config.json").unlink()
+        with pytest.raises(UsageError, match="a directory without a config.json"):
+            build(family["data"], "concat_transformer", "--init-from-pretrained", empty)
+
+
+def shutil_copy_config(src, dst):
+    import shutil
+
+    dst.mkdir()
+    for name in ("config.json", "vocab.json", "tokenizer_config.json"):
+        if (src / name).exists():
+            shutil.copy(src / name, dst / name)
+
+
+#: each Transformer-based architecture's task options
+ARCHS = {
+    "concat_transformer": ["--context-size", "2", "--context-sides", "both"],
+    "han_transformer": ["--context-size", "2", "--context-sides", "both"],
+    "qcn_transformer": ["--context-size", "2"],
+    "mht_transformer": ["--context-size", "2", "--context-sides", "src,draft"],
+    "doc2doc_transformer": ["--context-size", "0", "--doc-mode", "segments"],
+    "g_transformer": ["--context-size", "0", "--doc-mode", "segments", "--encoder-ctxlayers", "1",
+                      "--decoder-ctxlayers", "1", "--cross-ctxlayers", "1"],
+}
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_every_architecture_gets_the_network(arch, tmp_path):
+    """The six Transformer document models built from a Marian folder: Marian's tables in every
+    sinusoidal position module, the output bias and the pad start in every decoder, every
+    weight of the folder loaded (the converted tensors)."""
+    from fairseq.models.transformer import TransformerDecoderBase
+    from fairseq.modules import SinusoidalPositionalEmbedding
+
+    from fairseq_docctx.data.hf_folder import folder_vocabularies
+    from fairseq_docctx.models import hf_import
+    from fairseq_docctx.modules.hf_network import EosAsPadEmbedding, MarianSinusoidalPositions
+
+    d, _ = make_folder(tmp_path, "marian")
+    data = write_data(tmp_path, folder_vocabularies(str(d)))
+    _, _, model = build(data, arch, *ARCHS[arch], "--init-from-pretrained", d)
+    positions = [m for m in model.modules() if isinstance(m, SinusoidalPositionalEmbedding)]
+    assert positions and all(isinstance(m, MarianSinusoidalPositions) for m in positions)
+    decoders = [m for m in model.modules() if isinstance(m, TransformerDecoderBase)]
+    assert decoders and all(isinstance(m.embed_tokens, EosAsPadEmbedding) and m.output_projection.bias is not None
+                            for m in decoders)
+    own = model.state_dict()
+    weights, _, _ = hf_import.read_folder(str(d))
+    for k, v in weights.items():
+        if k.endswith(".version"):
+            continue
+        assert torch.equal(own[k][: v.shape[0]], v), k
+
+
+def test_folder_vocabularies_read_the_json_files_as_the_tokenizer(shared_data, tmp_path):
+    """The ids folder_vocabularies reads from the tokenizer's JSON files (no transformers) are
+    ``AutoTokenizer.from_pretrained(DIR).get_vocab()``'s, in fairseq's order, for real
+    tokenizers saved by transformers: Marian (vocab.json), M2M-100 (vocab.json and
+    tokenizer_config.json's added tokens), NLLB (tokenizer.json)."""
+    import sentencepiece as spm
+
+    from fairseq_docctx.data.hf_folder import fairseq_vocabulary, folder_vocabularies
+
+    T = transformers
+    text = (shared_data / "maruf-ende" / "Europarl7" / "concatenated_en2de_dev_en.txt").read_text().splitlines()[:300]
+    (tmp_path / "train.txt").write_text("\n".join(text))
+    spm.SentencePieceTrainer.train(input=str(tmp_path / "train.txt"), model_prefix=str(tmp_path / "sp"),
+                                   vocab_size=150, bos_id=-1, eos_id=1, unk_id=0, pad_id=-1, minloglevel=2)
+    sp_model = str(tmp_path / "sp.model")
+    pieces = [p.split("\t")[0] for p in (tmp_path / "sp.vocab").read_text().splitlines()]
+    rest = [p for p in pieces if p not in ("</s>", "<unk>")]
+    marian = {"</s>": 0, "<unk>": 1, **{p: i for i, p in enumerate(rest, 2)}}
+    marian["<pad>"] = len(marian)
+    _write_json(tmp_path / "marian.json", marian)
+    fs = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    fs.update({p: i for i, p in enumerate([p for p in pieces if p not in fs], 4)})
+    _write_json(tmp_path / "m2m.json", fs)
+    cases = {
+        "marian": (T.MarianTokenizer(sp_model, sp_model, str(tmp_path / "marian.json")), T.MarianConfig),
+        "m2m_100": (T.M2M100Tokenizer(str(tmp_path / "m2m.json"), sp_model), T.M2M100Config),
+        "nllb": (T.NllbTokenizer(vocab_file=sp_model), T.M2M100Config),
+    }
+    for kind, (tok, cfg_cls) in cases.items():
+        d = tmp_path / kind
+        tok.save_pretrained(d)
+        rows = len(tok.get_vocab()) + 3  # rows no token names (M2M-100's madeupwords)
+        cfg_cls(vocab_size=rows, decoder_vocab_size=rows, d_model=16).save_pretrained(d)
+        auto = T.AutoTokenizer.from_pretrained(d)
+        specials = {k: getattr(auto, k, None) for k in ("bos_token", "pad_token", "eos_token", "unk_token")}
+        want = fairseq_vocabulary(auto.get_vocab(), rows, specials)
+        got = folder_vocabularies(str(d))
+        assert got["source"] == want and got["target"] == want, kind
+        if kind == "marian":
+            assert got["source"].hf_rows[:4] == [None, len(marian) - 1, 0, 1]

@@ -1,14 +1,17 @@
 """``--init-from-pretrained DIR`` with a transformers model folder (fairseq_docctx/models/hf_import.py,
 fairseq_docctx/modules/hf_network.py): the document model is the folder's network.
 
-Per family a tiny model is built with its configuration class at tiny sizes but with the
-option set of its real releases (OPUS-MT's Marian: swish, scaled embeddings, Marian's
-positions, one shared table, pad = the last id = the decoder start; mBART-50; M2M-100 and
-NLLB-200; the WMT19 FSMT port with two vocabularies of different sizes), random weights
-(``final_logits_bias`` included), ``save_pretrained`` into a folder with the tokenizer's
-vocabulary files. The fairseq model built from it with ``--init-from-pretrained`` gives
-transformers' logits (fairseq column ``i`` against transformers' column ``hf_rows[i]``) and
-its greedy search gives ``generate(num_beams=1)``'s tokens.
+Per family the folder is tests/hf_fixtures.py's (its real tokenizer, made from the family's own
+files, and its config), its config given two layers each side and the option set of the
+family's real releases (OPUS-MT's Marian: swish, scaled embeddings, Marian's positions, one
+shared table, pad = the last id = the decoder start, or a table each side with two
+vocabularies; mBART-50 and mBART-25; M2M-100 and NLLB-200; the WMT19 FSMT port with two
+vocabularies of different sizes), and a model of it with random weights (``final_logits_bias``
+included) saved over the folder's. The sentences are ordinary tokens of each vocabulary (no
+special or language token). The fairseq model built from it with ``--init-from-pretrained``
+gives transformers' logits (fairseq column ``i`` against transformers' column ``hf_rows[i]``)
+and its greedy search gives ``generate(num_beams=1)``'s tokens; ``folder_vocabularies`` gives
+the tokenizer's tokens and ids.
 """
 import json
 
@@ -18,106 +21,56 @@ import torch
 from conftest import REPO
 
 transformers = pytest.importorskip("transformers")
+from hf_fixtures import IWSLT17, UNNAMED_ROWS, make_hf_folder  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not IWSLT17.is_dir(), reason=f"needs the shared corpora at {IWSLT17}")
 
 USER_DIR = str(REPO / "fairseq_docctx")
-V = 60  # the tokenizer's vocabulary (tiny)
-SIZES = dict(d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
-             encoder_ffn_dim=24, decoder_ffn_dim=24, max_position_embeddings=64)
-LANGS = ["__en__", "__de__", "__fr__"]
-
-
-def _plain_vocab(n, lead=("<s>", "<pad>", "</s>", "<unk>"), tail=()):
-    """token -> id: the special tokens first, then ``w<i>``, then ``tail``."""
-    toks = list(lead) + [f"w{i}" for i in range(n - len(lead) - len(tail))] + list(tail)
-    return {t: i for i, t in enumerate(toks)}
-
-
-def _write_json(path, obj):
-    path.write_text(json.dumps(obj), encoding="utf-8")
-
-
-def _tokenizer_json(path, vocab):
-    """A fast tokenizer's tokenizer.json as far as its vocabulary goes (Unigram: a list of
-    pieces in id order; the language tokens as added tokens)."""
-    base = {t: i for t, i in vocab.items() if not t.endswith("_Latn") and not t.startswith("__")}
-    pieces = [[t, 0.0] for t, _ in sorted(base.items(), key=lambda kv: kv[1])]
-    added = [{"id": i, "content": t, "special": True} for t, i in vocab.items() if t not in base]
-    _write_json(path, {"model": {"type": "Unigram", "vocab": pieces}, "added_tokens": added})
-
-
-def _family(kind):
-    """(config, model class, writer of the tokenizer files) of a family's release option set."""
-    T = transformers
-    if kind == "marian":  # Helsinki-NLP/opus-mt-en-de: vocab.json, </s> 0, <unk> 1, <pad> last
-        vocab = _plain_vocab(V, lead=("</s>", "<unk>"), tail=("<pad>",))
-        cfg = T.MarianConfig(vocab_size=V, decoder_vocab_size=V, pad_token_id=V - 1, eos_token_id=0,
-                             decoder_start_token_id=V - 1, forced_eos_token_id=0, bos_token_id=None,
-                             activation_function="swish", scale_embedding=True,
-                             share_encoder_decoder_embeddings=True, tie_word_embeddings=True, **SIZES)
-        return cfg, T.MarianMTModel, lambda d: _write_json(d / "vocab.json", vocab)
-    if kind == "marian_separate":  # a Marian model with two vocabularies (separate_vocabs)
-        src = _plain_vocab(V, lead=("</s>", "<unk>"), tail=("<pad>",))
-        # transformers' Marian has one pad_token_id: <pad> has the same id in both vocabularies
-        tgt = {(f"t{t}" if t.startswith("w") else t): i for t, i in src.items()}
-        cfg = T.MarianConfig(vocab_size=V, decoder_vocab_size=V, pad_token_id=V - 1, eos_token_id=0,
-                             decoder_start_token_id=V - 1, forced_eos_token_id=0, bos_token_id=None,
-                             activation_function="swish", scale_embedding=True,
-                             share_encoder_decoder_embeddings=False, tie_word_embeddings=True, **SIZES)
-
-        def write(d):
-            _write_json(d / "vocab.json", src)
-            _write_json(d / "target_vocab.json", tgt)
-            _write_json(d / "tokenizer_config.json", {"separate_vocabs": True})
-        return cfg, T.MarianMTModel, write
-    if kind in ("m2m_100", "nllb"):  # facebook/m2m100_418M, facebook/nllb-200-distilled-600M
-        langs = LANGS if kind == "m2m_100" else ["eng_Latn", "deu_Latn", "fra_Latn"]
-        vocab = _plain_vocab(V, tail=langs)
-        cfg = T.M2M100Config(vocab_size=V, activation_function="relu", scale_embedding=True,
-                             decoder_start_token_id=2, tie_word_embeddings=True, **SIZES)
-        if kind == "m2m_100":  # vocab.json + the language tokens in tokenizer_config.json
-            def write(d):
-                _write_json(d / "vocab.json", {t: i for t, i in vocab.items() if t not in langs})
-                _write_json(d / "tokenizer_config.json", {"added_tokens_decoder": {
-                    str(vocab[t]): {"content": t, "special": True} for t in langs}})
-            return cfg, T.M2M100ForConditionalGeneration, write
-        return cfg, T.M2M100ForConditionalGeneration, lambda d: _tokenizer_json(d / "tokenizer.json", vocab)
-    if kind == "mbart":  # facebook/mbart-large-50(-many-to-many-mmt)
-        vocab = _plain_vocab(V, tail=["en_XX_Latn", "de_DE_Latn"])
-        cfg = T.MBartConfig(vocab_size=V, activation_function="gelu", scale_embedding=True,
-                            decoder_start_token_id=2, tie_word_embeddings=True, **SIZES)
-        return cfg, T.MBartForConditionalGeneration, lambda d: _tokenizer_json(d / "tokenizer.json", vocab)
-    if kind == "fsmt":  # facebook/wmt19-en-de: two vocabularies
-        src, tgt = _plain_vocab(V), _plain_vocab(V - 13)
-        sizes = {k: v for k, v in SIZES.items()}
-        cfg = T.FSMTConfig(langs=["en", "de"], src_vocab_size=V, tgt_vocab_size=V - 13, activation_function="relu",
-                           scale_embedding=True, tie_word_embeddings=False, **sizes)
-
-        def write(d):
-            _write_json(d / "vocab-src.json", src)
-            _write_json(d / "vocab-tgt.json", tgt)
-        return cfg, T.FSMTForConditionalGeneration, write
-    raise KeyError(kind)
-
-
-FAMILIES = ["marian", "marian_separate", "mbart", "m2m_100", "nllb", "fsmt"]
+#: two layers each side (hf_fixtures' folders have one): the layers stack as transformers' do
+SIZES = dict(encoder_layers=2, decoder_layers=2, encoder_ffn_dim=24, decoder_ffn_dim=24)
+#: the test's family -> (hf_fixtures' family, separate vocabularies, the release options the test sets)
+KINDS = {
+    # Helsinki-NLP/opus-mt-en-de: swish, scaled embeddings, one shared table, pad = the last id = the start
+    "marian": ("marian", False, dict(activation_function="swish", scale_embedding=True,
+                                     share_encoder_decoder_embeddings=True, tie_word_embeddings=True)),
+    # a Marian model with two vocabularies (separate_vocabs): a table each side
+    "marian_separate": ("marian", True, dict(activation_function="swish", scale_embedding=True,
+                                             share_encoder_decoder_embeddings=False, tie_word_embeddings=True)),
+    # facebook/mbart-large-50-many-to-many-mmt, facebook/mbart-large-cc25 (unscaled embeddings)
+    "mbart": ("mbart50", False, dict(activation_function="gelu", scale_embedding=True, tie_word_embeddings=True)),
+    "mbart25": ("mbart25", False, dict(activation_function="gelu", scale_embedding=False, tie_word_embeddings=True)),
+    # facebook/m2m100_418M, facebook/nllb-200-distilled-600M
+    "m2m_100": ("m2m100", False, dict(activation_function="relu", scale_embedding=True, decoder_start_token_id=2,
+                                      tie_word_embeddings=True)),
+    "nllb": ("nllb", False, dict(activation_function="relu", scale_embedding=True, decoder_start_token_id=2,
+                                 tie_word_embeddings=True)),
+    # facebook/wmt19-en-de: two vocabularies of different sizes, untied output
+    "fsmt": ("fsmt", False, dict(activation_function="relu", scale_embedding=True, tie_word_embeddings=False)),
+}
+FAMILIES = list(KINDS)
 
 
 def make_folder(root, kind, seed=0):
-    """A tiny transformers folder of ``kind`` with random weights; returns (dir, hf model)."""
-    cfg, cls, write = _family(kind)
+    """A tiny transformers folder of ``kind`` (:data:`KINDS`): hf_fixtures' folder (its real
+    tokenizer, its config), the config given the test's sizes and release options, a model of
+    it with random weights (LayerNorm gains around 1, ``final_logits_bias`` included) saved
+    over the folder's; returns (dir, hf model)."""
+    family, separate, options = KINDS[kind]
+    d = make_hf_folder(root, family, separate)
+    cfg = transformers.AutoConfig.from_pretrained(str(d))
+    for k, v in {**SIZES, **options}.items():
+        setattr(cfg, k, v)
     torch.manual_seed(seed)
-    model = cls(cfg).eval()
+    model = transformers.AutoModelForSeq2SeqLM.from_config(cfg).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.requires_grad and ".embed_positions." not in name or kind == "mbart":
+            if p.requires_grad and ".embed_positions." not in name or family.startswith("mbart"):
                 p.normal_(0, 0.5 if p.dim() > 1 else 0.2)
                 if "norm" in name and name.endswith(".weight"):
                     p.add_(1.0)  # a LayerNorm gain around 1
         if hasattr(model, "final_logits_bias"):
             model.final_logits_bias.normal_(0, 1.0)
-    d = root / kind
-    model.save_pretrained(d)
-    write(d)
+    model.save_pretrained(str(d))
     return d, model
 
 
@@ -150,11 +103,31 @@ def family(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(request.param)
     d, hf = make_folder(root, request.param)
     vocabs = folder_vocabularies(str(d))
-    return {"kind": request.param, "dir": d, "hf": hf, "vocabs": vocabs, "data": write_data(root, vocabs),
-            "data_nosep": write_data(root, vocabs, sep=None, name="data_nosep")}
+    tok = transformers.AutoTokenizer.from_pretrained(str(d))
+    return {"kind": request.param, "dir": d, "hf": hf, "vocabs": vocabs, "tok": tok,
+            "words": {side: ordinary_ids(v, tok) for side, v in vocabs.items()},
+            "data": write_data(root, vocabs), "data_nosep": write_data(root, vocabs, sep=None, name="data_nosep")}
 
 
-SENTS = [[5, 9, 11, 30, 7], [12, 4, 40], [33, 21, 6, 8, 17, 9, 10]]  # fairseq ids (no specials)
+def ordinary_ids(vocab, tok):
+    """The fairseq ids of a vocabulary's ordinary tokens, in id order: a row of the checkpoint,
+    named by the tokenizer (not a ``madeupword`` row), neither a special token nor a language
+    token of the tokenizer."""
+    special = set(map(str, tok.all_special_tokens)) | set(getattr(tok, "lang_token_to_id", None) or ())
+    return [i for i, (sym, row) in enumerate(zip(vocab.symbols, vocab.hf_rows))
+            if i >= 4 and row is not None and sym not in special and not sym.startswith("madeupword")]
+
+
+def words(family, side, sents):
+    """Sentences of fairseq ids: position ``j`` in ``sents`` is the ``j``-th ordinary token of the
+    side's vocabulary (:func:`ordinary_ids`), the same tokens whatever the family's numbering."""
+    ids = family["words"][side]
+    return [[ids[j] for j in s] for s in sents]
+
+
+#: positions among the ordinary tokens (:func:`words`)
+SENTS = [[5, 9, 11, 30, 7], [12, 4, 40], [33, 21, 6, 8, 17, 9, 10]]
+TGT = [[7, 8, 9, 10], [11, 12], [13, 14, 15, 16, 17, 18]]
 
 
 def _batch(vocab, sents, eos, pad, hf_pad):
@@ -177,9 +150,9 @@ def _logits_pair(family, arch, *extra):
     hf, vocabs = family["hf"], family["vocabs"]
     args, task, model = build(family["data"], arch, "--init-from-pretrained", family["dir"], *extra)
     sd, td = task.source_dictionary, task.target_dictionary
-    src, lengths, hf_src, mask = _batch(vocabs["source"], SENTS, sd.eos(), sd.pad(),
+    src, lengths, hf_src, mask = _batch(vocabs["source"], words(family, "source", SENTS), sd.eos(), sd.pad(),
                                         hf.config.pad_token_id)
-    tgt = [[7, 8, 9, 10], [11, 12], [13, 14, 15, 16, 17, 18]]
+    tgt = words(family, "target", TGT)
     T = max(len(t) for t in tgt) + 1
     prev = torch.full((len(tgt), T), td.pad())
     hf_prev = torch.full((len(tgt), T), hf.config.pad_token_id)
@@ -236,8 +209,8 @@ def test_greedy_search_equals_generate(family):
     _, task, model = build(family["data_nosep"], "han_transformer", "--context-size", "0",
                            "--init-from-pretrained", family["dir"])
     sd, td = task.source_dictionary, task.target_dictionary
-    src, lengths, hf_src, mask = _batch(vocabs["source"], GEN_SENTS, sd.eos(), sd.pad(),
-                                        hf.config.pad_token_id)
+    src, lengths, hf_src, mask = _batch(vocabs["source"], words(family, "source", GEN_SENTS), sd.eos(),
+                                        sd.pad(), hf.config.pad_token_id)
     n = 12
     gen = SequenceGenerator([model], td, beam_size=1, max_len_a=0, max_len_b=n, min_len=1)
     with torch.no_grad():
@@ -354,7 +327,7 @@ def test_refusals(family, tmp_path):
                   "--segment-shifted-positions", "8")
         with pytest.raises(ExportError, match="--positions-style marian, --output-bias, --decoder-start-pad"):
             check_exportable(model, "x")
-    if kind == "mbart":
+    if kind in ("mbart", "mbart25"):
         with pytest.raises(ExportError, match="--output-bias"):
             check_exportable(model, "x")
     if kind == "m2m_100":
@@ -377,12 +350,13 @@ def test_refusals(family, tmp_path):
 
 
 def shutil_copy_config(src, dst):
+    """The folder without its weights (its config and its tokenizer's files)."""
     import shutil
 
     dst.mkdir()
-    for name in ("config.json", "vocab.json", "tokenizer_config.json"):
-        if (src / name).exists():
-            shutil.copy(src / name, dst / name)
+    for f in src.iterdir():
+        if f.is_file() and f.suffix not in (".safetensors", ".bin"):
+            shutil.copy(f, dst / f.name)
 
 
 #: each Transformer-based architecture's task options
@@ -425,43 +399,36 @@ def test_every_architecture_gets_the_network(arch, tmp_path):
         assert torch.equal(own[k][: v.shape[0]], v), k
 
 
-def test_folder_vocabularies_read_the_json_files_as_the_tokenizer(shared_data, tmp_path):
-    """The ids folder_vocabularies reads from the tokenizer's JSON files (no transformers) are
-    ``AutoTokenizer.from_pretrained(DIR).get_vocab()``'s, in fairseq's order, for real
-    tokenizers saved by transformers: Marian (vocab.json), M2M-100 (vocab.json and
-    tokenizer_config.json's added tokens), NLLB (tokenizer.json)."""
-    import sentencepiece as spm
-
-    from fairseq_docctx.data.hf_folder import fairseq_vocabulary, folder_vocabularies
-
-    T = transformers
-    text = (shared_data / "maruf-ende" / "Europarl7" / "concatenated_en2de_dev_en.txt").read_text().splitlines()[:300]
-    (tmp_path / "train.txt").write_text("\n".join(text))
-    spm.SentencePieceTrainer.train(input=str(tmp_path / "train.txt"), model_prefix=str(tmp_path / "sp"),
-                                   vocab_size=150, bos_id=-1, eos_id=1, unk_id=0, pad_id=-1, minloglevel=2)
-    sp_model = str(tmp_path / "sp.model")
-    pieces = [p.split("\t")[0] for p in (tmp_path / "sp.vocab").read_text().splitlines()]
-    rest = [p for p in pieces if p not in ("</s>", "<unk>")]
-    marian = {"</s>": 0, "<unk>": 1, **{p: i for i, p in enumerate(rest, 2)}}
-    marian["<pad>"] = len(marian)
-    _write_json(tmp_path / "marian.json", marian)
-    fs = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
-    fs.update({p: i for i, p in enumerate([p for p in pieces if p not in fs], 4)})
-    _write_json(tmp_path / "m2m.json", fs)
-    cases = {
-        "marian": (T.MarianTokenizer(sp_model, sp_model, str(tmp_path / "marian.json")), T.MarianConfig),
-        "m2m_100": (T.M2M100Tokenizer(str(tmp_path / "m2m.json"), sp_model), T.M2M100Config),
-        "nllb": (T.NllbTokenizer(vocab_file=sp_model), T.M2M100Config),
-    }
-    for kind, (tok, cfg_cls) in cases.items():
-        d = tmp_path / kind
-        tok.save_pretrained(d)
-        rows = len(tok.get_vocab()) + 3  # rows no token names (M2M-100's madeupwords)
-        cfg_cls(vocab_size=rows, decoder_vocab_size=rows, d_model=16).save_pretrained(d)
-        auto = T.AutoTokenizer.from_pretrained(d)
-        specials = {k: getattr(auto, k, None) for k in ("bos_token", "pad_token", "eos_token", "unk_token")}
-        want = fairseq_vocabulary(auto.get_vocab(), rows, specials)
-        got = folder_vocabularies(str(d))
-        assert got["source"] == want and got["target"] == want, kind
-        if kind == "marian":
-            assert got["source"].hf_rows[:4] == [None, len(marian) - 1, 0, 1]
+def test_folder_vocabularies_are_the_tokenizers_ids(family):
+    """folder_vocabularies of a folder with a real tokenizer (``AutoTokenizer``): fairseq's
+    ``<pad> </s> <unk>`` at 1-3 are the tokenizer's, every embedding row of each side appears
+    once (Marian's lacking ``<s>`` is ``None``), each symbol is the tokenizer's token of its row
+    (``madeupword`` only for the rows no token names), and real text the tokenizer encodes reads
+    back as the same tokens through the fairseq ids."""
+    tok, cfg, kind = family["tok"], family["hf"].config, family["kind"]
+    text = "Thank you so much, Chris. And it's truly a great honor."
+    if kind == "fsmt":  # WMT19's port: two vocabularies of different sizes
+        assert cfg.src_vocab_size != cfg.tgt_vocab_size
+    for side, v in family["vocabs"].items():
+        if kind == "fsmt":  # two vocabularies
+            id_to_tok = dict(tok.decoder) if side == "target" else {i: t for t, i in tok.encoder.items()}
+            rows = cfg.tgt_vocab_size if side == "target" else cfg.src_vocab_size
+        elif kind.startswith("marian"):  # its encoder (source) and target_encoder (target: the same, or its own)
+            mine = getattr(tok, "target_encoder", tok.encoder) if side == "target" else tok.encoder
+            id_to_tok = {i: t for t, i in mine.items()}
+            rows = cfg.decoder_vocab_size if side == "target" else cfg.vocab_size
+        else:  # one vocabulary, the language tokens included; no token for the rows that name none
+            id_to_tok = {i: tok.convert_ids_to_tokens(i) for i in range(cfg.vocab_size)}
+            id_to_tok = {i: t for i, t in id_to_tok.items() if t not in (None, tok.unk_token) or i == tok.unk_token_id}
+            rows = cfg.vocab_size
+        inv = {t: i for i, t in id_to_tok.items()}
+        assert v.hf_rows[1:4] == [inv["<pad>"], inv["</s>"], inv["<unk>"]] and v.hf_rows[1] == cfg.pad_token_id
+        assert (v.hf_rows[0] is None) == kind.startswith("marian")
+        assert sorted(r for r in v.hf_rows if r is not None) == list(range(rows))
+        unnamed = [s for s, r in zip(v.symbols, v.hf_rows) if r is not None and r not in id_to_tok]
+        assert unnamed == [f"madeupword{j:04d}" for j in range(len(unnamed))]
+        assert len(unnamed) == UNNAMED_ROWS.get(KINDS[kind][0], 0)
+        assert all(s == id_to_tok[r] for s, r in zip(v.symbols, v.hf_rows) if r in id_to_tok)
+        if side == "source":
+            ids = tok(text).input_ids
+            assert len(ids) > 5 and [id_to_tok[i] for i in ids] == [v.symbols[i] for i in v.fairseq_ids(ids)]

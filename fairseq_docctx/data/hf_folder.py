@@ -15,8 +15,9 @@ whose tokenizers number their vocabularies as fairseq does, this is the identity
 for fairseq's ``<s>``, which Marian lacks). Rows of the embedding table that no token names
 (M2M-100's ``madeupwordNNNN`` rows) keep fairseq's placeholder names.
 
-Nothing here imports ``transformers``: the folder's files are read as JSON, so that a data
-folder can be checked without it.
+``transformers`` is imported only where the folder's tokenizer is loaded
+(:func:`load_tokenizer`): the tokenizer decides the ids, and the rest of the module reads
+``config.json`` as JSON.
 """
 import json
 import os

@@ -911,12 +911,14 @@ def test_es_en_scores_tokenized_bleu_lowercased_and_results_say_how(tmp_path, st
 # ------------------------------------------------------------------------------ pretrained (examples/pretrained)
 
 PRETRAINED_MODELS = ["wmt19-concat", "wmt19-g-transformer", "nllb-concat", "mbart25-g-transformer"]
+#: the models started from transformers folders
+HF_PRETRAINED_MODELS = ["opusmt-concat", "nllb-hf-concat"]
 
 
 def test_pretrained_refuses_unknown_models_before_any_step(tmp_path):
     for models, line in [("nllb-g-transformer", "pretrained: error: MODELS: no model 'nllb-g-transformer' "
                                                 "(wmt19-concat, wmt19-g-transformer, nllb-concat, "
-                                                "mbart25-g-transformer)")]:
+                                                "mbart25-g-transformer, opusmt-concat, nllb-hf-concat)")]:
         rc, out = _recipe("pretrained", tmp_path, SMOKE="1", MODELS=models)
         assert rc == 2 and out.rstrip().splitlines()[-1] == line, out
         assert "(log:" not in out and "Traceback" not in out, out
@@ -926,18 +928,26 @@ def test_pretrained_fine_tunes_with_the_papers_settings(tmp_path, stub_tools):
     """examples/pretrained/run.sh's wiring on releases already on disk (WMT19_DIR, NLLB_DIR,
     MBART25_DIR): one data folder per release (NLLB's with its language codes), each model
     started from its release's checkpoint with the fine-tuning settings of Bao et al. (2021)'s
-    run-mbart.sh (WMT19, mBART-25) or the NLLB Team's configuration (NLLB), an update of their
-    tokens, decoded with beam 5."""
+    run-mbart.sh (WMT19, mBART-25) or the NLLB Team's configuration (NLLB, and OPUS-MT), an update
+    of their tokens, decoded with beam 5. The transformers folders (OPUSMT_DIR, NLLB_HF_DIR) are
+    given whole to both docctx-prepare --pretrained and --init-from-pretrained."""
     wmt, nllb, mbart = tmp_path / "wmt19", tmp_path / "nllb", tmp_path / "mbart25"
-    for d, f in ((wmt, "model.pt"), (nllb, "checkpoint.pt"), (mbart, "model.pt")):
+    opusmt, nllb_hf = tmp_path / "opus-mt-en-de", tmp_path / "nllb-200-distilled-600M"
+    for d, f in ((wmt, "model.pt"), (nllb, "checkpoint.pt"), (mbart, "model.pt"), (opusmt, "config.json"),
+                 (nllb_hf, "config.json")):
         d.mkdir()
         (d / f).write_text("stub")
     rc, out, calls = _stub_recipe("pretrained", tmp_path, stub_tools, DATA=str(maruf_ted_files(tmp_path / "maruf")),
-                                  WMT19_DIR=str(wmt), NLLB_DIR=str(nllb), MBART25_DIR=str(mbart))
+                                  WMT19_DIR=str(wmt), NLLB_DIR=str(nllb), MBART25_DIR=str(mbart),
+                                  OPUSMT_DIR=str(opusmt), NLLB_HF_DIR=str(nllb_hf))
     assert rc == 0, out[-4000:]
     work = tmp_path / "work"
     prepare = {c.split("--destdir ")[1].split()[0]: c for c in calls if c.startswith("docctx-prepare ")}
-    assert set(prepare) == {str(work / "data-bin" / f) for f in ("wmt19", "nllb", "mbart25")}, calls
+    assert set(prepare) == {str(work / "data-bin" / f) for f in ("wmt19", "nllb", "mbart25", "opusmt", "nllb-hf")}, \
+        calls
+    assert f"--pretrained {opusmt} " in prepare[str(work / "data-bin" / "opusmt")]
+    assert "--pretrained-langs" not in prepare[str(work / "data-bin" / "opusmt")]  # Marian: no language tokens
+    assert f"--pretrained {nllb_hf} --pretrained-langs eng_Latn,deu_Latn " in prepare[str(work / "data-bin" / "nllb-hf")]
     assert f"--pretrained {mbart} " in prepare[str(work / "data-bin" / "mbart25")]
     assert "--pretrained-langs" not in prepare[str(work / "data-bin" / "mbart25")]  # en_XX, de_DE found
     assert f"--pretrained {wmt} " in prepare[str(work / "data-bin" / "wmt19")]
@@ -945,31 +955,38 @@ def test_pretrained_fine_tunes_with_the_papers_settings(tmp_path, stub_tools):
     assert f"--pretrained {nllb} --pretrained-langs eng_Latn,deu_Latn " in prepare[str(work / "data-bin" / "nllb")]
     train = {c.split("--save-dir ")[1].split()[0].rsplit("/", 1)[1]: c + " " for c in calls
              if c.startswith("fairseq-train ")}
-    assert set(train) == set(PRETRAINED_MODELS), calls
+    assert set(train) == set(PRETRAINED_MODELS + HF_PRETRAINED_MODELS), calls
     bao_settings = ["--lr 3e-5 ", "--lr-scheduler polynomial_decay ", "--warmup-updates 2500 ",
                     "--total-num-update 1000000 ", "--label-smoothing 0.2 ", "--dropout 0.3 ", "--attention-dropout 0.1 ",
                     "--adam-eps 1e-06 ", "--max-tokens 2048 --update-freq 8 ", "--patience 5 "]
     bao = bao_settings + [f"--init-from-pretrained {wmt}/model.pt ", f"{work}/data-bin/wmt19 "]
     g_transformer = ["--arch g_transformer ", "--doc-mode segments ", "--max-segment-tokens 512 ",
                      "--encoder-ctxlayers 2 ", "--global-attn-init random "]
-    nllb_ft = ["--lr 5e-5 ", "--lr-scheduler inverse_sqrt ", "--warmup-updates 10 ", "--warmup-init-lr 1e-07 ",
-               "--label-smoothing 0.1 ", "--dropout 0.1 ", "--attention-dropout 0.1 ",
-               "--max-tokens 4000 --update-freq 4 ", f"--init-from-pretrained {nllb}/checkpoint.pt ",
-               f"{work}/data-bin/nllb "]
+    nllb_settings = ["--lr 5e-5 ", "--lr-scheduler inverse_sqrt ", "--warmup-updates 10 ", "--warmup-init-lr 1e-07 ",
+                     "--label-smoothing 0.1 ", "--dropout 0.1 ", "--attention-dropout 0.1 ",
+                     "--max-tokens 4000 --update-freq 4 "]
+    nllb_ft = nllb_settings + [f"--init-from-pretrained {nllb}/checkpoint.pt ", f"{work}/data-bin/nllb "]
+    concat = ["--arch concat_transformer ", "--context-size 1 ", "--context-sides source "]
     for name, has in (("wmt19-concat", bao + ["--arch concat_transformer ", "--context-size 1 "]),
                       ("wmt19-g-transformer", bao + g_transformer),
                       ("mbart25-g-transformer", bao_settings + g_transformer + [
                           f"--init-from-pretrained {mbart}/model.pt ", f"{work}/data-bin/mbart25 "]),
-                      ("nllb-concat", nllb_ft + ["--arch concat_transformer ", "--context-size 1 "])):
+                      ("nllb-concat", nllb_ft + concat),
+                      ("opusmt-concat", nllb_settings + concat + [f"--init-from-pretrained {opusmt} ",
+                                                                  f"{work}/data-bin/opusmt "]),
+                      ("nllb-hf-concat", nllb_settings + concat + [f"--init-from-pretrained {nllb_hf} ",
+                                                                   f"{work}/data-bin/nllb-hf "])):
         missing = [flag for flag in has if flag not in train[name]]
         assert not missing, (name, missing, train[name])
         # the network is the checkpoint's: no size given
         assert not any(f in train[name] for f in ("--encoder-layers", "--encoder-embed-dim", "--doc-noise-mask")), \
             train[name]
     gen = [c for c in calls if c.startswith("fairseq-generate ")]
-    assert len(gen) == 4 and all("--beam 5 " in c and "--scoring sacrebleu" in c for c in gen), gen
+    assert len(gen) == 6 and all("--beam 5 " in c and "--scoring sacrebleu" in c for c in gen), gen
     results = (work / "results.md").read_text()
-    assert all(f"| {name} |" in results for name in PRETRAINED_MODELS), results
+    assert all(f"| {name} |" in results for name in PRETRAINED_MODELS + HF_PRETRAINED_MODELS), results
+    assert f"the transformers folder {opusmt} (OPUSMT_DIR)" in results, results
+    assert f"the transformers folder {nllb_hf} (NLLB_HF_DIR)" in results, results
     assert f"the release in {wmt} (WMT19_DIR)" in results and f"the release in {nllb} (NLLB_DIR)" in results
     assert f"the release in {mbart} (MBART25_DIR)" in results
 
@@ -1008,6 +1025,36 @@ def test_pretrained_downloads_are_recorded_or_checked(tmp_path):
     assert rc == 2 and "step unpack-mbart25 failed" in out, out
 
 
+def test_pretrained_hub_model_is_downloaded_once_and_read_by_both_steps(tmp_path, stub_tools):
+    """OPUSMT_DIR unset: the hub's Helsinki-NLP/opus-mt-en-de is fetched once into
+    DOWNLOADS/hf-hub (examples/lib/hub_snapshot.py, docctx-prepare's own snapshot_download; here
+    a hub cache made by hand, read offline), and its snapshot folder, named by the commit, is what
+    both docctx-prepare --pretrained and --init-from-pretrained get; results.md records the
+    revision. Not in the cache and offline: one line naming the hub id."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "work" / "downloads" / "hf-hub" / "models--Helsinki-NLP--opus-mt-en-de"
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text('{"model_type": "marian"}')
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    data = str(maruf_ted_files(tmp_path / "maruf"))
+    rc, out, calls = _stub_recipe("pretrained", tmp_path, stub_tools, DATA=data, MODELS="opusmt-concat",
+                                  HF_HUB_OFFLINE="1")
+    assert rc == 0, out[-4000:]
+    prepare = [c for c in calls if c.startswith("docctx-prepare ")]
+    train = [c + " " for c in calls if c.startswith("fairseq-train ")]
+    assert len(prepare) == 1 and f"--pretrained {snapshot} " in prepare[0], prepare
+    assert len(train) == 1 and f"--init-from-pretrained {snapshot} " in train[0], train
+    results = (tmp_path / "work" / "results.md").read_text()
+    assert f"the hub's Helsinki-NLP/opus-mt-en-de at revision {commit} (asked for: the default branch; " \
+           f"OPUSMT_REVISION={commit} pins it)" in results, results
+    rc, out, _ = _stub_recipe("pretrained", tmp_path, stub_tools, DATA=data, MODELS="nllb-hf-concat",
+                              HF_HUB_OFFLINE="1", NLLB_HF_REVISION="v1")
+    assert rc == 2 and "step download-nllb-hf failed" in out, out[-3000:]
+    assert "facebook/nllb-200-distilled-600M@v1: not a directory, and the hub cannot give it" in out, out[-3000:]
+
+
 @needs_data
 @pytest.mark.slow  # about 2 minutes (130 s on 2 shared cores): make test-all
 def test_pretrained_smoke(tmp_path):
@@ -1017,7 +1064,7 @@ def test_pretrained_smoke(tmp_path):
     loaded (the separator's rows grown), every test sentence is translated once, the output text
     holds no language token nor pieces; a second run redoes nothing."""
     work = tmp_path / "work"
-    rc, out = _recipe("pretrained", tmp_path, SMOKE="1", timeout=1800)
+    rc, out = _recipe("pretrained", tmp_path, SMOKE="1", MODELS=",".join(PRETRAINED_MODELS), timeout=1800)
     assert rc == 0, out[-4000:]
     _check_smoke(work, out, PRETRAINED_MODELS, ["bleu", "d-bleu"])
     results = (work / "results.md").read_text()
@@ -1047,5 +1094,33 @@ def test_pretrained_smoke(tmp_path):
                       r"(\d+) new, 0 left out", log)
         assert m and m.group(1) == str(ckpt[name.split("-")[0]]), log[-3000:]
         assert int(m.group(2)) > 0 and int(m.group(3)) >= 1, m.group(0)  # the separator's rows are new
-    rc, out = _recipe("pretrained", tmp_path, SMOKE="1", timeout=600)
+    rc, out = _recipe("pretrained", tmp_path, SMOKE="1", MODELS=",".join(PRETRAINED_MODELS), timeout=600)
     assert rc == 0 and "(log:" not in out, out[-4000:]  # nothing ran again
+
+
+@needs_data
+@pytest.mark.slow  # about 35 s on 2 shared cores: make test-all
+def test_pretrained_smoke_from_a_transformers_folder(tmp_path):
+    """examples/pretrained/run.sh with SMOKE=1 and MODELS=opusmt-concat: a tiny OPUS-MT folder
+    (examples/lib/tiny_hf_release.py: MarianTokenizer's files, a MarianMTModel) -> docctx-prepare
+    --pretrained DIR -> fairseq-train --init-from-pretrained DIR -> fairseq-generate -> scores:
+    the folder's weights are loaded, each test sentence is translated once, in plain text."""
+    work = tmp_path / "work"
+    rc, out = _recipe("pretrained", tmp_path, SMOKE="1", MODELS="opusmt-concat", timeout=600)
+    assert rc == 0, out[-4000:]
+    _check_smoke(work, out, ["opusmt-concat"], ["bleu", "d-bleu"])
+    folder = work / "releases" / "opusmt"
+    assert {"config.json", "model.safetensors", "source.spm", "target.spm", "vocab.json"} <= \
+        {p.name for p in folder.iterdir()}
+    manifest = json.loads((work / "data-bin" / "opusmt" / "docctx.json").read_text())
+    assert manifest["pretrained"]["family"] == "marian" and manifest["pretrained"]["dir"] == str(folder), manifest
+    log = (work / "logs" / "train-opusmt-concat.log").read_text()
+    m = re.search(r"initialised from (\S+) \(--init-from-pretrained, transformers marian\): (\d+) loaded, (\d+) grown, "
+                  r"0 new, 0 left out", log)
+    assert m and m.group(1) == str(folder) and int(m.group(2)) > 0 and int(m.group(3)) >= 1, log[-3000:]
+    refs = [ln for ln in (work / "smoke-data" / "test.de").read_text().splitlines() if ln.strip() != "<d>"]
+    gen = (work / "generate" / "opusmt-concat" / "generate-test.txt").read_text()
+    assert sorted(int(i) for i in re.findall(r"^D-(\d+)\t", gen, re.M)) == list(range(len(refs)))
+    assert not any(bad in t for t in re.findall(r"^[DT]-\d+\t(?:\S*\t)?(.*)$", gen, re.M)
+                   for bad in ("\u2581", "<sep>", "</s>", "<pad>")), gen[:2000]
+    assert "a tiny local transformers folder in the opusmt layout" in (work / "results.md").read_text()

@@ -13,9 +13,14 @@
 #   nllb-concat            NLLB-200 distilled 600M (NLLB Team 2022) -> concat_transformer
 #   mbart25-g-transformer  mBART-25 (Liu et al. 2020) -> g_transformer on segments, as the
 #                          G-Transformer authors' run-mbart.sh (Bao et al. 2021)
+#   opusmt-concat          OPUS-MT en-de (Tiedemann & Thottingal 2020), its transformers folder
+#                          (Helsinki-NLP/opus-mt-en-de) -> concat_transformer
+#   nllb-hf-concat         NLLB-200 distilled 600M from its transformers folder
+#                          (facebook/nllb-200-distilled-600M) -> concat_transformer
 #
 # Settings (environment variables, defaults in brackets; [full / SMOKE] where they differ):
-#   MODELS [wmt19-concat,wmt19-g-transformer,nllb-concat,mbart25-g-transformer]  METRICS [bleu,d-bleu]
+#   MODELS [wmt19-concat,wmt19-g-transformer,nllb-concat,mbart25-g-transformer,opusmt-concat,
+#     nllb-hf-concat]  METRICS [bleu,d-bleu]
 #   data (examples/lib/maruf-ende.sh): DATA [../shared/data/maruf-ende] MAX_LEN [250]
 #     MAX_LEN_RATIO [3] SMOKE_TRAIN_DOCS [6] SMOKE_VALID_DOCS [1] SMOKE_TEST_DOCS [2]
 #   releases: WMT19_DIR, NLLB_DIR, MBART25_DIR [empty: downloaded into DOWNLOADS / SMOKE: tiny
@@ -24,11 +29,16 @@
 #     MBART25_SHA256 [empty: no
 #     checksum is published; the sha256 of what was downloaded is recorded in
 #     WORK/downloads.sha256: set these to pin it] SMOKE_RELEASE_UPDATES [20]
+#   transformers folders: OPUSMT_DIR, NLLB_HF_DIR [empty: the hub's OPUSMT_HUB
+#     [Helsinki-NLP/opus-mt-en-de] / NLLB_HF_HUB [facebook/nllb-200-distilled-600M] at
+#     OPUSMT_REVISION / NLLB_HF_REVISION [empty: the default branch; a commit pins it], downloaded
+#     once into DOWNLOADS/hf-hub (examples/lib/hub_snapshot.py) / SMOKE: tiny folders made by
+#     examples/lib/tiny_hf_release.py; a folder: a transformers model folder already there]
 #   from WMT19 and mBART-25 (Bao et al. 2021's fine-tuning of mBART-25, run-mbart.sh):
 #     PT_DROPOUT [0.3] PT_ATTENTION_DROPOUT [0.1] PT_LR [3e-5 / 3e-3] PT_WARMUP [2500 / 5]
 #     PT_TOTAL_UPDATES [1000000] PT_LABEL_SMOOTHING [0.2] PT_MAX_TOKENS [2048 / 1000]
 #     PT_BATCHES [8: 4 GPUs x --update-freq 2 / 1] GT_CTXLAYERS [2 / 1]
-#   from NLLB (the NLLB Team's fine-tuning configuration, fairseq's nllb branch):
+#   from NLLB and OPUS-MT (the NLLB Team's fine-tuning configuration, fairseq's nllb branch):
 #     NLLB_DROPOUT [0.1] NLLB_ATTENTION_DROPOUT [0.1] NLLB_LR [5e-5 / 3e-3] NLLB_WARMUP [10 / 5]
 #     NLLB_MAX_TOKENS [4000 / 1000] NLLB_BATCHES [4 / 1]
 #   models (examples/lib/models.sh): MAX_UPDATE [100000 / 8] PATIENCE [5: run-mbart.sh]
@@ -44,12 +54,10 @@ source "$(dirname "$0")/../lib/recipe.sh"
 source "$RECIPE_LIB/models.sh"
 source "$RECIPE_LIB/maruf-ende.sh"
 recipe_init pretrained
-setting MODELS wmt19-concat,wmt19-g-transformer,nllb-concat,mbart25-g-transformer
+ALL_MODELS=wmt19-concat,wmt19-g-transformer,nllb-concat,mbart25-g-transformer,opusmt-concat,nllb-hf-concat
+setting MODELS $ALL_MODELS
 for name in ${MODELS//,/ }; do
-  case $name in
-    wmt19-concat|wmt19-g-transformer|nllb-concat|mbart25-g-transformer) ;;
-    *) die "MODELS: no model '$name' (wmt19-concat, wmt19-g-transformer, nllb-concat, mbart25-g-transformer)" ;;
-  esac
+  [[ ,$ALL_MODELS, == *,$name,* ]] || die "MODELS: no model '$name' (${ALL_MODELS//,/, })"
 done
 setting METRICS bleu,d-bleu
 setting DATA ../shared/data/maruf-ende
@@ -61,6 +69,12 @@ setting SMOKE_TEST_DOCS 2
 setting WMT19_DIR ""
 setting NLLB_DIR ""
 setting MBART25_DIR ""
+setting OPUSMT_DIR ""
+setting OPUSMT_HUB Helsinki-NLP/opus-mt-en-de
+setting OPUSMT_REVISION ""
+setting NLLB_HF_DIR ""
+setting NLLB_HF_HUB facebook/nllb-200-distilled-600M
+setting NLLB_HF_REVISION ""
 setting WMT19_SHA256 ""
 setting NLLB_CHECKPOINT_SHA256 ""
 setting NLLB_DICTIONARY_SHA256 ""
@@ -98,7 +112,7 @@ _pt_batch() {  # BATCH BATCHES: PER_GPU and UF (models.sh's _per_gpu) that keep 
 _pt_batch "$PT_MAX_TOKENS" "$PT_BATCHES"
 RECIPE_NOTES+=("one update (wmt19 and mbart25 rows): $(_train_gpus) process(es) x update-freq $UF x $PER_GPU tokens (PT_BATCHES $PT_BATCHES x PT_MAX_TOKENS $PT_MAX_TOKENS; Bao et al.'s run-mbart.sh: 4 GPUs x update-freq 2 x 2048)")
 _pt_batch "$NLLB_MAX_TOKENS" "$NLLB_BATCHES"
-RECIPE_NOTES+=("one update (nllb rows): $(_train_gpus) process(es) x update-freq $UF x $PER_GPU tokens (NLLB_BATCHES $NLLB_BATCHES x NLLB_MAX_TOKENS $NLLB_MAX_TOKENS; the NLLB Team's fine-tuning: 64 GPUs x 250)")
+RECIPE_NOTES+=("one update (nllb and opusmt rows): $(_train_gpus) process(es) x update-freq $UF x $PER_GPU tokens (NLLB_BATCHES $NLLB_BATCHES x NLLB_MAX_TOKENS $NLLB_MAX_TOKENS; the NLLB Team's fine-tuning: 64 GPUs x 250)")
 recipe_settings
 SRC=en TGT=de
 PAPER_SCORES=$REPO/examples/pretrained/paper-scores.tsv
@@ -168,9 +182,41 @@ release() {  # FAMILY (wmt19 | nllb | mbart25): REL_DIR, REL_CKPT, REL_STEP (the
   REL_DIR[$fam]=$dir REL_CKPT[$fam]=$dir/$ckpt REL_STEP[$fam]=$step REL_NOTE[$fam]=$note
 }
 
+hf_release() {  # FAMILY (opusmt | nllb-hf): a transformers model folder (OPUSMT_DIR / NLLB_HF_DIR, a
+  # tiny one in SMOKE, else the hub model downloaded once); REL_DIR and REL_CKPT are that folder, which
+  # docctx-prepare --pretrained and fairseq-train --init-from-pretrained both read
+  local fam=$1 var=OPUSMT dir step="" note hub revision where
+  [[ $fam == nllb-hf ]] && var=NLLB_HF
+  local given_var=${var}_DIR hub_var=${var}_HUB revision_var=${var}_REVISION
+  local given=${!given_var}
+  hub=${!hub_var} revision=${!revision_var}
+  if [[ -n $given ]]; then
+    dir=$(cd "$given" 2>/dev/null && pwd) || die "missing folder $given ($given_var)"
+    need_file "$dir/config.json" "$given_var=$given must be a transformers model folder (config.json, the weights, the tokenizer's files)"
+    note="the transformers folder $dir ($given_var)"
+  elif [[ $SMOKE == 1 ]]; then
+    dir=$WORK/releases/$fam step=release-$fam
+    step "$step" -o "$dir" -- bash -c 'rm -rf "$2.part" && python "$1" "$3" "$2.part" --source "$4" --target "$5" \
+      && mv "$2.part" "$2"' _ "$RECIPE_LIB/tiny_hf_release.py" "$dir" "$fam" "$WORK/smoke-data/train.en" \
+      "$WORK/smoke-data/train.de"
+    note="a tiny local transformers folder in the $fam layout (examples/lib/tiny_hf_release.py, random weights)"
+  else
+    # downloaded once (docctx-prepare's own snapshot_download, into DOWNLOADS/hf-hub); both steps
+    # then read the snapshot folder, named by the commit the revision resolved to
+    where=$DOWNLOADS/$fam.hub.json step=download-$fam
+    step "$step" -o "$where" -- env HF_HUB_CACHE="$DOWNLOADS/hf-hub" python "$RECIPE_LIB/hub_snapshot.py" \
+      "$hub${revision:+@$revision}" "$where"
+    mapfile -t got < <(python -c 'import json, sys; w = json.load(open(sys.argv[1])); print(w["dir"]); print(w["revision"])' "$where")
+    dir=${got[0]}
+    need_file "$dir/config.json" "the hub's $hub should have been downloaded there (delete $where to download it again)"
+    note="the hub's $hub at revision ${got[1]} (asked for: ${revision:-the default branch}; $revision_var=${got[1]} pins it), downloaded into $dir"
+  fi
+  REL_DIR[$fam]=$dir REL_CKPT[$fam]=$dir REL_STEP[$fam]=$step REL_NOTE[$fam]=$note
+}
+
 prepare_release() {  # FAMILY: the data folder WORK/data-bin/FAMILY in the release's vocabulary (step prepare-FAMILY)
   local fam=$1 langs=()
-  [[ $fam == nllb ]] && langs=(--pretrained-langs eng_Latn,deu_Latn)
+  [[ $fam == nllb || $fam == nllb-hf ]] && langs=(--pretrained-langs eng_Latn,deu_Latn)
   local deps=()
   [[ -n ${REL_STEP[$fam]} ]] && deps=(-d "${REL_STEP[$fam]}")
   step "prepare-$fam" "${deps[@]}" -o "$WORK/data-bin/$fam/docctx.json" -- docctx-prepare -s en -t de \
@@ -209,9 +255,13 @@ _nllb_finetune() {  # the NLLB Team's (2022) fine-tuning of a dense NLLB-200 mod
 
 declare -A DONE_FAMILY
 for name in ${MODELS//,/ }; do
-  fam=${name%%-*}
+  fam=${name%-concat}
+  fam=${fam%-g-transformer}
   if [[ -z ${DONE_FAMILY[$fam]:-} ]]; then
-    release "$fam"
+    case $fam in
+      opusmt|nllb-hf) hf_release "$fam" ;;
+      *) release "$fam" ;;
+    esac
     prepare_release "$fam"
     DONE_FAMILY[$fam]=1
   fi
@@ -234,7 +284,8 @@ for name in ${MODELS//,/ }; do
       TRAIN_BIN=$BIN TRAIN_PREPARE=prepare-$fam train "$name" bao_pretrained -- -s en -t de --doc-mode segments \
         --max-segment-tokens "$SEG_TOKENS" --arch g_transformer --encoder-ctxlayers "$GT_CTXLAYERS" \
         --decoder-ctxlayers "$GT_CTXLAYERS" --cross-ctxlayers "$GT_CTXLAYERS" --global-attn-init random "${init[@]}" ;;
-    nllb-concat)
+    nllb-concat|nllb-hf-concat|opusmt-concat)
+      # OPUS-MT: the NLLB Team's settings too, a choice of this recipe (README.md)
       TRAIN_BIN=$BIN TRAIN_PREPARE=prepare-$fam train "$name" nllb_finetune -- -s en -t de \
         --context-size "$CONCAT_CONTEXT_SIZE" --context-sides source --arch concat_transformer "${init[@]}" ;;
   esac

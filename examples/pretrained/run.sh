@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Recipe: document models started from public pretrained fairseq translation models
-# (--init-from-pretrained, docs/pretrained.md), fine-tuned on TED En-De (IWSLT17, Maruf et al.
-# 2019's split: the data of examples/ted-ende), translated and scored; WORK/results.md.
+# Recipe: document models started from public pretrained translation models (fairseq releases and
+# Hugging Face transformers folders; --init-from-pretrained, docs/pretrained.md), fine-tuned on
+# TED En-De (IWSLT17, Maruf et al. 2019's split: the data of examples/ted-ende), translated and
+# scored; WORK/results.md.
 # README.md beside this script.
 #
 #   bash examples/pretrained/run.sh               # downloads the releases (checkpoints of GBs)

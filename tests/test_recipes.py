@@ -947,7 +947,8 @@ def test_pretrained_fine_tunes_with_the_papers_settings(tmp_path, stub_tools):
         calls
     assert f"--pretrained {opusmt} " in prepare[str(work / "data-bin" / "opusmt")]
     assert "--pretrained-langs" not in prepare[str(work / "data-bin" / "opusmt")]  # Marian: no language tokens
-    assert f"--pretrained {nllb_hf} --pretrained-langs eng_Latn,deu_Latn " in prepare[str(work / "data-bin" / "nllb-hf")]
+    assert f"--pretrained {nllb_hf} --pretrained-langs eng_Latn,deu_Latn " in \
+        prepare[str(work / "data-bin" / "nllb-hf")]
     assert f"--pretrained {mbart} " in prepare[str(work / "data-bin" / "mbart25")]
     assert "--pretrained-langs" not in prepare[str(work / "data-bin" / "mbart25")]  # en_XX, de_DE found
     assert f"--pretrained {wmt} " in prepare[str(work / "data-bin" / "wmt19")]

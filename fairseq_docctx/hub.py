@@ -491,3 +491,24 @@ def export_ctranslate2(path: str, outdir: str, data: Optional[str] = None,
     hub = from_pretrained(path, data=data)
     return export(hub.models[0], hub.task, path, os.fspath(outdir), spm_model=hub.spm_model,
                       quantization=quantization, force=force)
+
+
+def export_transformers(path: str, outdir: str, data: Optional[str] = None, force: bool = False) -> dict:
+    """``docctx-export transformers``: the checkpoint ``path`` (``transformer``,
+    ``concat_transformer`` or ``doc2doc_transformer``), loaded as :func:`from_pretrained` loads
+    it (``data``: its data directory), written as a ``transformers`` model folder ``outdir``
+    (:func:`fairseq_docctx.inference.transformers_export.export.export`). Returns the record written."""
+    from .inference.ctranslate2.export import check_outdir, files_read
+    from .inference.transformers_export.classes import check_architecture
+    from .inference.transformers_export.export import export
+
+    path = os.fspath(path)
+    state = load_checkpoint_state(path)
+    cfg = state.get("cfg")
+    model_cfg = cfg.get("model") if cfg is not None else None
+    model_cfg = model_cfg if model_cfg is not None else state.get("args")
+    check_architecture(getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None), path)
+    check_outdir(os.fspath(outdir), force, files_read(path, data))  # before the model is loaded
+    del state
+    hub = from_pretrained(path, data=data)
+    return export(hub.models[0], hub.task, path, os.fspath(outdir), spm_model=hub.spm_model, force=force)

@@ -12,7 +12,7 @@ from typing import Optional
 from ...data.outputs import Outputs
 from . import ExportError
 from .exportable import check_architecture, check_segments
-from .record import CT2_FILES, EXPORT_FILE, export_record, read_export
+from .record import CT2_FILES, EXPORT_FILE, EXPORTING_ENGINES, export_record, read_export
 from .spec import model_spec
 
 
@@ -22,7 +22,7 @@ def _check_earlier_export(outdir: str) -> None:
     if os.path.islink(outdir) or not os.path.isdir(outdir) or not os.path.isfile(os.path.join(outdir, EXPORT_FILE)):
         raise ExportError(f"OUTDIR {outdir} exists and is not a folder docctx-export wrote (no {EXPORT_FILE}): "
                           "--force replaces only an earlier export; give another folder")
-    record = read_export(outdir)
+    record = read_export(outdir, engines=EXPORTING_ENGINES)
     written = set(record.get("files") or (EXPORT_FILE, *CT2_FILES, *record.get("dictionaries", {}).values(),
                                           record.get("spm_model")))
     other = sorted(set(os.listdir(outdir)) - written)
@@ -83,6 +83,19 @@ def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] =
 
 def _write_export(guard, spec, model, task, name, arch, checkpoint, outdir, spm_model, quantization) -> dict:
     """:func:`export`'s writing: the folder made beside ``outdir`` and moved into place."""
+    def fill(tmp):
+        spec.save(tmp)
+        files = _copy_data_files(tmp, task, spm_model)
+        return export_record(model, task, name, arch, checkpoint, files, quantization)
+
+    return write_folder(guard, outdir, fill)
+
+
+def write_folder(guard, outdir: str, fill) -> dict:
+    """An export folder written behind ``guard`` (:func:`check_outdir`): ``fill(tmp)`` writes
+    its files into a temporary folder beside ``outdir`` and returns the record, which is
+    written as :data:`EXPORT_FILE` with the names of the files; the folder is then moved
+    into place (:func:`move_into_place`). Returns the record."""
     guard.make_folders(os.path.dirname(os.path.abspath(outdir)))
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(outdir)}.", suffix=".part",
                            dir=os.path.dirname(os.path.abspath(outdir)))
@@ -90,13 +103,11 @@ def _write_export(guard, spec, model, task, name, arch, checkpoint, outdir, spm_
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # the mode os.makedirs gives, not mkdtemp's 0700
     try:
-        spec.save(tmp)
-        files = _copy_data_files(tmp, task, spm_model)
-        record = export_record(model, task, name, arch, checkpoint, files, quantization)
+        record = fill(tmp)
         record["files"] = sorted([*os.listdir(tmp), EXPORT_FILE])
         with open(os.path.join(tmp, EXPORT_FILE), "w", encoding="utf-8") as f:
             json.dump(record, f, indent=1, sort_keys=True)
-        _move_into_place(tmp, outdir)
+        move_into_place(tmp, outdir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return record
@@ -129,7 +140,7 @@ def _copy_data_files(tmp: str, task, spm_model: Optional[str]) -> dict:
     return {"dictionaries": dicts, "spm_model": spm, "pretrained": pretrained}
 
 
-def _move_into_place(tmp: str, outdir: str) -> None:
+def move_into_place(tmp: str, outdir: str) -> None:
     """The complete export ``tmp`` renamed to ``outdir``; an earlier export there is renamed
     aside first (put back if the rename fails) and deleted last."""
     if not os.path.lexists(outdir):

@@ -46,9 +46,14 @@ CT2_FILES = ("model.bin", "config.json", "shared_vocabulary.json", "source_vocab
              "target_vocabulary.json", "shared_vocabulary.txt", "source_vocabulary.txt", "target_vocabulary.txt")
 
 
-def read_export(path: str) -> dict:
-    """The record (:data:`EXPORT_FILE`) of an exported folder; :class:`ExportError` if
-    ``path`` is not one."""
+#: the ``docctx-export`` subcommands that write :data:`EXPORT_FILE` (an earlier export of any
+#: of them is what ``--force`` replaces)
+EXPORTING_ENGINES = ("ctranslate2", "transformers")
+
+
+def read_export(path: str, engines=("ctranslate2",)) -> dict:
+    """The record (:data:`EXPORT_FILE`) of an exported folder, written by ``docctx-export``
+    for one of ``engines``; :class:`ExportError` if ``path`` is not one."""
     if not os.path.isdir(path):
         raise ExportError(f"--path {path}: not a folder exported by docctx-export ctranslate2 "
                           "(the ctranslate2 engine reads an exported folder, not a checkpoint)")
@@ -61,8 +66,8 @@ def read_export(path: str) -> dict:
                           "docctx-export ctranslate2") from None
     except (OSError, ValueError) as e:
         raise ExportError(f"{rec_path}: unreadable ({e})") from None
-    if not isinstance(record, dict) or record.get("engine") != "ctranslate2":
-        raise ExportError(f"{rec_path}: not a record of docctx-export ctranslate2")
+    if not isinstance(record, dict) or record.get("engine") not in engines:
+        raise ExportError(f"{rec_path}: not a record of docctx-export {' or '.join(engines)}")
     return record
 
 

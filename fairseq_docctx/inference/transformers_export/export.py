@@ -1,0 +1,88 @@
+"""``docctx-export transformers``: a checkpoint's ``transformers`` model folder, written behind
+the same output guard as ``docctx-export ctranslate2``
+(:func:`~fairseq_docctx.inference.ctranslate2.export.check_outdir`: never a folder the export
+reads, an existing one replaced only with ``force`` and only if it is an earlier export, the
+new folder written beside it and moved into place once complete).
+
+The folder: ``config.json`` (with the ``docctx`` context entry, :mod:`.card`),
+``generation_config.json``, ``model.safetensors``, the tokenizer's files (:mod:`.tokenizer`),
+the model card ``README.md``, the data directory's dictionaries and ``docctx-export.json``
+(the export record: engine ``transformers``, the class, the checkpoint's path and SHA-1, the
+files written)."""
+import json
+import os
+from typing import Optional
+
+from ..checkpoint import checkpoint_sha1
+from ..ctranslate2.export import check_outdir, files_read, write_folder
+from .card import docctx_metadata, model_card
+from .classes import MODEL_TYPES, check_architecture, choose_class, hf_config
+from .tokenizer import write_tokenizers
+
+#: fairseq's search rules as ``generate`` options (``generation_config.json``): ``<pad>`` never
+#: generated, no ``</s>`` as the first token (fairseq's ``min_len`` 1), ``</s>`` forced at the
+#: length limit, greedy unless asked
+GENERATION = {"num_beams": 1, "min_new_tokens": 1, "max_length": 200}
+
+
+def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] = None,
+           force: bool = False, example=()) -> dict:
+    """Write ``model`` (loaded from ``checkpoint`` with ``task``) as a ``transformers`` folder
+    ``outdir``; returns the export record. Refused (:class:`~.ExportError`, one line) for an
+    architecture other than :data:`~.classes.SUPPORTED_MODELS`, a network no class computes
+    (:func:`~.classes.choose_class`), an ``outdir`` that is or holds what the export reads, or
+    that exists, unless ``force`` and it is an earlier export. ``example``: sentences for the
+    model card's example (default: none)."""
+    arch = getattr(model.cfg if hasattr(model, "cfg") else None, "_name", None) or getattr(
+        getattr(model, "args", None), "arch", None)
+    name = check_architecture(arch, checkpoint)
+    class_name = choose_class(model, checkpoint)
+    outdir = outdir.rstrip("/") or outdir
+    guard = check_outdir(outdir, force, files_read(checkpoint, getattr(task.cfg, "data", None), spm_model))
+    from .weights import build_hf_model
+
+    kwargs = hf_config(model, class_name, task.cfg.source_lang, task.cfg.target_lang)
+    hf = build_hf_model(model, class_name, kwargs)
+
+    def fill(tmp):
+        segmentation = write_tokenizers(task.source_dictionary, task.target_dictionary, tmp, spm_model,
+                                        int(model.encoder.max_positions()))
+        meta = docctx_metadata(model, task, name, arch, segmentation)
+        meta["checkpoint_sha1"] = checkpoint_sha1(checkpoint)
+        _save_model(hf, meta, tmp, task.target_dictionary)
+        for side, lang, d in (("source", task.cfg.source_lang, task.source_dictionary),
+                              ("target", task.cfg.target_lang, task.target_dictionary)):
+            if not os.path.exists(os.path.join(tmp, f"dict.{lang}.txt")):
+                d.save(os.path.join(tmp, f"dict.{lang}.txt"))
+        with open(os.path.join(tmp, "README.md"), "w", encoding="utf-8") as f:
+            f.write(model_card(meta, class_name, os.path.basename(os.path.abspath(outdir)), list(example)))
+        return {"engine": "transformers", "model": name, "arch": arch, "class": class_name,
+                "model_type": MODEL_TYPES[class_name], "source_lang": task.cfg.source_lang,
+                "target_lang": task.cfg.target_lang, "checkpoint": os.path.abspath(checkpoint),
+                "checkpoint_sha1": meta["checkpoint_sha1"], "docctx": meta}
+
+    with guard:
+        return write_folder(guard, outdir, fill)
+
+
+def _save_model(hf, meta: dict, folder: str, target_dict) -> None:
+    """``hf`` saved into ``folder`` (safetensors) with the ``docctx`` entry in its
+    ``config.json`` and fairseq's search rules in ``generation_config.json``."""
+    from transformers import GenerationConfig
+
+    hf.config.docctx = meta
+    # FSMT with a cache runs a decoder prefix of several tokens without the causal mask (its
+    # keys and values then differ from layer 2 on): generate recomputes every step instead
+    cache = not (type(hf).__name__.startswith("FSMT") and meta["context"]["target_prefix"])
+    gen = GenerationConfig(use_cache=cache, decoder_start_token_id=target_dict.eos(), eos_token_id=target_dict.eos(),
+                           pad_token_id=target_dict.pad(), bos_token_id=target_dict.bos(),
+                           forced_eos_token_id=target_dict.eos(), suppress_tokens=[target_dict.pad()],
+                           **GENERATION)
+    hf.generation_config = gen
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf.save_pretrained(folder, safe_serialization=True)
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        if json.load(f).get("docctx") != meta:  # transformers keeps a configuration's extra keys
+            raise RuntimeError("transformers dropped config.json's docctx entry")

@@ -10,7 +10,8 @@ plain transformers in a process where ``fairseq_docctx`` (and fairseq) cannot be
 * ``{"batch_logits": [[input_ids, decoder_input_ids], ...]}`` -> the same run as one batch,
   padded on the right with attention masks;
 * ``{"generate": [[input_ids, decoder_input_ids], ...], "max_new_tokens": N}`` -> greedy
-  ``generate`` (num_beams 1) after the decoder prefix, the new tokens only;
+  ``generate`` (num_beams 1) after the decoder prefix (``decoder_start_token_id`` its first
+  token, as the model card says), the new tokens only;
 * ``{"decode": [ids, ...]}`` -> the tokenizer's text of each.
 """
 import importlib.abc
@@ -66,8 +67,10 @@ def main(request_path, result_path):
             else:
                 res = []
                 for s, p in job["generate"]:
+                    # decoder_start_token_id: the prefix's own first token, else generate puts </s> before it
                     gen = model.generate(input_ids=torch.tensor([s]), decoder_input_ids=torch.tensor([p]),
-                                         num_beams=1, do_sample=False, max_new_tokens=job["max_new_tokens"])
+                                         decoder_start_token_id=p[0], num_beams=1, do_sample=False,
+                                         max_new_tokens=job["max_new_tokens"])
                     res.append(gen[0, len(p):].tolist())
                 out["results"].append(res)
     with open(result_path, "w") as f:

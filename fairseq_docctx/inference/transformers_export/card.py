@@ -14,7 +14,10 @@ transformers engine reads it) and the model card ``README.md`` (:func:`model_car
      "pretrained": null | the data's pretrained record (language tokens),
      "checkpoint_sha1": ...}
 """
+import re
 from typing import Optional
+
+_SPECIAL_SYMBOL = re.compile(r"<[^<>\s]+>")
 
 
 def docctx_metadata(model, task, name: str, arch: Optional[str], segmentation: dict) -> dict:
@@ -65,8 +68,9 @@ def translate(document):  # a list of {segmented} sentences, in document order
             ids = tgt.convert_tokens_to_ids(" ".join(t + " " + sep for t in tgt_context).split())
             prefix = ids + prefix
         with torch.no_grad():
-            gen = model.generate(**enc, decoder_input_ids=torch.tensor([prefix]), num_beams=1,
-                                 max_new_tokens=200)
+            # decoder_start_token_id=prefix[0]: else generate puts another </s> before the prefix
+            gen = model.generate(**enc, decoder_input_ids=torch.tensor([prefix]), decoder_start_token_id=prefix[0],
+                                 num_beams=1, max_new_tokens=200)
         new = gen[0, len(prefix):].tolist()  # the prefix cut off again
         out.append(" ".join(tgt.convert_ids_to_tokens([i for i in new if i != model.config.eos_token_id])))
     return out
@@ -75,9 +79,15 @@ print(translate([{example_sentences}]))
 ```'''
 
 
+def example_sentences(d, n: int = 2, words: int = 4) -> list:
+    """``n`` sentences of the dictionary ``d``'s first ordinary symbols (the card's example)."""
+    plain = [s for s in d.symbols[d.nspecial:] if not _SPECIAL_SYMBOL.fullmatch(s) and not s.startswith("madeupword")]
+    return [" ".join(plain[i * words:(i + 1) * words] or plain[:words]) for i in range(n)]
+
+
 def model_card(meta: dict, class_name: str, folder_name: str, example: list) -> str:
     """The model card ``README.md`` of an export: what the network is, how the context is
-    given, and a runnable example in plain ``transformers``."""
+    given, and a runnable example in plain ``transformers`` (``example``: its sentences)."""
     ctx, seg = meta["context"], meta["segmentation"]
     segmented = ("segmented with the SentencePiece model `{}` of this folder (its pieces joined by spaces: "
                  "`' '.join(sp.encode(text, out_type=str))`)".format(seg["spm_model"])
@@ -118,14 +128,19 @@ def model_card(meta: dict, class_name: str, folder_name: str, example: list) -> 
         if ctx["target_prefix"]:
             lines.append(f"* Target: the model's own previous translations `y_(j-K) {ctx['separator']} ... y_(j-1) "
                          f"{ctx['separator']}` followed by `</s>` are the forced decoder prefix "
-                         "(`decoder_input_ids`), cut off the output again. One sentence per call (a batch would "
-                         "pad prefixes of different lengths).")
+                         "(`decoder_input_ids`, with `decoder_start_token_id` set to the prefix's first token: "
+                         "otherwise `generate` puts another `</s>` before it), cut off the output again. One "
+                         "sentence per call (a batch would pad prefixes of different lengths)."
+                         + (" FSMT decodes a prefix without its cache (`use_cache=False`, as generation_config.json "
+                            "says): with one, FSMT runs a decoder input of several tokens without the causal mask."
+                            if class_name.startswith("FSMT") else ""))
     else:
         lines.append("A sentence-level model: no context.")
     tgt_tok = (f'\ntgt = AutoTokenizer.from_pretrained(path, subfolder="{seg["target_tokenizer"]}")'
                if seg.get("target_tokenizer") else "\ntgt = tok")
     lines += ["", "## Example", "", _EXAMPLE.format(
-        folder=folder_name, target_tok=tgt_tok, segmented="segmented" if True else "",
+        folder=folder_name, target_tok=tgt_tok,
+        segmented="SentencePiece-segmented" if seg["kind"] == "sentencepiece" else "segmented",
         example_sentences=", ".join(repr(s) for s in example)), "",
         "The context settings are in `config.json` under `docctx`.", ""]
     return "\n".join(lines)

@@ -15,7 +15,7 @@ from typing import Optional
 
 from ..checkpoint import checkpoint_sha1
 from ..ctranslate2.export import check_outdir, files_read, write_folder
-from .card import docctx_metadata, model_card
+from .card import docctx_metadata, example_sentences, model_card
 from .classes import MODEL_TYPES, check_architecture, choose_class, hf_config
 from .tokenizer import write_tokenizers
 
@@ -26,13 +26,13 @@ GENERATION = {"num_beams": 1, "min_new_tokens": 1, "max_length": 200}
 
 
 def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] = None,
-           force: bool = False, example=()) -> dict:
+           force: bool = False, example=None) -> dict:
     """Write ``model`` (loaded from ``checkpoint`` with ``task``) as a ``transformers`` folder
     ``outdir``; returns the export record. Refused (:class:`~.ExportError`, one line) for an
     architecture other than :data:`~.classes.SUPPORTED_MODELS`, a network no class computes
     (:func:`~.classes.choose_class`), an ``outdir`` that is or holds what the export reads, or
     that exists, unless ``force`` and it is an earlier export. ``example``: sentences for the
-    model card's example (default: none)."""
+    model card's example (default: made of the dictionary's first words)."""
     arch = getattr(model.cfg if hasattr(model, "cfg") else None, "_name", None) or getattr(
         getattr(model, "args", None), "arch", None)
     name = check_architecture(arch, checkpoint)
@@ -55,7 +55,7 @@ def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] =
             if not os.path.exists(os.path.join(tmp, f"dict.{lang}.txt")):
                 d.save(os.path.join(tmp, f"dict.{lang}.txt"))
         with open(os.path.join(tmp, "README.md"), "w", encoding="utf-8") as f:
-            f.write(model_card(meta, class_name, os.path.basename(os.path.abspath(outdir)), list(example)))
+            f.write(model_card(meta, class_name, os.path.basename(os.path.abspath(outdir)), list(example or example_sentences(task.source_dictionary))))
         return {"engine": "transformers", "model": name, "arch": arch, "class": class_name,
                 "model_type": MODEL_TYPES[class_name], "source_lang": task.cfg.source_lang,
                 "target_lang": task.cfg.target_lang, "checkpoint": os.path.abspath(checkpoint),

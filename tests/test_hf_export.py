@@ -380,3 +380,38 @@ def test_networks_no_class_has_are_refused_naming_the_option(trained):
     model.encoder.layernorm_embedding = model.decoder.layernorm_embedding = None
     with pytest.raises(ExportError, match="--encoder-learned-pos without --layernorm-embedding in a post-norm"):
         choose_class(model, "x.pt")
+
+
+@pytest.fixture(scope="module")
+def spm_export(toy_bin, tmp_path_factory):
+    """The toy documents prepared with a joint SentencePiece model (80 pieces), a sentence
+    model trained 20 updates on them, and its export."""
+    root = tmp_path_factory.mktemp("hf_spm")
+    data = root / "bin"
+    run([*prepare_command(toy_bin.parent / "raw", data), "--spm-vocab-size", "80"])
+    run(["fairseq-train", data, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
+         *TINY_MODEL, "--arch", "transformer", "--context-size", "0", "--max-tokens", "1000", "--max-update", "20",
+         "--no-epoch-checkpoints", "--save-dir", root / "ckpt"])
+    ckpt = root / "ckpt" / "checkpoint_last.pt"
+    return ckpt, data, _export(ckpt, data, root / "hf")
+
+
+def test_sentencepiece_data_reads_pieces_and_decodes_text(spm_export, toy_bin, tmp_path):
+    """On SentencePiece data the folder holds the SentencePiece model; the tokenizer reads its
+    pieces (joined by spaces) as the data's ids and decodes them into the text."""
+    import sentencepiece as spm
+
+    ckpt, data, folder = spm_export
+    meta = json.loads((folder / "config.json").read_text())["docctx"]
+    assert meta["segmentation"] == {"kind": "sentencepiece", "file": "sentencepiece.model", "moses": False,
+                                    "target_tokenizer": None}
+    assert (folder / "sentencepiece.model").read_bytes() == (data / "spm.model").read_bytes()
+    sp = spm.SentencePieceProcessor(model_file=str(folder / "sentencepiece.model"))
+    lines = _raw(toy_bin, "src")[:10]
+    pieces = [" ".join(sp.encode(t, out_type=str)) for t in lines]
+    d = _hub(ckpt, data).task.source_dictionary
+    ids = [_ids(d, p) for p in pieces]
+    got = isolated(folder, [{"encode": pieces}, {"decode": [i[:-1] for i in ids]}], tmp_path)
+    assert got["results"][0] == ids
+    assert got["results"][1] == lines
+    assert "SentencePiece model `sentencepiece.model`" in (folder / "README.md").read_text()

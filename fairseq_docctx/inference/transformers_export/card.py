@@ -9,8 +9,8 @@ transformers engine reads it) and the model card ``README.md`` (:func:`model_car
                  "source_context": true, "target_prefix": true},
      "segments": null | {"max_segment_tokens": N, "segment_packing": ..., "constrained": bool},
      "max_source_positions": N, "max_target_positions": N,
-     "segmentation": {"kind": "pre-segmented" | "sentencepiece", "spm_model": FILE | null,
-                      "target_tokenizer": SUBFOLDER | null},
+     "segmentation": {"kind": "pre-segmented" | "sentencepiece" | "fastbpe" | "subword_nmt" | "none",
+                      "file": FILE | null, "moses": bool, "target_tokenizer": SUBFOLDER | null},
      "pretrained": null | the data's pretrained record (language tokens),
      "checkpoint_sha1": ...}
 """
@@ -89,10 +89,14 @@ def model_card(meta: dict, class_name: str, folder_name: str, example: list) -> 
     """The model card ``README.md`` of an export: what the network is, how the context is
     given, and a runnable example in plain ``transformers`` (``example``: its sentences)."""
     ctx, seg = meta["context"], meta["segmentation"]
-    segmented = ("segmented with the SentencePiece model `{}` of this folder (its pieces joined by spaces: "
-                 "`' '.join(sp.encode(text, out_type=str))`)".format(seg["spm_model"])
-                 if seg["kind"] == "sentencepiece" else
-                 "segmented as the training data was (tokenized, BPE pieces and all), tokens separated by spaces")
+    if seg["kind"] == "sentencepiece":
+        segmented = ("segmented with the SentencePiece model `{}` of this folder (its pieces joined by spaces: "
+                     "`' '.join(sp.encode(text, out_type=str))`)".format(seg["file"]))
+    elif seg["kind"] in ("fastbpe", "subword_nmt"):
+        segmented = ("{}segmented with the {} codes `{}` of this folder, pieces separated by spaces".format(
+            "Moses-tokenized, then " if seg.get("moses") else "", seg["kind"], seg["file"]))
+    else:
+        segmented = "segmented as the training data was (tokenized, BPE pieces and all), tokens separated by spaces"
     lines = [
         f"# {meta['model']} ({meta['source_lang']}→{meta['target_lang']}), exported by `docctx-export transformers`",
         "",

@@ -16,6 +16,7 @@ from typing import Optional
 from ..checkpoint import checkpoint_sha1
 from ..ctranslate2.export import check_outdir, files_read, write_folder
 from .card import docctx_metadata, example_sentences, model_card
+from . import ExportError
 from .classes import MODEL_TYPES, check_architecture, choose_class, hf_config
 from .tokenizer import write_tokenizers
 
@@ -36,6 +37,7 @@ def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] =
     arch = getattr(model.cfg if hasattr(model, "cfg") else None, "_name", None) or getattr(
         getattr(model, "args", None), "arch", None)
     name = check_architecture(arch, checkpoint)
+    _check_language_tokens(task, checkpoint)
     class_name = choose_class(model, checkpoint)
     outdir = outdir.rstrip("/") or outdir
     guard = check_outdir(outdir, force, files_read(checkpoint, getattr(task.cfg, "data", None), spm_model))
@@ -46,7 +48,7 @@ def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] =
 
     def fill(tmp):
         segmentation = write_tokenizers(task.source_dictionary, task.target_dictionary, tmp, spm_model,
-                                        int(model.encoder.max_positions()))
+                                        int(model.encoder.max_positions()), getattr(task, "pretrained_text", None))
         meta = docctx_metadata(model, task, name, arch, segmentation)
         meta["checkpoint_sha1"] = checkpoint_sha1(checkpoint)
         _save_model(hf, meta, tmp, task.target_dictionary)
@@ -63,6 +65,16 @@ def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] =
 
     with guard:
         return write_folder(guard, outdir, fill)
+
+
+def _check_language_tokens(task, where: str) -> None:
+    """Refuse (one line) data with language tokens (``docctx-prepare --pretrained`` of M2M-100,
+    NLLB-200, mBART): the fairseq task places them and forces the target's first, which the
+    exported tokenizer and generation settings do not do yet."""
+    tokens = getattr(task, "language_tokens", None)
+    if tokens is not None and (tokens.target() is not None or tokens.bart() is not None):
+        raise ExportError(f"{where}: data with language tokens (docctx-prepare --pretrained of a multilingual "
+                          "release) does not export to transformers yet: the tokenizer would not place them")
 
 
 def _save_model(hf, meta: dict, folder: str, target_dict) -> None:

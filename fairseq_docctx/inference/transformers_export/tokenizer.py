@@ -73,19 +73,27 @@ def save_tokenizer(d, folder: str, sentencepiece: bool, model_max_length: int) -
 
 
 def write_tokenizers(source_dict, target_dict, folder: str, spm_model: Optional[str],
-                     model_max_length: int) -> dict:
+                     model_max_length: int, pretrained=None) -> dict:
     """The tokenizer of the source dictionary in ``folder`` (and that of a different target
     dictionary in :data:`TARGET_SUBFOLDER`), the SentencePiece model copied as
-    :data:`SPM_FILE`; returns the ``docctx.segmentation`` record."""
+    :data:`SPM_FILE` (or the segmentation file of a pretrained release's data, ``pretrained``:
+    its :class:`~fairseq_docctx.data.pretrained.PretrainedText`, copied under its own name);
+    returns the ``docctx.segmentation`` record: ``kind`` (``pre-segmented``,
+    ``sentencepiece``, or the release's ``fastbpe``/``subword_nmt``/``none``), ``file``,
+    ``moses`` (the release's text is Moses-tokenized first) and ``target_tokenizer``."""
     import shutil
 
-    sentencepiece = spm_model is not None
+    kind, source, name, moses = "pre-segmented", None, None, False
+    if spm_model is not None:
+        kind, source, name = "sentencepiece", spm_model, SPM_FILE
+    elif pretrained is not None:
+        kind, source, moses = pretrained.kind, pretrained.segmentation_file, bool(pretrained.moses)
+        name = os.path.basename(source) if source else None
+    sentencepiece = kind == "sentencepiece"
     save_tokenizer(source_dict, folder, sentencepiece, model_max_length)
     separate = source_dict.symbols != target_dict.symbols
     if separate:
         save_tokenizer(target_dict, os.path.join(folder, TARGET_SUBFOLDER), sentencepiece, model_max_length)
-    if sentencepiece:
-        shutil.copyfile(spm_model, os.path.join(folder, SPM_FILE))
-    return {"kind": "sentencepiece" if sentencepiece else "pre-segmented",
-            "spm_model": SPM_FILE if sentencepiece else None,
-            "target_tokenizer": TARGET_SUBFOLDER if separate else None}
+    if source:
+        shutil.copyfile(source, os.path.join(folder, name))
+    return {"kind": kind, "file": name, "moses": moses, "target_tokenizer": TARGET_SUBFOLDER if separate else None}

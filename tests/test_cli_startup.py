@@ -39,6 +39,7 @@ def test_every_console_script_is_tested():
 @pytest.mark.parametrize("argv", [[c, "--help"] for c in COMMANDS] + [
     ["docctx-score", "bleu", "--help"], ["docctx-score", "cxmi", "--help"], ["docctx-score", "contrastive", "--help"],
     ["docctx-probe", "evaluate", "--help"], ["docctx-export", "ctranslate2", "--help"],
+    ["docctx-export", "transformers", "--help"],
     ["docctx-analyze", "qcn", "--help"],
 ])
 def test_help_imports_neither_torch_nor_fairseq(argv):

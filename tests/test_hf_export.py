@@ -155,6 +155,7 @@ def _check_logits(fairseq_logits, hf_rows, offsets, lengths):
         hf = torch.tensor(hf)[off:off + n]
         worst = max(worst, float((fairseq_logits[row, :n] - hf).abs().max()))
     assert worst < ATOL, worst
+    print(f"max |logits difference| {worst:.1e}")
     return worst
 
 

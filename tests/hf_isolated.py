@@ -11,7 +11,11 @@ plain transformers in a process where ``fairseq_docctx`` (and fairseq) cannot be
   padded on the right with attention masks;
 * ``{"generate": [[input_ids, decoder_input_ids], ...], "max_new_tokens": N}`` -> greedy
   ``generate`` (num_beams 1) after the decoder prefix (``decoder_start_token_id`` its first
-  token, as the model card says), the new tokens only;
+  token, as the model card says), the new tokens only (with ``"step_logits": true``: ``[tokens,
+  the raw logits of every step]``);
+* ``{"greedy_loop": [[input_ids, decoder_input_ids], ...], "max_new_tokens": N}`` -> the model
+  card's greedy loop for FSMT after a target prefix (a full forward a step, ``use_cache=False``):
+  ``[tokens, the raw logits of every step]``;
 * ``{"decode": [ids, ...]}`` -> the tokenizer's text of each.
 """
 import importlib.abc
@@ -56,6 +60,22 @@ def main(request_path, result_path):
             elif "logits" in job:
                 out["results"].append([model(input_ids=torch.tensor([s]), decoder_input_ids=torch.tensor([p]))
                                        .logits[0].tolist() for s, p in job["logits"]])
+            elif "greedy_loop" in job:
+                res = []
+                for s, p in job["greedy_loop"]:
+                    ids, steps = list(p), []
+                    for _ in range(job["max_new_tokens"]):
+                        logits = model(input_ids=torch.tensor([s]), decoder_input_ids=torch.tensor([ids]),
+                                       use_cache=False).logits[0, -1]
+                        steps.append(logits.tolist())
+                        logits[pad] = float("-inf")
+                        if len(ids) == len(p):
+                            logits[model.config.eos_token_id] = float("-inf")
+                        ids.append(int(logits.argmax()))
+                        if ids[-1] == model.config.eos_token_id:
+                            break
+                    res.append([ids[len(p):], steps])
+                out["results"].append(res)
             elif "batch_logits" in job:
                 pairs = job["batch_logits"]
                 width = max(len(s) for s, _ in pairs), max(len(p) for _, p in pairs)
@@ -70,8 +90,10 @@ def main(request_path, result_path):
                     # decoder_start_token_id: the prefix's own first token, else generate puts </s> before it
                     gen = model.generate(input_ids=torch.tensor([s]), decoder_input_ids=torch.tensor([p]),
                                          decoder_start_token_id=p[0], num_beams=1, do_sample=False,
-                                         max_new_tokens=job["max_new_tokens"])
-                    res.append(gen[0, len(p):].tolist())
+                                         max_new_tokens=job["max_new_tokens"], output_logits=True,
+                                         return_dict_in_generate=True)
+                    new = gen.sequences[0, len(p):].tolist()
+                    res.append([new, [step[0].tolist() for step in gen.logits]] if job.get("step_logits") else new)
                 out["results"].append(res)
     with open(result_path, "w") as f:
         json.dump(out, f)

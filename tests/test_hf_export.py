@@ -258,32 +258,37 @@ def test_greedy_generate_is_fairseqs_beam_1(trained, toy_bin, tmp_path):
 
 @pytest.mark.parametrize("name", ["concat_post2", "prenorm_concat"])
 def test_generate_after_the_target_prefix_is_fairseqs_greedy(trained, toy_bin, tmp_path, name):
-    """Two decoder layers, the previous translations forced as the prefix: every token greedy
-    ``generate`` makes after the prefix is the argmax (``<pad>`` aside) of fairseq's decoder
-    over the prefix and the tokens before it (FSMT decodes without its cache here: with it, a
-    prefix of several tokens would be run without the causal mask)."""
+    """Two decoder layers, the previous translations forced as the prefix: at every step of
+    greedy decoding after the prefix as the model card does it (M2M-100: ``generate``; FSMT: a
+    full forward a step, as FSMT's ``generate`` runs a decoder input of several tokens without
+    the causal mask) the logits are those of fairseq's decoder over the prefix and the tokens
+    before it (atol 1e-4), and the token is their argmax (``<pad>`` aside, no ``</s>`` first)."""
+    from fairseq.models.transformer import TransformerDecoderBase
+
     ckpt, data, folder = trained(name)
     hub = _hub(ckpt, data)
     sample = _sample(hub)
     texts = [t for t in _context_pairs(hub, toy_bin, sample["id"].tolist()) if t[1]]
     sd, td = hub.task.source_dictionary, hub.task.target_dictionary
     pairs = [(_ids(sd, s), _ids(td, p, eos=False) + [td.eos()]) for s, p, _ in texts]
-    got = isolated(folder, [{"generate": pairs, "max_new_tokens": 20}], tmp_path)
+    job = "greedy_loop" if MODELS[name][3].startswith("FSMT") else "generate"  # the model card's way
+    got = isolated(folder, [{job: pairs, "max_new_tokens": 20, "step_logits": True}], tmp_path)
     model = hub.models[0]
-    for (src, prefix), new in zip(pairs, got["results"][0]):
-        dec = torch.tensor([prefix + new[:-1]])
-        enc = torch.tensor([src])
+    steps = 0
+    for (src, prefix), (new, step_logits) in zip(pairs, got["results"][0]):
         with torch.no_grad():
-            x = model.encoder.forward_scriptable(enc, torch.tensor([len(src)]))
-            from fairseq.models.transformer import TransformerDecoderBase
-
-            out = TransformerDecoderBase.forward(model.decoder, dec, encoder_out=x)[0][0]
+            x = model.encoder.forward_scriptable(torch.tensor([src]), torch.tensor([len(src)]))
+            out = TransformerDecoderBase.forward(model.decoder, torch.tensor([prefix + new[:-1]]), encoder_out=x)[0][0]
+        out = out[len(prefix) - 1:]
+        assert float((out - torch.tensor(step_logits)).abs().max()) < ATOL
         out[:, td.pad()] = float("-inf")
-        out[len(prefix) - 1, td.eos()] = float("-inf")  # no </s> first (fairseq's min_len 1)
-        greedy = out[len(prefix) - 1:].argmax(-1).tolist()
+        out[0, td.eos()] = float("-inf")  # no </s> first (fairseq's min_len 1)
+        greedy = out.argmax(-1).tolist()
         if len(new) == 20:  # the length limit: </s> forced last
             greedy, new = greedy[:-1], new[:-1]
         assert greedy == new
+        steps += len(new)
+    assert steps > len(pairs), "every sentence ended at its first step"
 
 
 def test_model_card_example_runs_in_plain_transformers(trained, tmp_path):

@@ -44,6 +44,31 @@ def docctx_metadata(model, task, name: str, arch: Optional[str], segmentation: d
     }
 
 
+#: the example's decoding after the prefix: ``generate``
+_GENERATE = '''def decode(enc, prefix):
+    # decoder_start_token_id=prefix[0]: else generate puts another </s> before the prefix
+    with torch.no_grad():
+        gen = model.generate(**enc, decoder_input_ids=torch.tensor([prefix]), decoder_start_token_id=prefix[0],
+                             num_beams=1, max_new_tokens=200)
+    return gen[0, len(prefix):].tolist()
+'''
+#: FSMT after a target prefix: a full forward a step (FSMT's generate runs a decoder input of
+#: several tokens without the causal mask); fairseq's rules: no <pad>, no </s> first
+_LOOP = '''def decode(enc, prefix):
+    # FSMT's generate would run the prefix without the causal mask: one full forward a step
+    ids = list(prefix)
+    with torch.no_grad():
+        for _ in range(200):
+            logits = model(**enc, decoder_input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1]
+            logits[model.config.pad_token_id] = float("-inf")
+            if len(ids) == len(prefix):
+                logits[model.config.eos_token_id] = float("-inf")
+            ids.append(int(logits.argmax()))
+            if ids[-1] == model.config.eos_token_id:
+                break
+    return ids[len(prefix):]
+'''
+
 _EXAMPLE = '''```python
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 import torch
@@ -54,6 +79,7 @@ model = AutoModelForSeq2SeqLM.from_pretrained(path).eval()
 meta = model.config.docctx
 K, sep = meta["context"]["size"], meta["context"]["separator"]
 
+{decode_function}
 def translate(document):  # a list of {segmented} sentences, in document order
     out = []
     for j, sentence in enumerate(document):
@@ -67,11 +93,7 @@ def translate(document):  # a list of {segmented} sentences, in document order
             tgt_context = out[max(0, j - K):j]
             ids = tgt.convert_tokens_to_ids(" ".join(t + " " + sep for t in tgt_context).split())
             prefix = ids + prefix
-        with torch.no_grad():
-            # decoder_start_token_id=prefix[0]: else generate puts another </s> before the prefix
-            gen = model.generate(**enc, decoder_input_ids=torch.tensor([prefix]), decoder_start_token_id=prefix[0],
-                                 num_beams=1, max_new_tokens=200)
-        new = gen[0, len(prefix):].tolist()  # the prefix cut off again
+        new = decode(enc, prefix)  # the prefix cut off again
         out.append(" ".join(tgt.convert_ids_to_tokens([i for i in new if i != model.config.eos_token_id])))
     return out
 
@@ -135,8 +157,9 @@ def model_card(meta: dict, class_name: str, folder_name: str, example: list) -> 
                          "(`decoder_input_ids`, with `decoder_start_token_id` set to the prefix's first token: "
                          "otherwise `generate` puts another `</s>` before it), cut off the output again. One "
                          "sentence per call (a batch would pad prefixes of different lengths)."
-                         + (" FSMT decodes a prefix without its cache (`use_cache=False`, as generation_config.json "
-                            "says): with one, FSMT runs a decoder input of several tokens without the causal mask."
+                         + (" FSMT's `generate` runs a decoder input of several tokens without the causal mask "
+                            "(transformers 5.23.0 builds FSMT's causal mask only when `input_ids` is given and the "
+                            "cache is off): after a prefix, decode with a full forward a step, as the example does."
                             if class_name.startswith("FSMT") else ""))
     else:
         lines.append("A sentence-level model: no context.")
@@ -144,6 +167,7 @@ def model_card(meta: dict, class_name: str, folder_name: str, example: list) -> 
                if seg.get("target_tokenizer") else "\ntgt = tok")
     lines += ["", "## Example", "", _EXAMPLE.format(
         folder=folder_name, target_tok=tgt_tok,
+        decode_function=_LOOP if class_name.startswith("FSMT") and ctx["target_prefix"] else _GENERATE,
         segmented="SentencePiece-segmented" if seg["kind"] == "sentencepiece" else "segmented",
         example_sentences=", ".join(repr(s) for s in example)), "",
         "The context settings are in `config.json` under `docctx`.", ""]

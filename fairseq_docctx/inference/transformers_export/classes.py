@@ -178,8 +178,8 @@ def hf_config(model, name: str, source_lang: str, target_lang: str) -> dict:
     if float(enc.embed_scale) not in (1.0,) and not kw["scale_embedding"]:
         raise ExportError(f"an embedding scale of {float(enc.embed_scale)}: transformers scales by sqrt(d_model) or 1")
     if name == "FSMTForConditionalGeneration":
-        # FSMT's forward masks the future only without a cache (use_cache off): with one, a
-        # decoder input of several tokens (teacher forcing, a target prefix) sees its future
+        # FSMT's forward masks the future only when it is given input_ids and no cache
+        # (use_cache off): otherwise a decoder input of several tokens sees its future
         kw.update(langs=[source_lang, target_lang], src_vocab_size=len(enc.dictionary),
                   tgt_vocab_size=len(d), use_cache=False, num_beams=1)
     else:

@@ -83,10 +83,7 @@ def _save_model(hf, meta: dict, folder: str, target_dict) -> None:
     from transformers import GenerationConfig
 
     hf.config.docctx = meta
-    # FSMT with a cache runs a decoder prefix of several tokens without the causal mask (its
-    # keys and values then differ from layer 2 on): generate recomputes every step instead
-    cache = not (type(hf).__name__.startswith("FSMT") and meta["context"]["target_prefix"])
-    gen = GenerationConfig(use_cache=cache, decoder_start_token_id=target_dict.eos(), eos_token_id=target_dict.eos(),
+    gen = GenerationConfig(decoder_start_token_id=target_dict.eos(), eos_token_id=target_dict.eos(),
                            pad_token_id=target_dict.pad(), bos_token_id=target_dict.bos(),
                            forced_eos_token_id=target_dict.eos(), suppress_tokens=[target_dict.pad()],
                            **GENERATION)

@@ -57,6 +57,11 @@ MODELS = {
     "concat_both": ("toy_bin", None, True, "FSMTForConditionalGeneration"),
     "concat_post2": ("toy_bin", ["--arch", "concat_transformer", "--context-size", "1", "--context-sides", "both",
                                  "--decoder-layers", "2"], True, "FSMTForConditionalGeneration"),
+    "concat_src": ("toy_bin", ["--arch", "concat_transformer", "--context-size", "2", "--context-sides", "source"],
+                   True, "FSMTForConditionalGeneration"),
+    "concat_tgt": ("toy_bin", ["--arch", "concat_transformer", "--context-size", "1", "--context-sides", "target",
+                               "--encoder-normalize-before", "--decoder-normalize-before"], True,
+                   "M2M100ForConditionalGeneration"),
     "separate": ("separate_bin", ["--arch", "transformer", "--context-size", "0",
                                   "--share-decoder-input-output-embed"], False, "FSMTForConditionalGeneration"),
     "prenorm_concat": ("toy_bin", ["--arch", "concat_transformer", "--context-size", "1", "--context-sides", "both",
@@ -183,9 +188,10 @@ def test_logits_are_fairseqs_without_context(trained, name, tmp_path):
         assert config["docctx"]["segments"]["constrained"] is True
 
 
-@pytest.mark.parametrize("name", ["concat_both", "prenorm_concat"])
+@pytest.mark.parametrize("name", ["concat_both", "prenorm_concat", "concat_src", "concat_tgt"])
 def test_logits_with_context_are_fairseqs(trained, name, tmp_path, toy_bin):
-    """concat_transformer (K=2 post-norm, K=1 pre-norm; source and target context): the source
+    """concat_transformer (K=2 post-norm, K=1 pre-norm with both sides; K=2 source context
+    only; K=1 pre-norm target context only): the source
     context joined with the separator by the tokenizer, the previous translations forced as
     the decoder prefix, give fairseq's logits at the current sentence; the tokenizer's ids of
     the joined text are the fairseq dictionary's."""
@@ -196,7 +202,8 @@ def test_logits_with_context_are_fairseqs(trained, name, tmp_path, toy_bin):
         logits = hub.models[0](**sample["net_input"])[0]
     sd, td = hub.task.source_dictionary, hub.task.target_dictionary
     texts = _context_pairs(hub, toy_bin, sample["id"].tolist())
-    assert any(prefix for _, prefix, _ in texts), "the batch has no row with context"
+    sides = hub.models[0].context_sides
+    assert any(("<sep>" in source if "src" in sides else prefix) for source, prefix, _ in texts), "no context"
     pairs, offsets, lengths = [], [], []
     for source, prefix, target in texts:
         cur = _ids(td, target)
@@ -208,8 +215,11 @@ def test_logits_with_context_are_fairseqs(trained, name, tmp_path, toy_bin):
     assert got["results"][0] == [s for s, _ in pairs]
     _check_logits(logits, got["results"][1], offsets, lengths)
     meta = json.loads((folder / "config.json").read_text())["docctx"]
-    assert meta["context"] == {"size": hub.task.cfg.context_size, "sides": ["src", "tgt"], "separator": "<sep>",
-                               "separator_id": sd.index("<sep>"), "source_context": True, "target_prefix": True}
+    assert meta["context"] == {"size": hub.task.cfg.context_size, "sides": list(sides), "separator": "<sep>",
+                               "separator_id": sd.index("<sep>"), "source_context": "src" in sides,
+                               "target_prefix": "tgt" in sides}
+    assert set(sides) == {"both": {"src", "tgt"}, "src": {"src"}, "tgt": {"tgt"}}[
+        {"concat_src": "src", "concat_tgt": "tgt"}.get(name, "both")]
     assert got["class"] == MODELS[name][3]
 
 

@@ -128,8 +128,9 @@ def model_card(meta: dict, class_name: str, folder_name: str, example: list) -> 
         "",
         "## Input",
         "",
-        f"The tokenizer (`AutoTokenizer`) maps text {segmented} to the fairseq dictionary's ids and appends "
-        "`</s>`; it does not segment raw text itself. A piece outside the dictionary is `<unk>`.",
+        f"The tokenizer (`AutoTokenizer`) maps text to the fairseq dictionary's ids and appends `</s>`; the text "
+        f"is given {segmented}: the tokenizer does not segment raw text itself. A piece outside the dictionary "
+        "is `<unk>`.",
     ]
     if seg.get("target_tokenizer"):
         lines += ["", f"The source and target dictionaries differ: decode the output with "

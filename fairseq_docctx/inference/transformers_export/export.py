@@ -92,6 +92,11 @@ def _save_model(hf, meta: dict, folder: str, target_dict) -> None:
 
     hf_logging.disable_progress_bar()
     hf.save_pretrained(folder, safe_serialization=True)
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in os.listdir(folder):  # the mode open() gives (safetensors writes its file 0600)
+        if os.path.isfile(os.path.join(folder, name)):
+            os.chmod(os.path.join(folder, name), 0o666 & ~umask)
     with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
         if json.load(f).get("docctx") != meta:  # transformers keeps a configuration's extra keys
             raise RuntimeError("transformers dropped config.json's docctx entry")

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from conftest import REPO, TINY_MODEL, beam_search, file_digests, prepare_command, run, run_in_process, venv_env
+from test_pretrained_data import corpus  # noqa: F401  (fixture)
 from fairseq_docctx.cli.export import cli_main as export_main
 
 pytest.importorskip("transformers")
@@ -431,3 +432,85 @@ def test_sentencepiece_data_reads_pieces_and_decodes_text(spm_export, toy_bin, t
     assert got["results"][0] == ids
     assert got["results"][1] == lines
     assert "SentencePiece model `sentencepiece.model`" in (folder / "README.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def release_exports(corpus, tmp_path_factory):  # noqa: F811
+    """Data of a tiny M2M-100-style release (SentencePiece, language tokens) and of a tiny
+    WMT19-style one (Moses + fastBPE, two dictionaries) through ``docctx-prepare --pretrained``,
+    a sentence model trained 40 updates on each, and its export: ``{name: (ckpt, data, folder)}``."""
+    from test_pretrained_data import _bpe_release, _sp_release
+
+    root = tmp_path_factory.mktemp("hf_release")
+    raw, _ = corpus
+    out = {}
+    for name, make, share in (("m2m100", lambda: _sp_release(corpus, root / "m2m", "m2m100"), True),
+                              ("wmt19", lambda: _bpe_release(corpus, root / "wmt19"), False)):
+        release, _ = make()
+        data = root / f"bin-{name}"
+        run(["docctx-prepare", "-s", "en", "-t", "de", "--trainpref", raw / "train", "--validpref", raw / "valid",
+             "--testpref", raw / "valid", "--destdir", data, "--pretrained", release])
+        tiny = [a for a in TINY_MODEL if share or a != "--share-all-embeddings"]
+        run(["fairseq-train", data, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
+             "--arch", "transformer", "--context-size", "0", *tiny, "--max-tokens", "1000", "--max-update", "40",
+             "--no-epoch-checkpoints", "--save-dir", root / f"ckpt-{name}"])
+        ckpt = root / f"ckpt-{name}" / "checkpoint_last.pt"
+        out[name] = (ckpt, data, _export(ckpt, data, root / f"hf-{name}"))
+    return out
+
+
+def _rows(hub, sample):
+    pad = hub.task.source_dictionary.pad()
+    return [(s[s.ne(pad)].tolist(), p[p.ne(pad)].tolist())
+            for s, p in zip(sample["net_input"]["src_tokens"], sample["net_input"]["prev_output_tokens"])]
+
+
+def test_language_token_data_forces_the_target_token_first(release_exports, tmp_path):
+    """M2M-100-style data (every sentence starts with its language token): the logits are
+    fairseq's, and greedy ``generate`` from ``</s>`` forces ``__de__`` first
+    (``forced_bos_token_id``) and then gives fairseq's beam-1 search with the token forced."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    ckpt, data, folder = release_exports["m2m100"]
+    hub = _hub(ckpt, data)
+    sample = _sample(hub, 10)
+    td = hub.task.target_dictionary
+    meta = json.loads((folder / "config.json").read_text())["docctx"]
+    assert meta["language_tokens"] == {"source": "__en__", "target": "__de__",
+                                       "source_id": hub.task.source_dictionary.index("__en__"),
+                                       "target_id": td.index("__de__")}
+    assert json.loads((folder / "generation_config.json").read_text())["forced_bos_token_id"] == td.index("__de__")
+    pairs = _rows(hub, sample)
+    assert all(s[0] == meta["language_tokens"]["source_id"] for s, _ in pairs)
+    with torch.no_grad():
+        logits = hub.models[0](**sample["net_input"])[0]
+    got = isolated(folder, [{"logits": pairs}, {"generate": [(s, [td.eos()]) for s, _ in pairs],
+                                                "max_new_tokens": 41}], tmp_path)
+    _check_logits(logits, got["results"][0], [0] * len(pairs), [len(p) for _, p in pairs])
+    gen = SequenceGenerator(hub.models, td, beam_size=1, max_len_a=0, max_len_b=40)
+    net = {k: sample["net_input"][k] for k in ("src_tokens", "src_lengths")}
+    prefix = torch.full((len(pairs), 1), td.index("__de__"))
+    with torch.no_grad():
+        hyps = gen.generate(hub.models, {"id": sample["id"], "net_input": net}, prefix_tokens=prefix)
+    assert got["results"][1] == [h[0]["tokens"].tolist() for h in hyps]
+    assert "every source sentence starts with `__en__`" in (folder / "README.md").read_text()
+
+
+def test_a_wmt19_style_release_carries_its_codes(release_exports, tmp_path):
+    """Moses + fastBPE data with two dictionaries: FSMT with two vocabularies, the codes file
+    copied and named in the segmentation record, fairseq's logits."""
+    ckpt, data, folder = release_exports["wmt19"]
+    hub = _hub(ckpt, data)
+    meta = json.loads((folder / "config.json").read_text())["docctx"]
+    seg = meta["segmentation"]
+    assert (seg["kind"], seg["moses"], seg["target_tokenizer"]) == ("fastbpe", True, "target_tokenizer")
+    text = hub.task.pretrained_text
+    assert (folder / seg["file"]).read_bytes() == Path(text.segmentation_file).read_bytes()
+    assert meta["language_tokens"] is None
+    sample = _sample(hub, 10)
+    pairs = _rows(hub, sample)
+    with torch.no_grad():
+        logits = hub.models[0](**sample["net_input"])[0]
+    got = isolated(folder, [{"logits": pairs}], tmp_path)
+    assert got["class"] == "FSMTForConditionalGeneration"
+    _check_logits(logits, got["results"][0], [0] * len(pairs), [len(p) for _, p in pairs])

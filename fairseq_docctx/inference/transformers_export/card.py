@@ -11,7 +11,8 @@ transformers engine reads it) and the model card ``README.md`` (:func:`model_car
      "max_source_positions": N, "max_target_positions": N,
      "segmentation": {"kind": "pre-segmented" | "sentencepiece" | "fastbpe" | "subword_nmt" | "none",
                       "file": FILE | null, "moses": bool, "target_tokenizer": SUBFOLDER | null},
-     "pretrained": null | the data's pretrained record (language tokens),
+     "pretrained": null | the data's pretrained record,
+     "language_tokens": null | {"source": "__en__", "target": "__de__", "source_id": N, "target_id": N},
      "checkpoint_sha1": ...}
 """
 import re
@@ -132,6 +133,13 @@ def model_card(meta: dict, class_name: str, folder_name: str, example: list) -> 
         f"is given {segmented}: the tokenizer does not segment raw text itself. A piece outside the dictionary "
         "is `<unk>`.",
     ]
+    langtoks = meta.get("language_tokens")
+    if langtoks:
+        lines += ["", f"Language tokens: every source sentence starts with `{langtoks['source']}`, every target "
+                  f"sentence with `{langtoks['target']}` (the context sentences too), as in the training data: give "
+                  f"them in the text. `generate` forces `{langtoks['target']}` first after the start `</s>` "
+                  "(`forced_bos_token_id`, generation_config.json); after a target prefix put it at the end of the "
+                  f"prefix yourself (`... <sep> </s> {langtoks['target']}`) and cut it off with the prefix."]
     if seg.get("target_tokenizer"):
         lines += ["", f"The source and target dictionaries differ: decode the output with "
                   f"`AutoTokenizer.from_pretrained(DIR, subfolder=\"{seg['target_tokenizer']}\")`."]

@@ -37,7 +37,7 @@ def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] =
     arch = getattr(model.cfg if hasattr(model, "cfg") else None, "_name", None) or getattr(
         getattr(model, "args", None), "arch", None)
     name = check_architecture(arch, checkpoint)
-    _check_language_tokens(task, checkpoint)
+    langtoks = _check_language_tokens(task, checkpoint)
     class_name = choose_class(model, checkpoint)
     outdir = outdir.rstrip("/") or outdir
     guard = check_outdir(outdir, force, files_read(checkpoint, getattr(task.cfg, "data", None), spm_model))
@@ -50,6 +50,7 @@ def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] =
         segmentation = write_tokenizers(task.source_dictionary, task.target_dictionary, tmp, spm_model,
                                         int(model.encoder.max_positions()), getattr(task, "pretrained_text", None))
         meta = docctx_metadata(model, task, name, arch, segmentation)
+        meta["language_tokens"] = langtoks
         meta["checkpoint_sha1"] = checkpoint_sha1(checkpoint)
         _save_model(hf, meta, tmp, task.target_dictionary)
         for side, lang, d in (("source", task.cfg.source_lang, task.source_dictionary),
@@ -67,14 +68,24 @@ def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] =
         return write_folder(guard, outdir, fill)
 
 
-def _check_language_tokens(task, where: str) -> None:
-    """Refuse (one line) data with language tokens (``docctx-prepare --pretrained`` of M2M-100,
-    NLLB-200, mBART): the fairseq task places them and forces the target's first, which the
-    exported tokenizer and generation settings do not do yet."""
+def _check_language_tokens(task, where: str) -> Optional[dict]:
+    """The language tokens of the data (``docctx-prepare --pretrained`` of M2M-100, NLLB-200,
+    mBART-50: every sentence starts with its token, the target's forced first) as the
+    ``docctx.language_tokens`` record (``None`` without them); refused in one line: mBART-25's
+    placement (the task adds the tokens to every batch) and segments (fairseq forces the token
+    first in every sentence of a segment inside its search), which ``generate`` does not do."""
     tokens = getattr(task, "language_tokens", None)
-    if tokens is not None and (tokens.target() is not None or tokens.bart() is not None):
-        raise ExportError(f"{where}: data with language tokens (docctx-prepare --pretrained of a multilingual "
-                          "release) does not export to transformers yet: the tokenizer would not place them")
+    if tokens is None or not tokens.ids():
+        return None
+    if tokens.bart() is not None:
+        raise ExportError(f"{where}: mBART-25's language tokens (added to every batch by the task) do not export "
+                          "to transformers yet")
+    if getattr(task, "segments", False):
+        raise ExportError(f"{where}: segments on data with language tokens: fairseq forces the token first in every "
+                          "sentence of a segment inside its search, which transformers' generate cannot do")
+    text = tokens.text
+    return {"source": text.source_langtok, "target": text.target_langtok,
+            "source_id": tokens.source(), "target_id": tokens.target()}
 
 
 def _save_model(hf, meta: dict, folder: str, target_dict) -> None:
@@ -83,7 +94,9 @@ def _save_model(hf, meta: dict, folder: str, target_dict) -> None:
     from transformers import GenerationConfig
 
     hf.config.docctx = meta
-    gen = GenerationConfig(decoder_start_token_id=target_dict.eos(), eos_token_id=target_dict.eos(),
+    langtoks = meta.get("language_tokens")
+    forced = {"forced_bos_token_id": langtoks["target_id"]} if langtoks and langtoks["target_id"] is not None else {}
+    gen = GenerationConfig(**forced, decoder_start_token_id=target_dict.eos(), eos_token_id=target_dict.eos(),
                            pad_token_id=target_dict.pad(), bos_token_id=target_dict.bos(),
                            forced_eos_token_id=target_dict.eos(), suppress_tokens=[target_dict.pad()],
                            **GENERATION)

@@ -340,6 +340,7 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
     from .inference.ctranslate2.record import EXPORT_FILE
 
     if os.path.isfile(os.path.join(checkpoint_dir, EXPORT_FILE)):
+        _refuse_transformers_export(checkpoint_dir)
         raise CheckpointError(f"{checkpoint_dir}: a model exported by docctx-export ctranslate2, not a fairseq "
                               "checkpoint: load it with from_exported",
                               f"--path {checkpoint_dir}: a model exported by docctx-export ctranslate2, not a "
@@ -361,6 +362,23 @@ def from_pretrained(checkpoint_dir: str, checkpoint_file: str = "checkpoint_best
     if not cpu and torch.cuda.is_available():
         hub.cuda()
     return hub
+
+
+def _refuse_transformers_export(folder: str) -> None:
+    """A folder ``docctx-export transformers`` wrote, given where a fairseq checkpoint is read:
+    one line saying what it is and what loads it."""
+    from .inference.ctranslate2.record import EXPORTING_ENGINES, read_export
+    from .inference.ctranslate2 import ExportError
+
+    try:
+        engine = read_export(folder, engines=EXPORTING_ENGINES).get("engine")
+    except ExportError:
+        return
+    if engine == "transformers":
+        raise CheckpointError(f"{folder}: a model exported by docctx-export transformers, not a fairseq checkpoint: "
+                              "load it with transformers' AutoModelForSeq2SeqLM.from_pretrained",
+                              f"--path {folder}: a model exported by docctx-export transformers, not a fairseq "
+                              "checkpoint (load it with transformers' AutoModelForSeq2SeqLM.from_pretrained)")
 
 
 def _no_sentencepiece(data: Optional[str]) -> None:

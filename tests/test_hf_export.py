@@ -435,7 +435,7 @@ def test_sentencepiece_data_reads_pieces_and_decodes_text(spm_export, toy_bin, t
 
 
 @pytest.fixture(scope="module")
-def release_exports(corpus, tmp_path_factory):  # noqa: F811
+def release_exports(corpus, tmp_path_factory):  # noqa: F811  (the fixture imported above)
     """Data of a tiny M2M-100-style release (SentencePiece, language tokens) and of a tiny
     WMT19-style one (Moses + fastBPE, two dictionaries) through ``docctx-prepare --pretrained``,
     a sentence model trained 40 updates on each, and its export: ``{name: (ckpt, data, folder)}``."""
@@ -514,3 +514,16 @@ def test_a_wmt19_style_release_carries_its_codes(release_exports, tmp_path):
     got = isolated(folder, [{"logits": pairs}], tmp_path)
     assert got["class"] == "FSMTForConditionalGeneration"
     _check_logits(logits, got["results"][0], [0] * len(pairs), [len(p) for _, p in pairs])
+
+
+def test_an_export_given_as_a_fairseq_checkpoint_is_one_line(trained, toy_bin, tmp_path, capsys):
+    from fairseq_docctx.cli.translate import cli_main as translate_main
+
+    _, _, folder = trained("sentence")
+    capsys.readouterr()  # the export's own line
+    src = tmp_path / "in.txt"
+    src.write_text("<d>\nw1 w2\n")
+    code, _, err = run_in_process(translate_main, [src, "--path", folder, "--data", toy_bin, "-o", tmp_path / "o"],
+                                  capsys)
+    lines = [ln for ln in err.strip().splitlines() if not ln.startswith("WARNING")]
+    assert code == 2 and len(lines) == 1 and "exported by docctx-export transformers" in lines[0], err

@@ -53,12 +53,12 @@ def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] =
         meta["language_tokens"] = langtoks
         meta["checkpoint_sha1"] = checkpoint_sha1(checkpoint)
         _save_model(hf, meta, tmp, task.target_dictionary)
-        for side, lang, d in (("source", task.cfg.source_lang, task.source_dictionary),
-                              ("target", task.cfg.target_lang, task.target_dictionary)):
+        for lang, d in ((task.cfg.source_lang, task.source_dictionary), (task.cfg.target_lang, task.target_dictionary)):
             if not os.path.exists(os.path.join(tmp, f"dict.{lang}.txt")):
                 d.save(os.path.join(tmp, f"dict.{lang}.txt"))
+        sentences = list(example or example_sentences(task.source_dictionary))
         with open(os.path.join(tmp, "README.md"), "w", encoding="utf-8") as f:
-            f.write(model_card(meta, class_name, os.path.basename(os.path.abspath(outdir)), list(example or example_sentences(task.source_dictionary))))
+            f.write(model_card(meta, class_name, os.path.basename(os.path.abspath(outdir)), sentences))
         return {"engine": "transformers", "model": name, "arch": arch, "class": class_name,
                 "model_type": MODEL_TYPES[class_name], "source_lang": task.cfg.source_lang,
                 "target_lang": task.cfg.target_lang, "checkpoint": os.path.abspath(checkpoint),

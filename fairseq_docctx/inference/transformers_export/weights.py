@@ -12,7 +12,7 @@ classes' own, computed with fairseq's formula.
 """
 import torch
 
-from . import ExportError
+from . import ExportError, import_transformers
 
 
 def hf_state_dict(model, name: str, config) -> dict:
@@ -40,8 +40,7 @@ def build_hf_model(model, name: str, config_kwargs: dict):
     """The ``transformers`` model ``name`` of ``model``: built from its configuration, then
     given fairseq's parameters; :class:`ExportError` if a parameter of either has no place in
     the other (a network this module does not map)."""
-    import transformers
-
+    transformers = import_transformers()  # installed, or one line saying how
     config = getattr(transformers, name.replace("ForConditionalGeneration", "Config"))(**config_kwargs)
     hf = getattr(transformers, name)(config)
     state = hf_state_dict(model, name, config)

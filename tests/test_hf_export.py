@@ -399,6 +399,22 @@ def test_networks_no_class_has_are_refused_naming_the_option(trained):
         choose_class(model, "x.pt")
 
 
+def test_the_options_of_a_model_started_from_marian_are_refused(trained):
+    """Marian's sinusoidal layout, an output bias, the decoder started with the padding token
+    (modules/hf_network.py): one line naming each (no FSMT with Marian's positions)."""
+    from fairseq_docctx.inference.transformers_export import ExportError
+    from fairseq_docctx.inference.transformers_export.classes import choose_class
+    from fairseq_docctx.modules.hf_network import EosAsPadEmbedding, MarianSinusoidalPositions
+
+    ckpt, data, _ = trained("sentence")
+    model = _hub(ckpt, data).models[0]
+    model.encoder.embed_positions.__class__ = MarianSinusoidalPositions
+    model.decoder.output_projection.bias = torch.nn.Parameter(torch.zeros(len(model.decoder.dictionary)))
+    model.decoder.embed_tokens.__class__ = EosAsPadEmbedding
+    with pytest.raises(ExportError, match="--positions-style marian, --output-bias, --decoder-start-pad$"):
+        choose_class(model, "x.pt")
+
+
 @pytest.fixture(scope="module")
 def spm_export(toy_bin, tmp_path_factory):
     """The toy documents prepared with a joint SentencePiece model (80 pieces), a sentence

@@ -19,6 +19,7 @@ one vocabulary (all but FSMT), and what no class computes (:func:`check_network`
 import math
 from typing import Optional, Tuple
 
+from ...modules.hf_network import EosAsPadEmbedding, MarianSinusoidalPositions
 from ...modules.sentence_positions import DocumentPositions
 from . import ExportError
 
@@ -60,7 +61,9 @@ def check_network(model, where: str) -> None:
     fairseq does: other activations, no positions, different encoder and decoder widths,
     projections, adaptive softmax, cross self-attention, quantisation noise, document positions,
     parameters a plain Transformer lacks, a mixed pre-/post-norm, a pre-norm network without
-    its final layer norms, mixed learned and sinusoidal positions."""
+    its final layer norms, mixed learned and sinusoidal positions; the options of a model started
+    from a transformers folder (``--positions-style marian``, ``--output-bias``,
+    ``--decoder-start-pad``: Marian's network, which no class here has)."""
     from ..ctranslate2.exportable import parameters_not_exported
 
     enc, dec = model.encoder, model.decoder
@@ -82,9 +85,16 @@ def check_network(model, where: str) -> None:
     if any(isinstance(p, DocumentPositions) and (p.shift or p.sentence_embeddings is not None)
            for p in (enc.embed_positions, dec.embed_positions)):
         problems.append("--segment-shifted-positions/--sentence-position-embeddings")
+    # the transformers families' choices (modules/hf_network.py), none of the four classes'
+    if any(isinstance(p, MarianSinusoidalPositions) for p in (enc.embed_positions, dec.embed_positions)):
+        problems.append("--positions-style marian")
+    if getattr(getattr(dec, "output_projection", None), "bias", None) is not None:
+        problems.append("--output-bias")
+    if isinstance(dec.embed_tokens, EosAsPadEmbedding):
+        problems.append("--decoder-start-pad")
     if not len(enc.layers) or not len(dec.layers):
         problems.append("--encoder-layers/--decoder-layers 0")
-    extra = parameters_not_exported(model)
+    extra = [k for k in parameters_not_exported(model) if k != "decoder.output_projection.bias"]
     if extra:
         problems.append(f"parameters a plain Transformer lacks ({', '.join(extra[:3])})")
     if problems:

@@ -210,3 +210,30 @@ def make_hf_folder(root, family: str, separate_vocabs: bool = False) -> Path:
     tok.save_pretrained(str(d))
     _model(family, tok, separate_vocabs).save_pretrained(str(d))
     return d
+
+
+def make_random_folder(root, family: str, separate_vocabs: bool = False, options=None, seed: int = 0):
+    """:func:`make_hf_folder`'s folder with its config given ``options`` (sizes, release options)
+    and a model of it with spread random weights saved over the folder's (normal, standard
+    deviation 0.5 for the matrices and 0.2 for the vectors, LayerNorm gains around 1,
+    ``final_logits_bias`` normal; the sinusoidal tables left as they are), so that its
+    logits and translations vary with the input; returns (dir, the transformers model)."""
+    import torch
+    import transformers
+
+    d = make_hf_folder(root, family, separate_vocabs)
+    cfg = transformers.AutoConfig.from_pretrained(str(d))
+    for k, v in (options or {}).items():
+        setattr(cfg, k, v)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForSeq2SeqLM.from_config(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.requires_grad and ".embed_positions." not in name or family.startswith("mbart"):
+                p.normal_(0, 0.5 if p.dim() > 1 else 0.2)
+                if "norm" in name and name.endswith(".weight"):
+                    p.add_(1.0)  # a LayerNorm gain around 1
+        if hasattr(model, "final_logits_bias"):
+            model.final_logits_bias.normal_(0, 1.0)
+    model.save_pretrained(str(d))
+    return d, model

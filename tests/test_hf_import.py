@@ -21,7 +21,7 @@ import torch
 from conftest import REPO
 
 transformers = pytest.importorskip("transformers")
-from hf_fixtures import IWSLT17, UNNAMED_ROWS, make_hf_folder  # noqa: E402
+from hf_fixtures import IWSLT17, UNNAMED_ROWS, make_random_folder  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not IWSLT17.is_dir(), reason=f"needs the shared corpora at {IWSLT17}")
 
@@ -52,26 +52,10 @@ FAMILIES = list(KINDS)
 
 def make_folder(root, kind, seed=0):
     """A tiny transformers folder of ``kind`` (:data:`KINDS`): hf_fixtures' folder (its real
-    tokenizer, its config), the config given the test's sizes and release options, a model of
-    it with random weights (LayerNorm gains around 1, ``final_logits_bias`` included) saved
-    over the folder's; returns (dir, hf model)."""
+    tokenizer, its config), the config given the test's sizes and release options, random
+    weights (``make_random_folder``); returns (dir, hf model)."""
     family, separate, options = KINDS[kind]
-    d = make_hf_folder(root, family, separate)
-    cfg = transformers.AutoConfig.from_pretrained(str(d))
-    for k, v in {**SIZES, **options}.items():
-        setattr(cfg, k, v)
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForSeq2SeqLM.from_config(cfg).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.requires_grad and ".embed_positions." not in name or family.startswith("mbart"):
-                p.normal_(0, 0.5 if p.dim() > 1 else 0.2)
-                if "norm" in name and name.endswith(".weight"):
-                    p.add_(1.0)  # a LayerNorm gain around 1
-        if hasattr(model, "final_logits_bias"):
-            model.final_logits_bias.normal_(0, 1.0)
-    model.save_pretrained(str(d))
-    return d, model
+    return make_random_folder(root, family, separate, {**SIZES, **options}, seed)
 
 
 def write_data(root, vocabs, sep="<sep>", name="data"):
@@ -106,7 +90,7 @@ def family(request, tmp_path_factory):
     tok = transformers.AutoTokenizer.from_pretrained(str(d))
     return {"kind": request.param, "dir": d, "hf": hf, "vocabs": vocabs, "tok": tok,
             "words": {side: ordinary_ids(v, tok) for side, v in vocabs.items()},
-            "data": write_data(root, vocabs), "data_nosep": write_data(root, vocabs, sep=None, name="data_nosep")}
+            "data": write_data(root, vocabs)}
 
 
 def ordinary_ids(vocab, tok):
@@ -201,12 +185,12 @@ GEN_SENTS = [[5, 9, 11, 30, 7], [12, 4, 40], [33, 21, 6, 8, 17, 9, 10], [44, 45]
 def test_greedy_search_equals_generate(family):
     """fairseq's beam search at beam 1 (incremental decoding: the positions, the output bias and
     the decoder start of one-step calls) gives transformers' ``generate(num_beams=1)``'s tokens.
-    The data dictionary here holds the checkpoint's symbols only (a symbol the data adds, the
-    separator, has a new row that can win an argmax: docs/pretrained.md)."""
+    The data dictionary holds the separator after the checkpoint's symbols: its new rows, the
+    average of the checkpoint's (``pretrained_init.grow``), never win the argmax."""
     from fairseq.sequence_generator import SequenceGenerator
 
     hf, vocabs = family["hf"], family["vocabs"]
-    _, task, model = build(family["data_nosep"], "han_transformer", "--context-size", "0",
+    _, task, model = build(family["data"], "han_transformer", "--context-size", "0",
                            "--init-from-pretrained", family["dir"])
     sd, td = task.source_dictionary, task.target_dictionary
     src, lengths, hf_src, mask = _batch(vocabs["source"], words(family, "source", GEN_SENTS), sd.eos(),

@@ -4,7 +4,8 @@ sentences (../shared/data) are the folder's own tokenizer's (``AutoTokenizer``, 
 ``tgt_lang`` set, ``text_target`` for the target), through Marian's renumbering; the language
 tokens are where the tokenizer puts them, written into the data (``prepend``) or placed by the
 task (``bart``); the dictionaries have the model's rows; inference reads and writes text with the
-data folder's copy of the tokenizer; one-line refusals."""
+data folder's copy of the tokenizer; one-line refusals. (Training and decoding on this data, from
+the folder: tests/test_hf_pipeline.py.)"""
 import json
 import os
 import shutil
@@ -13,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import REPO, run
+from conftest import run
 from hf_fixtures import IWSLT17, make_hf_folder
 from fairseq_docctx.cli.prepare import main
 from fairseq_docctx.data.manifest import MANIFEST_NAME
@@ -249,43 +250,3 @@ def test_hub_id_from_the_cache(corpus, folders, tmp_path):
 
     v = folder_vocabularies(str(folders("marian")))["source"]
     assert [v.hf_ids(x) for x in ids[:20]] == AutoTokenizer.from_pretrained(str(folders("marian")))(text["en"][:20]).input_ids
-
-
-TRAIN = ["--user-dir", REPO / "fairseq_docctx", "--task", "document_translation", "--arch", "concat_transformer",
-         "--context-size", "1", "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
-         "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
-         "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--share-all-embeddings",
-         "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "2000", "--cpu", "--num-workers", "0",
-         "--no-epoch-checkpoints", "--no-save-optimizer-state", "--disable-validation", "--seed", "1",
-         "--max-update", "2"]
-
-
-@pytest.mark.parametrize("case", ["marian", "nllb", "mbart25"])
-def test_a_document_model_trains_and_decodes_on_the_data(case, corpus, folders, tmp_path):
-    """fairseq-train (concat_transformer, from scratch, 2 updates) and fairseq-generate on the data
-    of a folder: every test sentence decoded in order, the references (T- lines) given back as
-    the folder's tokenizer decodes their ids, no language token in the output."""
-    import re
-
-    from transformers import AutoTokenizer
-
-    prefix, text = corpus
-    _, _, langs, placement, codes = CASES[case]
-    data, save = tmp_path / "bin", tmp_path / "ckpt"
-    main(["-s", "en", "-t", "de", "--trainpref", str(prefix), "--testpref", str(prefix), "--destdir", str(data),
-          "--pretrained", str(folders(case)), *(["--pretrained-langs", langs] if langs else [])])
-    run(["fairseq-train", data, *TRAIN, "--save-dir", save])
-    p = run(["fairseq-generate", data, "--user-dir", REPO / "fairseq_docctx", "--task", "document_translation",
-             "--path", save / "checkpoint_last.pt", "--gen-subset", "test", "--beam", "1", "--max-len-b", "5",
-             "--cpu", "--num-workers", "0", "--batch-size", "64"])
-    lines = {kind: {int(m.group(1)): m.group(2).split("\t")[-1]
-                    for m in re.finditer(rf"^{kind}-(\d+)\t(.*)$", p.stdout, re.M)} for kind in "TDH"}
-    n = len(text["de"])
-    assert sorted(lines["D"]) == sorted(lines["T"]) == list(range(n))
-    tok = AutoTokenizer.from_pretrained(str(folders(case)))
-    if codes[1]:
-        tok.tgt_lang = codes[1]
-    refs = [tok.decode(x, skip_special_tokens=True) for x in tok(text_target=text["de"]).input_ids]
-    assert [lines["T"][i] for i in range(n)] == refs
-    if placement:
-        assert not any(codes[1] in h.split() for h in lines["H"].values())

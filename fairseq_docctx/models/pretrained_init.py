@@ -31,10 +31,11 @@ is built with the checkpoint's own network and its weights:
 2. :func:`load_weights` (through :func:`sentence_init.apply`, so that it is applied once, not
    again on a resume, and ``--freeze-sentence-weights`` / ``--lr-scale-pretrained`` act on
    what it loaded): every weight whose name and shape match; the embedding tables (and an
-   untied output projection) take rows ``[0, R)`` from the checkpoint and keep the rows of
-   the symbols the data dictionary has beyond ``R`` (the context separator) as fairseq
-   initialises them (normal with standard deviation ``embed_dim ** -0.5``). A table that grew
-   counts as new for freezing and learning-rate scaling: its new rows must learn.
+   untied output projection, an output bias) take rows ``[0, R)`` from the checkpoint; the
+   rows of the symbols the data dictionary has beyond ``R`` (the context separator) start as
+   the average of the checkpoint's rows (:func:`grow`: never the argmax where the
+   checkpoint's own tokens are there, so that at K=0 the model translates as the checkpoint
+   does). A table that grew counts as new for freezing and learning-rate scaling: its new rows must learn.
 
 The context parts start as each model's paper says (its own ``is_context`` rule and
 initialisation, e.g. ``g_transformer``'s global attentions copied from the group ones).
@@ -44,6 +45,7 @@ import logging
 import os
 from typing import Dict, List, Optional, Tuple
 
+import torch
 from fairseq import checkpoint_utils
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY
 
@@ -288,6 +290,21 @@ def grown_names(model, args) -> set:
     return grown
 
 
+def grow(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``table`` (a model's embedding table ``[V, C]`` or output bias ``[V]``) with its first
+    rows the checkpoint's ``rows`` ``[R, ...]`` and each row after them (the symbols the data
+    adds: the context separator, the mask) their average. A new symbol's output logit is then
+    the average of the checkpoint's logits (``h · mean(W) + mean(b)``), below the largest one
+    unless all are equal: the model started from the checkpoint never predicts it where the
+    checkpoint predicts a token of its own, so at K=0 it translates as the checkpoint does
+    (fairseq's random rows could win the argmax). The rows still learn (Hewitt 2021,
+    "Initializing new word embeddings for pretrained language models")."""
+    out = table.detach().clone()
+    out[: rows.shape[0]] = rows
+    out[rows.shape[0]:] = rows.float().mean(0).to(out.dtype)
+    return out
+
+
 def load_weights(model, path: str, name: str) -> List[str]:
     """Copy the checkpoint's weights into ``model`` (the module doc, 2.); print a report of
     what is loaded, grown, added (new) and left out. Returns the names of the loaded
@@ -308,9 +325,7 @@ def load_weights(model, path: str, name: str) -> List[str]:
             ignored.append(f"  left out: {k} {tuple(v.shape)} (model: {tuple(mine.shape)})")
     update = dict(full)
     for k, v in grown.items():
-        t = own[k].clone()
-        t[: v.shape[0]] = v
-        update[k] = t
+        update[k] = grow(own[k], v)
     model.load_state_dict(dict(update), strict=False)  # a copy: fairseq upgrades it in place
     # a name of a tied tensor the checkpoint lacks is loaded with it (bart: the output
     # projection is decoder.embed_tokens.weight; fairseq issue #1758)

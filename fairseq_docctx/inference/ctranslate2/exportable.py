@@ -84,32 +84,7 @@ def check_exportable(model, where: str) -> None:
             problems.append("--no-decoder-final-norm")
         if enc.layers[0].self_attn.num_heads != dec.layers[0].self_attn.num_heads:
             problems.append("different encoder and decoder attention heads")
-    if getattr(dec, "adaptive_softmax", None) is not None:
-        problems.append("--adaptive-softmax-cutoff")
-    if dec.project_in_dim is not None or dec.project_out_dim is not None:
-        problems.append("--decoder-input-dim/--decoder-output-dim other than --decoder-embed-dim")
-    if getattr(dec, "cross_self_attention", False):
-        problems.append("--cross-self-attention")
-    if getattr(enc, "quant_noise", None) is not None or getattr(dec, "quant_noise", None) is not None:
-        problems.append("--quant-noise-pq")
-    # document positions (Lupo et al. 2022, 2023): CTranslate2 numbers the tokens of the joined
-    # sequence 0, 1, 2, ... and adds nothing else
-    if any(isinstance(p, DocumentPositions) and p.shift for p in (enc.embed_positions, dec.embed_positions)):
-        problems.append("--segment-shifted-positions")
-    if any(isinstance(p, DocumentPositions) and p.sentence_embeddings is not None
-           for p in (enc.embed_positions, dec.embed_positions)):
-        problems.append("--sentence-position-embeddings")
-    # the transformers families' choices (modules/hf_network.py): not in the exported spec
-    if any(isinstance(p, MarianSinusoidalPositions) for p in (enc.embed_positions, dec.embed_positions)):
-        problems.append("--positions-style marian")
-    if getattr(getattr(dec, "output_projection", None), "bias", None) is not None:
-        problems.append("--output-bias")
-    if isinstance(dec.embed_tokens, EosAsPadEmbedding):
-        problems.append("--decoder-start-pad")
-    extra = [k for k in parameters_not_exported(model) if k != "decoder.output_projection.bias"]
-    if extra:  # a weight the spec would leave out: a model other than a plain Transformer
-        problems.append(f"parameters a plain Transformer lacks ({', '.join(extra[:3])}"
-                        + (f" and {len(extra) - 3} more" if len(extra) > 3 else "") + ")")
+    problems += plain_transformer_problems(model)
     if problems:
         raise ExportError(f"{where}: CTranslate2 does not compute this model as fairseq does: "
                           + ", ".join(problems))
@@ -121,6 +96,42 @@ _TRANSFORMER_PARAMETER = re.compile(
     r"|layers\.\d+\.((self_attn|encoder_attn)\.(q_proj|k_proj|v_proj|out_proj)|fc1|fc2"
     r"|self_attn_layer_norm|encoder_attn_layer_norm|final_layer_norm)\.(weight|bias))"
     r"|decoder\.output_projection\.weight")
+
+
+def plain_transformer_problems(model) -> List[str]:
+    """The options of ``model`` that a plain Transformer (CTranslate2's spec, the
+    transformers classes of ``docctx-export transformers``) does not compute, as flags: an
+    adaptive softmax, projections around the decoder, cross self-attention, quantisation
+    noise, document positions (Lupo et al. 2022, 2023: both engines number the tokens of
+    the joined sequence 0, 1, 2, ... and add nothing else), the transformers families'
+    choices (:mod:`~fairseq_docctx.modules.hf_network`) and any parameter a plain
+    Transformer lacks."""
+    enc, dec = model.encoder, model.decoder
+    problems = []
+    if getattr(dec, "adaptive_softmax", None) is not None:
+        problems.append("--adaptive-softmax-cutoff")
+    if dec.project_in_dim is not None or dec.project_out_dim is not None:
+        problems.append("--decoder-input-dim/--decoder-output-dim other than --decoder-embed-dim")
+    if getattr(dec, "cross_self_attention", False):
+        problems.append("--cross-self-attention")
+    if getattr(enc, "quant_noise", None) is not None or getattr(dec, "quant_noise", None) is not None:
+        problems.append("--quant-noise-pq")
+    if any(isinstance(p, DocumentPositions) and p.shift for p in (enc.embed_positions, dec.embed_positions)):
+        problems.append("--segment-shifted-positions")
+    if any(isinstance(p, DocumentPositions) and p.sentence_embeddings is not None
+           for p in (enc.embed_positions, dec.embed_positions)):
+        problems.append("--sentence-position-embeddings")
+    if any(isinstance(p, MarianSinusoidalPositions) for p in (enc.embed_positions, dec.embed_positions)):
+        problems.append("--positions-style marian")
+    if getattr(getattr(dec, "output_projection", None), "bias", None) is not None:
+        problems.append("--output-bias")
+    if isinstance(dec.embed_tokens, EosAsPadEmbedding):
+        problems.append("--decoder-start-pad")
+    extra = [k for k in parameters_not_exported(model) if k != "decoder.output_projection.bias"]
+    if extra:
+        problems.append(f"parameters a plain Transformer lacks ({', '.join(extra[:3])}"
+                        + (f" and {len(extra) - 3} more" if len(extra) > 3 else "") + ")")
+    return problems
 
 
 def parameters_not_exported(model) -> List[str]:

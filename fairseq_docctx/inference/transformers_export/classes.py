@@ -19,8 +19,6 @@ one vocabulary (all but FSMT), and what no class computes (:func:`check_network`
 import math
 from typing import Optional, Tuple
 
-from ...modules.hf_network import EosAsPadEmbedding, MarianSinusoidalPositions
-from ...modules.sentence_positions import DocumentPositions
 from . import ExportError
 
 #: registered fairseq models (``--arch``'s model) that export
@@ -64,7 +62,7 @@ def check_network(model, where: str) -> None:
     its final layer norms, mixed learned and sinusoidal positions; the options of a model started
     from a transformers folder (``--positions-style marian``, ``--output-bias``,
     ``--decoder-start-pad``: Marian's network, which no class here has)."""
-    from ..ctranslate2.exportable import parameters_not_exported
+    from ..ctranslate2.exportable import plain_transformer_problems
 
     enc, dec = model.encoder, model.decoder
     problems = []
@@ -74,29 +72,9 @@ def check_network(model, where: str) -> None:
         problems.append("--no-token-positional-embeddings")
     if enc.embed_tokens.embedding_dim != dec.embed_tokens.embedding_dim:
         problems.append("--encoder-embed-dim other than --decoder-embed-dim")
-    if getattr(dec, "adaptive_softmax", None) is not None:
-        problems.append("--adaptive-softmax-cutoff")
-    if dec.project_in_dim is not None or dec.project_out_dim is not None:
-        problems.append("--decoder-input-dim/--decoder-output-dim other than --decoder-embed-dim")
-    if getattr(dec, "cross_self_attention", False):
-        problems.append("--cross-self-attention")
-    if getattr(enc, "quant_noise", None) is not None or getattr(dec, "quant_noise", None) is not None:
-        problems.append("--quant-noise-pq")
-    if any(isinstance(p, DocumentPositions) and (p.shift or p.sentence_embeddings is not None)
-           for p in (enc.embed_positions, dec.embed_positions)):
-        problems.append("--segment-shifted-positions/--sentence-position-embeddings")
-    # the transformers families' choices (modules/hf_network.py), none of the four classes'
-    if any(isinstance(p, MarianSinusoidalPositions) for p in (enc.embed_positions, dec.embed_positions)):
-        problems.append("--positions-style marian")
-    if getattr(getattr(dec, "output_projection", None), "bias", None) is not None:
-        problems.append("--output-bias")
-    if isinstance(dec.embed_tokens, EosAsPadEmbedding):
-        problems.append("--decoder-start-pad")
+    problems += plain_transformer_problems(model)
     if not len(enc.layers) or not len(dec.layers):
         problems.append("--encoder-layers/--decoder-layers 0")
-    extra = [k for k in parameters_not_exported(model) if k != "decoder.output_projection.bias"]
-    if extra:
-        problems.append(f"parameters a plain Transformer lacks ({', '.join(extra[:3])})")
     if problems:
         raise ExportError(f"{where}: no transformers class computes this model as fairseq does: "
                           + ", ".join(problems))

@@ -2,25 +2,24 @@
 the generator the task's batches are decoded with through the CTranslate2 engine (document
 order, the model's own previous translations as target context, a segment model's segments),
 and the drafts' generator (:func:`draft_generator`)."""
-import contextlib
 import math
 from typing import List, Optional
 
 import torch
 
 from ...data import context_batch as cb
-from ...modules.context_concat import concat_with_context, gather_context_rows, pack_segments
+from ..context_rows import ContextRows
 from .spec import vocabulary
 
 
-class CTranslate2Generator:
+class CTranslate2Generator(ContextRows):
     """fairseq's generator interface (``generate(models, sample)`` -> one list of hypotheses
     per row, best first, ``tokens`` ending in EOS) over a ``ctranslate2.Translator``, running
     fairseq's beam search (``fairseq.sequence_generator.SequenceGenerator``).
 
     The rows' context (``net_input["context"]``, as the task collates it, with the model's
     own translations on the target side in document order) is joined as the model's encoder
-    joins it. Every row is decoded as it would be alone: its length limit is
+    joins it (:class:`~fairseq_docctx.inference.context_rows.ContextRows`). Every row is decoded as it would be alone: its length limit is
     ``max_len_a * n + max_len_b`` tokens before EOS, ``n`` its own source sentence's tokens
     (EOS included), whatever its neighbours in the batch; at least ``min_len`` tokens; EOS is
     forced at the limit. The search is fairseq's: the same ``2 * beam`` candidates per step,
@@ -49,13 +48,12 @@ class CTranslate2Generator:
                  lenpen: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200, min_len: int = 1,
                  max_source_positions: int = 1024, max_target_positions: int = 1024,
                  unkpen: float = 0.0, max_batch_size: int = 0, prefix: str = "stepwise"):
+        super().__init__(src_dict, tgt_dict, sep, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b,
+                         min_len=min_len, max_source_positions=max_source_positions,
+                         max_target_positions=max_target_positions)
         self.prefix = prefix
         self.translator = translator
-        self.src_dict, self.tgt_dict, self.sep = src_dict, tgt_dict, sep
-        self.beam, self.lenpen = int(beam), float(lenpen)
-        self.max_len_a, self.max_len_b, self.min_len = float(max_len_a), int(max_len_b), int(min_len)
-        self.max_source_positions = int(max_source_positions)
-        self.max_target_positions = int(max_target_positions)
+        self.beam = int(beam)
         self.disable_unk = unkpen == float("inf")
         self.src_words = vocabulary(src_dict)
         self.tgt_words = vocabulary(tgt_dict)
@@ -66,36 +64,10 @@ class CTranslate2Generator:
         # CTranslate2's length penalty: fairseq's, or one too small to change a float32
         # score where fairseq's is 0 (CTranslate2's stopping rule needs one other than 0)
         self.ct2_lenpen = self.lenpen if self.lenpen != 0 else 1e-12
-        #: the rows' raised limits of the batch decoded within :meth:`at_least` (``None``: none)
-        self.floor: Optional[torch.Tensor] = None
 
-    @property
-    def len_penalty(self) -> float:
-        """``--lenpen``, under the name fairseq's generator gives it (the task's segment
-        decoding reads it to score each sentence of a segment)."""
-        return self.lenpen
-
-    @contextlib.contextmanager
-    def at_least(self, floor: Optional[torch.Tensor]):
-        """Within the block, row i of the batch decoded there (one :meth:`generate` call) ends
-        no earlier than ``floor[i]`` tokens (still at most the decoder's positions less one), as
-        :meth:`~fairseq_docctx.tasks.length_limits.RowLengthLimit.at_least` raises fairseq's
-        limits: the task raises a segment's limit to the sum of its sentences' length windows
-        and separators. ``None``: nothing changes."""
-        before, self.floor = self.floor, None if floor is None else floor.long().cpu()
-        try:
-            yield self
-        finally:
-            self.floor = before
-
-    def _rows(self, tokens: torch.Tensor, words: List[str], pad: int) -> List[List[str]]:
-        return [[words[i] for i in row if i != pad] for row in tokens.tolist()]
-
-    def max_len(self, source_length: int) -> int:
-        """The length limit (tokens before EOS) of a sentence of ``source_length`` tokens (its
-        EOS included): ``int(max_len_a * source_length + max_len_b)``, at most the decoder's
-        positions less one."""
-        return min(int(self.max_len_a * source_length + self.max_len_b), self.max_target_positions - 1)
+    @staticmethod
+    def _words(rows: List[List[int]], words: List[str]) -> List[List[str]]:
+        return [[words[i] for i in row] for row in rows]
 
     @torch.no_grad()
     def generate(self, models, sample, prefix_tokens=None, constraints=None, bos_token=None, **unused):
@@ -108,55 +80,20 @@ class CTranslate2Generator:
         if constraints is not None:
             raise ValueError("the ctranslate2 engine takes no constraints")
         ni = sample["net_input"]
-        limits = self._limits(ni["src_tokens"])
+        limits = self.limits(ni["src_tokens"])
         ctx = cb.get_context(ni)
-        sources = self._sources(ni["src_tokens"].cpu(), ctx)
-        prefixes = self._context_prefixes(ctx, limits, len(sources))
+        sources = self._words(self.source_ids(ni["src_tokens"], ctx), self.src_words)
+        prefixes = self._words(self.context_prefix_ids(ctx, limits, len(sources)), self.tgt_words)
         # the target prefix: the context, then fairseq's start token; CTranslate2 takes its
         # first token as the decoder's start and returns the rest before the translation
         targets = [p + [self.start_word] for p in prefixes]
         forced = [[] for _ in sources]
         if prefix_tokens is not None:
-            forced = self._rows(prefix_tokens.cpu(), self.tgt_words, self.tgt_dict.pad())
+            forced = self._words(self.ids(prefix_tokens.cpu(), self.tgt_dict.pad()), self.tgt_words)
         best = self._search(sources, targets, [len(p) for p in prefixes], limits, forced)
         return [[{"tokens": torch.tensor(ids, dtype=torch.long), "score": score, "attention": None,
                   "alignment": None, "positional_scores": torch.zeros(len(ids))}]
                 for ids, score in best]
-
-    def _limits(self, src_tokens: torch.Tensor) -> List[int]:
-        """Every row's length limit (:meth:`max_len` of its own source sentence), raised
-        within :meth:`at_least`."""
-        limits = [self.max_len(n) for n in src_tokens.ne(self.src_dict.pad()).sum(1).tolist()]
-        if self.floor is not None:
-            if self.floor.numel() != len(limits):
-                raise RuntimeError(f"length limits raised for {self.floor.numel()} rows, the batch has {len(limits)}")
-            limits = [min(max(n, f), self.max_target_positions - 1) for n, f in zip(limits, self.floor.tolist())]
-        return limits
-
-    def _sources(self, src: torch.Tensor, ctx) -> List[List[str]]:
-        """The rows' source words: the sentence, joined after its source context as the
-        model's encoder joins it (where the batch has one)."""
-        pad, eos = self.src_dict.pad(), self.src_dict.eos()
-        if cb.has_side(ctx, "src"):
-            table = cb.table(ctx, "src")
-            src, _ = concat_with_context(src, table.tokens.cpu(), table.index.cpu(), pad, eos, self.sep,
-                                         left_pad=True, max_len=self.max_source_positions)
-        return self._rows(src, self.src_words, pad)
-
-    def _context_prefixes(self, ctx, limits: List[int], rows: int) -> List[List[str]]:
-        """The rows' target context words (none where the batch has no target side), their
-        earliest tokens cut where the prefix and the sentence outgrow the decoder's positions."""
-        if not cb.has_side(ctx, "tgt"):
-            return [[] for _ in range(rows)]
-        tpad = self.tgt_dict.pad()
-        table = cb.table(ctx, "tgt")
-        segs = [gather_context_rows(table.tokens.cpu(), table.index[:, k].cpu(), tpad,
-                                    self.tgt_dict.eos(), self.sep)
-                for k in reversed(range(table.index.size(1)))]
-        packed, _ = pack_segments(segs, tpad, left_pad=False)
-        rooms = [max(self.max_target_positions - (n + 1) - 1, 0) for n in limits]
-        return [p[len(p) - room:] if len(p) > room else p
-                for p, room in zip(self._rows(packed, self.tgt_words, tpad), rooms)]
 
     def _search(self, sources, targets, cut: List[int], limits: List[int], forced=None):
         """The best translation ``(token ids ending in EOS, score)`` of every row, ranked as

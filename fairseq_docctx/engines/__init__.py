@@ -5,17 +5,22 @@ choices (:func:`add_engine_arguments`); :func:`engine_of` is the parsed options'
 once the options of another engine are refused.
 
 Adding an engine is one module beside these, with its :class:`~.base.Engine`, and its line
-in :data:`ENGINES`. The registry and the engines' modules import nothing heavy (the command
-lines parse their options with them); an engine imports what it runs when it runs it.
+in :data:`ENGINES`; :data:`EXPORTS` gives ``docctx-export`` its subcommands. The registry
+and the engines' modules import nothing heavy (the command lines parse their options with
+them); an engine imports what it runs when it runs it.
 """
 from typing import Dict
 
 from .base import Engine
 from .ctranslate2 import CTranslate2Engine
 from .fairseq import FairseqEngine
+from .transformers import TransformersEngine
 
 #: the engines by name, the default first
-ENGINES: Dict[str, Engine] = {e.name: e for e in (FairseqEngine(), CTranslate2Engine())}
+ENGINES: Dict[str, Engine] = {e.name: e for e in (FairseqEngine(), CTranslate2Engine(), TransformersEngine())}
+#: ``docctx-export``'s targets by name: the engines that write a model of their own
+#: (:attr:`~.base.Engine.export_help`)
+EXPORTS: Dict[str, Engine] = {e.name: e for e in ENGINES.values() if e.export_help}
 #: the engine when ``--engine`` is not given
 DEFAULT = next(iter(ENGINES))
 

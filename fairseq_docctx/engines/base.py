@@ -69,7 +69,16 @@ class Engine:
         raise NotImplementedError
 
     def add_export_arguments(self, parser) -> None:
-        """``docctx-export NAME``'s arguments (for an engine with :attr:`export_help`)."""
+        """``docctx-export NAME``'s arguments (for an engine with :attr:`export_help`): the
+        checkpoint, the folder to write, the data directory and ``--force``, which every
+        export takes; an engine adds its own after them."""
+        parser.add_argument("checkpoint", metavar="CKPT", help="checkpoint file (.pt)")
+        parser.add_argument("outdir", metavar="OUTDIR", help="folder to write (must not exist unless --force; never "
+                            "the checkpoint, its folder, the data directory or a folder holding them)")
+        parser.add_argument("--data", help="data directory with the dictionaries (default: as docctx-translate "
+                            "finds it: the checkpoint's directory, else the training data)")
+        parser.add_argument("--force", action="store_true", help="replace OUTDIR if it is an earlier export (a "
+                            "folder docctx-export wrote, holding only its files), once the new export is complete")
 
     def export(self, args) -> str:
         """``docctx-export NAME``: the checkpoint of the parsed ``args`` written for this

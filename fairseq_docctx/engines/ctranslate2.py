@@ -56,15 +56,9 @@ class CTranslate2Engine(Engine):
         parser.description = ("Write a transformer, concat_transformer or doc2doc_transformer checkpoint as a "
                               "CTranslate2 model folder for docctx-translate --engine ctranslate2 (g_transformer "
                               "stays on fairseq: its group attention is not a plain Transformer's).")
-        parser.add_argument("checkpoint", metavar="CKPT", help="checkpoint file (.pt)")
-        parser.add_argument("outdir", metavar="OUTDIR", help="folder to write (must not exist unless --force; never "
-                            "the checkpoint, its folder, the data directory or a folder holding them)")
-        parser.add_argument("--data", help="data directory with the dictionaries (default: as docctx-translate "
-                            "finds it: the checkpoint's directory, else the training data)")
+        super().add_export_arguments(parser)
         parser.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
                             help="weight type (default: float32, the checkpoint's)")
-        parser.add_argument("--force", action="store_true", help="replace OUTDIR if it is an earlier export (a "
-                            "folder docctx-export wrote, holding only its files), once the new export is complete")
 
     def export(self, args) -> str:
         from ..hub import export_ctranslate2

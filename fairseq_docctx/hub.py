@@ -467,25 +467,74 @@ def from_exported(path: str, data: Optional[str] = None, spm_model: Optional[str
     :data:`~fairseq_docctx.inference.ctranslate2.PREFIX_MODES`, default ``stepwise``);
     ``overrides``: task options (``context_size=2``; another context setting than the
     export's needs ``context_override=True``, as in :func:`from_pretrained`)."""
-    from fairseq.dataclass.configs import GenerationConfig
-    from omegaconf import OmegaConf
-
     from .inference.ctranslate2 import check_prefix_mode
-    from .inference.ctranslate2.load import exported_task, load_translator
+    from .inference.ctranslate2.load import load_translator
     from .inference.ctranslate2.record import check_export_files, read_export
 
     check_prefix_mode(ct2_prefix)  # before the model is loaded
     path = os.fspath(path)
     record = read_export(path)
     check_export_files(path, record, data)
+    cfg, task, model, spm_model = _exported_parts(path, record, data, spm_model, overrides)
+    return ExportedHubInterface(cfg, task, [model], spm_model, load_translator(path, cpu, threads), record,
+                                ct2_prefix)
+
+
+def _exported_parts(path: str, record: dict, data: Optional[str], spm_model: Optional[str], overrides: dict):
+    """What an exported folder's hub interface is made of: the generation settings, the task
+    of its record (:func:`~fairseq_docctx.inference.ctranslate2.load.exported_task`, the
+    model's own translations as target context unless ``overrides`` say), the stand-in model
+    and the SentencePiece model (given, the export's copy, or the data directory's)."""
+    from fairseq.dataclass.configs import GenerationConfig
+    from omegaconf import OmegaConf
+
+    from .inference.ctranslate2.load import exported_task
+
     task, model, data = exported_task(path, record, data, **{"target_context": "hypothesis", **overrides})
     if spm_model is None and record.get("spm_model"):
         spm_model = os.path.join(path, record["spm_model"])
     spm_model = spm_model or find_spm_model(data)
     cfg = OmegaConf.create({"generation": OmegaConf.structured(GenerationConfig()), "tokenizer": None,
                             "bpe": None})
-    return ExportedHubInterface(cfg, task, [model], spm_model, load_translator(path, cpu, threads), record,
-                                ct2_prefix)
+    return cfg, task, model, spm_model
+
+
+# ------------------------------------------------------------------ the transformers engine
+class TransformersHubInterface(DocumentHubInterface):
+    """:class:`DocumentHubInterface` over a model exported by ``docctx-export transformers``
+    (:mod:`fairseq_docctx.inference.transformers_engine`): the same documents in, in the same
+    document order, decoded by ``transformers``' ``generate``."""
+
+    def __init__(self, cfg, task, models, spm_model, hf_model, record: dict):
+        super().__init__(cfg, task, models, spm_model)
+        self.hf_model = hf_model
+        self.record = record
+
+    def build_generator(self, gen_args):
+        """The transformers generator of ``gen_args``; a segment model's stand-in gets the task's
+        segment rules (sentence count, length windows), which the task checks after each
+        search (:meth:`~fairseq_docctx.tasks.segment_decoding.SegmentDecoding.inference_step`)."""
+        from .inference.transformers_engine import transformers_generator
+
+        self.task.segment_decoding.set_rules(self.models, gen_args.min_len)
+        return transformers_generator(self.hf_model, self.task, self.record, gen_args.beam, lenpen=gen_args.lenpen,
+                                      max_len_a=gen_args.max_len_a, max_len_b=gen_args.max_len_b,
+                                      min_len=gen_args.min_len, unkpen=gen_args.unkpen)
+
+
+def from_transformers(path: str, data: Optional[str] = None, spm_model: Optional[str] = None,
+                      cpu: bool = True, **overrides) -> TransformersHubInterface:
+    """A model exported by ``docctx-export transformers`` (the folder ``path``), decoded by
+    ``transformers``' ``generate`` in document order as :func:`from_pretrained`'s models are.
+    ``data``: a data directory whose dictionaries are those exported (default: the folder's
+    own copies); ``overrides``: task options (``context_size=2``; another context setting
+    than the export's needs ``context_override=True``, as in :func:`from_pretrained`)."""
+    from .inference.transformers_engine import load_hf_model, read_transformers_export
+
+    path = os.fspath(path)
+    record = read_transformers_export(path, data)
+    cfg, task, model, spm_model = _exported_parts(path, record, data, spm_model, overrides)
+    return TransformersHubInterface(cfg, task, [model], spm_model, load_hf_model(path, cpu), record)
 
 
 def export_ctranslate2(path: str, outdir: str, data: Optional[str] = None,

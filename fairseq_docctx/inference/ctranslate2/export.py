@@ -85,7 +85,7 @@ def _write_export(guard, spec, model, task, name, arch, checkpoint, outdir, spm_
     """:func:`export`'s writing: the folder made beside ``outdir`` and moved into place."""
     def fill(tmp):
         spec.save(tmp)
-        files = _copy_data_files(tmp, task, spm_model)
+        files = copy_data_files(tmp, task, spm_model)
         return export_record(model, task, name, arch, checkpoint, files, quantization)
 
     return write_folder(guard, outdir, fill)
@@ -113,7 +113,7 @@ def write_folder(guard, outdir: str, fill) -> dict:
     return record
 
 
-def _copy_data_files(tmp: str, task, spm_model: Optional[str]) -> dict:
+def copy_data_files(tmp: str, task, spm_model: Optional[str]) -> dict:
     """The data the model is decoded with, copied into the export ``tmp``: the task's
     dictionaries, the SentencePiece model and a pretrained release's segmentation file
     (:class:`~fairseq_docctx.data.pretrained.PretrainedText`); returns what the record says of

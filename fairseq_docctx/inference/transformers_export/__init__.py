@@ -33,6 +33,6 @@ def import_transformers():
     try:
         import transformers
     except ImportError:
-        raise ExportError("docctx-export transformers needs the transformers package: "
+        raise ExportError("docctx-export transformers and the transformers engine need the transformers package: "
                           "pip install fairseq_docctx[transformers]") from None
     return transformers

@@ -8,17 +8,20 @@ The folder: ``config.json`` (with the ``docctx`` context entry, :mod:`.card`),
 ``generation_config.json``, ``model.safetensors``, the tokenizer's files (:mod:`.tokenizer`),
 the model card ``README.md``, the data directory's dictionaries and ``docctx-export.json``
 (the export record: engine ``transformers``, the class, the checkpoint's path and SHA-1, the
-files written)."""
+files written, and what the transformers engine decodes with, as a CTranslate2 export
+records it: the task's settings, the dictionaries, the SentencePiece model, the positions;
+:func:`~fairseq_docctx.inference.ctranslate2.record.export_record`)."""
 import json
 import os
 from typing import Optional
 
 from ..checkpoint import checkpoint_sha1
-from ..ctranslate2.export import check_outdir, files_read, write_folder
+from ..ctranslate2.export import check_outdir, copy_data_files, files_read, write_folder
+from ..ctranslate2.record import export_record
 from .card import docctx_metadata, example_sentences, model_card
 from . import ExportError
 from .classes import MODEL_TYPES, check_architecture, choose_class, hf_config
-from .tokenizer import write_tokenizers
+from .tokenizer import SPM_FILE, write_tokenizers
 
 #: fairseq's search rules as ``generate`` options (``generation_config.json``): ``<pad>`` never
 #: generated, no ``</s>`` as the first token (fairseq's ``min_len`` 1), ``</s>`` forced at the
@@ -53,16 +56,16 @@ def export(model, task, checkpoint: str, outdir: str, spm_model: Optional[str] =
         meta["language_tokens"] = langtoks
         meta["checkpoint_sha1"] = checkpoint_sha1(checkpoint)
         _save_model(hf, meta, tmp, task.target_dictionary)
-        for lang, d in ((task.cfg.source_lang, task.source_dictionary), (task.cfg.target_lang, task.target_dictionary)):
-            if not os.path.exists(os.path.join(tmp, f"dict.{lang}.txt")):
-                d.save(os.path.join(tmp, f"dict.{lang}.txt"))
+        files = copy_data_files(tmp, task, None)  # the dictionaries; the release's file is there already
+        files["spm_model"] = SPM_FILE if segmentation["kind"] == "sentencepiece" else None
         sentences = list(example or example_sentences(task.source_dictionary))
         with open(os.path.join(tmp, "README.md"), "w", encoding="utf-8") as f:
             f.write(model_card(meta, class_name, os.path.basename(os.path.abspath(outdir)), sentences))
-        return {"engine": "transformers", "model": name, "arch": arch, "class": class_name,
-                "model_type": MODEL_TYPES[class_name], "source_lang": task.cfg.source_lang,
-                "target_lang": task.cfg.target_lang, "checkpoint": os.path.abspath(checkpoint),
-                "checkpoint_sha1": meta["checkpoint_sha1"], "docctx": meta}
+        record = export_record(model, task, name, arch, checkpoint, files, None)
+        del record["quantization"]
+        record.update(engine="transformers", model_type=MODEL_TYPES[class_name], docctx=meta)
+        record["class"] = class_name
+        return record
 
     with guard:
         return write_folder(guard, outdir, fill)

@@ -67,7 +67,7 @@ class _Background:
         self.lock = threading.Lock()
         self.futures = {}
         self.probe, self.factory = probe, factory
-        if "mht_model" in needed:  # its drafts come from the sentence-level model
+        if needed & {"mht_model", "hf_concat_model"}:  # their drafts or start: the sentence-level model
             needed = set(needed) | {"sentence_model"}
         for name in QUEUE:
             if name in needed:
@@ -156,6 +156,21 @@ UPDATES = {"concat": 300, "mht": 300, "han_encoder": 300}
 def concat_model(bg, probe, factory):
     return _train(probe, factory, "concat", "concat_transformer", K + ["--context-sides", "both"],
                   max_update=UPDATES["concat"])
+
+
+@_training
+def hf_concat_model(bg, probe, factory):
+    """concat_transformer (K=2, both sides, concat_model's updates) started from the
+    sentence-level model saved in transformers format: ``docctx-export transformers`` of the
+    session's ``sentence_model`` (an FSMT folder), then ``fairseq-train --init-from-pretrained
+    FOLDER`` on the probe's data (the data the sentence model was trained on: its ids are the
+    folder's). ``folder``: the export."""
+    sentence_model = bg.get("sentence_model")  # trained before (the queue's order)
+    folder = pu.export_transformers(sentence_model["checkpoint"], probe["data_bin"],
+                                    os.path.join(str(factory.mktemp("hf_sent")), "hf"))
+    model = _train(probe, factory, "hf_concat", "concat_transformer",
+                   K + ["--context-sides", "both", "--init-from-pretrained", folder], max_update=UPDATES["concat"])
+    return dict(model, folder=folder)
 
 
 @_training
@@ -288,11 +303,12 @@ def rnnsearch_acc(probe, rnnsearch_model):
 #: make test run on 2 busy cores: qcn_transformer 4.8 min, the HAN decoder 4.6, mht_transformer
 #: 4.5 after its drafts, hrnn_context 4.4, the sentence-level model 3.5, concat_transformer 3.3,
 #: the HAN encoder 2.4, isg_rnnsearch and doc2doc_transformer 2, g_transformer and rnnsearch
-#: under 1), mht_transformer after the sentence-level model its drafts come from and
-#: qcn_transformer beside it (which ends after the sentence-level model, so no worker waits
-#: for it); conftest.py runs the tests that read them in this order too
-QUEUE = ["sentence_model", "qcn_model", "mht_model", "han_decoder_model", "concat_model", "hrnn_model",
-         "han_encoder_model", "isg_model", "doc2doc_model", "g_model", "rnnsearch_model"]
+#: under 1; the concatenation model started from the transformers export, a slow test's, 3.2
+#: with its export on 2 lightly loaded cores), mht_transformer after the sentence-level model
+#: its drafts come from and qcn_transformer beside it (which ends after the sentence-level
+#: model, so no worker waits for it); conftest.py runs the tests that read them in this order too
+QUEUE = ["sentence_model", "qcn_model", "mht_model", "han_decoder_model", "concat_model", "hf_concat_model",
+         "hrnn_model", "han_encoder_model", "isg_model", "doc2doc_model", "g_model", "rnnsearch_model"]
 assert sorted(QUEUE) == sorted(TRAININGS)
 
 
@@ -307,6 +323,7 @@ DECODINGS = [
     ("hrnn_model", _args("--context-size", "3")),  # (queued in the order of QUEUE)
     ("concat_model", _args(*K, "--context-sides", "both")),
     ("concat_model", _args(*K, "--context-sides", "both", "--target-context", "reference")),
+    ("hf_concat_model", _args(*K, "--context-sides", "both")),
     ("qcn_model", _args(*K)),
     ("han_encoder_model", lambda m: m["task_args"]),
     ("han_decoder_model", lambda m: m["task_args"]),

@@ -158,6 +158,21 @@ def train(data_bin: str, arch: str, workdir: str, extra_args: Sequence[str] = ()
     return {"checkpoint": ckpt, "seconds": time.time() - t0, "log": log}
 
 
+def export_transformers(ckpt: str, data_bin: str, outdir: str) -> str:
+    """``docctx-export transformers CKPT OUTDIR --data DATA_BIN`` (the console script); the
+    folder written."""
+    _run([_tool("docctx-export"), "transformers", ckpt, outdir, "--data", data_bin],
+         outdir.rstrip("/") + ".log")
+    return outdir
+
+
+def train_losses(log_path: str) -> List[float]:
+    """The ``loss=`` of each ``train_inner`` line of a fairseq-train log (one per
+    ``--log-interval`` updates), in order."""
+    with open(log_path, encoding="utf-8") as f:
+        return [float(x) for x in re.findall(r"\| train_inner \|.*? loss=([\d.]+),", f.read())]
+
+
 def generate(data_bin: str, ckpt: str, subset: str = "test", beam: int = 1,
              batch_size: int = 64, extra_args: Sequence[str] = (), task: str = "translation",
              user_dir: Optional[str] = USER_DIR, log_path: Optional[str] = None) -> List[str]:

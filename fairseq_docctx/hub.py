@@ -543,21 +543,30 @@ def export_ctranslate2(path: str, outdir: str, data: Optional[str] = None,
     ``concat_transformer`` or ``doc2doc_transformer``), loaded as :func:`from_pretrained` loads it (``data``: its data
     directory), written as a CTranslate2 model folder ``outdir``
     (:func:`fairseq_docctx.inference.ctranslate2.export.export`). Returns the record written."""
-    from .inference.ctranslate2.export import check_outdir, export, files_read
+    from .inference.ctranslate2.export import export
     from .inference.ctranslate2.exportable import check_architecture
 
     path = os.fspath(path)
+    hub = _exporting(path, outdir, data, force, check_architecture)
+    return export(hub.models[0], hub.task, path, os.fspath(outdir), spm_model=hub.spm_model,
+                  quantization=quantization, force=force)
+
+
+def _exporting(path: str, outdir: str, data: Optional[str], force: bool, check_architecture):
+    """The checkpoint ``path`` an export writes, loaded as :func:`from_pretrained` loads it,
+    once its architecture (``check_architecture(arch, path)``: the export's own list) and
+    ``outdir`` (:func:`~fairseq_docctx.inference.ctranslate2.export.check_outdir`) are
+    accepted, both before the model is loaded."""
+    from .inference.ctranslate2.export import check_outdir, files_read
+
     state = load_checkpoint_state(path)
     cfg = state.get("cfg")
     model_cfg = cfg.get("model") if cfg is not None else None
     model_cfg = model_cfg if model_cfg is not None else state.get("args")
-    arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
-    check_architecture(arch, path)
-    check_outdir(os.fspath(outdir), force, files_read(path, data))  # before the model is loaded
+    check_architecture(getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None), path)
+    check_outdir(os.fspath(outdir), force, files_read(path, data))
     del state
-    hub = from_pretrained(path, data=data)
-    return export(hub.models[0], hub.task, path, os.fspath(outdir), spm_model=hub.spm_model,
-                      quantization=quantization, force=force)
+    return from_pretrained(path, data=data)
 
 
 def export_transformers(path: str, outdir: str, data: Optional[str] = None, force: bool = False) -> dict:
@@ -565,17 +574,9 @@ def export_transformers(path: str, outdir: str, data: Optional[str] = None, forc
     ``concat_transformer`` or ``doc2doc_transformer``), loaded as :func:`from_pretrained` loads
     it (``data``: its data directory), written as a ``transformers`` model folder ``outdir``
     (:func:`fairseq_docctx.inference.transformers_export.export.export`). Returns the record written."""
-    from .inference.ctranslate2.export import check_outdir, files_read
     from .inference.transformers_export.classes import check_architecture
     from .inference.transformers_export.export import export
 
     path = os.fspath(path)
-    state = load_checkpoint_state(path)
-    cfg = state.get("cfg")
-    model_cfg = cfg.get("model") if cfg is not None else None
-    model_cfg = model_cfg if model_cfg is not None else state.get("args")
-    check_architecture(getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None), path)
-    check_outdir(os.fspath(outdir), force, files_read(path, data))  # before the model is loaded
-    del state
-    hub = from_pretrained(path, data=data)
+    hub = _exporting(path, outdir, data, force, check_architecture)
     return export(hub.models[0], hub.task, path, os.fspath(outdir), spm_model=hub.spm_model, force=force)

@@ -22,6 +22,7 @@ from conftest import REPO
 
 transformers = pytest.importorskip("transformers")
 from hf_fixtures import IWSLT17, UNNAMED_ROWS, make_random_folder  # noqa: E402
+from test_pretrained_init import ARCHS  # noqa: E402  (each architecture's task options)
 
 pytestmark = pytest.mark.skipif(not IWSLT17.is_dir(), reason=f"needs the shared corpora at {IWSLT17}")
 
@@ -343,16 +344,6 @@ def shutil_copy_config(src, dst):
             shutil.copy(f, dst / f.name)
 
 
-#: each Transformer-based architecture's task options
-ARCHS = {
-    "concat_transformer": ["--context-size", "2", "--context-sides", "both"],
-    "han_transformer": ["--context-size", "2", "--context-sides", "both"],
-    "qcn_transformer": ["--context-size", "2"],
-    "mht_transformer": ["--context-size", "2", "--context-sides", "src,draft"],
-    "doc2doc_transformer": ["--context-size", "0", "--doc-mode", "segments"],
-    "g_transformer": ["--context-size", "0", "--doc-mode", "segments", "--encoder-ctxlayers", "1",
-                      "--decoder-ctxlayers", "1", "--cross-ctxlayers", "1"],
-}
 
 
 @pytest.mark.parametrize("arch", list(ARCHS))

@@ -23,6 +23,17 @@ class ModelFiles(NamedTuple):
     data_folders: Iterable[Optional[str]]
 
 
+def exported_folder_files(path: str) -> ModelFiles:
+    """What loading an exported folder reads: the folder, every file in it, and the folder it
+    is in (the ``model_files`` of the engines that decode an export)."""
+    import os
+
+    files = []
+    if os.path.isdir(path):
+        files = [("the exported model's file", os.path.join(path, name)) for name in sorted(os.listdir(path))]
+    return ModelFiles(path, files, [os.path.dirname(os.path.abspath(path))])
+
+
 def task_overrides(options) -> dict:
     """The task options ``docctx-translate``'s command line sets for every engine (the target
     context, the segment models' length window, the context size and its override)."""

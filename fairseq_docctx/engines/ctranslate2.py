@@ -1,10 +1,8 @@
 """The CTranslate2 engine: a folder ``docctx-export ctranslate2`` wrote, decoded by
 CTranslate2 in document order (:mod:`fairseq_docctx.inference.ctranslate2`), loaded through
 the hub (:func:`~fairseq_docctx.hub.from_exported`), and the export itself."""
-import os
-
 from ..inference.ctranslate2 import PREFIX_MODES
-from .base import Engine, ModelFiles, task_overrides
+from .base import Engine, ModelFiles, exported_folder_files, task_overrides
 
 #: CTranslate2's weight types (``ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES``)
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
@@ -46,11 +44,7 @@ class CTranslate2Engine(Engine):
     def model_files(self, options) -> ModelFiles:
         """The exported folder and every file in it (its ``model.bin``, vocabularies,
         configuration and record), and the folder it is in."""
-        path = options.path
-        files = []
-        if os.path.isdir(path):
-            files = [("the exported model's file", os.path.join(path, name)) for name in sorted(os.listdir(path))]
-        return ModelFiles(path, files, [os.path.dirname(os.path.abspath(path))])
+        return exported_folder_files(options.path)
 
     def add_export_arguments(self, parser) -> None:
         parser.description = ("Write a transformer, concat_transformer or doc2doc_transformer checkpoint as a "

@@ -4,9 +4,7 @@
 (:mod:`fairseq_docctx.inference.transformers_engine`), loaded through the hub
 (:func:`~fairseq_docctx.hub.from_transformers`), and the export itself
 (:mod:`fairseq_docctx.inference.transformers_export`)."""
-import os
-
-from .base import Engine, ModelFiles, task_overrides
+from .base import Engine, ModelFiles, exported_folder_files, task_overrides
 
 
 class TransformersEngine(Engine):
@@ -35,11 +33,7 @@ class TransformersEngine(Engine):
     def model_files(self, options) -> ModelFiles:
         """The exported folder and every file in it (its weights, configuration, tokenizer,
         dictionaries and record), and the folder it is in."""
-        path = options.path
-        files = []
-        if os.path.isdir(path):
-            files = [("the exported model's file", os.path.join(path, name)) for name in sorted(os.listdir(path))]
-        return ModelFiles(path, files, [os.path.dirname(os.path.abspath(path))])
+        return exported_folder_files(options.path)
 
     def add_export_arguments(self, parser) -> None:
         parser.description = ("Write a transformer, concat_transformer or doc2doc_transformer checkpoint as a "

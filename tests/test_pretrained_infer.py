@@ -346,3 +346,29 @@ def test_ctranslate2_search_after_the_language_token_is_fairseqs(search, models,
     empty = [fairseq.tgt_dict.index(langtok), fairseq.tgt_dict.eos()]
     ended_empty = sum(any(h["tokens"].tolist() == empty for h in hyps) for hyps in nbest)
     assert ended_empty >= 5, ended_empty  # 11 measured
+
+
+@pytest.mark.parametrize("name", ["m2m_concat", "wmt_sentence"])
+def test_transformers_engine_translates_as_the_fairseq_engine(name, models, corpus, tmp_path):  # noqa: F811
+    """docctx-export transformers of a model of such data carries the release's segmentation
+    and record as the CTranslate2 export does; docctx-translate --engine transformers on raw
+    documents (the export folder as the data) gives the fairseq engine's text byte for byte at
+    beam 1: the target language token forced first (M2M-100), after the model's own previous
+    translations (concat_transformer), the segmentation undone, Moses-detokenized (WMT19: FSMT
+    with two vocabularies)."""
+    pytest.importorskip("transformers")
+    data, ckpt, langtok = models[name]
+    _, text = corpus
+    src = text["valid"]["en"][:12]
+    out_dir = tmp_path / "hf"
+    run(["docctx-export", "transformers", ckpt, out_dir, "--data", data])
+    record = json.loads((out_dir / "docctx-export.json").read_text())
+    assert (out_dir / record["pretrained"]["segmentation"]["file"]).is_file()
+    raw = tmp_path / "input.en"
+    raw.write_text("<d>\n" + "\n".join(src[:5]) + "\n<d>\n" + "\n".join(src[5:]) + "\n", encoding="utf-8")
+    common = [raw, "--quiet", "--beam", "1", "--cpu"]
+    fairseq = run(["docctx-translate", *common, "--path", ckpt, "--data", data]).stdout
+    hf = run(["docctx-translate", *common, "--path", out_dir, "--engine", "transformers"]).stdout
+    lines = [x for x in hf.splitlines() if x != "<d>" and x.strip()]
+    assert hf == fairseq and len(lines) == len(src)
+    assert all(_plain(x) and "__de__" not in x for x in lines), lines

@@ -72,6 +72,14 @@ def load_hf_model(path: str, cpu: bool = True):
     except (OSError, ValueError, KeyError) as e:
         raise ExportError(f"--path {path}: transformers cannot load it ({str(e).splitlines()[0]})") from None
     model.eval()
+    # generate fills every setting a call leaves at its default from the model's own
+    # generation_config.json (written for a user calling generate: forced_bos_token_id,
+    # max_length 200...); the engine sets fairseq's rules on every call, so the model keeps
+    # only its token ids
+    own = model.generation_config
+    model.generation_config = transformers.GenerationConfig(
+        bos_token_id=own.bos_token_id, eos_token_id=own.eos_token_id, pad_token_id=own.pad_token_id,
+        decoder_start_token_id=own.decoder_start_token_id)
     if not cpu and torch.cuda.is_available():
         model.cuda()
     return model
@@ -183,7 +191,7 @@ class TransformersGenerator(ContextRows):
             decoder_ids = decoder_ids[:, -1:]
         longest = max(limits)
         new = max(longest - n_forced, 0) + 1  # the translation's tokens after the prompt, EOS included
-        config = self._generation_config(decoder_ids.size(1), new, max(self.min_len - n_forced, 0))
+        config = self._generation_config(new, max(self.min_len - n_forced, 0))
         # each row's own first token as the decoder start: generate then puts none before the prompt
         config.decoder_start_token_id = decoder_ids[:, 0]
         processors = []
@@ -196,7 +204,9 @@ class TransformersGenerator(ContextRows):
                              logits_processor=processors or None, **extra)
         scores = model.compute_transition_scores(gen.sequences, gen.scores, getattr(gen, "beam_indices", None),
                                                  normalize_logits=self.beam == 1)
-        prompt_len = decoder_ids.size(1)
+        # the generated tokens: the last ones, one per step (FSMT's primed prompt may come back
+        # longer than it was given)
+        prompt_len = gen.sequences.size(1) - len(gen.scores)
         out = []
         for row, limit in enumerate(limits):
             forced = prompts[row][len(prompts[row]) - n_forced:] if n_forced else []
@@ -217,20 +227,17 @@ class TransformersGenerator(ContextRows):
             out.append(hyps)
         return out
 
-    def _generation_config(self, prompt: int, max_new: int, min_new: int):
-        """``generate``'s settings for one group (a prompt of ``prompt`` tokens, at most
-        ``max_new`` tokens after it, EOS kept out of the first ``min_new``): fairseq's search
-        rules (see the class)."""
+    def _generation_config(self, max_new: int, min_new: int):
+        """``generate``'s settings for one group (at most ``max_new`` tokens after the prompt,
+        EOS kept out of the first ``min_new``): fairseq's search rules (see the class)."""
         base = copy.deepcopy(self.model.generation_config)
         suppress = [self.tgt_dict.pad()] + ([self.tgt_dict.unk()] if self.unkpen == float("inf") else [])
         beam = {"early_stopping": True, "length_penalty": self.lenpen} if self.beam > 1 else {
             "early_stopping": False, "length_penalty": 1.0}
-        base.update(num_beams=self.beam, num_return_sequences=self.beam, do_sample=False,
-                    max_length=prompt + max_new, max_new_tokens=None, min_length=prompt + min_new,
-                    min_new_tokens=None, **beam, eos_token_id=self.tgt_dict.eos(), pad_token_id=self.tgt_dict.pad(),
-                    forced_eos_token_id=self.tgt_dict.eos(), forced_bos_token_id=None, suppress_tokens=suppress,
-                    begin_suppress_tokens=None, no_repeat_ngram_size=0, repetition_penalty=1.0,
-                    output_scores=True, return_dict_in_generate=True, use_cache=True)
+        base.update(num_beams=self.beam, num_return_sequences=self.beam, do_sample=False, max_new_tokens=max_new,
+                    min_new_tokens=min_new, **beam, eos_token_id=self.tgt_dict.eos(),
+                    pad_token_id=self.tgt_dict.pad(), forced_eos_token_id=self.tgt_dict.eos(),
+                    suppress_tokens=suppress, output_scores=True, return_dict_in_generate=True, use_cache=True)
         return base
 
     def _primed_cache(self, encoder_out, mask, decoder_ids):

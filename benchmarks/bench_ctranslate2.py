@@ -1,13 +1,14 @@
-"""The CTranslate2 engine against the fairseq path (``docctx-translate --engine``).
+"""The CTranslate2 and transformers engines against the fairseq path (``docctx-translate --engine``).
 
 The checkpoints, data and test set of ``bench_inference`` (IWSLT17 TED En-De, SentencePiece
 4000, the sentence-level ``transformer`` and the ``concat_transformer`` with K=3 on both
 sides, trained once under ``bench-work/inference``), each exported with ``docctx-export
-ctranslate2`` in float32 and int8. For one thread and for all threads (``OMP_NUM_THREADS``,
-which sets both engines' threads), the same beam and batch size:
+ctranslate2`` in float32 and int8 and with ``docctx-export transformers`` (float32). For one
+thread and for all threads (``OMP_NUM_THREADS``, which sets the engines' threads), the same
+beam and batch size:
 
-  * ``docctx-translate`` on the raw test documents in document order, fairseq and
-    CTranslate2 (float32, int8): sentences/s (the command's own figure: model loading
+  * ``docctx-translate`` on the raw test documents in document order, fairseq, CTranslate2
+    (float32, int8) and transformers' ``generate`` (float32): sentences/s (the command's own figure: model loading
     excluded), the speed ratio over fairseq, BLEU (sacrebleu, detokenized) and its
     difference, and the share of sentences translated identically;
   * for the concatenation model, also ``--ct2-prefix one-pass`` and ``one-pass-beam`` (the
@@ -47,12 +48,13 @@ from pathlib import Path
 
 from .bench_inference import BIN, MODEL, REPO, WORK, prepare_data, prepared_test_set, sentence_model, sh
 
-ENGINES = (("fairseq", None), ("ctranslate2", "float32"), ("ctranslate2", "int8"))
+ENGINES = (("fairseq", None), ("ctranslate2", "float32"), ("ctranslate2", "int8"), ("transformers", "float32"))
 #: the concatenation model's rows: each engine, and CTranslate2 with the target prefix run in one
 #: decoder pass (``--ct2-prefix``: ``one-pass``, ``one-pass-beam``) beside the stepwise default
 PREFIX_RUNS = (("fairseq", None, None),
                *[("ctranslate2", q, m) for q in ("float32", "int8")
-                 for m in ("stepwise", "one-pass", "one-pass-beam")])
+                 for m in ("stepwise", "one-pass", "one-pass-beam")],
+               ("transformers", "float32", None))
 
 
 def concat_model(data_bin: Path, updates: int) -> Path:
@@ -97,18 +99,20 @@ def sh_threads(cmd, threads: int):
     return p
 
 
-def export(ckpt: Path, data_bin: Path, name: str, quantization: str) -> Path:
-    """``docctx-export ctranslate2`` of ``ckpt`` (again where the checkpoint changed)."""
+def export(ckpt: Path, data_bin: Path, name: str, quantization: str, engine: str = "ctranslate2") -> Path:
+    """``docctx-export ENGINE`` of ``ckpt`` (``ctranslate2`` in ``quantization``, or
+    ``transformers``; again where the checkpoint changed)."""
     import hashlib
     import json
 
-    out = WORK / "ct2" / f"{name}-{quantization}"
+    out = WORK / ("ct2" if engine == "ctranslate2" else "hf") / f"{name}-{quantization}"
     record = out / "docctx-export.json"
     sha1 = hashlib.sha1(ckpt.read_bytes()).hexdigest()
     if not record.exists() or json.loads(record.read_text())["checkpoint_sha1"] != sha1:
         out.parent.mkdir(parents=True, exist_ok=True)
-        sh([sys.executable, "-m", "fairseq_docctx.cli.export", "ctranslate2", ckpt, out, "--data", data_bin,
-            "--quantization", quantization, "--force"])
+        more = ["--quantization", quantization] if engine == "ctranslate2" else []
+        sh([sys.executable, "-m", "fairseq_docctx.cli.export", engine, ckpt, out, "--data", data_bin, *more,
+            "--force"])
     return out
 
 
@@ -167,6 +171,20 @@ def decoder_steps_per_path(src: Path, out: Path, spm_model: Path, k: int, beam: 
         return p + g
     firsts = sum(1 for d in _documents(src) if d) / max(len(_text(src)), 1)  # sentences without a prefix
     return g + (1 - firsts)
+
+
+def _prefix_mode(engine: str, path: Path) -> str:
+    """How ``engine`` runs a target prefix, as :func:`decoder_steps_per_path` counts it:
+    CTranslate2 (without ``--ct2-prefix``) and the transformers engine on an FSMT export (its
+    prompt run into the cache a token at a time) step through it, fairseq and transformers'
+    other classes run it in one pass."""
+    import json
+
+    if engine == "ctranslate2":
+        return "stepwise"
+    if engine == "transformers" and json.loads((path / "config.json").read_text())["model_type"] == "fsmt":
+        return "stepwise"
+    return "fairseq"
 
 
 def translate(path, data_bin, raw, engine, threads, args, out: Path, prefix=None):
@@ -239,7 +257,7 @@ def main():
         for t in threads:
             base, stepwise = None, {}
             for engine, q, mode in runs:
-                path = ckpt if engine == "fairseq" else export(ckpt, data_bin, short, q)
+                path = ckpt if engine == "fairseq" else export(ckpt, data_bin, short, q, engine)
                 start = time.time()
                 suffix = f"-{mode}" if mode and mode != "stepwise" else ""
                 out = out_dir / f"{short}-{engine}-{q}{suffix}-{t}.txt"
@@ -260,7 +278,7 @@ def main():
                              f"{sum(a == b for a, b in zip(hyp, s_hyp)) / max(len(hyp), 1):.1%}")
                 if short == "concat":
                     steps = decoder_steps_per_path(raw, out, data_bin / "spm.model", 3, args.beam,
-                                                   mode or "fairseq")
+                                                   mode or _prefix_mode(engine, path))
                     line += f"  decoder steps/sentence {steps:.1f}"
                 print(f"{line}   ({time.time() - start:.0f}s"
                       + (f"; {fell[0]} of {fell[1]} segments)" if fell else ")"), flush=True)
@@ -275,7 +293,7 @@ def main():
     for t in threads:
         base = None
         for engine, q in ENGINES:
-            path = ckpt if engine == "fairseq" else export(ckpt, data_bin, "transformer", q)
+            path = ckpt if engine == "fairseq" else export(ckpt, data_bin, "transformer", q, engine)
             rate, made = drafts(path, test_bin, engine, t, args, out_dir / f"drafts-{engine}-{q}")
             if base is None:
                 base = (rate, made)

@@ -8,7 +8,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 sys.path.insert(0, str(REPO / "tests"))
-pytest_plugins = ["probe_fixtures"]
+pytest_plugins = ["probe_fixtures", "hf_export_fixtures"]
 
 # the toy documents and tiny model of the tests and benchmarks (pytest.ini puts the
 # repository root on sys.path)

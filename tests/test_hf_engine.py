@@ -1,4 +1,4 @@
-"""The transformers engine: ``docctx-translate --engine transformers`` and ``docctx-drafts
+"""The transformers engine (the exports of tests/hf_export_fixtures.py's session fixtures): ``docctx-translate --engine transformers`` and ``docctx-drafts
 --engine transformers`` decode a folder ``docctx-export transformers`` wrote with
 ``transformers``' ``generate``, in document order: at beam 1 the same text as the fairseq
 engine, byte for byte (FSMT, M2M-100 and mBART classes; source and target context, the target
@@ -11,7 +11,6 @@ import json
 import pytest
 
 from conftest import ct2_export, run_in_process
-from test_hf_export import separate_bin, trained  # noqa: F401  (fixtures)
 from fairseq_docctx.cli.drafts import cli_main as drafts_main
 from fairseq_docctx.cli.translate import cli_main as translate_main
 

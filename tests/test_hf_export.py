@@ -18,6 +18,7 @@ import torch
 from conftest import REPO, TINY_MODEL, beam_search, file_digests, prepare_command, run, run_in_process, venv_env
 from test_pretrained_data import corpus  # noqa: F401  (fixture)
 from fairseq_docctx.cli.export import cli_main as export_main
+from hf_export_fixtures import MODELS, export_folder as _export
 
 pytest.importorskip("transformers")
 
@@ -31,75 +32,6 @@ class _Blocked(importlib.abc.MetaPathFinder):
             raise ImportError(name + " is blocked")
 sys.meta_path.insert(0, _Blocked())
 """
-
-
-def _export(ckpt, data, out, *more):
-    code = 0
-    try:
-        export_main(["transformers", str(ckpt), str(out), "--data", str(data), *more])
-    except SystemExit as e:
-        code = e.code
-    assert code == 0
-    return out
-
-
-@pytest.fixture(scope="module")
-def separate_bin(toy_bin, tmp_path_factory):
-    """The toy documents with a source and a target dictionary (no --joined-dictionary)."""
-    dest = tmp_path_factory.mktemp("hf_separate") / "bin"
-    run([c for c in prepare_command(toy_bin.parent / "raw", dest) if c != "--joined-dictionary"])
-    return dest
-
-
-#: the trained models: name -> (data fixture, fairseq-train arguments on top of TINY_MODEL, whether
-#: TINY_MODEL's --share-all-embeddings stays, the class expected); None: a conftest checkpoint
-MODELS = {
-    "sentence": ("toy_bin", None, True, "FSMTForConditionalGeneration"),
-    "concat_both": ("toy_bin", None, True, "FSMTForConditionalGeneration"),
-    "concat_post2": ("toy_bin", ["--arch", "concat_transformer", "--context-size", "1", "--context-sides", "both",
-                                 "--decoder-layers", "2"], True, "FSMTForConditionalGeneration"),
-    "concat_src": ("toy_bin", ["--arch", "concat_transformer", "--context-size", "2", "--context-sides", "source"],
-                   True, "FSMTForConditionalGeneration"),
-    "concat_tgt": ("toy_bin", ["--arch", "concat_transformer", "--context-size", "1", "--context-sides", "target",
-                               "--encoder-normalize-before", "--decoder-normalize-before"], True,
-                   "M2M100ForConditionalGeneration"),
-    "separate": ("separate_bin", ["--arch", "transformer", "--context-size", "0",
-                                  "--share-decoder-input-output-embed"], False, "FSMTForConditionalGeneration"),
-    "prenorm_concat": ("toy_bin", ["--arch", "concat_transformer", "--context-size", "1", "--context-sides", "both",
-                                   "--encoder-normalize-before", "--decoder-normalize-before", "--decoder-layers", "2"],
-                       True, "M2M100ForConditionalGeneration"),
-    "mbart_like": ("toy_bin", ["--arch", "transformer", "--context-size", "0", "--encoder-normalize-before",
-                               "--decoder-normalize-before", "--encoder-learned-pos", "--decoder-learned-pos",
-                               "--layernorm-embedding", "--share-decoder-input-output-embed"], False,
-                   "MBartForConditionalGeneration"),
-    "bart_like": ("toy_bin", ["--arch", "transformer", "--context-size", "0", "--encoder-learned-pos",
-                              "--decoder-learned-pos", "--layernorm-embedding"], True, "BartForConditionalGeneration"),
-    "doc2doc": ("toy_bin", ["--arch", "doc2doc_transformer", "--doc-mode", "segments", "--max-segment-tokens", "64"],
-                True, "FSMTForConditionalGeneration"),
-}
-
-
-@pytest.fixture(scope="module")
-def trained(request, sent_ckpt, concat_both_ckpt, tmp_path_factory):
-    """``name -> (checkpoint, data, export folder)``, each trained and exported when first asked."""
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            data_name, args, shared, _ = MODELS[name]
-            data = request.getfixturevalue(data_name)
-            root = tmp_path_factory.mktemp(f"hf_{name}")
-            ckpt = {"sentence": sent_ckpt, "concat_both": concat_both_ckpt}.get(name)
-            if ckpt is None:
-                tiny = [a for a in TINY_MODEL if shared or a != "--share-all-embeddings"]
-                run(["fairseq-train", data, "--user-dir", REPO / "fairseq_docctx", "--task",
-                     "document_translation", *tiny, *args, "--max-tokens", "1000", "--max-update", "40",
-                     "--no-epoch-checkpoints", "--save-dir", root / "ckpt"])
-                ckpt = root / "ckpt" / "checkpoint_last.pt"
-            cache[name] = (ckpt, data, _export(ckpt, data, root / "hf"))
-        return cache[name]
-
-    return get
 
 
 def isolated(folder, jobs, tmp_path, **request):

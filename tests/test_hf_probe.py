@@ -29,7 +29,7 @@ def test_concat_started_from_an_exported_sentence_model_reads_its_context(probe,
     with open(hf_concat_model["log"], encoding="utf-8") as f:
         log = f.read()
     # every weight from the folder, the separator's row grown (the sentence data has no <sep>)
-    assert f"initialised from {folder} (--init-from-pretrained, transformers fsmt)" in log
+    assert f"initialised from {folder} (--init-from-pretrained, docctx-exported transformers fsmt)" in log
     assert "1 grown, 0 new, 0 left out" in log
     # it starts near where the sentence model ended, not where a model from scratch starts: its
     # loss over the first logged updates is closer to the sentence model's last logged loss than

@@ -15,6 +15,13 @@ whose tokenizers number their vocabularies as fairseq does, this is the identity
 for fairseq's ``<s>``, which Marian lacks). Rows of the embedding table that no token names
 (M2M-100's ``madeupwordNNNN`` rows) keep fairseq's placeholder names.
 
+A folder that ``docctx-export transformers`` wrote (its ``config.json`` holds the ``docctx``
+entry, :func:`export_metadata`) is read the same way: its tokenizer is a
+``PreTrainedTokenizerFast`` over the fairseq dictionary, id for id, not the family's own class,
+so the ids are the identity; the target's tokenizer of an export with two dictionaries is its
+``target_tokenizer`` subfolder; and its BART class (``model_type`` ``bart``, fairseq's post-norm
+network with learned positions and ``--layernorm-embedding``) is read from such a folder only.
+
 ``transformers`` is imported only where the folder's tokenizer is loaded
 (:func:`load_tokenizer`): the tokenizer decides the ids, and the rest of the module reads
 ``config.json`` as JSON.
@@ -27,7 +34,12 @@ from typing import Dict, List, Optional
 CONFIG = "config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 #: config.json's model_type -> the plugin's name of the network
-MODEL_TYPES = {"marian": "marian", "m2m_100": "m2m_100", "mbart": "mbart", "fsmt": "fsmt"}
+MODEL_TYPES = {"marian": "marian", "m2m_100": "m2m_100", "mbart": "mbart", "fsmt": "fsmt", "bart": "bart"}
+#: the model_types read only from a folder docctx-export transformers wrote (:func:`export_metadata`)
+EXPORT_ONLY = ("bart",)
+#: the subfolder of an export's target tokenizer when its dictionaries differ
+#: (inference/transformers_export/tokenizer.py writes it)
+EXPORT_TARGET_TOKENIZER = "target_tokenizer"
 #: fairseq's special symbols in their index order (fairseq.data.Dictionary)
 FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
 #: the tokenizer attributes that hold them, in the same order
@@ -58,14 +70,33 @@ def read_json(path: str) -> dict:
 
 
 def read_config(d: str) -> dict:
-    """``config.json`` of a folder, with a ``model_type`` this plugin reads (:data:`MODEL_TYPES`)."""
+    """``config.json`` of a folder, with a ``model_type`` this plugin reads (:data:`MODEL_TYPES`;
+    those of :data:`EXPORT_ONLY` from an export only)."""
     path = os.path.join(d, CONFIG)
     cfg = read_json(path)
     kind = cfg.get("model_type")
     if kind not in MODEL_TYPES:
         raise HFFolderError(f"{path}: model_type {kind!r} is not one this plugin starts from "
-                            f"({', '.join(MODEL_TYPES)})")
+                            f"({', '.join(k for k in MODEL_TYPES if k not in EXPORT_ONLY)}; bart from a folder "
+                            "docctx-export transformers wrote)")
+    if kind in EXPORT_ONLY and not isinstance(cfg.get("docctx"), dict):
+        raise HFFolderError(f"{path}: model_type {kind!r} without the docctx entry docctx-export transformers "
+                            "writes: only an export is read as BART (public BART folders are not translation "
+                            "models with a tokenizer this plugin reads)")
     return cfg
+
+
+def export_metadata(d: str) -> Optional[dict]:
+    """The ``docctx`` entry of the ``config.json`` of a folder ``docctx-export transformers``
+    wrote (its context settings, dictionaries' languages, segmentation:
+    ``inference/transformers_export/card.py``), ``None`` for any other folder. The entry, not
+    the export record ``docctx-export.json``, marks an export: ``transformers`` keeps it when
+    the model is saved again with ``save_pretrained``."""
+    path = os.path.join(d, CONFIG)
+    if not os.path.isfile(path):
+        return None
+    meta = read_json(path).get("docctx")
+    return meta if isinstance(meta, dict) and meta.get("format") == 1 else None
 
 
 @dataclass
@@ -137,19 +168,19 @@ def fairseq_vocabulary(vocab: Dict[str, int], rows: int, specials: Dict[str, Opt
     return Vocabulary(symbols, hf_rows)
 
 
-def load_tokenizer(d: str):
+def load_tokenizer(d: str, subfolder: Optional[str] = None):
     """``transformers.AutoTokenizer.from_pretrained(d)`` (imported here: the rest of the module
-    needs no ``transformers``); a folder whose tokenizer cannot be made is one line naming
-    the file it lacks, or the folder."""
+    needs no ``transformers``; ``subfolder``: the tokenizer of that subfolder); a folder whose
+    tokenizer cannot be made is one line naming the file it lacks, or the folder."""
     read_config(d)
     try:
         from transformers import AutoTokenizer
     except ImportError:
         raise HFFolderError(f"{d}: a transformers folder: install transformers (requirements.txt pins it)") from None
     try:
-        return AutoTokenizer.from_pretrained(d)
+        return AutoTokenizer.from_pretrained(d, **({"subfolder": subfolder} if subfolder else {}))
     except Exception as e:  # transformers raises OSError, ValueError, TypeError, AssertionError, KeyError...
-        missing = _missing_tokenizer_file(d)
+        missing = _missing_tokenizer_file(d, subfolder)
         if missing:
             raise HFFolderError(f"{os.path.join(d, missing)}: missing (the tokenizer's file)") from None
         msg = " ".join(str(e).split())[:200] or type(e).__name__
@@ -163,8 +194,12 @@ TOKENIZER_FILES = {"marian": (("source.spm",), ("target.spm",), ("vocab.json",))
                    "fsmt": (("vocab-src.json",), ("vocab-tgt.json",), ("merges.txt",))}
 
 
-def _missing_tokenizer_file(d: str) -> Optional[str]:
-    """The first tokenizer file of the folder's family that it lacks (``None``: it has them all)."""
+def _missing_tokenizer_file(d: str, subfolder: Optional[str] = None) -> Optional[str]:
+    """The first tokenizer file of the folder's family that it lacks (``None``: it has them all);
+    an export's is ``tokenizer.json`` (in ``subfolder`` for its target tokenizer)."""
+    if export_metadata(d) is not None:
+        name = os.path.join(subfolder or "", "tokenizer.json")
+        return None if os.path.isfile(os.path.join(d, name)) else name
     kind = read_config(d)["model_type"]
     tok_cfg = read_json(os.path.join(d, TOKENIZER_CONFIG)) if os.path.isfile(os.path.join(d, TOKENIZER_CONFIG)) else {}
     needs = list(TOKENIZER_FILES[kind])
@@ -231,8 +266,14 @@ def folder_vocabularies(d: str) -> Dict[str, Vocabulary]:
     tok = load_tokenizer(d)
     rows = embedding_rows(cfg, os.path.join(d, CONFIG))
     vocabs = tokenizer_vocabularies(tok)
+    toks = {"source": tok, "target": tok}
+    meta = export_metadata(d)
+    if meta is not None and (meta.get("segmentation") or {}).get("target_tokenizer"):
+        # an export with two dictionaries: the target's tokenizer is the subfolder's
+        toks["target"] = load_tokenizer(d, EXPORT_TARGET_TOKENIZER)
+        vocabs["target"] = dict(toks["target"].get_vocab())
     out = {}
     for side in ("source", "target"):
-        where = f"{d} ({type(tok).__name__}, {side} side)"
-        out[side] = fairseq_vocabulary(vocabs[side], rows[side], tokenizer_specials(tok, vocabs[side]), where)
+        where = f"{d} ({type(toks[side]).__name__}, {side} side)"
+        out[side] = fairseq_vocabulary(vocabs[side], rows[side], tokenizer_specials(toks[side], vocabs[side]), where)
     return out

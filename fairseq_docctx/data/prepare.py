@@ -35,8 +35,9 @@ from .doc_index import DocIndex, doc_index_path
 from .documents import DocumentFormatError
 from .manifest import FORMAT_VERSION, MANIFEST_NAME, SPM_MODEL_NAME, write_manifest
 from .outputs import Outputs
-from .hf_release import TOKENIZER_COPY, is_hf_spec, load_hf_release
-from .pretrained import BPE_CODES, HF_SEGMENTATION, NO_SEGMENTATION, Release, load_release
+from .hf_folder import HFFolderError, export_metadata
+from .hf_release import TOKENIZER_COPY, is_hf_spec, load_hf_release, resolve
+from .pretrained import BPE_CODES, HF_SEGMENTATION, NO_SEGMENTATION, Release, export_release, load_release
 from .readers import prefix_name, read_parallel
 from .split import DEFAULT_MIN_LEN as DEFAULT_SPLIT_MIN_LEN
 from .split import split_documents
@@ -548,7 +549,9 @@ def prepare(args: argparse.Namespace, command: Optional[str] = None, log: Log = 
 
 def _load_release(args, src: str, tgt: str, langs):
     """The release of ``--pretrained``: a fairseq release folder (:mod:`.pretrained`), or a
-    transformers folder or hub id (:mod:`.hf_release`), whose family and segmentation are its own."""
+    transformers folder or hub id (:mod:`.hf_release`), whose family and segmentation are its
+    own; a folder ``docctx-export transformers`` wrote is read as the fairseq release it is
+    (:func:`~.pretrained.export_release`: the checkpoint's dictionaries and segmentation)."""
     if not is_hf_spec(args.pretrained):
         return load_release(args.pretrained, src, tgt, getattr(args, "pretrained_family", None), langs,
                             getattr(args, "pretrained_segmentation", None))
@@ -556,6 +559,13 @@ def _load_release(args, src: str, tgt: str, langs):
         if getattr(args, opt, None):
             raise PrepareError(f"--{opt.replace('_', '-')} contradicts --pretrained {args.pretrained}: a transformers "
                                "folder's family is its config.json's model_type, its segmentation its tokenizer")
+    d = resolve(args.pretrained)["dir"]
+    try:
+        meta = export_metadata(d)
+    except HFFolderError as e:
+        raise PrepareError(str(e)) from None
+    if meta is not None:
+        return export_release(d, meta, src, tgt, langs)
     return load_hf_release(args.pretrained, src, tgt, langs)
 
 

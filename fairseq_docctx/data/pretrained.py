@@ -587,6 +587,47 @@ def load_release(d: str, src: str, tgt: str, family: Optional[str] = None,
     return r
 
 
+#: an export's ``docctx.segmentation.kind`` -> the release's segmentation (:data:`SEGMENTATIONS`)
+EXPORT_SEGMENTATIONS = {"pre-segmented": NO_SEGMENTATION, "none": NO_SEGMENTATION, "sentencepiece": "sentencepiece",
+                        "fastbpe": "fastbpe", "subword_nmt": "subword_nmt"}
+
+
+def export_release(d: str, meta: dict, src: str, tgt: str, langs: Optional[Sequence[str]] = None) -> Release:
+    """A folder ``docctx-export transformers`` wrote (``meta``: its ``config.json``'s ``docctx``
+    entry) read as the ``transformer`` release it is: the dictionaries of the checkpoint it came
+    from (``dict.{lang}.txt`` of the checkpoint's languages, whatever ``src``/``tgt`` the new
+    data has; the context separator is among their symbols) and the segmentation the export
+    copied and recorded (``docctx.segmentation``: pre-segmented text, its SentencePiece model,
+    or its BPE codes after Moses tokenization). Data prepared from it has the checkpoint's
+    ids, so ``--init-from-pretrained`` the folder continues from the checkpoint's network.
+    Refused in one line: an export of data with language tokens (they come from the release the
+    data was prepared from: prepare from that release) and a segmentation not listed here."""
+    d = os.path.abspath(d)
+    if meta.get("language_tokens"):
+        pretrained = meta.get("pretrained") or {}
+        raise PretrainedError(f"--pretrained {d}: an export of data with language tokens "
+                              f"({meta['language_tokens'].get('source')}, {meta['language_tokens'].get('target')}): "
+                              f"prepare the data from the release it came from (--pretrained "
+                              f"{pretrained.get('dir') or 'RELEASE'}), then --init-from-pretrained {d}")
+    if langs is not None:
+        raise PretrainedError(f"--pretrained-langs: {d} is an export of data without language tokens")
+    seg = meta.get("segmentation") or {}
+    kind = EXPORT_SEGMENTATIONS.get(seg.get("kind"))
+    if kind is None:
+        raise PretrainedError(f"{os.path.join(d, 'config.json')}: docctx.segmentation kind {seg.get('kind')!r} is "
+                              f"not one docctx-prepare reads from an export ({', '.join(EXPORT_SEGMENTATIONS)})")
+    name = seg.get("file") if kind != NO_SEGMENTATION else None
+    if kind != NO_SEGMENTATION:
+        _need(d, name or "?", f"the {kind} file of the export (docctx.segmentation)")
+    moses = kind in ("fastbpe", "subword_nmt") and bool(seg.get("moses"))
+    if kind in ("fastbpe", "subword_nmt") and not moses:
+        raise PretrainedError(f"{os.path.join(d, 'config.json')}: BPE codes without Moses tokenization "
+                              "(docctx.segmentation): a release's codes are applied after Moses here")
+    dicts = {lang: _need(d, f"dict.{meta[key]}.txt", f"the {side} dictionary of the export")
+             for lang, key, side in ((src, "source_lang", "source"), (tgt, "target_lang", "target"))}
+    return Release("transformer", d, dicts, kind, name, "moses" if moses else None)
+
+
 # ------------------------------------------------------------------------------ inference
 
 

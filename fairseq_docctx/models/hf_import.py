@@ -3,8 +3,10 @@ its network options and its weights in fairseq's names (``--init-from-pretrained
 :mod:`~fairseq_docctx.models.pretrained_init`).
 
 The families (``config.json``'s ``model_type``): ``marian`` (OPUS-MT), ``m2m_100`` (M2M-100,
-NLLB-200 dense), ``mbart`` (mBART-25/50), ``fsmt`` (the WMT19 port). Their layers are
-fairseq's (the same sublayers, names and biases, LayerNorm eps 1e-5); what differs:
+NLLB-200 dense), ``mbart`` (mBART-25/50), ``fsmt`` (the WMT19 port), and ``bart`` from a folder
+``docctx-export transformers`` wrote (fairseq's post-norm network with learned positions and
+``--layernorm-embedding``). Their layers are fairseq's (the same sublayers, names and biases,
+LayerNorm eps 1e-5); what differs:
 
 * :func:`network_options`: ``config.json`` -> fairseq's network options (the sizes,
   ``encoder/decoder_normalize_before``: pre-norm for mBART and M2M-100, ``layernorm_embedding``
@@ -19,6 +21,15 @@ fairseq's (the same sublayers, names and biases, LayerNorm eps 1e-5); what diffe
   checkpoint's row ``hf_rows[i]``. A fairseq symbol without a checkpoint row (Marian has no
   ``<s>``) gets a zero embedding row and an output bias of :data:`NO_ROW_BIAS`, so that its
   probability is below float precision and the log-probabilities are the checkpoint's.
+* :func:`export_options`: a folder ``docctx-export transformers`` wrote
+  (:func:`~fairseq_docctx.data.hf_folder.export_metadata`) is the network of a fairseq
+  checkpoint, and three of that network's choices are read from it as the checkpoint had them,
+  where ``config.json`` cannot say them: no output bias (the export writes the class's
+  ``final_logits_bias`` buffer as zeros), the ties of tables the export wrote as equal copies
+  (``tie_word_embeddings`` ties all tables or none) and the source and target position limits
+  (``docctx.max_source_positions`` / ``max_target_positions``; ``max_position_embeddings`` is
+  the longer). ``docctx-export transformers`` of the model built from it writes the folder's
+  network again.
 
 The weights are read with ``safetensors`` or ``torch.load(weights_only=True)``;
 ``transformers`` is not imported (the vocabularies may need it for a tokenizer that keeps its
@@ -30,7 +41,7 @@ from typing import Dict, Tuple
 
 import torch
 
-from ..data.hf_folder import HFFolderError, Vocabulary, folder_vocabularies, read_config
+from ..data.hf_folder import HFFolderError, Vocabulary, export_metadata, folder_vocabularies, read_config
 
 #: the output bias of a fairseq symbol that has no checkpoint row (exp(-100) ~ 4e-44)
 NO_ROW_BIAS = -100.0
@@ -45,12 +56,16 @@ FAMILY_DEFAULTS = {
                     tie_word_embeddings=True),
     "fsmt": dict(activation_function="relu", scale_embedding=True, max_position_embeddings=1024,
                  tie_word_embeddings=False),
+    "bart": dict(activation_function="gelu", scale_embedding=False, max_position_embeddings=1024,
+                 tie_word_embeddings=True),
 }
 #: transformers' activation names -> fairseq's
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish", "gelu_new": "gelu_accurate",
                "gelu_pytorch_tanh": "gelu_accurate", "tanh": "tanh", "linear": "linear"}
 #: the families whose layers are pre-norm (with final layer norms)
-PRE_NORM = {"marian": False, "fsmt": False, "mbart": True, "m2m_100": True}
+PRE_NORM = {"marian": False, "fsmt": False, "mbart": True, "m2m_100": True, "bart": False}
+#: the families with learned positions and the embedding layer norm
+LEARNED = ("mbart", "bart")
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
@@ -85,12 +100,12 @@ def network_options(cfg: dict, where: str) -> Dict[str, object]:
     if both and cfg.get("src_vocab_size", 0) != cfg.get("tgt_vocab_size", 0):
         raise HFFolderError(f"{where}: tie_word_embeddings with src_vocab_size {cfg['src_vocab_size']} != "
                             f"tgt_vocab_size {cfg['tgt_vocab_size']}")
-    pre, learned = PRE_NORM[kind], kind == "mbart"
+    pre, learned = PRE_NORM[kind], kind in LEARNED
     start_pad = kind == "marian" and cfg.get("decoder_start_token_id") == cfg.get("pad_token_id")
     return dict(
         sizes, encoder_embed_dim=d, decoder_embed_dim=d, decoder_output_dim=d, decoder_input_dim=d,
         encoder_normalize_before=pre, decoder_normalize_before=pre, no_decoder_final_norm=False,
-        layernorm_embedding=kind == "mbart", activation_fn=ACTIVATIONS[act],
+        layernorm_embedding=learned, activation_fn=ACTIVATIONS[act],
         encoder_learned_pos=learned, decoder_learned_pos=learned, no_token_positional_embeddings=False,
         no_scale_embedding=not cfg["scale_embedding"],
         # fairseq ties the output projection with share_all_embeddings; an untied one is copied
@@ -98,7 +113,7 @@ def network_options(cfg: dict, where: str) -> Dict[str, object]:
         max_source_positions=int(cfg["max_position_embeddings"]),
         max_target_positions=int(cfg["max_position_embeddings"]),
         positions_style="marian" if kind == "marian" else "fairseq",
-        output_bias=kind in ("marian", "mbart"), decoder_start_pad=start_pad,
+        output_bias=kind in ("marian", "mbart", "bart"), decoder_start_pad=start_pad,
     )
 
 
@@ -181,13 +196,51 @@ def convert_weights(hf: Dict[str, torch.Tensor], options: Dict[str, object],
     return out
 
 
+def _same(weights: Dict[str, torch.Tensor], a: str, b: str) -> bool:
+    """Whether the tables ``a`` and ``b`` are both there and hold the same values."""
+    return a in weights and b in weights and torch.equal(weights[a], weights[b])
+
+
+def export_options(weights: Dict[str, torch.Tensor], options: Dict[str, object], meta: dict) -> None:
+    """The network options of an export (the module doc) set in ``options``, and ``weights``
+    (fairseq's names) made to fit them: a ``final_logits_bias`` of zeros is no bias; an output
+    projection equal to the decoder's table is that table (``--share-decoder-input-output-embed``),
+    and with it an encoder table equal to the decoder's is one table (``--share-all-embeddings``);
+    the position limits are the checkpoint's, a learned table cut back to them (the export pads
+    the shorter one with zero rows)."""
+    bias = weights.get("decoder.output_projection.bias")
+    if bias is not None and not bias.any():
+        del weights["decoder.output_projection.bias"]
+        options["output_bias"] = False
+    if not options["share_decoder_input_output_embed"] and _same(
+            weights, "decoder.output_projection.weight", "decoder.embed_tokens.weight"):
+        del weights["decoder.output_projection.weight"]
+        options["share_decoder_input_output_embed"] = True
+    if options["share_decoder_input_output_embed"] and not options["share_all_embeddings"] and _same(
+            weights, "encoder.embed_tokens.weight", "decoder.embed_tokens.weight"):
+        options["share_all_embeddings"] = True
+    for side in ("source", "target"):
+        limit = meta.get(f"max_{side}_positions")
+        if limit is None:
+            continue
+        options[f"max_{side}_positions"] = int(limit)
+        key = f"{'encoder' if side == 'source' else 'decoder'}.embed_positions.weight"
+        if key in weights:  # learned: fairseq's rows are the limit + padding_idx + 1
+            weights[key] = weights[key][: int(limit) + 2]
+
+
 def read_folder(d: str) -> Tuple[Dict[str, torch.Tensor], Dict[str, object], str]:
     """What :func:`pretrained_init.read_checkpoint` returns for a transformers folder: the
-    weights in fairseq's names and rows, the network options and the family's name."""
+    weights in fairseq's names and rows, the network options and the family's name (``docctx-exported
+    transformers fsmt`` for an export: :func:`export_options`)."""
     cfg = read_config(d)
     options = network_options(cfg, os.path.join(d, "config.json"))
     vocabs = folder_vocabularies(d)
     if options["share_all_embeddings"] and vocabs["source"].symbols != vocabs["target"].symbols:
         raise HFFolderError(f"{d}: one shared table, but the source and target vocabularies differ")
     weights = convert_weights(read_weights(d), options, vocabs)
-    return weights, options, f"transformers {cfg['model_type']}"
+    meta = export_metadata(d)
+    if meta is None:
+        return weights, options, f"transformers {cfg['model_type']}"
+    export_options(weights, options, meta)
+    return weights, options, f"docctx-exported transformers {cfg['model_type']}"

@@ -27,7 +27,10 @@ is built with the checkpoint's own network and its weights:
    without the record the dictionaries need at least ``R`` symbols and a warning says that
    the data folder was not prepared with ``docctx-prepare --pretrained`` (its first ``R``
    ids are taken to be the checkpoint's: true of a data folder the checkpoint was trained on,
-   which no file records).
+   which no file records). A folder ``docctx-export transformers`` wrote holds the
+   dictionaries of the checkpoint it came from: the data's first ``R`` symbols must be its
+   symbols, whatever data folder they come from (the checkpoint's own, or one ``docctx-prepare
+   --pretrained`` made from the folder).
 2. :func:`load_weights` (through :func:`sentence_init.apply`, so that it is applied once, not
    again on a resume, and ``--freeze-sentence-weights`` / ``--lr-scale-pretrained`` act on
    what it loaded): every weight whose name and shape match; the embedding tables (and an
@@ -49,7 +52,7 @@ import torch
 from fairseq import checkpoint_utils
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY
 
-from ..data.hf_folder import HFFolderError, is_hf_folder
+from ..data.hf_folder import HFFolderError, export_metadata, folder_vocabularies, is_hf_folder
 from ..data.manifest import ManifestError, read_manifest
 from ..errors import UsageError
 from ..modules import hf_network
@@ -179,6 +182,19 @@ def _rows(weights: dict, key: str) -> Optional[int]:
     return None if t is None else int(t.shape[0])
 
 
+def _export_symbols(path: str) -> Optional[Dict[str, List[str]]]:
+    """``{"encoder", "decoder"}``: the symbols of a folder ``docctx-export transformers`` wrote,
+    the dictionaries of the checkpoint it came from (its tokenizers' ids are theirs); ``None``
+    for any other checkpoint."""
+    if not is_hf_folder(path) or export_metadata(path) is None:
+        return None
+    try:
+        vocabs = folder_vocabularies(path)
+    except HFFolderError as e:
+        raise UsageError(f"{OPTION}: {e}") from None
+    return {"encoder": vocabs["source"].symbols, "decoder": vocabs["target"].symbols}
+
+
 def check_dictionaries(task, weights: dict, path: str, name: str) -> List[str]:
     """The data dictionaries against the checkpoint's embedding rows (the module doc, 1.);
     returns the report's lines."""
@@ -191,12 +207,27 @@ def check_dictionaries(task, weights: dict, path: str, name: str) -> List[str]:
     except ManifestError as e:
         raise UsageError(str(e)) from None
     record = (manifest or {}).get("pretrained")
+    export = _export_symbols(path)
     lines = []
     for side in ("encoder", "decoder"):
         rows = _rows(weights, f"{side}.embed_tokens.weight")
+        if rows is None and export is not None:
+            rows = _rows(weights, "decoder.embed_tokens.weight")  # an export's tied table, saved once
         if rows is None:
             continue
         size, lang = len(dicts[side]), langs[side]
+        if export is not None:
+            mine, theirs = dicts[side].symbols[:rows], export[side][:rows]
+            if size < rows or mine != theirs:
+                at = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(size, rows))
+                raise UsageError(
+                    f"{name}: {OPTION} {path}: the dictionary is not the export's: dict.{lang}.txt has "
+                    f"{dicts[side].symbols[at] if at < size else 'no symbol'!r} at index {at}, the export "
+                    f"{theirs[at] if at < len(theirs) else 'no symbol'!r} (prepare the data with "
+                    f"docctx-prepare --pretrained {path})")
+            lines.append(f"  {side} dictionary ({lang}): the export's {rows} symbols, checked"
+                         + (f", {size - rows} new: " + " ".join(dicts[side].symbols[rows:]) if size > rows else ""))
+            continue
         if record is not None:
             want = (record.get("model_symbols") or {}).get(lang)
             if want != rows:
@@ -215,7 +246,7 @@ def check_dictionaries(task, weights: dict, path: str, name: str) -> List[str]:
                 f"{side}.embed_tokens has {rows} rows, dict.{lang}.txt {size} symbols")
         lines.append(f"  {side} dictionary ({lang}): rows 0..{rows - 1} from the checkpoint"
                      + (f", {size - rows} new: " + " ".join(dicts[side].symbols[rows:]) if size > rows else ""))
-    if record is None:
+    if record is None and export is None:
         lines.append(f"  warning: {data} was not prepared with docctx-prepare --pretrained (no 'pretrained' "
                      "record in docctx.json): its first symbols are taken to be the checkpoint's, unchecked")
     return lines

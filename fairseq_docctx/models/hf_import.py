@@ -31,9 +31,10 @@ LayerNorm eps 1e-5); what differs:
   the longer). ``docctx-export transformers`` of the model built from it writes the folder's
   network again.
 
-The weights are read with ``safetensors`` or ``torch.load(weights_only=True)``;
-``transformers`` is not imported (the vocabularies may need it for a tokenizer that keeps its
-vocabulary outside JSON files: :func:`~fairseq_docctx.data.hf_folder.folder_vocabularies`).
+The weights are read with ``safetensors`` or ``torch.load(weights_only=True)``; this module
+imports no ``transformers``: the vocabularies are the folder's own tokenizer's
+(:func:`~fairseq_docctx.data.hf_folder.folder_vocabularies`, which loads it with
+``AutoTokenizer``).
 """
 import json
 import os

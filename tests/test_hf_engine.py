@@ -41,6 +41,30 @@ def test_beam_1_is_the_fairseq_engines_text(trained, toy_bin, tmp_path, capsys, 
     assert len(lines) == len(src.read_text().splitlines()) and len(set(lines)) > 3
 
 
+@pytest.mark.parametrize("beam", ["1", "4"])
+def test_where_the_limits_bind_every_row_ends_at_its_own(trained, toy_bin, tmp_path, capsys, beam):
+    """``--max-len-a 0.5 --max-len-b 1``: every translation is cut at half its own source's
+    length (rows of one ``generate`` call have limits of their own, forced per row): at beam 1
+    the fairseq engine's text byte for byte, at beam 4 no line longer than its limit."""
+    ckpt, data, folder = trained("separate")
+    src = toy_bin.parent / "raw" / "test.src"
+    limits = ["--max-len-a", "0.5", "--max-len-b", "1", "--beam", beam]
+    fairseq, _ = _translate(capsys, src, ckpt, data, "fairseq", tmp_path / "fairseq.txt", *limits)
+    hf, _ = _translate(capsys, src, folder, data, "transformers", tmp_path / "hf.txt", *limits)
+    sources = src.read_text().splitlines()
+    lines = hf.splitlines()
+    assert len(lines) == len(sources)
+    # the limit in tokens: int(0.5 * (source tokens + </s>) + 1); the toy data is one token a word
+    bounds = [int(0.5 * (len(x.split()) + 1) + 1) for x in sources]
+    assert all(len(y.split()) <= b for y, b in zip(lines, bounds))
+    bound = sum(len(y.split()) == b for y, b in zip(lines, bounds))
+    print(f"beam {beam}: {bound} of {len(lines)} lines end at their limit")
+    assert bound >= len(lines) // 4, "the limits do not bind"
+    assert len(set(bounds)) > 3, "every row has the same limit"
+    if beam == "1":
+        assert hf == fairseq
+
+
 def test_beam_4_gives_the_stated_share_of_fairseqs_translations(trained, toy_bin, tmp_path, capsys):
     """``transformers``' beam search is not fairseq's (it normalises by the length after the
     prompt and refills its beam its own way): over a sentence model and two concatenation

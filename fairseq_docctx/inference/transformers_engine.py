@@ -98,6 +98,24 @@ class _UnknownPenalty:
         return scores
 
 
+class _RowLimits:
+    """fairseq's length limit of every row in one ``generate`` call (a ``transformers`` logits
+    processor): the row whose translation has reached its own limit gets EOS only at this step
+    (``generate``'s own ``forced_eos_token_id`` forces EOS at the one limit of the call).
+    ``last``: per row of the call (each row's ``beam`` copies in turn), the decoder input's
+    length at the step that must give EOS."""
+
+    def __init__(self, last: torch.Tensor, eos: int):
+        self.last, self.eos = last, eos
+
+    def __call__(self, input_ids, scores):
+        hit = self.last.to(scores.device) == input_ids.size(1)
+        if hit.any():  # as generate's own forced EOS: every other token -inf, EOS 0
+            scores[hit] = float("-inf")
+            scores[hit, self.eos] = 0.0
+        return scores
+
+
 class TransformersGenerator(ContextRows):
     """fairseq's generator interface (``generate(models, sample)`` -> one list of hypotheses
     per row, best first, ``tokens`` ending in EOS) over a ``transformers`` model's
@@ -107,11 +125,10 @@ class TransformersGenerator(ContextRows):
     generated, EOS kept out of the first ``min_len`` tokens (forced tokens counted, as fairseq
     counts them), forced at the row's length limit (:meth:`~ContextRows.limits`: the tokens
     before EOS, forced ones counted), ``--unkpen`` subtracted from ``<unk>`` (``inf``:
-    never generated). ``generate`` takes one length limit and one prompt length per call, so
-    the rows are decoded in groups of the same prompt length (target context, start token,
-    forced tokens) and, above beam 1, the same length limit; greedy search does not depend on
-    the limit until it is reached, so at beam 1 a group is decoded under its longest limit and
-    each row cut at its own, ending in EOS there as fairseq ends it.
+    never generated). ``generate`` takes one prompt length per call (the prompts are not
+    padded: learned positions count from the first token), so the rows are decoded in groups of
+    the same prompt length (target context, start token, forced tokens), each group in one call
+    under its longest limit, every row's own limit forced by :class:`_RowLimits`.
 
     Above beam 1 the search is ``transformers``' beam search (``num_beams`` = ``--beam``,
     ``length_penalty`` = ``--lenpen``, ``early_stopping``: a row ends when ``beam``
@@ -124,9 +141,9 @@ class TransformersGenerator(ContextRows):
 
     FSMT's ``generate`` runs a prompt of several tokens in one decoder call without the
     causal mask (transformers 5.23.0 builds FSMT's causal mask only for a full forward
-    without the cache), so for FSMT the prompt but its last token is run through the decoder
-    one token at a time into the cache first (:meth:`_primed_cache`), and ``generate``
-    continues from the last token."""
+    without the cache), so for FSMT the prompt but its last token is run through FSMT's
+    decoder with its causal mask in one pass into the cache first (:meth:`_primed_cache`), and
+    ``generate`` continues from the last token."""
 
     def __init__(self, model, src_dict, tgt_dict, sep: Optional[int], beam: int = 5, lenpen: float = 1.0,
                  max_len_a: float = 0.0, max_len_b: int = 200, min_len: int = 1, max_source_positions: int = 1024,
@@ -162,10 +179,10 @@ class TransformersGenerator(ContextRows):
                   else self.ids(prefix_tokens.cpu(), self.tgt_dict.pad()))
         prompts = [p + [start] + f for p, f in zip(prefixes, forced)]
         groups = {}
-        for i, (prompt, f, limit) in enumerate(zip(prompts, forced, limits)):
-            groups.setdefault((len(prompt), len(f), None if self.beam == 1 else limit), []).append(i)
+        for i, (prompt, f) in enumerate(zip(prompts, forced)):
+            groups.setdefault((len(prompt), len(f)), []).append(i)
         out = [None] * len(sources)
-        for (_, n_forced, _), rows in groups.items():
+        for (_, n_forced), rows in groups.items():
             hyps = self._generate([sources[i] for i in rows], [prompts[i] for i in rows], n_forced,
                                   [limits[i] for i in rows])
             for i, h in zip(rows, hyps):
@@ -176,32 +193,30 @@ class TransformersGenerator(ContextRows):
         """The hypotheses of rows of one prompt length (``n_forced`` forced tokens at its end)."""
         model, pad, eos = self.model, self.src_dict.pad(), self.tgt_dict.eos()
         device = self.device
-        width = max(len(s) for s in sources)
-        input_ids = torch.full((len(sources), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(sources), width), dtype=torch.long)
-        for i, s in enumerate(sources):  # right-padded: learned positions count from the first token
-            input_ids[i, :len(s)] = torch.tensor(s)
-            mask[i, :len(s)] = 1
-        input_ids, mask = input_ids.to(device), mask.to(device)
+        # right-padded: learned positions count from the first token
+        input_ids = torch.nn.utils.rnn.pad_sequence([torch.tensor(s) for s in sources], batch_first=True,
+                                                    padding_value=pad).to(device)
+        mask = input_ids.ne(pad).long()
         encoder_out = model.get_encoder()(input_ids=input_ids, attention_mask=mask, return_dict=True)
         decoder_ids = torch.tensor(prompts, dtype=torch.long, device=device)
         extra = {}
         if self.prime and decoder_ids.size(1) > 1:
             extra["past_key_values"] = self._primed_cache(encoder_out, mask, decoder_ids)
             decoder_ids = decoder_ids[:, -1:]
-        longest = max(limits)
-        new = max(longest - n_forced, 0) + 1  # the translation's tokens after the prompt, EOS included
-        config = self._generation_config(new, max(self.min_len - n_forced, 0))
+        # per row, the translation's tokens after the prompt, EOS included
+        new = [max(limit - n_forced, 0) + 1 for limit in limits]
+        config = self._generation_config(max(new), max(self.min_len - n_forced, 0))
         # each row's own first token as the decoder start: generate then puts none before the prompt
         config.decoder_start_token_id = decoder_ids[:, 0]
-        processors = []
-        if 0 < self.unkpen < float("inf"):
-            from transformers import LogitsProcessorList
+        from transformers import LogitsProcessorList
 
-            processors = LogitsProcessorList([_UnknownPenalty(self.tgt_dict.unk(), self.unkpen)])
+        last = torch.tensor(new).repeat_interleave(self.beam) + decoder_ids.size(1) - 1
+        processors = LogitsProcessorList([_RowLimits(last, eos)])
+        if 0 < self.unkpen < float("inf"):
+            processors.append(_UnknownPenalty(self.tgt_dict.unk(), self.unkpen))
         gen = model.generate(input_ids=input_ids, attention_mask=mask, encoder_outputs=encoder_out,
                              decoder_input_ids=decoder_ids, generation_config=config,
-                             logits_processor=processors or None, **extra)
+                             logits_processor=processors, **extra)
         scores = model.compute_transition_scores(gen.sequences, gen.scores, getattr(gen, "beam_indices", None),
                                                  normalize_logits=self.beam == 1)
         # the generated tokens: the last ones, one per step (FSMT's primed prompt may come back
@@ -216,9 +231,8 @@ class TransformersGenerator(ContextRows):
                 lp = scores[k].tolist()
                 n = next((j + 1 for j, t in enumerate(ids) if t == eos), len(ids))
                 ids, lp = ids[:n], lp[:n]
-                if len(forced) + len(ids) > limit + 1 or not ids or ids[-1] != eos:  # cut at the row's own limit
-                    keep = max(limit - len(forced), 0)
-                    ids, lp = ids[:keep] + [eos], lp[:keep] + [0.0]
+                if not ids or ids[-1] != eos or len(forced) + len(ids) > limit + 1:
+                    raise RuntimeError(f"generate went past the length limit {limit} of a row")
                 tokens = forced + ids
                 positional = [0.0] * len(forced) + lp
                 score = sum(lp) / (len(tokens) ** self.lenpen) if tokens else 0.0
@@ -241,18 +255,21 @@ class TransformersGenerator(ContextRows):
         return base
 
     def _primed_cache(self, encoder_out, mask, decoder_ids):
-        """The decoder's cache after the prompt ``decoder_ids`` but its last token, run one
-        token at a time (FSMT: see the class), for every row's ``beam`` copies, as
-        ``generate`` expands the rows for its search."""
+        """The decoder's cache after the prompt ``decoder_ids`` but its last token (FSMT: see
+        the class): one pass of FSMT's decoder with its causal mask over every row's prompt,
+        the cache then repeated for the row's ``beam`` copies, as ``generate`` expands the rows
+        for its search."""
         from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-        hidden = encoder_out.last_hidden_state.repeat_interleave(self.beam, 0)
-        mask = mask.repeat_interleave(self.beam, 0)
-        ids = decoder_ids.repeat_interleave(self.beam, 0)
+        ids = decoder_ids[:, :-1]
+        n = ids.size(1)
+        dtype = encoder_out.last_hidden_state.dtype
+        causal = torch.triu(torch.full((n, n), torch.finfo(dtype).min, dtype=dtype, device=ids.device), 1)
         cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        for t in range(ids.size(1) - 1):
-            cache = self.model(encoder_outputs=(hidden,), attention_mask=mask, decoder_input_ids=ids[:, t:t + 1],
-                               past_key_values=cache, use_cache=True).past_key_values
+        self.model.model.decoder(ids, encoder_out.last_hidden_state, mask, None, causal, past_key_values=cache,
+                                 use_cache=True)
+        if self.beam > 1:
+            cache.batch_repeat_interleave(self.beam)
         return cache
 
 

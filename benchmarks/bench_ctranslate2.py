@@ -173,18 +173,11 @@ def decoder_steps_per_path(src: Path, out: Path, spm_model: Path, k: int, beam: 
     return g + (1 - firsts)
 
 
-def _prefix_mode(engine: str, path: Path) -> str:
+def _prefix_mode(engine: str) -> str:
     """How ``engine`` runs a target prefix, as :func:`decoder_steps_per_path` counts it:
-    CTranslate2 (without ``--ct2-prefix``) and the transformers engine on an FSMT export (its
-    prompt run into the cache a token at a time) step through it, fairseq and transformers'
-    other classes run it in one pass."""
-    import json
-
-    if engine == "ctranslate2":
-        return "stepwise"
-    if engine == "transformers" and json.loads((path / "config.json").read_text())["model_type"] == "fsmt":
-        return "stepwise"
-    return "fairseq"
+    CTranslate2 (without ``--ct2-prefix``) steps through it, fairseq and the transformers engine
+    run it in one pass."""
+    return "stepwise" if engine == "ctranslate2" else "fairseq"
 
 
 def translate(path, data_bin, raw, engine, threads, args, out: Path, prefix=None):
@@ -278,7 +271,7 @@ def main():
                              f"{sum(a == b for a, b in zip(hyp, s_hyp)) / max(len(hyp), 1):.1%}")
                 if short == "concat":
                     steps = decoder_steps_per_path(raw, out, data_bin / "spm.model", 3, args.beam,
-                                                   mode or _prefix_mode(engine, path))
+                                                   mode or _prefix_mode(engine))
                     line += f"  decoder steps/sentence {steps:.1f}"
                 print(f"{line}   ({time.time() - start:.0f}s"
                       + (f"; {fell[0]} of {fell[1]} segments)" if fell else ")"), flush=True)

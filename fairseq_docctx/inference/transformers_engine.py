@@ -154,7 +154,7 @@ class TransformersGenerator(ContextRows):
         self.model = model
         self.beam = int(beam)
         self.unkpen = float(unkpen)
-        #: whether the prompt is run into the cache a token at a time first (FSMT)
+        #: whether the prompt is run into the cache by FSMT's decoder first (:meth:`_primed_cache`)
         self.prime = getattr(model.config, "model_type", None) == "fsmt"
 
     @property

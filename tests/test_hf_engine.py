@@ -135,13 +135,15 @@ def test_what_is_not_a_transformers_export_is_one_line(trained, toy_bin, tmp_pat
     ckpt, data, folder = trained("sentence")
     src = toy_bin.parent / "raw" / "test.src"
 
-    def error(path):
+    def error(path, *more):
         code, out, err = run_in_process(translate_main, [src, "--path", path, "--data", data, "--engine",
-                                                         "transformers", "--quiet"], capsys)
+                                                         "transformers", "--quiet", *more], capsys)
         lines = [line for line in err.splitlines() if line.strip()]
         assert code != 0 and not out and len(lines) == 1, err
         return lines[0]
 
+    assert error(folder, "--fp16") == ("docctx-translate: error: --engine transformers: --fp16 does not apply (the "
+                                       "export computes in float32; drafts-reading models do not export)")
     assert error(ckpt) == (f"docctx-translate: error: --path {ckpt}: not a folder exported by docctx-export "
                            "transformers (the transformers engine reads an exported folder, not a checkpoint)")
     ct2 = ct2_export(ckpt, data, tmp_path / "ct2") if _has("ctranslate2") else None

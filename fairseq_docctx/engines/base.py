@@ -95,3 +95,22 @@ class Engine:
         """``docctx-export NAME``: the checkpoint of the parsed ``args`` written for this
         engine; returns what was written, for the command's line (``MODEL (TYPE)``)."""
         raise NotImplementedError
+
+
+class ExportedEngine(Engine):
+    """An engine that decodes a folder ``docctx-export NAME`` wrote (CTranslate2, transformers):
+    it reads the folder and every file in it, and refuses ``--fp16`` (the precision is the
+    export's, :attr:`precision` says how) and ``--draft-path`` (a model that reads drafts
+    does not export)."""
+
+    #: what sets the precision, in the refusal of ``--fp16``
+    precision: str = ""
+
+    def check_options(self, options) -> None:
+        if options.fp16 or options.draft_path:
+            raise ValueError(f"--engine {self.name}: {'--fp16' if options.fp16 else '--draft-path'} does not apply "
+                             f"({self.precision}; drafts-reading models do not export)")
+
+    def model_files(self, options) -> ModelFiles:
+        """The exported folder and every file in it, and the folder it is in."""
+        return exported_folder_files(options.path)

@@ -2,15 +2,16 @@
 CTranslate2 in document order (:mod:`fairseq_docctx.inference.ctranslate2`), loaded through
 the hub (:func:`~fairseq_docctx.hub.from_exported`), and the export itself."""
 from ..inference.ctranslate2 import PREFIX_MODES
-from .base import Engine, ModelFiles, exported_folder_files, task_overrides
+from .base import ExportedEngine, task_overrides
 
 #: CTranslate2's weight types (``ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES``)
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
                  "float32")
 
 
-class CTranslate2Engine(Engine):
+class CTranslate2Engine(ExportedEngine):
     name = "ctranslate2"
+    precision = "the precision is the export's --quantization"
     summary = ("CTranslate2 (a model exported by docctx-export ctranslate2; transformer, concat_transformer, "
                "doc2doc_transformer)")
     translate_options = (
@@ -25,11 +26,6 @@ class CTranslate2Engine(Engine):
     )
     export_help = "a CTranslate2 model folder (transformer, concat_transformer, doc2doc_transformer)"
 
-    def check_options(self, options) -> None:
-        if options.fp16 or options.draft_path:
-            raise ValueError(f"--engine ctranslate2: {'--fp16' if options.fp16 else '--draft-path'} does not apply "
-                             "(the precision is the export's --quantization; drafts-reading models do not export)")
-
     def load(self, options):
         from ..hub import from_exported
 
@@ -40,11 +36,6 @@ class CTranslate2Engine(Engine):
         from ..inference.ctranslate2.load import load_exported_draft_translator
 
         return load_exported_draft_translator
-
-    def model_files(self, options) -> ModelFiles:
-        """The exported folder and every file in it (its ``model.bin``, vocabularies,
-        configuration and record), and the folder it is in."""
-        return exported_folder_files(options.path)
 
     def add_export_arguments(self, parser) -> None:
         parser.description = ("Write a transformer, concat_transformer or doc2doc_transformer checkpoint as a "

@@ -4,20 +4,16 @@
 (:mod:`fairseq_docctx.inference.transformers_engine`), loaded through the hub
 (:func:`~fairseq_docctx.hub.from_transformers`), and the export itself
 (:mod:`fairseq_docctx.inference.transformers_export`)."""
-from .base import Engine, ModelFiles, exported_folder_files, task_overrides
+from .base import ExportedEngine, task_overrides
 
 
-class TransformersEngine(Engine):
+class TransformersEngine(ExportedEngine):
     name = "transformers"
+    precision = "the export computes in float32"
     summary = ("transformers' generate (a model exported by docctx-export transformers; transformer, "
                "concat_transformer, doc2doc_transformer)")
     export_help = ("a Hugging Face transformers model folder (transformer, concat_transformer, doc2doc_transformer) "
                    "that AutoModelForSeq2SeqLM and AutoTokenizer load")
-
-    def check_options(self, options) -> None:
-        if options.fp16 or options.draft_path:
-            raise ValueError(f"--engine transformers: {'--fp16' if options.fp16 else '--draft-path'} does not apply "
-                             "(the export computes in float32; drafts-reading models do not export)")
 
     def load(self, options):
         from ..hub import from_transformers
@@ -29,11 +25,6 @@ class TransformersEngine(Engine):
         from ..inference.transformers_engine import load_transformers_draft_translator
 
         return load_transformers_draft_translator
-
-    def model_files(self, options) -> ModelFiles:
-        """The exported folder and every file in it (its weights, configuration, tokenizer,
-        dictionaries and record), and the folder it is in."""
-        return exported_folder_files(options.path)
 
     def add_export_arguments(self, parser) -> None:
         parser.description = ("Write a transformer, concat_transformer or doc2doc_transformer checkpoint as a "

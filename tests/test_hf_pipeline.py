@@ -55,7 +55,13 @@ def generate_lines(stdout):
             for kind in "THP"}
 
 
-@pytest.fixture(scope="module", params=FAMILIES)
+#: the families whose pipeline runs in ``make test`` (Marian: the renumbered ids, the pad as the
+#: decoder start; M2M-100: language tokens); the others' under ``make test-all`` (``slow``):
+#: tests/test_hf_import.py checks every family's logits and greedy search in the test's process
+FAST = ("marian", "m2m100")
+
+
+@pytest.fixture(scope="module", params=[f if f in FAST else pytest.param(f, marks=pytest.mark.slow) for f in FAMILIES])
 def pipeline(request, tmp_path_factory):
     """A family's folder, its data (docctx-prepare --pretrained, the first TED talk as train
     and test), the two checkpoints (K=0 at learning rate 0; K=1 both sides, two updates) and

@@ -38,6 +38,13 @@ Phenomena (annotated per target word in ``{split}.probe.jsonl``):
 Everything that is not context-dependent (nouns, articles, adjectives, fillers) is a fixed
 word-for-word mapping, so tiny models learn it in a few hundred updates.
 
+Settings (:data:`SETTINGS`, ``docctx-probe generate --setting``) change the shape of the data
+while keeping these rules: the sentences' length (phrases of :data:`PHRASES`), where the
+antecedent's noun phrase stands, what decides the class (the noun, the source article, or two
+cues in two sentences that must agree), distractor sentences between an antecedent and its
+pronoun, and the vocabulary's size. The default setting builds none of this and writes what
+the templates alone give.
+
 Scoring looks for the alternatives in the hypothesis rather than at a fixed position: the
 alternatives of a phenomenon occur nowhere else in the target language, so the i-th occurrence
 of any alternative in the hypothesis is the model's choice for the i-th annotated item with
@@ -48,6 +55,7 @@ position) is still recorded for tools that want positional alignment.
 import json
 import os
 import random
+import re
 from collections import defaultdict
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -114,6 +122,177 @@ DEFAULT_SPLITS = {"train": 2000, "valid": 100, "test": 200}
 PROBE_FILES = ("src", "tgt", "docids", "probe.jsonl")
 
 
+# ------------------------------------------------------------------- shapes of the probe
+#: word-for-word phrases that lengthen a sentence to its drawn length (``sentence_len``); none
+#: holds a word that a phenomenon scores, a noun, an adjective or a cue
+PHRASES = [("today", "heute"), ("again", "wieder"), ("quietly", "leise"), ("at last", "endlich"),
+           ("in the morning", "am morgen"), ("with my friend", "mit meinem freund"),
+           ("after the rain", "nach dem regen"), ("for a while", "eine weile"),
+           ("near the river", "am fluss"), ("at the station", "am bahnhof"),
+           ("on monday", "am montag"), ("as usual", "wie immer"), ("in the city", "in der stadt"),
+           ("before dinner", "vor dem essen"), ("quite suddenly", "ganz ploetzlich"),
+           ("during the holidays", "in den ferien"), ("after school", "nach der schule"),
+           ("once more", "noch einmal"), ("in the evening", "am abend"), ("at noon", "mittags")]
+#: INTRO sentences by where their noun phrase stands (``cue_position``): it opens the sentence
+#: (``first``) or ends it (``last``; ``middle``: a ``last`` one with phrases after it too)
+INTRO_FIRST = [("a {j} {n} was here .", "{a} {j} {n} war hier ."), ("a {n} was here .", "{a} {n} war hier ."),
+               ("a {j} {n} stood there .", "{a} {j} {n} stand dort ."), ("a {n} arrived .", "{a} {n} kam an .")]
+INTRO_LAST = [("i saw a {j} {n} .", "ich sah {a} {j} {n} ."), ("i saw a {n} .", "ich sah {a} {n} ."),
+              ("we found a {j} {n} .", "wir fanden {a} {j} {n} ."), ("we found a {n} .", "wir fanden {a} {n} ."),
+              ("my friend bought a {j} {n} .", "mein freund kaufte {a} {j} {n} .")]
+#: sentences between an antecedent and its pronoun that name another noun, of its own class
+#: (``distractors``): the pronoun refers to the noun introduced with an article, never to one
+#: after ``my``/``our``; {m}/{o} the possessive of the distractor's class
+DISTRACTOR = [("my {n} was {j} .", "{m} {n} war {j} ."), ("my {n} is at home .", "{m} {n} ist zu hause ."),
+              ("we sold our {n} .", "wir verkauften {o} {n} ."), ("my {n} broke .", "{m} {n} ging kaputt .")]
+POSSESSIVE = {"m": ("mein", "unseren"), "f": ("meine", "unsere"), "n": ("mein", "unser")}
+#: ``cue="determiner"``: the source article of an INTRO shows its class; the noun does not
+DETERMINER = {"m": "un", "f": "una", "n": "uno"}
+#: ``cue="two"``: the class is the agreement of two cues in two sentences, the INTRO's
+#: demonstrative (this / that) and the sentence before it (the light on / off): m where they
+#: agree (this + on, that + off), f where they differ; each alone says nothing
+DEMONSTRATIVE = (("this", "dieses"), ("that", "jenes"))
+LIGHT = [("the light was on .", "das licht war an ."), ("the light was off .", "das licht war aus .")]
+CUES = ("noun", "determiner", "two")
+CUE_POSITIONS = ("first", "middle", "last")
+
+#: named settings of ``docctx-probe generate --setting`` (docs/probe.md): each changes what the
+#: context must carry or how far; the options given on the command line override them
+SETTINGS = {
+    "default": {},
+    "short": dict(sentence_len=(3, 5)),
+    "short-distractors": dict(sentence_len=(3, 5), distances=(1, 2, 3), distractors=1.0),
+    "long": dict(sentence_len=(15, 25)),
+    "cue-first": dict(sentence_len=(6, 10), cue_position="first"),
+    "cue-last": dict(sentence_len=(6, 10), cue_position="last"),
+    "far-distractors": dict(distances=(2, 3), distractors=1.0),
+    "determiner": dict(cue="determiner"),
+    "two-cues": dict(cue="two", distances=(1, 2)),
+    "large-vocabulary": dict(nouns_per_class=60, adjectives=40),
+}
+
+
+def _words(template: str) -> int:
+    """Words of a source template, its final period not counted (a slot is one word)."""
+    return len(template.split()) - template.endswith(" .")
+
+
+def pseudo_words(n: int, avoid, stream: str) -> List[Tuple[str, str]]:
+    """``n`` invented (source, target) word pairs, the same for the same ``stream`` (the
+    vocabulary of a setting does not depend on the seed): source consonant-vowel syllables,
+    target the reversed source with ``-e``; none equal to a word of ``avoid`` or to each other."""
+    rng = random.Random(f"docctx-probe/vocabulary/{stream}")
+    out, seen = [], set(avoid)
+    while len(out) < n:
+        src = "".join(rng.choice("bdfgklmnprstvz") + rng.choice("aeiou") for _ in range(rng.randint(2, 3)))
+        tgt = src[::-1] + "e"
+        if src not in seen and tgt not in seen:
+            seen.update((src, tgt))
+            out.append((src, tgt))
+    return out
+
+
+def _template_words():
+    """Every word of the templates, tables and phrases (what invented words must avoid)."""
+    words = set()
+    texts = [t for group in (INTRO, PRON, FILLER, INTRO_FIRST, INTRO_LAST, DISTRACTOR, LIGHT, PHRASES)
+             for pair in group for t in pair]
+    texts += [t for c in CONSISTENCY for pair in c["templates"] for t in pair]
+    texts += [w for c in CONSISTENCY for w in (c["word"],) + c["forms"] + c["cues"]]
+    texts += [w for v in list(NOUNS.values()) + [ADJS] for w in v.replace(":", " ").split()]
+    texts += [w for c in CLASSES for w in c[1:]] + list(DETERMINER.values()) + \
+        [w for pair in DEMONSTRATIVE for w in pair] + [w for pair in POSSESSIVE.values() for w in pair]
+    for t in texts:
+        words.update(t.split())
+    return words
+
+
+def vocabulary(n_classes: int = 2, nouns_per_class: Optional[int] = None,
+               adjectives: Optional[int] = None):
+    """The nouns (class -> (source, target) pairs) and adjectives of a setting: the tables'
+    first ``nouns_per_class`` / ``adjectives`` (all of them for None), then invented words."""
+    nouns = {}
+    avoid = _template_words()
+    for name, *_ in CLASSES[:n_classes]:
+        table = _pairs(NOUNS[name])
+        n = len(table) if nouns_per_class is None else nouns_per_class
+        if n < 1:
+            raise ValueError("nouns_per_class must be at least 1")
+        nouns[name] = table[:n] + pseudo_words(max(0, n - len(table)), avoid, f"nouns/{name}")
+        avoid |= {w for pair in nouns[name] for w in pair}
+    table = _pairs(ADJS)
+    n = len(table) if adjectives is None else adjectives
+    if n < 1:
+        raise ValueError("adjectives must be at least 1")
+    return nouns, table[:n] + pseudo_words(max(0, n - len(table)), avoid, "adjectives")
+
+
+class _Shape:
+    """What a non-default setting changes in a document's sentences: their length (phrases of
+    :data:`PHRASES` before or after the core template), the INTRO's noun phrase position, the
+    cue (noun table, determiner, two cues), distractor sentences and the vocabulary. The
+    default setting does not build one: its documents are those of the templates alone."""
+
+    def __init__(self, sentence_len, cue_position, cue, distractors, classes):
+        self.len = sentence_len
+        self.cue_position, self.cue, self.distractors = cue_position, cue, distractors
+        lo, hi = sentence_len if sentence_len else (1, 10 ** 6)
+        if cue_position is None:
+            intro = INTRO + INTRO_FIRST + INTRO_LAST if sentence_len else INTRO
+        else:
+            intro = INTRO_FIRST if cue_position == "first" else INTRO_LAST
+        room = 1 if cue_position == "middle" else 0  # a phrase after the noun phrase
+        # the INTRO's source article is a slot, for the cues that change it
+        intro = [(re.sub(r"(^| )a (?=\{[jn]\})", r"\1{a} ", src), tgt) for src, tgt in intro]
+        self.intro = self._fitting(intro, hi - room, "INTRO")
+        self.pron = self._fitting(PRON, hi, "PRON")
+        self.filler = self._fitting(FILLER, hi, "FILLER")
+        self.distractor = self._fitting(DISTRACTOR, hi, "distractor")
+        self.light = self._fitting(LIGHT, hi, "cue")
+        self.cons = {c["word"]: [t for t in c["templates"] if _words(t[0]) <= hi] for c in CONSISTENCY}
+        if lo > hi or lo < 1:
+            raise ValueError(f"sentence length {sentence_len}: expected 1 <= MIN <= MAX")
+
+    @staticmethod
+    def _fitting(templates, hi, what):
+        fit = [t for t in templates if _words(t[0]) <= hi]
+        if not fit:
+            shortest = min(_words(t[0]) for t in templates)
+            raise ValueError(f"sentence length at most {hi}: the shortest {what} sentence has {shortest} words")
+        return fit
+
+    def lengthen(self, rng, tpl, intro=False):
+        """``tpl`` with phrases before or after it up to a length drawn from ``sentence_len``
+        (an INTRO keeps its noun phrase where ``cue_position`` puts it)."""
+        if not self.len:
+            return tpl
+        need = max(0, rng.randint(*self.len) - _words(tpl[0]))
+        where = {"first": "after", "last": "before", "middle": "both"}.get(self.cue_position) if intro else None
+        if where == "both":
+            need = max(need, 1)
+        before, after = [], []
+        unused = [p for p in PHRASES if f" {p[0]} " not in f" {tpl[0]} "]  # no phrase twice
+        while need:
+            # the last one-word phrase is kept for a need of one word, so that any need is met
+            ones = sum(len(p[0].split()) == 1 for p in unused)
+            fit = [p for p in unused if len(p[0].split()) < need
+                   or len(p[0].split()) == need and (need > 1 or ones)]
+            fit = [p for p in fit if len(p[0].split()) > 1 or ones > 1 or need == 1]
+            if not fit:  # (the 46 words of PHRASES make sentences of up to about 45 words)
+                raise ValueError(f"sentence length {self.len}: not enough phrases")
+            phrase = rng.choice(fit)
+            unused.remove(phrase)
+            side = where if where in ("before", "after") else (
+                "after" if where == "both" and not after else rng.choice(("before", "after")))
+            (before if side == "before" else after).append(phrase)
+            need -= len(phrase[0].split())
+
+        def join(i):
+            core = tpl[i][:-2] if tpl[i].endswith(" .") else tpl[i]
+            return " ".join([p[i] for p in before] + [core] + [p[i] for p in after]) + " ."
+        return join(0), join(1)
+
+
 def _pairs(s: str) -> List[Tuple[str, str]]:
     return [tuple(w.split(":")) for w in s.split()]
 
@@ -131,10 +310,11 @@ def _fill(tpl: Tuple[str, str], **slots) -> Tuple[str, List[str], Dict[str, int]
 
 
 def _document(rng: random.Random, n_sent: int, classes, distances, consistency: bool,
-              cued_anchors: bool, p_consistency_doc: float, p_gap: float, p_mention: float):
-    """One document: list of (src, tgt tokens, annotation items)."""
-    adjs = _pairs(ADJS)
-    nouns = {c[0]: _pairs(NOUNS[c[0]]) for c in classes}
+              cued_anchors: bool, p_consistency_doc: float, p_gap: float, p_mention: float,
+              nouns, adjs, shape: Optional[_Shape] = None):
+    """One document: list of (src, tgt tokens, annotation items). ``nouns`` (class -> (source,
+    target) pairs) and ``adjs`` are the setting's vocabulary; ``shape`` what a non-default
+    setting changes (None: the templates as they are)."""
     cons, form, mentions, anchors = None, None, [], []  # positions of the consistency word
     if consistency and rng.random() < p_consistency_doc:
         cons = rng.choice(CONSISTENCY)
@@ -152,6 +332,8 @@ def _document(rng: random.Random, n_sent: int, classes, distances, consistency: 
         anchor = not mentions or (cued_anchors and pos - mentions[-1] > max(distances))
         if mention_slot:
             slots[mention_slot] = (cue if anchor else cons["word"], form)
+        if shape is not None:
+            tpl = shape.lengthen(rng, tpl, intro="{n}" in tpl[0] and "{a}" in tpl[0])
         src, tgt, where = _fill(tpl, **slots)
         items = [dict(it, index=where[slot]) for it, slot in items]
         if mention_slot:
@@ -174,29 +356,56 @@ def _document(rng: random.Random, n_sent: int, classes, distances, consistency: 
         return "j" if use else None
 
     def filler():
-        if cons is not None and cons["slot"] == "c" and rng.random() < p_mention:
-            emit(rng.choice(cons["templates"]), {}, mention_slot="c")
+        templates = None if cons is None else cons["templates"] if shape is None else shape.cons[cons["word"]]
+        if cons is not None and cons["slot"] == "c" and templates and rng.random() < p_mention:
+            emit(rng.choice(templates), {}, mention_slot="c")
         else:
-            emit(rng.choice(FILLER), {})
+            emit(rng.choice(FILLER if shape is None else shape.filler), {})
 
+    def distractor():  # another noun, of its own class, after "my" / "our"
+        other = rng.choice(classes)[0]
+        mine, ours = POSSESSIVE[other]
+        emit(rng.choice(shape.distractor), {"n": rng.choice(nouns[other]), "j": rng.choice(adjs),
+                                            "m": ("my", mine), "o": ("our", ours)})
+
+    cue_kind = "noun" if shape is None else shape.cue
+    every_noun = [n for c in classes for n in nouns[c[0]]]
     while len(out) < n_sent:
         room = n_sent - len(out)
         d = rng.choice(distances)
-        if room < d + 1 or (room > d + 1 and rng.random() < p_gap):
+        need = d + 1 + (cue_kind == "two")  # "two": the sentence before the INTRO is a cue
+        if room < need or (room > need and rng.random() < p_gap):
             filler()
             continue
         name, nom, acc, art = rng.choice(classes)
+        article = ("a", art)
+        if cue_kind == "two":  # the light's state and the demonstrative agree for m only
+            this = rng.randrange(2)
+            emit(shape.light[this if name == classes[0][0] else 1 - this], {})
+            article = DEMONSTRATIVE[this]
+        elif cue_kind == "determiner":
+            article = (DETERMINER[name], art)
         intro_pos = len(out)
-        tpl = rng.choice(INTRO)
-        emit(tpl, {"a": ("a", art), "j": rng.choice(adjs), "n": rng.choice(nouns[name])},
-             mention_slot=adj_slot(tpl))
+        tpl = rng.choice(INTRO if shape is None else shape.intro)
+        adj = rng.choice(adjs)  # (drawn before the noun)
+        noun = rng.choice(nouns[name] if cue_kind == "noun" else every_noun)
+        emit(tpl, {"a": article, "j": adj, "n": noun}, mention_slot=adj_slot(tpl))
+        between = 0
         for _ in range(d - 1):
-            filler()
-        tpl = rng.choice(PRON)
+            if shape is not None and shape.distractors and rng.random() < shape.distractors:
+                distractor()
+                between += 1
+            else:
+                filler()
+        tpl = rng.choice(PRON if shape is None else shape.pron)
         slot = "p" if "{p}" in tpl[1] else "q"
         item = {"phenomenon": "anaphora", "expected": nom if slot == "p" else acc,
                 "alternatives": sorted({c[1] if slot == "p" else c[2] for c in classes}),
                 "distance": len(out) - intro_pos, "antecedent_pos": intro_pos, "class": name}
+        if shape is not None:
+            item["distractors"] = between
+            if cue_kind == "two":
+                item["cue_distances"] = [len(out) - intro_pos + 1, len(out) - intro_pos]
         emit(tpl, {"j": rng.choice(adjs), "p": ("it", nom), "q": ("it", acc)}, [(item, slot)],
              adj_slot(tpl))
     return out
@@ -206,7 +415,10 @@ def generate_probe(out_dir: str, splits: Optional[Dict[str, int]] = None, seed: 
                    doc_len: Tuple[int, int] = (4, 8), n_classes: int = 2,
                    distances: Sequence[int] = (1, 2), consistency: bool = True,
                    consistency_anchor: str = "cued", p_consistency_doc: float = 1.0,
-                   p_gap: float = 0.2, p_mention: float = 0.8, outputs=None) -> Dict[str, dict]:
+                   p_gap: float = 0.2, p_mention: float = 0.8, sentence_len: Optional[Tuple[int, int]] = None,
+                   cue_position: Optional[str] = None, cue: str = "noun", distractors: float = 0.0,
+                   nouns_per_class: Optional[int] = None, adjectives: Optional[int] = None,
+                   outputs=None) -> Dict[str, dict]:
     """Write ``{split}.src/.tgt/.docids/.probe.jsonl`` for every split into ``out_dir``.
 
     ``splits`` maps split name to number of documents (default ``DEFAULT_SPLITS``); each split
@@ -216,6 +428,19 @@ def generate_probe(out_dir: str, splits: Optional[Dict[str, int]] = None, seed: 
     distances to draw from; ``consistency_anchor`` "cued" or "free" (see the module docstring).
     ``p_consistency_doc``: share of documents with a consistency word; ``p_mention``: chance
     that a slot able to hold it does; ``p_gap``: chance of a filler before an episode.
+
+    The shape of the data (``docs/probe.md``; each setting of :data:`SETTINGS` is a set of
+    these): ``sentence_len`` (min, max) words of every sentence, its final period not counted
+    (None: the templates' own 2 to 8), reached with the phrases of :data:`PHRASES`;
+    ``cue_position`` where the antecedent's noun phrase stands in its sentence (``first``,
+    ``middle``, ``last``; None: the templates' mix); ``cue`` what decides the class: the noun
+    (``noun``, a table to learn), the source article (``determiner``; the noun is drawn from
+    every class) or the agreement of two cues in two sentences (``two``, two classes only);
+    ``distractors`` the chance that a sentence between an antecedent and its pronoun names
+    another noun (after ``my``/``our``) instead of being a filler; ``nouns_per_class`` and
+    ``adjectives`` the vocabulary (None: 8 nouns a class and 9 adjectives; more are invented
+    words, :func:`pseudo_words`). The corpus size is ``splits`` (2,000 training documents are
+    about 12,000 sentences).
     ``outputs``: the run's output guard (:class:`~fairseq_docctx.data.outputs.Outputs`;
     ``docctx-probe generate``'s, which refuses files it did not write; default: one that
     replaces them). Every file is checked before any is written, and each is written whole.
@@ -225,8 +450,20 @@ def generate_probe(out_dir: str, splits: Optional[Dict[str, int]] = None, seed: 
         raise ValueError("consistency_anchor must be 'cued' or 'free'")
     if not 2 <= n_classes <= 3:
         raise ValueError("n_classes must be 2 or 3")
-    if min(doc_len) < max(distances) + 1 or doc_len[0] > doc_len[1]:
+    if cue not in CUES:
+        raise ValueError(f"cue must be one of {', '.join(CUES)}")
+    if cue_position is not None and cue_position not in CUE_POSITIONS:
+        raise ValueError(f"cue_position must be one of {', '.join(CUE_POSITIONS)}")
+    if cue == "two" and n_classes != 2:
+        raise ValueError("cue 'two' (the agreement of two cues) decides between two classes only")
+    if not 0.0 <= distractors <= 1.0:
+        raise ValueError("distractors is a probability (0 to 1)")
+    if min(doc_len) < max(distances) + 1 + (cue == "two") or doc_len[0] > doc_len[1]:
         raise ValueError(f"doc_len {doc_len} too short for distances {tuple(distances)}")
+    nouns, adjs = vocabulary(n_classes, nouns_per_class, adjectives)
+    shape = None
+    if sentence_len or cue_position or cue != "noun" or distractors:
+        shape = _Shape(sentence_len, cue_position, cue, distractors, CLASSES[:n_classes])
     splits = dict(DEFAULT_SPLITS if splits is None else splits)
     classes = CLASSES[:n_classes]
     if outputs is None:  # the Python API: the files are replaced, each written whole
@@ -248,7 +485,7 @@ def generate_probe(out_dir: str, splits: Optional[Dict[str, int]] = None, seed: 
                 doc_id = f"{split}-{i:05d}"
                 doc = _document(rng, rng.randint(*doc_len), classes, tuple(distances),
                                 consistency, consistency_anchor == "cued",
-                                p_consistency_doc, p_gap, p_mention)
+                                p_consistency_doc, p_gap, p_mention, nouns, adjs, shape)
                 for pos, (src, tgt, items) in enumerate(doc):
                     files["src"].write(src + "\n")
                     files["tgt"].write(" ".join(tgt) + "\n")

@@ -1,6 +1,7 @@
 """docctx-probe: generate the synthetic context probe, or score translations of it.
 
     docctx-probe generate --outdir D [--train-docs N --valid-docs N --test-docs N --seed S ...]
+        [--setting NAME --sentence-len MIN,MAX --cue-position P --cue C --distractors P ...]
     docctx-probe score --annotations D/test.probe.jsonl --hyp HYP [--json FILE]
     docctx-probe evaluate --data BIN --annotations D/test.probe.jsonl \
         --model NAME=CKPT [--model NAME=CKPT ...] [--json FILE] [--hyp-dir DIR]
@@ -45,12 +46,30 @@ def main(argv=None):
     g.add_argument("--max-len", type=int, default=8, help="max sentences per document")
     g.add_argument("--classes", type=int, default=2, choices=(2, 3),
                    help="noun classes: 2 (er/sie) or 3 (er/sie/es)")
-    g.add_argument("--distances", default="1,2", help="antecedent distances, comma-separated")
+    g.add_argument("--distances", default=None,
+                   help="antecedent distances, comma-separated (default: the setting's; 1,2)")
     g.add_argument("--no-consistency", action="store_true",
                    help="leave out the lexical-consistency phenomenon")
     g.add_argument("--consistency-anchor", choices=("cued", "free"), default="cued",
                    help="anchor mentions of a consistency word: form forced by a source "
                    "synonym (cued) or a free choice at the first mention (free)")
+    from fairseq_docctx.probe import CUE_POSITIONS, CUES, SETTINGS
+
+    g.add_argument("--setting", choices=tuple(SETTINGS), default="default",
+                   help="a named shape of the data (docs/probe.md); the options below override it")
+    g.add_argument("--sentence-len", metavar="MIN,MAX", default=None,
+                   help="words per sentence, the final period not counted (default: the templates' own)")
+    g.add_argument("--cue-position", choices=CUE_POSITIONS, default=None,
+                   help="where the antecedent's noun phrase stands in its sentence (default: mixed)")
+    g.add_argument("--cue", choices=CUES, default=None,
+                   help="what decides a noun's class: the noun (a table to learn; the default), "
+                   "the source article (determiner), or two cues in two sentences that must agree (two)")
+    g.add_argument("--distractors", type=float, default=None, metavar="P",
+                   help="chance that a sentence between an antecedent and its pronoun names another noun")
+    g.add_argument("--nouns-per-class", type=int, default=None, metavar="N",
+                   help="nouns of each class (default 8; more are invented words)")
+    g.add_argument("--adjectives", type=int, default=None, metavar="N",
+                   help="adjectives (default 9; more are invented words)")
     s = sub.add_parser("score", help="score hypotheses against {split}.probe.jsonl")
     s.add_argument("--annotations", required=True)
     s.add_argument("--hyp", required=True)
@@ -113,11 +132,15 @@ def _run(p, a, outputs) -> int:
     if a.cmd == "evaluate":
         return _evaluate(p, a, outputs)
     if a.cmd == "generate":
-        stats = generate_probe(
-            a.outdir, {"train": a.train_docs, "valid": a.valid_docs, "test": a.test_docs},
-            seed=a.seed, doc_len=(a.min_len, a.max_len), n_classes=a.classes,
-            distances=tuple(int(x) for x in a.distances.split(",")),
-            consistency=not a.no_consistency, consistency_anchor=a.consistency_anchor, outputs=outputs)
+        try:
+            shape = _shape(a)
+            stats = generate_probe(
+                a.outdir, {"train": a.train_docs, "valid": a.valid_docs, "test": a.test_docs},
+                seed=a.seed, doc_len=(a.min_len, a.max_len), n_classes=a.classes,
+                consistency=not a.no_consistency, consistency_anchor=a.consistency_anchor,
+                outputs=outputs, **shape)
+        except ValueError as err:
+            p.exit(2, f"docctx-probe generate: error: {err}\n")
         for split, st in stats.items():
             print(f"{split}: {st['documents']} documents, {st['sentences']} sentences, "
                   f"items {st['items']}")
@@ -145,6 +168,30 @@ def _run(p, a, outputs) -> int:
               f"{res['consistency_anchor_majority']:.2f}, unscorable "
               f"{res['consistency_unscorable']}")
     return 0
+
+
+def _ints(text: str, option: str):
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"{option} {text}: expected comma-separated integers") from None
+
+
+def _shape(a) -> dict:
+    """The shape options of ``generate``: the setting's, overridden by those given."""
+    from fairseq_docctx.probe import SETTINGS
+
+    shape = dict(SETTINGS[a.setting])
+    if a.distances is not None:
+        shape["distances"] = _ints(a.distances, "--distances")
+    if a.sentence_len is not None:
+        shape["sentence_len"] = _ints(a.sentence_len, "--sentence-len")
+        if len(shape["sentence_len"]) != 2:
+            raise ValueError(f"--sentence-len {a.sentence_len}: expected MIN,MAX")
+    for key in ("cue_position", "cue", "distractors", "nouns_per_class", "adjectives"):
+        if getattr(a, key) is not None:
+            shape[key] = getattr(a, key)
+    return shape
 
 
 def _evaluate(p, a, outputs) -> int:

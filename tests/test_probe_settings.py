@@ -164,8 +164,10 @@ def test_distractors_name_another_noun_between(settings):
         for line in between:
             words = x["src"][line].split()
             assert "my" in words or "our" in words, words
-        total += 1
-    assert total > 200
+            possessive = next(w for w in x["tgt"][line].split() if w in ("mein", "meine", "unseren", "unsere"))
+            other += ("f" if possessive in ("meine", "unsere") else "m") != it["class"]
+            total += 1
+    assert total > 200 and 0.4 < other / total < 0.6
     _, y = settings["short-distractors"]
     assert {it["distance"] for _, it in _anaphora(y)} == {1, 2, 3}
 

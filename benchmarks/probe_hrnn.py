@@ -32,6 +32,12 @@ RNN's last state (``--decoder-init backward``) instead of the annotations' mean.
 
     python -m benchmarks.probe_hrnn --preset lr2e-3 --updates 2500 --seeds 1,2,3,4,5 --runs hrnn,hrnn-own
 
+``--settings`` trains on other shapes of the probe (``docctx-probe generate --setting``, each
+generated once under ``--work``), ``--extra`` adds fairseq-train options to every run (a
+variant: ``--extra "--context-summary mean"``). Each ``hrnn_context`` row also has
+``diagnosis`` (:func:`diagnose`): where ``D`` carries the antecedent's class (its swap at each
+point the model reads it, a linear probe of the sentence summary and of ``D``, saturation).
+
 The last lines count, per run and preset, the seeds where the pronouns reach 0.90 and
 ``true - random`` 0.02 nats/token. The figures of ``docs/benchmarks.md`` came from this script
 (several presets and update counts; 16 jobs side by side on a 16-core machine, 2 on this
@@ -108,6 +114,105 @@ def content(ckpt: str, data_bin: str, K: int) -> dict:
     return {k: round(rep[k], 4) for k in ("cxmi", "cxmi_random", "true_vs_random")}
 
 
+def diagnose(ckpt: str, data_bin: str, annotations: str, K: int, seed: int = 1) -> dict:
+    """Where ``hrnn_context``'s document summary carries the antecedent's class, on the test
+    split's pronouns (teacher-forced on the reference; a pronoun is right when the expected
+    form has the highest probability among its alternatives):
+
+    * ``swap``: the pronouns' accuracy with the true ``D``, and with ``D`` swapped between
+      sentences that have the same number of previous sentences at every point the model reads
+      it (``all``), at the encoder's initial state only (``init_enc``), at ``s_0`` only
+      (``init_dec``), at the decoder's auxiliary input / gate only (``aux``): a point whose
+      swap costs nothing carries no class;
+    * ``linear``: a logistic regression's 5-fold accuracy of the class from the antecedent
+      sentence's summary ``S_k`` (Eq. 1; the sentence RNN), and from ``D`` (Eq. 2; the
+      document RNN, after the sentences between), by the distractors in between;
+    * ``saturated``: the share of ``D``'s channels beyond +-0.99 (rows with context).
+    """
+    import numpy as np
+    import torch
+    from fairseq import checkpoint_utils
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import cross_val_score
+
+    from fairseq_docctx.data import context_batch as cb
+    from fairseq_docctx.probe import load_annotations
+
+    torch.set_num_threads(1)
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [ckpt], arg_overrides={"data": data_bin, "context_size": K})
+    model = models[0].eval()
+    enc, dec = model.encoder, model.decoder
+    task.load_dataset("test")
+    anns = load_annotations(annotations)
+    tgt_dict = task.target_dictionary
+    itr = task.get_batch_iterator(task.dataset("test"), max_tokens=4000,
+                                  required_batch_size_multiple=1).next_epoch_itr(shuffle=False)
+    gen = torch.Generator().manual_seed(seed)
+    modes = ("true", "all", "init_enc", "init_dec", "aux")
+    right = {m: 0 for m in modes}
+    total, feats_S, feats_D, labels, distractors, saturated = 0, [], [], [], [], []
+    with torch.no_grad():
+        for sample in itr:
+            ni = sample["net_input"]
+            ctx, src = ni["context"], ni["src_tokens"]
+            B = src.size(0)
+            D = enc.document_summary(ctx, B, enc.attention_keys.weight)
+            count = (cb.index(ctx, "src", K) >= 0).sum(1)
+            saturated.append((D[count > 0].abs() > 0.99).float().mean(1))
+            perm = torch.arange(B)
+            for c in count.unique().tolist():
+                rows = (count == c).nonzero().squeeze(1)
+                perm[rows] = rows[torch.randperm(rows.numel(), generator=gen)]
+            swapped = D[perm]
+            items = []  # (row, target position, expected id, alternative ids, annotation)
+            for b, sid in enumerate(sample["id"].tolist()):
+                for it in anns[sid]["items"]:
+                    if it["phenomenon"] == "anaphora":
+                        items.append((b, it["index"], tgt_dict.index(it["expected"]),
+                                      [tgt_dict.index(w) for w in it["alternatives"]], it))
+            if not items:
+                continue
+            for mode in modes:
+                d_enc = swapped if mode in ("all", "init_enc") else D
+                d_init = swapped if mode in ("all", "init_dec") else D
+                out = enc.encoder_out(*enc.run_rnn(src, d_enc if enc.init_enc else None))
+                out["doc_context"] = swapped if mode in ("all", "aux") else D
+                out["doc_context_init"] = d_init  # (rows selected with the others')
+                dec.init_input = lambda e, own=dec.init_input: own(dict(e, doc_context=e["doc_context_init"]))
+                try:
+                    logits, _ = dec(ni["prev_output_tokens"], encoder_out=out)
+                finally:
+                    del dec.init_input  # the class's method again
+                for b, pos, want, alts, _ in items:
+                    scores = logits[b, pos, alts]
+                    right[mode] += int(alts[int(scores.argmax())] == want)
+            total += len(items)
+            table = cb.table(ctx, "src", K)
+            for b, _, _, _, it in items:
+                d = it["distance"]
+                row = int(table.index[b, d - 1])
+                if row < 0:
+                    continue
+                feats_S.append(enc.sentence_summaries(table.tokens[row:row + 1])[0].numpy())
+                feats_D.append(D[b].numpy())
+                labels.append(it["class"])
+                distractors.append(it.get("distractors", 0))
+
+    def decodable(X, y):
+        if len(set(y)) < 2 or min(np.unique(y, return_counts=True)[1]) < 5:
+            return None
+        clf = LogisticRegression(max_iter=2000)
+        return round(float(cross_val_score(clf, np.stack(X), np.array(y), cv=5).mean()), 3)
+
+    linear = {"S_antecedent": decodable(feats_S, labels), "D": decodable(feats_D, labels)}
+    for n in sorted(set(distractors)):
+        pick = [i for i, k in enumerate(distractors) if k == n]
+        linear[f"D_after_{n}_distractors"] = decodable([feats_D[i] for i in pick], [labels[i] for i in pick])
+    return {"swap": {m: round(right[m] / max(total, 1), 3) for m in modes}, "linear": linear,
+            "saturated": round(float(torch.cat(saturated).mean()), 3), "pronouns": total}
+
+
 def add_job_args(p, work: str, updates: int) -> None:
     """The options every probe comparison takes: ``--updates``, ``--seeds``, ``--jobs``,
     ``--work`` (default ``work``) and ``--json``."""
@@ -141,9 +246,12 @@ def met(row) -> bool:
 def one_run(job):
     from tests import probe_utils as pu
 
-    name, preset, seed, updates, probe, work = job
+    name, preset, seed, updates, probe, work, setting, extra = job
     arch, args = RUNS[name]
-    save = os.path.join(work, f"{name}-{preset}-{updates}-s{seed}")
+    args = args + extra
+    tag = "" if setting == "default" else f"{setting}-"
+    variant = "" if not extra else "-" + "_".join(a.lstrip("-") for a in extra)
+    save = os.path.join(work, f"{tag}{name}{variant}-{preset}-{updates}-s{seed}")
     shutil.rmtree(save, ignore_errors=True)  # fairseq-train would resume from an earlier run
     t = time.time()
     out = pu.train(probe["data_bin"], arch, save, task="document_translation", model_args=MODEL,
@@ -152,13 +260,15 @@ def one_run(job):
     K = args[args.index("--context-size") + 1]
     res = pu.probe_accuracy(probe["data_bin"], out["checkpoint"], probe["annotations"],
                             task="document_translation", extra_args=["--context-size", K], beam=4)
-    row = dict(run=name, preset=preset, seed=seed, updates=updates, seconds=round(time.time() - t),
+    row = dict(run=name + variant, setting=setting, preset=preset, seed=seed, updates=updates,
+               seconds=round(time.time() - t),
                nll=float(nll[-1]) if nll else None,
                accuracy={k: round(v["accuracy"], 3) for k, v in res["by_phenomenon"].items()
                          if v["accuracy"] is not None})
     if arch == "hrnn_context":
         row["cxmi"] = content(out["checkpoint"], probe["data_bin"], int(K))
         row["D"] = summary_spread(out["checkpoint"], probe["data_bin"], int(K))
+        row["diagnosis"] = diagnose(out["checkpoint"], probe["data_bin"], probe["annotations"], int(K))
     return row
 
 
@@ -166,21 +276,31 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", default="rnnsearch,hrnn,hrnn-own", help=f"of {', '.join(RUNS)}")
     p.add_argument("--preset", default="probe", choices=sorted(PRESETS))
+    p.add_argument("--settings", default="default",
+                   help="probe settings (docctx-probe generate --setting), comma-separated")
+    p.add_argument("--extra", default="", help="fairseq-train options added to every run (a variant)")
     add_job_args(p, os.path.join(REPO, "bench-work", "probe-hrnn"), 800)
     a = p.parse_args(argv)
+    from fairseq_docctx.probe import SETTINGS
     from tests import probe_utils as pu
 
-    probe_dir = os.path.join(a.work, "probe")
-    probe = (pu.make_probe_data(probe_dir) if not os.path.isdir(os.path.join(probe_dir, "data-bin"))
-             else {"data_bin": os.path.join(probe_dir, "data-bin"),
-                   "annotations": os.path.join(probe_dir, "text", "test.probe.jsonl")})
-    jobs = [(r, a.preset, int(s), a.updates, probe, a.work) for s in a.seeds.split(",") for r in a.runs.split(",")]
+    jobs = []
+    for setting in a.settings.split(","):
+        probe_dir = os.path.join(a.work, "probe" if setting == "default" else f"probe-{setting}")
+        probe = (pu.make_probe_data(probe_dir, **SETTINGS[setting])
+                 if not os.path.isdir(os.path.join(probe_dir, "data-bin"))
+                 else {"data_bin": os.path.join(probe_dir, "data-bin"),
+                       "annotations": os.path.join(probe_dir, "text", "test.probe.jsonl")})
+        jobs += [(r, a.preset, int(s), a.updates, probe, a.work, setting, a.extra.split())
+                 for s in a.seeds.split(",") for r in a.runs.split(",")]
     rows = run_jobs(one_run, jobs, a.jobs, a.json)
-    for run in a.runs.split(","):
-        mine = [r for r in rows if r["run"] == run]
-        if mine and RUNS[run][0] == "hrnn_context":
-            print(f"{run}, {a.preset}, {a.updates} updates: pronouns >= {PRONOUNS_MET} and true - random >= "
-                  f"{CONTENT_MET} on {sum(map(met, mine))} of {len(mine)} seeds")
+    for setting in a.settings.split(","):
+        for run in a.runs.split(","):
+            variant = "" if not a.extra else "-" + "_".join(x.lstrip("-") for x in a.extra.split())
+            mine = [r for r in rows if r["run"] == run + variant and r["setting"] == setting]
+            if mine and RUNS[run][0] == "hrnn_context":
+                print(f"{run} {a.extra}, {setting}, {a.preset}, {a.updates} updates: pronouns >= {PRONOUNS_MET} "
+                      f"and true - random >= {CONTENT_MET} on {sum(map(met, mine))} of {len(mine)} seeds")
 
 
 if __name__ == "__main__":

@@ -167,8 +167,9 @@ def test_mht_transformer_with_drafts_made_on_the_fly(probe, mht_model, sentence_
                                    draft_path=sentence_model["checkpoint"])
 
 
-def test_hrnn_context(probe, hrnn_model):
-    documents_alone_equal_the_file(probe, "hrnn_context", hrnn_model["checkpoint"])
+def test_hrnn_context(hrnn_model):
+    """(On the probe hrnn_context trains on: short sentences, distractors.)"""
+    documents_alone_equal_the_file(hrnn_model["probe"], "hrnn_context", hrnn_model["checkpoint"])
 
 
 def test_g_transformer_without_length_windows(probe, g_model):

@@ -19,7 +19,7 @@ MARGIN = {"concat": 0.075,  # (0.153)
           "qcn": 0.045,  # (0.094)
           "han_encoder": 0.055,  # (0.111)
           "han_decoder": 0.075,  # (0.157)
-          "hrnn": 0.03,  # (0.061)
+          "hrnn": 0.055,  # (0.116, on its probe of short sentences with distractors)
           "isg": 0.015,  # (0.036: K = 1, the pronouns one sentence back only)
           "g_transformer": 0.055,  # (0.118)
           "doc2doc_transformer": 0.035}  # (0.079)
@@ -117,15 +117,18 @@ def test_han_decoder_keeps_target_choice_consistent(probe, han_decoder_model, se
     reads_content(probe, han_decoder_model, "han_decoder", MARGIN["han_decoder"])
 
 
-def test_hrnn_context_uses_source_context(probe, hrnn_model, rnnsearch_model, rnnsearch_acc):
+def test_hrnn_context_uses_source_context(hrnn_model):
     """The hierarchical summary of the K=3 previous source sentences (Wang et al. 2017), with
-    the named architecture's defaults and length-sorted batches, resolves the pronouns; the
-    sentence-level rnnsearch of the same size stays at chance."""
-    print(f"rnnsearch trained in {rnnsearch_model['seconds']:.0f} s, hrnn_context in {hrnn_model['seconds']:.0f} s")
-    base, _ = _both("rnnsearch", rnnsearch_acc)
-    ana, _ = _both("hrnn_context", accuracy(probe, hrnn_model, "--context-size", "3"))
-    assert 0.3 < base < 0.7
-    assert ana >= base + 0.3
+    the named architecture's defaults and length-sorted batches, resolves the pronouns of a
+    probe of short sentences (3-5 words) whose antecedent is 1 to 3 sentences back, behind a
+    distractor noun in every sentence between (``probe_fixtures.HRNN_SETTING``; a pronoun's
+    own sentence is at chance there, 0.5, tests/test_probe_settings.py), and reads what the
+    previous sentences say, not only how many there are (CXMI)."""
+    print(f"hrnn_context trained in {hrnn_model['seconds']:.0f} s")
+    probe = hrnn_model["probe"]
+    res = accuracy(probe, hrnn_model, "--context-size", "3")
+    print("hrnn_context:", {d: round(v["accuracy"], 3) for d, v in res["by_phenomenon_distance"].items()})
+    assert res["by_phenomenon"]["anaphora"]["accuracy"] >= 0.85  # (1.000 at every distance)
     reads_content(probe, hrnn_model, "hrnn_context", MARGIN["hrnn"])
 
 

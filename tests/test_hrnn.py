@@ -71,22 +71,30 @@ def reference_summary(model, s):
         S = []
         for r in reversed([r for r in t.index[b].tolist() if r >= 0]):
             x = enc.embed_tokens(t.tokens[r][t.tokens[r].ne(pad)]).unsqueeze(0)
-            if enc.context_sentence_rnn is None:
-                last = enc.rnn(x)[1]
+            rnn = enc.rnn if enc.context_sentence_rnn is None else enc.context_sentence_rnn
+            states, last = rnn(x)
+            if enc.summary == "mean":  # --context-summary mean: the states' mean over the words
+                S.append(states[0].mean(0))
+            elif enc.context_sentence_rnn is None:
                 S.append(torch.cat([last[0, 0], last[1, 0]]))
             else:
-                S.append(enc.context_sentence_rnn(x)[1][0, 0])
+                S.append(last[0, 0])
+            if enc.context_summary_norm is not None:
+                S[-1] = enc.context_summary_norm(S[-1])
         out.append(enc.context_document_rnn(torch.stack(S).unsqueeze(0))[1][0, 0] if S
                    else torch.zeros(enc.context_dim))
     return torch.stack(out)
 
 
 @pytest.mark.parametrize("share", [False, True])
-def test_summary_equals_the_equations_sentence_by_sentence(share):
+@pytest.mark.parametrize("summary", ["last", "mean", "mean+norm"])
+def test_summary_equals_the_equations_sentence_by_sentence(share, summary):
     """Eq. 1 over the batch's table (each context sentence once, packed) and Eq. 2 over
     every row (packed, farthest first) against the sentence-by-sentence transcription; D = 0
-    for first sentences."""
-    model, d = build(share_context_encoder=share)
+    for first sentences. Also with ``--context-summary mean`` (the mean of the sentence
+    RNN's states) and ``--context-summary-norm``."""
+    model, d = build(share_context_encoder=share, context_summary=summary.split("+")[0],
+                     context_summary_norm="norm" in summary)
     s = sample(d)
     FIRST = first_rows(s)
     ni = s["net_input"]
@@ -356,3 +364,18 @@ def test_no_attention_over_the_context():
     model, d = build()
     with pytest.raises(dc.ContextAttentionUnsupported, match="HRNNContextModel does not give"):
         dc.context_attention(model, toy_document_batch(d, [1, 2, 3], sides="source"))
+
+
+def test_a_checkpoint_without_the_summary_options_keeps_the_last_state():
+    """A checkpoint written before --context-summary / --context-summary-norm existed is built
+    with the summary it was trained with (the last state, no normalisation)."""
+    from fairseq_docctx.models.document_context import apply_checkpoint_defaults
+
+    old = argparse.Namespace(arch="hrnn_context")
+    assert {"context_summary", "context_summary_norm"} <= set(apply_checkpoint_defaults(old))
+    assert (old.context_summary, old.context_summary_norm) == ("last", False)
+    a = argparse.Namespace()
+    hrnn_context(a)
+    assert (a.context_summary, a.context_summary_norm) == ("last", False)
+    with pytest.raises(Exception, match="--context-summary"):
+        build(context_summary="max")

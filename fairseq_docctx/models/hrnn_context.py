@@ -26,6 +26,11 @@ Integration (§2.2), each a switch:
                        ``s_i = f(s_{i-1}, y_{i-1}, c_i, z_i ⊙ D)`` (Eq. 6)
 =====================  ==================================================================
 
+Two options the paper does not have, off by default (measured on probes of other shapes in
+``docs/rnn.md``): ``--context-summary mean`` (``S_k`` the mean of the sentence RNN's states over
+the words instead of its last state) and ``--context-summary-norm`` (each ``S_k``
+layer-normalised before the document RNN).
+
 The paper's best system (Table 1, row 8: Init-enc + Init-dec + gated auxiliary context) is the
 named architecture ``hrnn_context``, at the sizes of its Nematus base (``rnnsearch_nematus``).
 The parameters a sentence-level ``rnnsearch`` lacks are named ``context_*``: a model is
@@ -51,6 +56,7 @@ from .rnnsearch import (RNNSearchContextModel, RNNSearchDecoder, RNNSearchEncode
                         cell_step, is_context_parameter, rnnsearch_nematus)
 
 AUX_CONTEXT_CHOICES = ("none", "plain", "gated")
+SUMMARY_CHOICES = ("last", "mean")
 
 
 class HRNNContextEncoder(RNNSearchEncoder):
@@ -58,10 +64,13 @@ class HRNNContextEncoder(RNNSearchEncoder):
     sentences; its output holds ``D`` as ``doc_context [B, context_hidden_size]``."""
 
     def __init__(self, dictionary, embed_tokens, *, context_size, context_hidden_size,
-                 share_context_encoder, init_enc, **kwargs):
+                 share_context_encoder, init_enc, summary_norm=False, summary="last", **kwargs):
         super().__init__(dictionary, embed_tokens, **kwargs)
         self.context_size = context_size
         self.context_dim = context_hidden_size
+        if summary not in SUMMARY_CHOICES:
+            raise UsageError(f"--context-summary: one of {', '.join(SUMMARY_CHOICES)}")
+        self.summary = summary
         self.init_enc = init_enc
         if init_enc and context_hidden_size != self.hidden_size:
             raise UsageError("--init-enc: D is the encoder's initial state, so --context-hidden-size "
@@ -73,15 +82,20 @@ class HRNNContextEncoder(RNNSearchEncoder):
             self.context_sentence_rnn = nn.GRU(embed_tokens.embedding_dim, context_hidden_size, batch_first=True)
             sentence_dim = context_hidden_size
         self.context_document_rnn = nn.GRU(sentence_dim, context_hidden_size, batch_first=True)
+        # --context-summary-norm: each S_k layer-normalised before the document RNN
+        self.context_summary_norm = nn.LayerNorm(sentence_dim) if summary_norm else None
 
     def sentence_summaries(self, tokens: Tensor) -> Tensor:
         """``S_k = h_{N,k}`` (Eq. 1) of every row of ``tokens [N, L]`` (padded on either
         side), all rows in one run: ``[N, sentence_dim]``."""
         x, lengths, _ = self.embedded(tokens)
+        rnn = self.rnn if self.context_sentence_rnn is None else self.context_sentence_rnn
+        states, last = run_gru(rnn, x, lengths, outputs=self.summary == "mean")
+        if self.summary == "mean":  # the states' mean over the words (zeros at padding)
+            return states.sum(1) / lengths.unsqueeze(1).to(states)
         if self.context_sentence_rnn is None:
-            _, last = run_gru(self.rnn, x, lengths, outputs=False)
             return torch.cat([last[0], last[1]], -1)  # [→h_N; ←h_1]
-        return run_gru(self.context_sentence_rnn, x, lengths, outputs=False)[1][0]
+        return last[0]
 
     def document_summary(self, context, batch_size: int, like: Tensor) -> Tensor:
         """``D [B, context_hidden_size]`` (Eq. 2) of every batch row; 0 for a row without
@@ -97,6 +111,8 @@ class HRNNContextEncoder(RNNSearchEncoder):
         # each table row that is some row's context through the sentence RNN once
         used = torch.unique(table.index[present])
         S = self.sentence_summaries(table.tokens.index_select(0, used))
+        if self.context_summary_norm is not None:
+            S = self.context_summary_norm(S)
         where = torch.where(present, torch.searchsorted(used, table.index.clamp(min=0)), table.index)
         per_row = cb.gather_rows(S, where.index_select(0, rows))  # [R, K, C]
         # the document RNN reads S_1..S_K from the farthest sentence to the nearest
@@ -174,6 +190,10 @@ class HRNNContextModel(RNNSearchContextModel):
 
     encoder_class = HRNNContextEncoder
     decoder_class = HRNNContextDecoder
+    #: what a checkpoint written before ``--context-summary`` / ``--context-summary-norm``
+    #: existed was trained with (the last state, no normalisation)
+    checkpoint_defaults = dict(RNNSearchContextModel.checkpoint_defaults, context_summary="last",
+                               context_summary_norm=False)
 
     @property
     def context_token_cost(self) -> float:
@@ -207,6 +227,12 @@ class HRNNContextModel(RNNSearchContextModel):
                             metavar="BOOL", help="the sentence RNN is the NMT encoder's Bi-GRU "
                             "(S_k = [forward last state; backward last state]; the default), or "
                             "(False) a GRU of its own, as in the authors' released code")
+        parser.add_argument("--context-summary", choices=SUMMARY_CHOICES,
+                            help="S_k: the sentence RNN's last state (last, Eq. 1) or the mean of its "
+                            "states over the words (mean)")
+        parser.add_argument("--context-summary-norm", type=utils.eval_bool, nargs="?", const=True,
+                            metavar="BOOL", help="layer-normalise each sentence summary S_k before the "
+                            "document RNN (not in the paper)")
         sentence_init.add_args(parser)
 
     @classmethod
@@ -222,7 +248,8 @@ class HRNNContextModel(RNNSearchContextModel):
     def encoder_kwargs(cls, args):
         return dict(super().encoder_kwargs(args), context_size=args.hrnn_context_size,
                     context_hidden_size=args.context_hidden_size,
-                    share_context_encoder=args.share_context_encoder, init_enc=args.init_enc)
+                    share_context_encoder=args.share_context_encoder, init_enc=args.init_enc,
+                    summary_norm=args.context_summary_norm, summary=args.context_summary)
 
     @classmethod
     def decoder_kwargs(cls, args, encoder):
@@ -275,7 +302,8 @@ def hrnn_context(args):
     document RNN of the encoder's size; K (the paper's 3) is the task's ``--context-size``
     unless ``--hrnn-context-size`` says otherwise. A checkpoint keeps the sentence RNN it was
     trained with (its arguments record ``--share-context-encoder``)."""
-    set_defaults(args, init_enc=True, init_dec=True, aux_context="gated", share_context_encoder=True)
+    set_defaults(args, init_enc=True, init_dec=True, aux_context="gated", share_context_encoder=True,
+                 context_summary="last", context_summary_norm=False)
     rnnsearch_nematus(args)
     set_defaults(args, context_hidden_size=args.encoder_hidden_size)
     sentence_init.set_defaults(args)

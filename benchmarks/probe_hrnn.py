@@ -34,7 +34,7 @@ RNN's last state (``--decoder-init backward``) instead of the annotations' mean.
 
 ``--settings`` trains on other shapes of the probe (``docctx-probe generate --setting``, each
 generated once under ``--work``), ``--extra`` adds fairseq-train options to every run (a
-variant: ``--extra "--context-summary mean"``). Each ``hrnn_context`` row also has
+variant: ``--extra="--context-summary mean"``, with the ``=``). Each ``hrnn_context`` row also has
 ``diagnosis`` (:func:`diagnose`): where ``D`` carries the antecedent's class (its swap at each
 point the model reads it, a linear probe of the sentence summary and of ``D``, saturation).
 

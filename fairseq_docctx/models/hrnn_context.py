@@ -86,8 +86,9 @@ class HRNNContextEncoder(RNNSearchEncoder):
         self.context_summary_norm = nn.LayerNorm(sentence_dim) if summary_norm else None
 
     def sentence_summaries(self, tokens: Tensor) -> Tensor:
-        """``S_k = h_{N,k}`` (Eq. 1) of every row of ``tokens [N, L]`` (padded on either
-        side), all rows in one run: ``[N, sentence_dim]``."""
+        """``S_k = h_{N,k}`` (Eq. 1; with ``--context-summary mean`` the mean of the states
+        over the words) of every row of ``tokens [N, L]`` (padded on either side), all rows in
+        one run: ``[N, sentence_dim]``."""
         x, lengths, _ = self.embedded(tokens)
         rnn = self.rnn if self.context_sentence_rnn is None else self.context_sentence_rnn
         states, last = run_gru(rnn, x, lengths, outputs=self.summary == "mean")

@@ -154,8 +154,8 @@ def test_rnnsearch(probe, rnnsearch_model):
     _check(probe, rnnsearch_model)
 
 
-def test_hrnn_context(probe, hrnn_model):
-    _check(probe, hrnn_model)
+def test_hrnn_context(hrnn_model):
+    _check(hrnn_model["probe"], hrnn_model)  # (its own probe: short sentences, distractors)
 
 
 def test_isg_rnnsearch(probe, isg_model):

@@ -140,6 +140,10 @@ def _run(p, a, outputs) -> int:
                 consistency=not a.no_consistency, consistency_anchor=a.consistency_anchor,
                 outputs=outputs, **shape)
         except ValueError as err:
+            from fairseq_docctx.data.outputs import OutputClash
+
+            if isinstance(err, OutputClash):  # the output guard's own message
+                raise
             p.exit(2, f"docctx-probe generate: error: {err}\n")
         for split, st in stats.items():
             print(f"{split}: {st['documents']} documents, {st['sentences']} sentences, "

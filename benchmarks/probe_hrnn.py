@@ -189,15 +189,14 @@ def diagnose(ckpt: str, data_bin: str, annotations: str, K: int, seed: int = 1) 
                     right[mode] += int(alts[int(scores.argmax())] == want)
             total += len(items)
             table = cb.table(ctx, "src", K)
-            for b, _, _, _, it in items:
-                d = it["distance"]
-                row = int(table.index[b, d - 1])
-                if row < 0:
-                    continue
-                feats_S.append(enc.sentence_summaries(table.tokens[row:row + 1])[0].numpy())
-                feats_D.append(D[b].numpy())
-                labels.append(it["class"])
-                distractors.append(it.get("distractors", 0))
+            kept = [(b, int(table.index[b, it["distance"] - 1]), it) for b, _, _, _, it in items]
+            kept = [(b, row, it) for b, row, it in kept if row >= 0]
+            if kept:  # the antecedent sentences' summaries in one run of the sentence RNN
+                S = enc.sentence_summaries(table.tokens[torch.tensor([row for _, row, _ in kept])])
+                feats_S += list(S.numpy())
+                feats_D += [D[b].numpy() for b, _, _ in kept]
+                labels += [it["class"] for _, _, it in kept]
+                distractors += [it.get("distractors", 0) for _, _, it in kept]
 
     def decodable(X, y):
         if len(set(y)) < 2 or min(np.unique(y, return_counts=True)[1]) < 5:

@@ -237,6 +237,8 @@ class _Shape:
         self.len = sentence_len
         self.cue_position, self.cue, self.distractors = cue_position, cue, distractors
         lo, hi = sentence_len if sentence_len else (1, 10 ** 6)
+        if lo > hi or lo < 1:
+            raise ValueError(f"sentence length {sentence_len}: expected 1 <= MIN <= MAX")
         if cue_position is None:
             intro = INTRO + INTRO_FIRST + INTRO_LAST if sentence_len else INTRO
         else:
@@ -250,8 +252,6 @@ class _Shape:
         self.distractor = self._fitting(DISTRACTOR, hi, "distractor")
         self.light = self._fitting(LIGHT, hi, "cue")
         self.cons = {c["word"]: [t for t in c["templates"] if _words(t[0]) <= hi] for c in CONSISTENCY}
-        if lo > hi or lo < 1:
-            raise ValueError(f"sentence length {sentence_len}: expected 1 <= MIN <= MAX")
 
     @staticmethod
     def _fitting(templates, hi, what):
@@ -272,12 +272,11 @@ class _Shape:
             need = max(need, 1)
         before, after = [], []
         unused = [p for p in PHRASES if f" {p[0]} " not in f" {tpl[0]} "]  # no phrase twice
+        words = lambda p: len(p[0].split())  # noqa: E731
         while need:
-            # the last one-word phrase is kept for a need of one word, so that any need is met
-            ones = sum(len(p[0].split()) == 1 for p in unused)
-            fit = [p for p in unused if len(p[0].split()) < need
-                   or len(p[0].split()) == need and (need > 1 or ones)]
-            fit = [p for p in fit if len(p[0].split()) > 1 or ones > 1 or need == 1]
+            # a phrase that leaves words to fill only while a one-word phrase is left for them
+            fit = [p for p in unused if words(p) == need
+                   or words(p) < need and any(words(q) == 1 for q in unused if q is not p)]
             if not fit:  # (the 46 words of PHRASES make sentences of up to about 45 words)
                 raise ValueError(f"sentence length {self.len}: not enough phrases")
             phrase = rng.choice(fit)
@@ -285,7 +284,7 @@ class _Shape:
             side = where if where in ("before", "after") else (
                 "after" if where == "both" and not after else rng.choice(("before", "after")))
             (before if side == "before" else after).append(phrase)
-            need -= len(phrase[0].split())
+            need -= words(phrase)
 
         def join(i):
             core = tpl[i][:-2] if tpl[i].endswith(" .") else tpl[i]
@@ -322,7 +321,7 @@ def _document(rng: random.Random, n_sent: int, classes, distances, consistency: 
         form, cue = cons["forms"][k], (cons["cues"][k] if cued_anchors else cons["word"])
     out = []
 
-    def emit(tpl, slots, items=(), mention_slot=None):
+    def emit(tpl, slots, items=(), mention_slot=None, intro=False):
         """Fill and append a sentence. items: (annotation, slot) pairs whose target index is
         the slot's position; mention_slot holds the consistency word, if any."""
         pos = len(out)
@@ -333,7 +332,7 @@ def _document(rng: random.Random, n_sent: int, classes, distances, consistency: 
         if mention_slot:
             slots[mention_slot] = (cue if anchor else cons["word"], form)
         if shape is not None:
-            tpl = shape.lengthen(rng, tpl, intro="{n}" in tpl[0] and "{a}" in tpl[0])
+            tpl = shape.lengthen(rng, tpl, intro=intro)
         src, tgt, where = _fill(tpl, **slots)
         items = [dict(it, index=where[slot]) for it, slot in items]
         if mention_slot:
@@ -389,7 +388,7 @@ def _document(rng: random.Random, n_sent: int, classes, distances, consistency: 
         tpl = rng.choice(INTRO if shape is None else shape.intro)
         adj = rng.choice(adjs)  # (drawn before the noun)
         noun = rng.choice(nouns[name] if cue_kind == "noun" else every_noun)
-        emit(tpl, {"a": article, "j": adj, "n": noun}, mention_slot=adj_slot(tpl))
+        emit(tpl, {"a": article, "j": adj, "n": noun}, mention_slot=adj_slot(tpl), intro=True)
         between = 0
         for _ in range(d - 1):
             if shape is not None and shape.distractors and rng.random() < shape.distractors:

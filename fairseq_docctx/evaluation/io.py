@@ -86,6 +86,8 @@ class Corpus:
     more_refs: List[List[List[str]]] = field(default_factory=list)  # further references, aligned like ref
     # False: plain sentence-aligned files without documents, held as one pseudo-document
     has_documents: bool = True
+    # what --resegment did (:class:`~fairseq_docctx.evaluation.resegment.Report`); None without it
+    resegmentation: Optional[object] = None
 
     def flat(self, side: str) -> List[str]:
         return [s for d in getattr(self, side) for s in d]
@@ -321,9 +323,6 @@ def _conform(side: Side, anchor: Side) -> Side:
         matched = match_seg_ids(a, b)
         return Side(side.path, side.format, [d.doc_id for d in matched], [d.sentences for d in matched],
                     [d.lines for d in matched], True, seg_ids=[d.seg_ids for d in matched])
-    if side.num_sentences != anchor.num_sentences:
-        raise ScoreInputError(
-            f"{side.path} has {side.num_sentences} sentences but {anchor.path} has {anchor.num_sentences}")
     for k, (ia, da, la, ib, db, lb) in enumerate(zip(anchor.doc_ids, anchor.docs, anchor.lines,
                                                         side.doc_ids, side.docs, side.lines), 1):
         if len(da) != len(db):
@@ -333,6 +332,9 @@ def _conform(side: Side, anchor: Side) -> Side:
         if anchor.real_ids and side.real_ids and ia != ib:
             raise ScoreInputError(
                 f"{side.path}:{lb[0]}: document {k} is {ib!r} here but {ia!r} in {anchor.path} (line {la[0]})")
+    if side.num_sentences != anchor.num_sentences:  # the documents both have agree: one has more
+        raise ScoreInputError(
+            f"{side.path} has {side.num_sentences} sentences but {anchor.path} has {anchor.num_sentences}")
     if len(side.docs) != len(anchor.docs):
         raise ScoreInputError(
             f"{side.path} has {len(side.docs)} documents but {anchor.path} has {len(anchor.docs)}")
@@ -355,7 +357,8 @@ def load_corpus(hyp: str, ref: Union[str, Sequence[str], None] = None, src: Opti
                 hyp_format: str = "auto", ref_format: str = "auto", src_format: str = "auto",
                 docids: Optional[str] = None, data: Optional[str] = None, split: str = "test",
                 post_process: str = "auto", ref_translator: Optional[str] = None,
-                hyp_system: Optional[str] = None, documents: Union[bool, str] = True) -> Corpus:
+                hyp_system: Optional[str] = None, documents: Union[bool, str] = True,
+                resegment: bool = False, hyp_docids: Optional[str] = None) -> Corpus:
     """Read and align the given sides. The documents are those of the first side that has
     any, in the order reference, source, hypothesis; every other side must agree (same
     numbers of documents and sentences per document, same ids where both sides have file
@@ -368,11 +371,19 @@ def load_corpus(hyp: str, ref: Union[str, Sequence[str], None] = None, src: Opti
     ``documents``: whether the scores need documents. True (or a string naming the metric
     that needs them, for the message): no document structure on any side is an error.
     False: plain sentence-aligned sides without any are read as one corpus without documents
-    (one pseudo-document, ``has_documents`` false), every side with the same number of lines."""
+    (one pseudo-document, ``has_documents`` false), every side with the same number of lines.
+
+    ``hyp_docids``: the hypothesis' own document-id file (instead of ``docids``, which with
+    ``resegment`` are the reference's only).
+    ``resegment``: the hypothesis' words are cut into the reference's sentences document by
+    document (:func:`resegmented_side`), whatever its number of lines; the corpus'
+    ``resegmentation`` says what moved."""
     if data is not None and not os.path.isdir(data):
         raise ScoreInputError(f"--data {data}: no such directory")
     sides = {}
-    sides["hyp"] = read_side(hyp, hyp_format, docids=docids, hypothesis=True, data=data,
+    # re-segmented, a hypothesis has its own ids or none: --docids are the reference's
+    sides["hyp"] = read_side(hyp, hyp_format, docids=hyp_docids or (None if resegment else docids),
+                             hypothesis=True, data=data,
                              split=split, post_process=post_process, system=hyp_system)
     more = []
     refs = [ref] if isinstance(ref, str) else list(ref or [])
@@ -396,6 +407,10 @@ def load_corpus(hyp: str, ref: Union[str, Sequence[str], None] = None, src: Opti
     if all(s.num_sentences == 0 for s in sides.values()):  # a score of nothing is no 0.00
         raise ScoreInputError(f"{', '.join(s.path for s in sides.values())}: no sentences: nothing to score")
     anchor = next((sides[k] for k in ("ref", "src", "hyp") if k in sides and sides[k].doc_ids is not None), None)
+    if resegment and (ref is None or anchor is None or anchor is sides["hyp"]):
+        what = "a reference (--ref)" if ref is None else f"the reference's documents ({ref}: a .docids file, " \
+            "--docids, blank lines, <d> markers or XML)"
+        raise ScoreInputError(f"--resegment cuts each document's hypothesis into its reference sentences: it needs {what}")
     if anchor is None:
         names = ", ".join(s.path for s in sides.values())
         if documents:
@@ -404,9 +419,24 @@ def load_corpus(hyp: str, ref: Union[str, Sequence[str], None] = None, src: Opti
                 f"{need}no document structure in {names}: give a .docids file (--docids), a document format "
                 "(blank lines, <d> markers, XML), or --data DIR for fairseq-generate output")
         return _plain_corpus(sides, more, refs)
-    out = {k: (s if s is anchor else _conform(s, anchor)) for k, s in sides.items()}
+    out = {}
+    for k, s in sides.items():
+        if s is anchor or (resegment and k == "hyp"):
+            out[k] = s
+            continue
+        try:
+            out[k] = _conform(s, anchor)
+        except ScoreInputError as e:
+            if k == "hyp" and "sentences" in str(e):
+                raise ScoreInputError(f"{e} (--resegment scores a hypothesis with other sentence boundaries)") from None
+            raise
+    report = None
+    if resegment:
+        out["hyp"], report = resegmented_side(sides["hyp"], out["ref"])
     more = [_conform(m, anchor) for m in more]
     files = {k: s.path for k, s in sides.items()}
+    if hyp_docids:
+        files["hyp_docids"] = hyp_docids
     if len(refs) > 1:
         files["more_refs"] = ",".join(refs[1:])
     if ref and sides["ref"].format == "wmt-xml":
@@ -414,7 +444,47 @@ def load_corpus(hyp: str, ref: Union[str, Sequence[str], None] = None, src: Opti
     return Corpus(doc_ids=list(out[next(k for k in ("ref", "src", "hyp") if out.get(k) is anchor)].doc_ids),
                   hyp=out["hyp"].docs, ref=out["ref"].docs if "ref" in out else None,
                   src=out["src"].docs if "src" in out else None, files=files,
-                  more_refs=[m.docs for m in more])
+                  more_refs=[m.docs for m in more], resegmentation=report)
+
+
+def resegmented_side(hyp: Side, ref: Side):
+    """``(side, report)``: the hypothesis cut into the reference's sentences, document by
+    document (:func:`~fairseq_docctx.evaluation.resegment.resegment_documents`). The
+    hypothesis' documents: its own (a document format, its ``.docids`` or ``--hyp-docids``),
+    matched to the reference's by id when both have ids from their files, else in order; or,
+    for plain lines, one line per reference document, or one line per reference sentence in
+    the reference's documents. A new sentence's line is that of the hypothesis line most of
+    its words come from."""
+    from .resegment import resegment_documents
+
+    if hyp.doc_ids is None:
+        flat, flat_lines = hyp.sentences, [x for d in hyp.lines for x in d]
+        if len(flat) == len(ref.docs):  # one line per document
+            docs, lines = [[s] for s in flat], [[n] for n in flat_lines]
+        elif len(flat) == ref.num_sentences:
+            split = _split_by(hyp, ref.doc_ids, [len(d) for d in ref.docs], ref.path)
+            docs, lines = split.docs, split.lines
+        else:
+            raise ScoreInputError(
+                f"{hyp.path} has {len(flat)} lines and no documents of its own: with --resegment a hypothesis "
+                f"without document ids has one line per reference document ({len(ref.docs)}) or one per "
+                f"reference sentence ({ref.num_sentences}); give its document ids with --hyp-docids")
+    else:
+        if len(hyp.docs) != len(ref.docs):
+            raise ScoreInputError(f"{hyp.path} has {len(hyp.docs)} documents but {ref.path} has {len(ref.docs)}")
+        docs, lines = hyp.docs, hyp.lines
+        if hyp.real_ids and ref.real_ids and list(hyp.doc_ids) != list(ref.doc_ids):
+            where = {d: k for k, d in enumerate(hyp.doc_ids)}
+            for k, d in enumerate(ref.doc_ids, 1):
+                if d not in where:
+                    at = f"{hyp.path}:{hyp.lines[k - 1][0]}" if hyp.lines[k - 1] else hyp.path
+                    raise ScoreInputError(f"{at}: document {k} is {hyp.doc_ids[k - 1]!r} here but {d!r} in "
+                                          f"{ref.path} (line {ref.lines[k - 1][0]}), which the hypothesis lacks")
+            docs, lines = [hyp.docs[where[d]] for d in ref.doc_ids], [hyp.lines[where[d]] for d in ref.doc_ids]
+    new, origins, report = resegment_documents(ref.doc_ids, docs, ref.docs)
+    first = [ln[0] if ln else 0 for ln in lines]
+    new_lines = [[ln[o] if o >= 0 else f for o in orig] for ln, orig, f in zip(lines, origins, first)]
+    return Side(hyp.path, hyp.format, list(ref.doc_ids), new, new_lines, ref.real_ids), report
 
 
 def _plain_corpus(sides: Dict[str, Side], more: List[Side], refs: List[str]) -> Corpus:

@@ -10,10 +10,10 @@ import sys
 from .. import exit_on_errors_and_signals
 from .options import finish_parser
 from . import (accuracy, apt, bleu, chrf, coherence, cohesion, compare, contrastive, ctxpro, cxmi, entropy, meteor,
-               plot, setup_wordnet, table)
+               plot, resegment, setup_wordnet, table)
 
 #: the subcommands in the order --help lists them
-SUBCOMMANDS = [bleu, chrf, meteor, accuracy, cohesion, coherence, apt, table, compare, setup_wordnet,
+SUBCOMMANDS = [bleu, chrf, meteor, accuracy, cohesion, coherence, apt, table, compare, resegment, setup_wordnet,
                contrastive, ctxpro, cxmi, plot, entropy]
 
 

@@ -4,7 +4,7 @@ import os
 from ...evaluation import significance as sig
 from ...evaluation.bleu import bleu_metric, metric_key, pretokenizer, scored_sides
 from ...evaluation.io import HYP_FORMATS, POST_PROCESS, TEXT_FORMATS, ScoreInputError, corpus_identity, load_corpus, write_json_file
-from .options import add_subcommand, empty_hypotheses_note
+from .options import add_resegment_args, add_subcommand, empty_hypotheses_note, resegment_note
 
 
 def add_parser(sub):
@@ -29,6 +29,7 @@ def add_parser(sub):
     g.add_argument("--data", help="fairseq data directory whose SPLIT.*.docs index gives the documents of generate output")
     g.add_argument("--split", default="test")
     g.add_argument("--post-process", choices=POST_PROCESS, default="auto")
+    add_resegment_args(p, hyp_docids=False)
     t = p.add_argument_group("tests")
     t.add_argument("--metrics", default="bleu,chrf",
                    help=f"comma-separated, of {', '.join(sig.METRICS)} (default: bleu,chrf)")
@@ -77,10 +78,11 @@ def main(args):
     corpora = [load_corpus(f, args.ref, hyp_format=args.hyp_format, ref_format=args.ref_format,
                            docids=args.docids, data=args.data, split=args.split,
                            post_process=args.post_process, ref_translator=args.ref_translator,
-                           hyp_system=args.hyp_system, documents=needs)
+                           hyp_system=args.hyp_system, documents=needs, resegment=args.resegment)
                for f in files]
     for f, c in zip(files, corpora):
         empty_hypotheses_note(f, c)
+        resegment_note(f, c)
     tests = sig.TESTS if args.test == "both" else (args.test,)
     report = {"baseline": names[0], "systems": names[1:], "files": dict(zip(names, files)), "ref": args.ref,
               "resample": "documents" if args.document else args.resample, "document": args.document,
@@ -88,6 +90,8 @@ def main(args):
               "sentences": corpora[0].num_sentences,
               **{k: v for k, v in corpus_identity(corpora[0]).items() if k.endswith("_sha1")},
               "alpha": args.alpha, "tests": list(tests), "seed": args.seed, "comparisons": {}}
+    if args.resegment:
+        report["resegmentation"] = {n: c.resegmentation.as_dict() for n, c in zip(names, corpora)}
     pretok = args.pretokenize if args.pretokenize != "none" else None
     for m in metrics:
         tok = (args.tokenized or args.pretokenize is not None) and m == "bleu"

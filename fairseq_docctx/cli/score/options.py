@@ -22,6 +22,7 @@ INPUTS = {
     "checkpoint": "the checkpoint", "dict": "the dictionary", "testset": "the test set",
     "groups": "the test set's groups", "compare": "the report", "evalsets": "the evaluation set",
     "inputs": "the inputs", "input": "the input", "baseline": "the baseline", "meteor_jar": "the METEOR jar",
+    "hyp_docids": "the hypothesis' document ids",
 }
 #: what the options of the subcommands write
 OUTPUTS = {"json": "file", "output": "file", "detail": "file", "scores_out": "file", "plot": "file",
@@ -106,10 +107,31 @@ def add_input_args(p, ref=True, src=False, ref_required=True, src_required=False
     g.add_argument("--split", default="test", help="split of --data (default: test)")
     g.add_argument("--post-process", choices=POST_PROCESS, default="auto",
                    help="undo SentencePiece/BPE on generate output (auto: when pieces are present)")
+    add_resegment_args(p)
     o = p.add_argument_group("output")
     o.add_argument("--json", help="write the scores (with per-document scores) to this JSON file")
     o.add_argument("--name", help="run name in the JSON/table (default: the hypothesis file)")
     o.add_argument("--per-document", action="store_true", help="also print per-document scores")
+
+
+def add_resegment_args(p, hyp_docids: bool = True):
+    """``--resegment`` (and ``--hyp-docids``): hypotheses whose documents have another number
+    of lines than the reference's (:mod:`fairseq_docctx.evaluation.resegment`)."""
+    g = p.add_argument_group("hypotheses with other sentence boundaries")
+    g.add_argument("--resegment", action="store_true",
+                   help="cut each document's hypothesis words into the reference's sentences by the least word "
+                   "edit distance (Matusov et al. 2005, mwerSegmenter's segmentation), then score the new lines; "
+                   "the hypothesis: its own documents (--hyp-docids, its .docids file, a document format), or "
+                   "one line per reference document")
+    if hyp_docids:
+        g.add_argument("--hyp-docids", metavar="FILE", help="the hypothesis' own document ids, one a line (default: "
+                       "its path with the extension replaced by .docids, if there is one)")
+
+
+def resegment_note(path: str, corpus: Corpus) -> None:
+    """The report of ``--resegment`` on stderr: documents re-segmented, words moved."""
+    if corpus.resegmentation is not None:
+        print(f"note: {path}: {corpus.resegmentation.line()}", file=sys.stderr)
 
 
 def add_level_args(g):
@@ -141,12 +163,16 @@ def corpus_from_args(args, documents: Union[bool, str] = False) -> Corpus:
                          src_format=args.src_format, docids=args.docids, data=args.data,
                          split=args.split, post_process=args.post_process,
                          ref_translator=args.ref_translator, hyp_system=args.hyp_system,
-                         documents=documents)
+                         documents=documents, resegment=args.resegment, hyp_docids=args.hyp_docids)
     if not corpus.has_documents:
         names = ", ".join(v for k, v in corpus.files.items())
         print(NO_DOCUMENTS_NOTE.format(files=names), file=sys.stderr)
         args.per_document = False
     empty_hypotheses_note(args.hyp, corpus)
+    resegment_note(args.hyp, corpus)
+    if args.resegment and isinstance(documents, str) and documents.startswith("d-"):
+        print(f"note: {documents} needs no re-segmentation: a document's words are joined in their order, which "
+              "re-segmentation keeps", file=sys.stderr)
     return corpus
 
 
@@ -159,6 +185,8 @@ def emit(args, metrics: Dict[str, dict], corpus: Corpus, text: str):
         metrics = {k: {f: v for f, v in m.items() if f != "per_document"} if isinstance(m, dict) else m
                    for k, m in metrics.items()}
     identity = corpus_identity(corpus)
+    if corpus.resegmentation is not None:
+        identity["resegmentation"] = corpus.resegmentation.as_dict()
     metrics = {k: {**m, **identity} if isinstance(m, dict) else m for k, m in metrics.items()}
     if getattr(args, "json", None):  # first: a reader that stops reading (| head) loses no file
         write_json(args.json, args.name or os.path.basename(args.hyp), corpus.files, metrics, args.outputs)

@@ -77,11 +77,15 @@ def scorer_documents(scorer, split: str = "test", input: Optional[str] = None, i
     if input:
         from ..data.readers import read_parallel
 
-        cfg = scorer.task.cfg
-        par = read_parallel(input, cfg.source_lang, cfg.target_lang, input_format)
+        source_lang, target_lang = scorer.languages
+        if source_lang is None or target_lang is None:
+            raise ValueError(f"--input {input}: give the languages of its files (-s/--source-lang, -t/--target-lang)")
+        par = read_parallel(input, source_lang, target_lang, input_format)
         src = [[scorer.encode_source(s) for s in d.sentences] for d in par.src]
         tgt = [[scorer.encode_target(s) for s in d.sentences] for d in par.tgt]
         return src, tgt, [d.doc_id for d in par.src]
+    if getattr(scorer, "task", None) is None:
+        raise ValueError("a transformers model has no binarized split: give its documents with --input")
     src, tgt = _docs_from_split(scorer, split)
     return src, tgt, list(_split_index(scorer.task, split).doc_ids)
 
@@ -164,6 +168,8 @@ def compute_cxmi(scorer, src_docs: Sequence[Doc], tgt_docs: Sequence[Doc], seed:
 
 def cxmi_split(scorer, split: str = "test", seed: int = 1) -> dict:
     """CXMI on a split of the binarized data directory the model was loaded with."""
+    if getattr(scorer, "task", None) is None:
+        raise ValueError("a transformers model has no binarized split: give its documents with --input")
     src, tgt = _docs_from_split(scorer, split)
     rep = compute_cxmi(scorer, src, tgt, seed=seed)
     rep["split"] = split

@@ -89,6 +89,11 @@ class ModelScorer:
         return str(self.task.cfg.context_sides)
 
     @property
+    def languages(self) -> Tuple[str, str]:
+        """The model's (source, target) languages, as the files of a test set name them."""
+        return self.task.cfg.source_lang, self.task.cfg.target_lang
+
+    @property
     def reads_segments(self) -> bool:
         """Whether the model translates segments (``--doc-mode segments``): its context is
         scored inside one segment with the sentence (see the module doc)."""
@@ -185,28 +190,40 @@ class ModelScorer:
             sample = ds.collater([ds[int(i)] for i in b])
             yield [pos_of[int(i)] for i in sample["id"].tolist()], sample
 
-    @torch.no_grad()
-    def score_sample(self, sample) -> List[np.ndarray]:
-        """Per-token target log-probabilities of every row of a collated batch (of a segment
-        model: of the tokens of every row's last group only)."""
-        model = self.model
-        from ..models.document_context import sample_for_model, target_logprobs
+    def model_sample(self, sample):
+        """The batch as the model reads it: the context removed for a model that reads none,
+        mBART-25's language tokens placed as the task trains."""
+        from ..models.document_context import sample_for_model
 
-        sample = sample_for_model(sample, model)
-        langtoks = getattr(self.task, "language_tokens", None)  # mBART-25's tokens, as the task trains
-        sample = langtoks.place(sample) if langtoks is not None else sample
+        sample = sample_for_model(sample, self.model)
+        langtoks = getattr(self.task, "language_tokens", None)
+        return langtoks.place(sample) if langtoks is not None else sample
+
+    def target_rows(self, sample) -> List[np.ndarray]:
+        """Per-token log-probabilities of every row's target tokens (padding left out), from
+        the fairseq model."""
+        from ..models.document_context import target_logprobs
+
+        model = self.model
         device = next(model.parameters()).device
         sample = utils.move_to_cuda(sample, device=device) if device.type == "cuda" else sample
         net_output = model(**sample["net_input"])
         tok, mask = target_logprobs(model, net_output, sample, self.tgt_dict.pad())
-        target = sample["target"]
-        rows = [tok[i][mask[i]].cpu().numpy() for i in range(tok.size(0))]
+        return [tok[i][mask[i]].cpu().numpy() for i in range(tok.size(0))]
+
+    @torch.no_grad()
+    def score_sample(self, sample) -> List[np.ndarray]:
+        """Per-token target log-probabilities of every row of a collated batch (of a segment
+        model: of the tokens of every row's last group only)."""
+        sample = self.model_sample(sample)
+        rows = self.target_rows(sample)
         if not self.reads_segments:
             return rows
         sep = self.tgt_dict.index(self.task.cfg.context_separator)
+        pad = self.tgt_dict.pad()
         out = []
-        for i, lp in enumerate(rows):
-            seps = (target[i][mask[i]] == sep).nonzero(as_tuple=False).view(-1)
+        for target, lp in zip(sample["target"].cpu(), rows):
+            seps = (target[target.ne(pad)] == sep).nonzero(as_tuple=False).view(-1)
             out.append(lp[int(seps[-1]) + 1:] if seps.numel() else lp)
         return out
 

@@ -4,7 +4,7 @@ import os
 from ...evaluation import contrastive as ct
 from ...evaluation.io import ScoreInputError, write_json_file
 from ...evaluation.summary import load_run
-from .options import add_json_args, add_model_args, add_subcommand, scorer_from_args, write_model_json
+from .options import add_engine_args, add_json_args, add_model_args, add_subcommand, scorer_from_args, write_model_json
 
 
 def add_parser(sub):
@@ -26,6 +26,7 @@ def add_parser(sub):
     p.add_argument("--groups", help="Voita scoring_data: the test set's JSON (default: NAME.json next "
                    "to scoring_data/)")
     add_model_args(p, path_required=False)
+    add_engine_args(p)
     add_json_args(p)
     p.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
                    help="instead of scoring: McNemar's test between the verdicts of two systems' --json "
@@ -41,8 +42,10 @@ def main(args) -> int:
         raise ScoreInputError("give a test set and --path (or --compare A.json B.json)")
     if args.format in ("bawden", "contrapro", "auto") and not (args.source_lang and args.target_lang):
         scorer = scorer_from_args(args)
-        src = args.source_lang or scorer.task.cfg.source_lang
-        tgt = args.target_lang or scorer.task.cfg.target_lang
+        src = args.source_lang or scorer.languages[0]
+        tgt = args.target_lang or scorer.languages[1]
+        if src is None or tgt is None:
+            raise ScoreInputError(f"{args.testset}: give the languages of its file names (-s, -t)")
     else:
         scorer, src, tgt = None, args.source_lang, args.target_lang
     examples = ct.load_examples(args.testset, args.format, src, tgt, args.context_prefix,

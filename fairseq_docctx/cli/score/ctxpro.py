@@ -3,7 +3,7 @@ import os
 
 from ...evaluation import ctxpro
 from ...evaluation.io import ScoreInputError
-from .options import add_json_args, add_subcommand, write_model_json
+from .options import TRANSFORMERS_OPTIONS, add_engine_args, add_json_args, add_subcommand, write_model_json
 
 
 def add_parser(sub):
@@ -23,7 +23,11 @@ def add_parser(sub):
                    "(default: all the inputs give)")
     p.add_argument("--lang", help="target language code for ctxpro's sentence splitter (default: the model's "
                    "target language)")
-    p.add_argument("--path", required=True, help="checkpoint file (.pt)")
+    p.add_argument("--path", required=True, help="checkpoint file (.pt); with --engine transformers a transformers "
+                   "model folder or hub id")
+    p.add_argument("--context-size", type=int, default=None,
+                   help="--engine transformers, a model not exported by docctx-export: the previous sentences joined "
+                   "before each one (default 0)")
     p.add_argument("--data", help="data directory with the dictionaries (default: as docctx-translate)")
     p.add_argument("--spm-model", help="SentencePiece model (default: the data directory's)")
     p.add_argument("--beam", type=int, default=4)
@@ -31,6 +35,7 @@ def add_parser(sub):
     p.add_argument("--gpu", action="store_true", help="translate on the GPU if there is one")
     p.add_argument("--translations-out", metavar="DIR", help="write the translations of the sentences here, "
                    "one file per evaluation set (NAME.txt), for ctxpro score")
+    add_engine_args(p)
     add_json_args(p)
     return p
 
@@ -50,6 +55,33 @@ def _inputs(args):
     return inputs
 
 
+def _translator(args):
+    """What translates the documents: the checkpoint's hub (``--engine fairseq``), an export's
+    (:func:`~fairseq_docctx.hub.from_transformers`), or any other transformers model
+    (:class:`~fairseq_docctx.evaluation.transformers_scoring.TransformersScorer`)."""
+    from ...errors import UsageError
+    from ...hub import from_pretrained
+
+    if args.engine == "fairseq":
+        given = [o for o in TRANSFORMERS_OPTIONS + ("context_size",) if getattr(args, o, None) is not None]
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')}: an option of --engine transformers")
+        return from_pretrained(args.path, data=args.data, spm_model=args.spm_model, cpu=not args.gpu)
+    from ...evaluation.transformers_scoring import is_export, load_transformers_scorer
+
+    if is_export(args.path):
+        from ...hub import from_transformers
+
+        if args.context_size is not None:
+            raise UsageError(f"--context-size: {args.path} is an export of docctx-export transformers, which records "
+                             "its own")
+        return from_transformers(args.path, data=args.data, spm_model=args.spm_model, cpu=not args.gpu)
+    return load_transformers_scorer(args.path, data=args.data, spm_model=args.spm_model,
+                                    context_size=args.context_size, context_sides=args.context_sides,
+                                    separator=args.context_separator, src_lang=args.tokenizer_src_lang,
+                                    tgt_lang=args.tokenizer_tgt_lang, cpu=not args.gpu)
+
+
 def _name(evalset: str) -> str:
     name = os.path.basename(evalset)
     return name[:-5] if name.endswith(".json") else name
@@ -57,7 +89,6 @@ def _name(evalset: str) -> str:
 
 def main(args) -> int:
     from ...evaluation.scoring import quiet_logs
-    from ...hub import from_pretrained
 
     inputs = _inputs(args)
     for i in inputs:
@@ -69,8 +100,10 @@ def main(args) -> int:
     for e, i in zip(args.evalsets, inputs):
         ctxpro.read_inputs(i, ctxpro.read_evalset(e), args.joining_string)
     quiet_logs()
-    hub = from_pretrained(args.path, data=args.data, spm_model=args.spm_model, cpu=not args.gpu)
-    lang = args.lang or hub.task.cfg.target_lang
+    hub = _translator(args)
+    lang = args.lang or (hub.task.cfg.target_lang if getattr(hub, "task", None) is not None else None)
+    if lang is None:
+        raise ScoreInputError("--lang: the target language of a transformers model's translations (ISO 639-1)")
     try:
         reports = [ctxpro.evaluate(hub, e, i, lang, args.joining_string, args.max_context, args.beam,
                                    args.batch_size)

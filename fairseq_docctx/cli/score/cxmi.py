@@ -1,7 +1,8 @@
 """``docctx-score cxmi``: :mod:`fairseq_docctx.evaluation.cxmi`."""
+from ...errors import UsageError
 from ...evaluation.io import test_set_identity
-from .options import (add_documents_args, add_json_args, add_model_args, add_subcommand, documents_files,
-                      documents_from_args, scorer_from_args, write_model_json)
+from .options import (add_documents_args, add_engine_args, add_json_args, add_model_args, add_subcommand,
+                      documents_files, documents_from_args, scorer_from_args, write_model_json)
 
 
 def add_parser(sub):
@@ -12,7 +13,11 @@ def add_parser(sub):
         "no context (CXMI, Fernandes et al. 2021), and the same with a random context from another "
         "document.")
     add_model_args(p)
+    add_engine_args(p)
     add_documents_args(p)
+    p.add_argument("-s", "--source-lang", help="--engine transformers, a model not exported by docctx-export: "
+                   "the source language of --input's files")
+    p.add_argument("-t", "--target-lang", help="... and their target language")
     p.add_argument("--seed", type=int, default=1, help="seed of the random context")
     add_json_args(p)
     return p
@@ -21,6 +26,9 @@ def add_parser(sub):
 def main(args) -> int:
     from ...evaluation import cxmi
 
+    if args.engine == "fairseq" and (args.source_lang or args.target_lang):
+        raise UsageError("-s/-t: the languages of a transformers model's --input (--engine transformers); a "
+                         "checkpoint has its own")
     scorer = scorer_from_args(args)
     src, tgt, ids = documents_from_args(scorer, args)
     rep = cxmi.compute_cxmi(scorer, src, tgt, seed=args.seed)

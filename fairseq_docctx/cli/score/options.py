@@ -6,6 +6,7 @@ import sys
 from typing import Dict, List, Union
 
 from .. import add_force, mark, option_values, output_guard, run_command
+from ...errors import UsageError
 from ...data.outputs import DATA_DIRECTORY_FILES
 from ...evaluation.io import (HYP_FORMATS, POST_PROCESS, TEXT_FORMATS, Corpus, corpus_identity, load_corpus,
                               write_json)
@@ -203,7 +204,8 @@ def per_document_text(res, digits=2):
 
 def add_model_args(p, path_required: bool = True):
     """Options shared by the subcommands that load a model."""
-    p.add_argument("--path", required=path_required, help="checkpoint file (.pt)")
+    p.add_argument("--path", required=path_required, help="checkpoint file (.pt); with --engine transformers a "
+                   "transformers model folder or hub id")
     p.add_argument("--data", help="data directory with the dictionaries (and spm.model / "
                    "docctx.json); default: the checkpoint's directory if it has them, else the "
                    "training data")
@@ -221,10 +223,47 @@ def add_model_args(p, path_required: bool = True):
     p.add_argument("--gpu", action="store_true", help="score on the GPU if there is one")
 
 
+#: the options only ``--engine transformers`` reads (a model this plugin did not export)
+TRANSFORMERS_OPTIONS = ("context_sides", "context_separator", "tokenizer_src_lang", "tokenizer_tgt_lang")
+
+
+def add_engine_args(p):
+    """``--engine`` and what a transformers model of another origin needs: the context's
+    sides and separator, its tokenizer's language codes
+    (:mod:`fairseq_docctx.evaluation.transformers_scoring`)."""
+    g = p.add_argument_group("engine")
+    g.add_argument("--engine", choices=("fairseq", "transformers"), default="fairseq",
+                   help="fairseq: --path is a checkpoint (default); transformers: --path is a transformers "
+                   "seq2seq model, a folder or a hub id (docctx-export transformers' folders included), scored "
+                   "by transformers' own forward pass")
+    g.add_argument("--context-sides", choices=("src", "tgt", "both"), default=None,
+                   help="--engine transformers, a model not exported by docctx-export: the sides whose --context-size "
+                   "previous sentences are joined before the sentence (default src)")
+    g.add_argument("--context-separator", metavar="TEXT", default=None,
+                   help="--engine transformers: the text joined between two sentences (default: the tokenizer's "
+                   "sep_token, else its eos_token; spaces only: the sentences follow each other)")
+    g.add_argument("--tokenizer-src-lang", metavar="CODE", default=None,
+                   help="--engine transformers: the tokenizer's source language code (NLLB eng_Latn, mBART-50 en_XX)")
+    g.add_argument("--tokenizer-tgt-lang", metavar="CODE", default=None,
+                   help="--engine transformers: the tokenizer's target language code (NLLB deu_Latn, mBART-50 de_DE)")
+
+
 def scorer_from_args(args):
     from ...evaluation.scoring import load_scorer, quiet_logs
 
     quiet_logs()
+    if getattr(args, "engine", "fairseq") == "transformers":
+        from ...evaluation.transformers_scoring import load_transformers_scorer
+
+        return load_transformers_scorer(
+            args.path, data=args.data, spm_model=args.spm_model, context_size=args.context_size,
+            context_override=args.context_override, context_sides=args.context_sides,
+            separator=args.context_separator, src_lang=args.tokenizer_src_lang, tgt_lang=args.tokenizer_tgt_lang,
+            cpu=not args.gpu, max_tokens=args.max_tokens, batch_size=args.batch_size,
+            languages=(getattr(args, "source_lang", None), getattr(args, "target_lang", None)))
+    given = [o for o in TRANSFORMERS_OPTIONS if getattr(args, o, None) is not None]
+    if given:
+        raise UsageError(f"--{given[0].replace('_', '-')}: an option of --engine transformers")
     return load_scorer(args.path, data=args.data, spm_model=args.spm_model,
                        context_size=args.context_size, context_override=args.context_override, cpu=not args.gpu,
                        max_tokens=args.max_tokens, batch_size=args.batch_size)

@@ -42,6 +42,7 @@ def test_fairseq_generate(toy_bin, concat_both_ckpt):
     assert len(re.findall(r"^H-\d+\t", p.stdout, re.M)) == n
 
 
+@pytest.mark.slow  # ~21 s: make test-all (test_fairseq_generate keeps the rule in make test)
 def test_docctx_translate_both_engines(toy_bin, concat_both_ckpt, tmp_path, capsys):
     """docctx-translate (the hub, fairseq's engine and CTranslate2's): the same refusal naming
     the checkpoint (the export folder), before anything is written; with --context-override

@@ -133,6 +133,7 @@ def test_bad_values_are_refused_in_one_line(concat_export, concat_both_ckpt, toy
         from_exported(concat_export, ct2_prefix="once")
 
 
+@pytest.mark.slow  # ~33 s for two refusals: make test-all
 def test_one_pass_modes_on_a_model_without_target_prefix_are_refused_in_one_line(sent_ckpt, concat_export, toy_bin,
                                                                                  tmp_path, capsys):
     """--ct2-prefix one-pass/one-pass-beam decode only what follows a target prefix: on an

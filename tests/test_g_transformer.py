@@ -239,7 +239,7 @@ def _sentence_pairs(d, sources, hyps):
     return pairs
 
 
-@pytest.mark.parametrize("name", ["g_transformer", "doc2doc_transformer"])
+@pytest.mark.parametrize("name", [pytest.param("g_transformer", marks=pytest.mark.slow), "doc2doc_transformer"])
 def test_decoding_returns_every_sentence(name):
     """fairseq's SequenceGenerator, beam 1 and 4, segments of 1..20 sentences in one batch, the
     model biased towards ending (conftest's ``tilted_toward_ending``): every hypothesis has
@@ -271,7 +271,7 @@ def test_decoding_returns_every_sentence(name):
     assert [int(h.eq(sep).sum()) + 1 for h in _decode(model, d, sources, 1)] != list(range(1, 21))
 
 
-@pytest.mark.parametrize("name", ["g_transformer", "doc2doc_transformer"])
+@pytest.mark.parametrize("name", [pytest.param("g_transformer", marks=pytest.mark.slow), "doc2doc_transformer"])
 def test_language_token_first_in_every_sentence(name):
     """Data with language tokens (``docctx-prepare --pretrained`` of M2M-100, NLLB, mBART-50):
     every source sentence of a segment starts with the source token and, with the tokens set

@@ -27,7 +27,10 @@ def _translate(capsys, src, path, data, engine, out, *more):
     return out.read_text(), err
 
 
-@pytest.mark.parametrize("name", ["sentence", "concat_post2", "prenorm_concat", "mbart_like", "separate"])
+@pytest.mark.parametrize("name", [pytest.param("sentence", marks=pytest.mark.slow), "concat_post2",
+                                  pytest.param("prenorm_concat", marks=pytest.mark.slow),
+                                  pytest.param("mbart_like", marks=pytest.mark.slow),
+                                  pytest.param("separate", marks=pytest.mark.slow)])
 def test_beam_1_is_the_fairseq_engines_text(trained, toy_bin, tmp_path, capsys, name):
     """Raw documents in document order: the same text, byte for byte, as the fairseq engine
     (the concatenation models' target context is the model's own previous translations)."""

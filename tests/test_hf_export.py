@@ -97,7 +97,9 @@ def _check_logits(fairseq_logits, hf_rows, offsets, lengths):
     return worst
 
 
-@pytest.mark.parametrize("name", ["sentence", "separate", "mbart_like", "bart_like", "doc2doc"])
+@pytest.mark.parametrize("name", ["sentence", pytest.param("separate", marks=pytest.mark.slow), "mbart_like",
+                                  pytest.param("bart_like", marks=pytest.mark.slow),
+                                  pytest.param("doc2doc", marks=pytest.mark.slow)])
 def test_logits_are_fairseqs_without_context(trained, name, tmp_path):
     """Each option set as its class: the test split's rows (sentences, or segments for
     doc2doc) alone and as one right-padded batch give fairseq's logits."""
@@ -121,7 +123,8 @@ def test_logits_are_fairseqs_without_context(trained, name, tmp_path):
         assert config["docctx"]["segments"]["constrained"] is True
 
 
-@pytest.mark.parametrize("name", ["concat_both", "prenorm_concat", "concat_src", "concat_tgt"])
+@pytest.mark.parametrize("name", ["concat_both", "prenorm_concat", pytest.param("concat_src", marks=pytest.mark.slow),
+                                  pytest.param("concat_tgt", marks=pytest.mark.slow)])
 def test_logits_with_context_are_fairseqs(trained, name, tmp_path, toy_bin):
     """concat_transformer (K=2 post-norm, K=1 pre-norm with both sides; K=2 source context
     only; K=1 pre-norm target context only): the source
@@ -413,6 +416,7 @@ def _rows(hub, sample):
             for s, p in zip(sample["net_input"]["src_tokens"], sample["net_input"]["prev_output_tokens"])]
 
 
+@pytest.mark.slow  # the two release exports (~40 s): make test-all
 def test_language_token_data_forces_the_target_token_first(release_exports, tmp_path):
     """M2M-100-style data (every sentence starts with its language token): the logits are
     fairseq's, and greedy ``generate`` from ``</s>`` forces ``__de__`` first
@@ -444,6 +448,7 @@ def test_language_token_data_forces_the_target_token_first(release_exports, tmp_
     assert "every source sentence starts with `__en__`" in (folder / "README.md").read_text()
 
 
+@pytest.mark.slow  # the two release exports: make test-all
 def test_a_wmt19_style_release_carries_its_codes(release_exports, tmp_path):
     """Moses + fastBPE data with two dictionaries: FSMT with two vocabularies, the codes file
     copied and named in the segmentation record, fairseq's logits."""

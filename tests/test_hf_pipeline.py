@@ -55,11 +55,12 @@ def generate_lines(stdout):
             for kind in "THP"}
 
 
-#: the family whose pipeline runs in ``make test`` (Marian: the renumbered ids, the pad as the
-#: decoder start); the others' under ``make test-all`` (``slow``; M2M-100's language tokens
-#: through the command lines are also tests/test_pretrained_infer.py's, from a fairseq release):
-#: tests/test_hf_import.py checks every family's logits and greedy search in the test's process
-FAST = ("marian",)
+#: the families whose pipeline runs in ``make test``: none, every family's under ``make
+#: test-all`` (``slow``, ~35 s each); in ``make test`` tests/test_hf_import.py checks every
+#: family's logits and greedy search in the test's process, tests/test_hf_prepare.py the data
+#: of a transformers folder, tests/test_pretrained_infer.py M2M-100's language tokens through
+#: the command lines (from a fairseq release)
+FAST = ()
 
 
 @pytest.fixture(scope="module", params=[f if f in FAST else pytest.param(f, marks=pytest.mark.slow) for f in FAMILIES])

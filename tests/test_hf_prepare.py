@@ -196,6 +196,7 @@ def _cli(tmp_path, prefix, folder, *extra, env=None):
     return lines[0]
 
 
+@pytest.mark.slow  # ~12 s: make test-all
 def test_refusals(corpus, folders, tmp_path):
     prefix, _ = corpus
     bad = tmp_path / "bad"

@@ -50,7 +50,7 @@ def toy_contrastive(toy_bin, root):
     return root / "toy", len(files["current.src"]) // 2
 
 
-@pytest.mark.parametrize("name", ["concat_post2", "prenorm_concat"])
+@pytest.mark.parametrize("name", ["concat_post2", pytest.param("prenorm_concat", marks=pytest.mark.slow)])
 def test_an_export_scores_what_its_checkpoint_scores(trained, toy_bin, tmp_path, capsys, name):
     """FSMT and M2M-100 classes, source and target context (K=1): the same verdicts on every
     example, the same log-probabilities to 1e-4, CXMI within 1e-4."""

@@ -102,7 +102,9 @@ def _plain(line):
     return "@@" not in line and "▁" not in line and "&apos;" not in line and "&quot;" not in line
 
 
-@pytest.mark.parametrize("name", ["m2m_sentence", "m2m_concat", pytest.param("mbart_sentence", marks=pytest.mark.slow), "wmt_sentence"])
+@pytest.mark.parametrize("name", [pytest.param("m2m_sentence", marks=pytest.mark.slow), "m2m_concat",
+                                  pytest.param("mbart_sentence", marks=pytest.mark.slow),
+                                  pytest.param("wmt_sentence", marks=pytest.mark.slow)])
 def test_generate_forces_and_strips_the_language_token(name, models, corpus):  # noqa: F811
     data, ckpt, langtok = models[name]
     _, text = corpus
@@ -205,7 +207,8 @@ def _translate(data, ckpt, tmp_path, sents, check=True):
                check=check)
 
 
-@pytest.mark.parametrize("name", ["m2m_sentence", "m2m_concat", "wmt_sentence"])
+@pytest.mark.parametrize("name", [pytest.param("m2m_sentence", marks=pytest.mark.slow), "m2m_concat",
+                                  pytest.param("wmt_sentence", marks=pytest.mark.slow)])
 def test_translate_raw_text(name, models, corpus, tmp_path):  # noqa: F811
     data, ckpt, langtok = models[name]
     _, text = corpus
@@ -279,7 +282,7 @@ def test_refusals_one_line(models, tmp_path):
     assert "--doc-mode segments" in line and "language tokens" in line
 
 
-@pytest.mark.parametrize("name", ["m2m_concat", "wmt_sentence"])
+@pytest.mark.parametrize("name", ["m2m_concat", pytest.param("wmt_sentence", marks=pytest.mark.slow)])
 def test_ctranslate2_engine_translates_as_the_fairseq_engine(name, models, corpus, tmp_path):  # noqa: F811
     """docctx-export ctranslate2 of a model of such data carries the release's segmentation and
     record; docctx-translate --engine ctranslate2 on raw documents (the export folder as the
@@ -319,7 +322,7 @@ def test_record_names_the_tokens(released):
     assert PretrainedText.of_data(str(released["m2m100"]) + ":/elsewhere").source_langtok == "__en__"
 
 
-@pytest.mark.parametrize("search", [{"beam": 4}, {"beam": 4, "lenpen": 0}])
+@pytest.mark.parametrize("search", [pytest.param({"beam": 4}, marks=pytest.mark.slow), {"beam": 4, "lenpen": 0}])
 def test_ctranslate2_search_after_the_language_token_is_fairseqs(search, models, corpus, tmp_path):  # noqa: F811
     """Right after the forced language token fairseq's beam search ends every candidate among
     the ``beam`` best that is EOS (the empty translation, counted among the ``beam`` finished
@@ -348,7 +351,7 @@ def test_ctranslate2_search_after_the_language_token_is_fairseqs(search, models,
     assert ended_empty >= 5, ended_empty  # 11 measured
 
 
-@pytest.mark.parametrize("name", ["m2m_concat", "wmt_sentence"])
+@pytest.mark.parametrize("name", ["m2m_concat", pytest.param("wmt_sentence", marks=pytest.mark.slow)])
 def test_transformers_engine_translates_as_the_fairseq_engine(name, models, corpus, tmp_path):  # noqa: F811
     """docctx-export transformers of a model of such data carries the release's segmentation
     and record as the CTranslate2 export does; docctx-translate --engine transformers on raw

@@ -280,6 +280,7 @@ def _cfg(ckpt):
     return checkpoint_utils.load_checkpoint_to_cpu(str(ckpt))["cfg"]["model"]
 
 
+@pytest.mark.slow  # ~34 s of training and decoding: make test-all
 def test_training_generation_and_resume(pre, tmp_path):
     """fairseq-train from the checkpoint: ``g_transformer --freeze-sentence-weights`` keeps
     every pretrained weight but the grown embedding table, trains the global attentions;

@@ -84,8 +84,8 @@ def _plain(line):
     return not any(x in line for x in ("@@", "\u2581", "&apos;", "&quot;", "&amp;", "@-@"))
 
 
-@pytest.mark.parametrize("seg", ["sentencepiece", "subword_nmt", pytest.param("fastbpe", marks=pytest.mark.slow),
-                                 "none"])
+@pytest.mark.parametrize("seg", ["sentencepiece", pytest.param("subword_nmt", marks=pytest.mark.slow),
+                                 pytest.param("fastbpe", marks=pytest.mark.slow), pytest.param("none", marks=pytest.mark.slow)])
 def test_release_to_decoding(seg, layouts, corpus):  # noqa: F811
     from fairseq.data import Dictionary, data_utils
 

@@ -1026,6 +1026,7 @@ def test_pretrained_downloads_are_recorded_or_checked(tmp_path):
     assert rc == 2 and "step unpack-mbart25 failed" in out, out
 
 
+@pytest.mark.slow  # ~10 s: make test-all
 def test_pretrained_hub_model_is_downloaded_once_and_read_by_both_steps(tmp_path, stub_tools):
     """OPUSMT_DIR unset: the hub's Helsinki-NLP/opus-mt-en-de is fetched once into
     DOWNLOADS/hf-hub (examples/lib/hub_snapshot.py, docctx-prepare's own snapshot_download; here

@@ -172,6 +172,7 @@ def test_a_shard_process_refusing_its_input_is_one_line(concat_both_ckpt, toy_bi
     assert p.returncode == 2 and "<stdin>:3: " in line and "5,000 tokens" in line and "stdin.txt" not in err, err
 
 
+@pytest.mark.slow  # ~14 s: make test-all
 def test_a_shard_process_refusing_its_options_is_one_line(concat_both_ckpt, toy_bin, tmp_path):
     """A SentencePiece model that is missing (refused inside the processes of --processes 2)
     or is not one: one line naming it, exit 2, not a shard's traceback."""

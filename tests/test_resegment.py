@@ -90,7 +90,11 @@ def test_bleu_of_a_resegmented_copy_of_the_reference_is_100(files, capsys):
     rc, out, err = score_cli(["resegment", "--hyp", d / "hyp.en", "--ref", d / "ref.en", "-o", d / "re.en"], capsys)
     assert rc == 0, err
     assert (d / "re.en").read_text().splitlines() == ref
-    # chrF and the significance tests read the same re-segmented lines
+    # METEOR, chrF and the significance tests read the same re-segmented lines
+    write(d / "re.docids", ["d1"] * 3 + ["d2"] * 3)
+    scores = [score_cli(["meteor", "--hyp", h, "--ref", d / "ref.en", *more], capsys)
+              for h, more in ((d / "hyp.en", ["--resegment"]), (d / "re.en", []))]
+    assert scores[0][0] == scores[1][0] == 0 and scores[0][1] == scores[1][1], scores
     rc, out, err = score_cli(["chrf", "--hyp", d / "hyp.en", "--ref", d / "ref.en", "--resegment"], capsys)
     assert rc == 0 and out.startswith("chrF2 = 100.00"), (out, err)
     rc, out, err = score_cli(["compare", "-b", d / "hyp.en", "--hyp", d / "re.en", "--names", "joined,resegmented",

@@ -453,8 +453,8 @@ def resegmented_side(hyp: Side, ref: Side):
     hypothesis' documents: its own (a document format, its ``.docids`` or ``--hyp-docids``),
     matched to the reference's by id when both have ids from their files, else in order; or,
     for plain lines, one line per reference document, or one line per reference sentence in
-    the reference's documents. A new sentence's line is that of the hypothesis line most of
-    its words come from."""
+    the reference's documents. A new sentence's line (for messages) is that of the hypothesis
+    line its first word comes from (an empty one: its document's first line)."""
     from .resegment import resegment_documents
 
     if hyp.doc_ids is None:

@@ -214,3 +214,35 @@ def test_ctxpro_through_transformers(trained, toy_bin, bawden_marian, tmp_path, 
     rc, out, err = score_cli(["ctxpro", evalset, "--inputs", inputs, "--path", model, "--engine", "transformers"],
                              capsys)
     assert rc == 2 and "--lang" in err
+
+
+def test_language_codes_stay_outside_the_scored_tokens(tmp_path):
+    """NLLB's layout (a tiny M2M-100 with an NllbTokenizer): the source starts with the source
+    language code, the labels with the target one (after the decoder's start), the context
+    joined after the code; the score is transformers' log-probabilities of the sentence's own
+    tokens and </s>, not of the code."""
+    import torch
+
+    from fairseq_docctx.evaluation.transformers_scoring import load_transformers_scorer
+    from tiny_hf_release import nllb_folder
+
+    pairs = [("the cat sleeps .", "le chat dort ."), ("it is big .", "il est grand ."),
+             ("we went home .", "nous sommes rentrés .")] * 20
+    nllb_folder(tmp_path, pairs)
+    scorer = load_transformers_scorer(str(tmp_path), context_size=1, context_sides="both",
+                                      src_lang="eng_Latn", tgt_lang="fra_Latn")
+    tok = scorer.tokenizer
+    eng, fra, eos = (tok.convert_tokens_to_ids(t) for t in ("eng_Latn", "fra_Latn", "</s>"))
+    doc = ([scorer.encode_source(s) for s in ("the cat sleeps .", "it is big .")],
+           [scorer.encode_target(t) for t in ("le chat dort .", "il est grand .")])
+    source, decoder, scored = scorer.row(doc)
+    ctx_src, cur_src = doc[0][0].tolist(), doc[0][1].tolist()
+    assert source == [eng] + ctx_src + [eos] + cur_src + [eos]  # the separator: the tokenizer's </s>
+    ctx_tgt, cur_tgt = doc[1][0].tolist(), doc[1][1].tolist()
+    assert decoder == [scorer.start, fra] + ctx_tgt + [eos] + cur_tgt and scored == cur_tgt + [eos]
+    (lp,) = scorer.score_documents([doc])
+    with torch.no_grad():
+        logits = scorer.model(input_ids=torch.tensor([source]), decoder_input_ids=torch.tensor([decoder])).logits
+    direct = torch.log_softmax(logits[0], -1)[torch.arange(len(decoder) - len(scored), len(decoder)),
+                                              torch.tensor(scored)]
+    np.testing.assert_allclose(lp.token_logprobs, direct.numpy(), atol=1e-5)

@@ -72,9 +72,10 @@ def _translator(args):
     if is_export(args.path):
         from ...hub import from_transformers
 
-        if args.context_size is not None:
-            raise UsageError(f"--context-size: {args.path} is an export of docctx-export transformers, which records "
-                             "its own")
+        given = [o for o in ("context_size",) + TRANSFORMERS_OPTIONS if getattr(args, o, None) is not None]
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')}: {args.path} is an export of docctx-export transformers, "
+                             "which records its own context settings and language tokens")
         return from_transformers(args.path, data=args.data, spm_model=args.spm_model, cpu=not args.gpu)
     return load_transformers_scorer(args.path, data=args.data, spm_model=args.spm_model,
                                     context_size=args.context_size, context_sides=args.context_sides,

@@ -1,7 +1,8 @@
 """Teacher-forced scoring through ``transformers``' own forward pass (``--engine
-transformers`` of ``docctx-score contrastive`` and ``cxmi``): the scorers of
+transformers`` of ``docctx-score contrastive`` and ``cxmi``; ``ctxpro``'s translations of a
+model of another origin, :meth:`TransformersScorer.translate_documents`): the scorers of
 :mod:`.scoring`'s interface (``encode_source``, ``encode_target``, ``score_documents``,
-``context_size``, ``reads_context``) over a Hugging Face seq2seq model.
+``context_size``, ``reads_context``, ``languages``) over a Hugging Face seq2seq model.
 
 * A folder ``docctx-export transformers`` wrote (:class:`ExportedScorer`): the task's batches
   of the fairseq checkpoint it came from (its dictionaries, K, sides, separator, segments), the

@@ -1,6 +1,8 @@
 """The worked example of docs/adding-a-model.md trains and decodes as the page says."""
 import re
 
+import pytest
+
 from conftest import REPO, TINY_MODEL, run
 
 
@@ -10,6 +12,7 @@ def example_code():
     return re.search(r"```python\n(.*?)```", part, re.S).group(1)
 
 
+@pytest.mark.slow  # ~25 s: make test-all
 def test_documented_example_model_trains_and_decodes(toy_bin, tmp_path):
     pkg = tmp_path / "docctx_example"
     pkg.mkdir()

@@ -3,6 +3,8 @@ the parameters it counts for the WMT19 En-De size equal the closed form of a pos
 Transformer with those sizes."""
 import json
 
+import pytest
+
 from benchmarks import bench_pretrained_memory as bench
 
 
@@ -16,6 +18,7 @@ def transformer_parameters(layers, dim, ffn, dec_ffn, rows):
     return layers * (encoder + decoder) + 2 * rows * dim
 
 
+@pytest.mark.slow  # ~8 s: make test-all
 def test_counted_parameters_are_the_named_sizes(tmp_path, capsys):
     size = bench.FAMILIES["wmt19-en-de"]
     data = bench.prepare("wmt19-en-de", size, root=tmp_path)

@@ -139,6 +139,7 @@ def concat_trained_ckpt(toy_bin, tmp_path_factory):
     return save / "checkpoint_last.pt"
 
 
+@pytest.mark.slow  # a trained model (~37 s): make test-all; the cached steps are checked above
 def test_beam_search_outputs_equal_full_recomputation(concat_trained_ckpt, toy_bin, monkeypatch):
     """Document-order beam search (own translations as target context, documents side by side,
     beam 4, all hypotheses): tokens and scores equal those of the decoder that re-runs the

@@ -44,6 +44,7 @@ def _error_line(err):
     return lines[0]
 
 
+@pytest.mark.slow  # ~18 s: make test-all
 def test_skipped_sentences_are_each_reported_and_fail_the_run_unless_allowed(toy_bin, concat_both_ckpt,
                                                                              tmp_path, capsys):
     long_ids, total = _too_long(toy_bin)

@@ -24,6 +24,7 @@ def dry_run(tmp_path_factory):
     return json.loads((out / "gpu_check.json").read_text()), (out / "gpu_check.md").read_text()
 
 
+@pytest.mark.slow  # the CPU dry run (~25 s): make test-all
 def test_every_architecture_trains_with_finite_losses(dry_run):
     report, _ = dry_run
     assert report["dry_run"] is True and report["skipped"] == []
@@ -37,6 +38,7 @@ def test_every_architecture_trains_with_finite_losses(dry_run):
         assert res["mflop_per_word"] > 0, name
 
 
+@pytest.mark.slow  # the CPU dry run: make test-all
 def test_ratios_come_from_the_same_run(dry_run):
     report, _ = dry_run
     training = report["training"]
@@ -65,6 +67,7 @@ def test_ratios_come_from_the_same_run(dry_run):
                 ct2[name]["ctranslate2"]["tokens_per_s"] / ct2[name]["fairseq"]["tokens_per_s"])
 
 
+@pytest.mark.slow  # the CPU dry run: make test-all
 def test_markdown_has_a_row_per_architecture(dry_run):
     report, md = dry_run
     assert md.startswith("# GPU check (dry run")

@@ -175,6 +175,7 @@ def test_tokenizer_gives_the_dictionary_ids(trained, toy_bin, tmp_path):
     assert got["tokenizer_class"] in ("PreTrainedTokenizerFast", "TokenizersBackend")
 
 
+@pytest.mark.slow  # make test-all
 def test_separate_vocabularies_have_their_own_target_tokenizer(trained, tmp_path):
     ckpt, data, folder = trained("separate")
     hub = _hub(ckpt, data)
@@ -237,6 +238,7 @@ def test_generate_after_the_target_prefix_is_fairseqs_greedy(trained, toy_bin, t
     assert steps > len(pairs), "every sentence ended at its first step"
 
 
+@pytest.mark.slow  # make test-all
 def test_model_card_example_runs_in_plain_transformers(trained, tmp_path):
     """The card's example (K, sides, separator, target prefix) runs as it is where
     ``fairseq_docctx`` cannot be imported, and translates its sentences."""
@@ -364,6 +366,7 @@ def spm_export(toy_bin, tmp_path_factory):
     return ckpt, data, _export(ckpt, data, root / "hf")
 
 
+@pytest.mark.slow  # its own SentencePiece data (~20 s): make test-all
 def test_sentencepiece_data_reads_pieces_and_decodes_text(spm_export, toy_bin, tmp_path):
     """On SentencePiece data the folder holds the SentencePiece model; the tokenizer reads its
     pieces (joined by spaces) as the data's ids and decodes them into the text."""

@@ -13,6 +13,11 @@ import pytest
 from conftest import REPO, TINY_MODEL, run
 from test_pretrained_data import _bpe_release, _sp_release, corpus  # noqa: F401  (fixture)
 
+#: the tiny releases' models trained and decoded through every command (~3 min of the suite):
+#: make test-all; tests/test_pretrained_data.py and tests/test_pretrained_layouts.py keep the
+#: releases' data and a layout's chain in make test
+pytestmark = pytest.mark.slow
+
 UPDATES = "80"
 #: the updates of a model still learning where sentences end: after 40 updates the tiny
 #: concat_transformer (K=2, both sides) of the M2M-100-style data (its dictionary with M2M-100's
@@ -125,6 +130,7 @@ def test_generate_forces_and_strips_the_language_token(name, models, corpus):  #
         assert [refs[i] for i in range(n)] == text["valid"]["de"]
 
 
+@pytest.mark.slow  # ~18 s: make test-all (test_g_transformer's doc2doc run in make test)
 def test_segment_model_starts_every_sentence_with_the_language_token(models, corpus):  # noqa: F811
     """g_transformer on segments of the M2M-100 data: fairseq-generate gives every test sentence
     once, each hypothesis (the P- line scores it) starting with the forced __de__ and the H-/D-
@@ -282,7 +288,8 @@ def test_refusals_one_line(models, tmp_path):
     assert "--doc-mode segments" in line and "language tokens" in line
 
 
-@pytest.mark.parametrize("name", ["m2m_concat", pytest.param("wmt_sentence", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", [pytest.param("m2m_concat", marks=pytest.mark.slow),
+                                  pytest.param("wmt_sentence", marks=pytest.mark.slow)])
 def test_ctranslate2_engine_translates_as_the_fairseq_engine(name, models, corpus, tmp_path):  # noqa: F811
     """docctx-export ctranslate2 of a model of such data carries the release's segmentation and
     record; docctx-translate --engine ctranslate2 on raw documents (the export folder as the
@@ -351,7 +358,8 @@ def test_ctranslate2_search_after_the_language_token_is_fairseqs(search, models,
     assert ended_empty >= 5, ended_empty  # 11 measured
 
 
-@pytest.mark.parametrize("name", ["m2m_concat", pytest.param("wmt_sentence", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", [pytest.param("m2m_concat", marks=pytest.mark.slow),
+                                  pytest.param("wmt_sentence", marks=pytest.mark.slow)])
 def test_transformers_engine_translates_as_the_fairseq_engine(name, models, corpus, tmp_path):  # noqa: F811
     """docctx-export transformers of a model of such data carries the release's segmentation
     and record as the CTranslate2 export does; docctx-translate --engine transformers on raw

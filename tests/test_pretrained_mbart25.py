@@ -14,6 +14,9 @@ from conftest import REPO, run
 from test_pretrained_data import corpus  # noqa: F401  (fixture)
 from test_pretrained_init import build as _build
 
+#: the mBART-25 release's model (~45 s): make test-all
+pytestmark = pytest.mark.slow
+
 USER_DIR = str(REPO / "fairseq_docctx")
 
 

@@ -11,22 +11,11 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from fairseq_docctx.cli.score import build_parser
+from test_resegment import write
+from test_score_eval_setups import score_cli
 
 pytest.importorskip("transformers")
 sys.path.insert(0, str(REPO / "examples" / "lib"))
-
-
-def score_cli(argv, capsys):
-    args = build_parser().parse_args([str(a) for a in argv])
-    rc = args.func(args)
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def write(path, lines):
-    path.write_text("".join(s + "\n" for s in lines), encoding="utf-8")
-    return path
 
 
 def toy_contrastive(toy_bin, root):

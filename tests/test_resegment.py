@@ -8,17 +8,10 @@ import re
 
 import pytest
 
-from fairseq_docctx.cli.score import build_parser
 from fairseq_docctx.evaluation.bleu import bleu_scores
 from fairseq_docctx.evaluation.io import ScoreInputError, load_corpus
 from fairseq_docctx.evaluation.resegment import resegment, segment_bounds
-
-
-def score_cli(argv, capsys):
-    args = build_parser().parse_args([str(a) for a in argv])
-    rc = args.func(args)
-    out = capsys.readouterr()
-    return rc, out.out, out.err
+from test_score_eval_setups import score_cli
 
 
 def write(path, lines):

@@ -208,11 +208,12 @@ def _lines_side(path, fmt, lines_text, allow_empty):
     return Side(path, fmt, None, [[s.strip() for s in lines_text]], [list(range(1, len(lines_text) + 1))])
 
 
-def _split_by(side: Side, doc_ids: List[str], lengths: List[int], source: str, real_ids=True) -> Side:
+def _split_by(side: Side, doc_ids: List[str], lengths: List[int], source: str, real_ids=True,
+              hint: str = "") -> Side:
     n = sum(lengths)
     if side.num_sentences != n:
         raise ScoreInputError(
-            f"{side.path} has {side.num_sentences} sentences but the documents of {source} have {n}")
+            f"{side.path} has {side.num_sentences} sentences but the documents of {source} have {n}{hint}")
     docs, lines, k = [], [], 0
     flat, flat_lines = side.sentences, [x for d in side.lines for x in d]
     for ln in lengths:
@@ -310,11 +311,16 @@ def _has_seg_ids(side: Side) -> bool:
     return reader is not None and reader.seg_ids
 
 
-def _conform(side: Side, anchor: Side) -> Side:
-    """``side`` split into ``anchor``'s documents, checking every count and id on the way."""
+#: what a hypothesis' count mismatch adds to its message
+RESEGMENT_HINT = " (--resegment scores a hypothesis with other sentence boundaries)"
+
+
+def _conform(side: Side, anchor: Side, hint: str = "") -> Side:
+    """``side`` split into ``anchor``'s documents, checking every count and id on the way;
+    ``hint`` ends the message of a sentence count that differs."""
     what = f"{anchor.structure_from or anchor.path}"
     if side.doc_ids is None:
-        return _split_by(side, anchor.doc_ids, [len(d) for d in anchor.docs], what, anchor.real_ids)
+        return _split_by(side, anchor.doc_ids, [len(d) for d in anchor.docs], what, anchor.real_ids, hint)
     if _has_seg_ids(side) and _has_seg_ids(anchor):
         a = [Document(i, s, l, anchor.path, _seg_ids(anchor, k), _start(anchor, k))
              for k, (i, s, l) in enumerate(zip(anchor.doc_ids, anchor.docs, anchor.lines))]
@@ -328,13 +334,13 @@ def _conform(side: Side, anchor: Side) -> Side:
         if len(da) != len(db):
             raise ScoreInputError(
                 f"{side.path}:{lb[0]}: document {k} ({ib!r}) has {len(db)} sentences here but "
-                f"{len(da)} in {anchor.path} (document {ia!r}, from line {la[0]})")
+                f"{len(da)} in {anchor.path} (document {ia!r}, from line {la[0]}){hint}")
         if anchor.real_ids and side.real_ids and ia != ib:
             raise ScoreInputError(
                 f"{side.path}:{lb[0]}: document {k} is {ib!r} here but {ia!r} in {anchor.path} (line {la[0]})")
     if side.num_sentences != anchor.num_sentences:  # the documents both have agree: one has more
         raise ScoreInputError(
-            f"{side.path} has {side.num_sentences} sentences but {anchor.path} has {anchor.num_sentences}")
+            f"{side.path} has {side.num_sentences} sentences but {anchor.path} has {anchor.num_sentences}{hint}")
     if len(side.docs) != len(anchor.docs):
         raise ScoreInputError(
             f"{side.path} has {len(side.docs)} documents but {anchor.path} has {len(anchor.docs)}")
@@ -419,17 +425,8 @@ def load_corpus(hyp: str, ref: Union[str, Sequence[str], None] = None, src: Opti
                 f"{need}no document structure in {names}: give a .docids file (--docids), a document format "
                 "(blank lines, <d> markers, XML), or --data DIR for fairseq-generate output")
         return _plain_corpus(sides, more, refs)
-    out = {}
-    for k, s in sides.items():
-        if s is anchor or (resegment and k == "hyp"):
-            out[k] = s
-            continue
-        try:
-            out[k] = _conform(s, anchor)
-        except ScoreInputError as e:
-            if k == "hyp" and "sentences" in str(e):
-                raise ScoreInputError(f"{e} (--resegment scores a hypothesis with other sentence boundaries)") from None
-            raise
+    out = {k: s if s is anchor or (resegment and k == "hyp") else _conform(s, anchor, RESEGMENT_HINT if k == "hyp" else "")
+           for k, s in sides.items()}
     report = None
     if resegment:
         out["hyp"], report = resegmented_side(sides["hyp"], out["ref"])

@@ -25,7 +25,10 @@ def pytest_configure(config):
 
     import torch
 
+    import cli_fork
+
     os.environ["DOCCTX_STATE_DIR"] = tempfile.mkdtemp(prefix="docctx-state-")
+    cli_fork.enable()
 
     torch.set_num_threads(1)
 
@@ -141,10 +144,14 @@ def run(cmd, cwd=None, timeout=900, check=True, env=None):
     with its output."""
     import subprocess
 
-    p = subprocess.run(
-        [str(c) for c in cmd], cwd=cwd, env={**venv_env(), **(env or {})}, capture_output=True, text=True,
-        timeout=timeout,
-    )
+    import cli_fork
+
+    full_env = {**venv_env(), **(env or {})}
+    if cli_fork.entry_point(cmd, full_env):
+        p = cli_fork.completed(cmd, full_env, cwd=cwd, timeout=timeout)
+    else:
+        p = subprocess.run([str(c) for c in cmd], cwd=cwd, env=full_env, capture_output=True, text=True,
+                           timeout=timeout)
     if check and p.returncode != 0:
         raise AssertionError(
             f"command failed ({p.returncode}): {' '.join(map(str, cmd))}\n"

@@ -44,6 +44,13 @@ def _tool(name: str) -> str:
     return path if os.path.exists(path) else (shutil.which(name) or name)
 
 
+def _forked(cmd: List[str], env: Dict[str, str]):
+    """tests/cli_fork.py when the test session runs ``cmd`` through its fork server (never for
+    a benchmark: the module is only enabled by the tests' conftest.py), else None."""
+    cli_fork = sys.modules.get("cli_fork")
+    return cli_fork if cli_fork is not None and cli_fork.entry_point(cmd, env) else None
+
+
 def _run(cmd: List[str], log_path: str, cwd: Optional[str] = None) -> str:
     """Run a command, tee its output into log_path, raise with the log tail on failure."""
     # One intra-op thread: on a busy 2-core machine two threads per process oversubscribe the
@@ -57,7 +64,11 @@ def _run(cmd: List[str], log_path: str, cwd: Optional[str] = None) -> str:
     with open(log_path, "w", encoding="utf-8") as f:  # streamed, so a long run can be watched
         f.write(" ".join(cmd) + "\n")
         f.flush()
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+        fork = _forked(cmd, env)
+        if fork is None:
+            proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+    if fork is not None:
+        proc = subprocess.CompletedProcess(cmd, fork.run(cmd, env, log_path, cwd=cwd))
     with open(log_path, encoding="utf-8") as f:
         out = f.read()
     if proc.returncode != 0:

@@ -78,7 +78,7 @@ def entry_point(cmd, env):
     path = exe if os.sep in exe else os.path.join(BIN, name)
     if os.path.dirname(os.path.abspath(path)) != BIN or not os.path.exists(path):
         return None
-    if os.sep not in exe and shutil_which(name, env) != path:
+    if os.sep not in exe and _which(name, env) != path:
         return None  # PATH finds another program of that name first
     value = _scripts().get(name)
     if value is None:
@@ -90,7 +90,7 @@ def entry_point(cmd, env):
     return path, value
 
 
-def shutil_which(name, env):
+def _which(name, env):
     import shutil
 
     return shutil.which(name, path=env.get("PATH"))

@@ -31,6 +31,7 @@ import io
 import json
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -78,7 +79,7 @@ def entry_point(cmd, env):
     path = exe if os.sep in exe else os.path.join(BIN, name)
     if os.path.dirname(os.path.abspath(path)) != BIN or not os.path.exists(path):
         return None
-    if os.sep not in exe and _which(name, env) != path:
+    if os.sep not in exe and shutil.which(name, path=env.get("PATH")) != path:
         return None  # PATH finds another program of that name first
     value = _scripts().get(name)
     if value is None:
@@ -88,12 +89,6 @@ def entry_point(cmd, env):
             if env.get(key) != SERVER_ENV.get(key, os.environ.get(key)):
                 return None
     return path, value
-
-
-def _which(name, env):
-    import shutil
-
-    return shutil.which(name, path=env.get("PATH"))
 
 
 def _context():

@@ -1,15 +1,18 @@
 """The suite's runner of console scripts: a ``fairseq-*`` or ``docctx-*`` command runs in a
-process forked from a server that has already imported torch, NumPy, SciPy and scikit-learn
-(:mod:`cli_fork_preload`), instead of a new interpreter that imports them again.
+process forked from a server that has already imported torch, NumPy, SciPy, scikit-learn and
+fairseq (:mod:`cli_fork_preload`), instead of a new interpreter that imports them again.
 
 Every ``fairseq-*`` command spends about 5 CPU-seconds on imports before it reads an
-argument (torch 1.8 s, SciPy and scikit-learn 1.5 s, through ``fairseq.criterions``), and the
-suite runs about 170 of them on its two cores. A forked child starts with those libraries
-loaded and spends about 1.5 s on the rest (fairseq, the plugin), which it imports itself, in
-the command's own order: the libraries preloaded configure nothing (no logging handler, no
-option), while fairseq's modules do (``fairseq_cli.train`` and
-``fairseq/models/wav2vec/wav2vec2_classification.py`` call ``logging.basicConfig``), so
-they are not preloaded.
+argument (torch 1.8 s, SciPy and scikit-learn 1.5 s, through ``fairseq.criterions``, fairseq's
+own modules about 1 s more), and the suite runs about 170 of them on its two cores. A forked
+child starts with those libraries loaded. Importing fairseq changes the process (the root
+logger's configuration, one environment variable), and a command's output depends on when
+that happens (``fairseq_cli.train`` configures logging before it imports fairseq, so fairseq's
+``logging.basicConfig`` call does nothing there; ``fairseq_cli.generate`` imports fairseq
+first): the server imports fairseq with those effects held back, and the child hides
+fairseq's modules until the command imports one of them, then makes the effects
+(:class:`_Preloaded`). Until then ``"fairseq" in sys.modules`` is false, as in a new
+interpreter (the plugin's ``docctx-*`` commands import fairseq only when they need it).
 
 The child is the command as a user runs it: the console script's entry point, called with
 the command's argv, environment, working directory and niceness (that of the calling
@@ -17,8 +20,10 @@ thread: the probe's background trainings run niced), stdout and stderr on files,
 ``/dev/null``, ``sys.path`` that of a new interpreter started from the script, an exit code as
 the interpreter gives it (``sys.exit``'s code, 1 and ``sys.excepthook``'s report on an exception), then the
 interpreter's shutdown (non-daemon threads joined, ``atexit`` handlers, streams flushed).
-What differs from a new interpreter: the preloaded modules are there before the command
-runs, and every child of a session has the server's hash seed.
+What differs from a new interpreter: the preloaded modules other than fairseq's are there
+before the command runs (torch, SciPy..., and the libraries fairseq imports: hydra, omegaconf,
+sacrebleu, tensorboardX...; ``CRC32C_SW_MODE``, which tensorboardX's import sets, is set when
+the command imports fairseq), and every child of a session has the server's hash seed.
 
 A command runs as a new interpreter instead (:func:`entry_point` returns None) when it is not
 one of those console scripts, when its environment changes a variable read when an
@@ -27,6 +32,7 @@ count, ``LD_*``, ...), and in every case when ``DOCCTX_TEST_FRESH_PROCESSES=1``.
 """
 import atexit
 import importlib
+import importlib.machinery
 import io
 import json
 import multiprocessing
@@ -173,6 +179,7 @@ def _child(script, value, argv, cwd, env, stdout_path, stderr_path, nice, sys_pa
         torch.set_num_threads(int(threads))
     sys.argv = [script] + argv
     sys.path[:] = [os.path.dirname(script)] + sys_path
+    _hide_fairseq()
     main = types.ModuleType("__main__")
     main.__file__ = script  # what a process this one spawns imports as its __mp_main__
     sys.modules["__main__"] = main
@@ -205,6 +212,63 @@ def _child(script, value, argv, cwd, env, stdout_path, stderr_path, nice, sys_pa
             except (OSError, ValueError):
                 pass
         os._exit(code & 0xFF)
+
+
+class _Preloaded:
+    """Import finder and loader of the fairseq modules the server has imported
+    (:mod:`cli_fork_preload`), hidden from ``sys.modules`` until the command imports one: then
+    all of them are back, and importing fairseq's effects on the process made (its
+    ``logging.basicConfig`` calls, the variables it sets where unset), as a new interpreter's
+    import of fairseq makes them at that point."""
+
+    def __init__(self, modules, effects):
+        self.modules, self.effects = modules, effects
+        self.specs = {name: module.__spec__ for name, module in modules.items()}
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.modules:
+            return None
+        spec = self.specs[name]
+        return importlib.machinery.ModuleSpec(name, self, origin=getattr(spec, "origin", None),
+                                              is_package=getattr(spec, "submodule_search_locations", None) is not None)
+
+    def create_module(self, spec):
+        return self.modules[spec.name]
+
+    def exec_module(self, module):
+        module.__spec__ = self.specs[module.__name__]  # (the import system set the finder's)
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        for name, other in self.modules.items():
+            sys.modules.setdefault(name, other)
+        for key, value in self.effects["env"].items():
+            os.environ.setdefault(key, value)
+        import logging
+
+        for args, kwargs in self.effects["basic_config"]:
+            logging.basicConfig(*args, **kwargs)
+
+
+def _hide_fairseq():
+    """In the child: the preloaded fairseq modules out of ``sys.modules`` until the command
+    imports one (:class:`_Preloaded`)."""
+    preload = sys.modules.get("cli_fork_preload")
+    if preload is None:
+        return
+    for name in preload.FAIRSEQ_MODULES:
+        sys.modules.pop(name, None)
+    sys.meta_path.insert(0, _Preloaded(preload.FAIRSEQ_MODULES, preload.FAIRSEQ_EFFECTS))
+
+
+def imported(names, path):
+    """A forked child's report for tests/test_cli_fork.py: which of the modules ``names`` are
+    in ``sys.modules`` as a command starts, and after ``import fairseq``, as JSON in ``path``."""
+    _hide_fairseq()
+    before = [n for n in names if n in sys.modules]
+    import fairseq  # noqa: F401
+
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"start": before, "after import fairseq": [n for n in names if n in sys.modules]}, f)
 
 
 def completed(cmd, env, cwd=None, timeout=None):

@@ -2,10 +2,11 @@
 process forked from a server that has already imported torch, NumPy, SciPy, scikit-learn and
 fairseq (:mod:`cli_fork_preload`), instead of a new interpreter that imports them again.
 
-Every ``fairseq-*`` command spends about 5 CPU-seconds on imports before it reads an
-argument (torch 1.8 s, SciPy and scikit-learn 1.5 s, through ``fairseq.criterions``, fairseq's
-own modules about 1 s more), and the suite runs about 170 of them on its two cores. A forked
-child starts with those libraries loaded. Importing fairseq changes the process (the root
+Every ``fairseq-*`` command spends seconds on imports before it reads an argument (about 5
+CPU-seconds measured on a slower day: torch 1.8 s, SciPy and scikit-learn 1.5 s, through
+``fairseq.criterions``; fairseq's own modules 0.7 s on a faster one, where torch took 1.1 s),
+and the suite runs about 170 of them on its two cores. A forked child starts with those
+libraries loaded. Importing fairseq changes the process (the root
 logger's configuration, one environment variable), and a command's output depends on when
 that happens (``fairseq_cli.train`` configures logging before it imports fairseq, so fairseq's
 ``logging.basicConfig`` call does nothing there; ``fairseq_cli.generate`` imports fairseq

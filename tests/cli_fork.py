@@ -262,14 +262,23 @@ def _hide_fairseq():
 
 
 def imported(names, path):
-    """A forked child's report for tests/test_cli_fork.py: which of the modules ``names`` are
-    in ``sys.modules`` as a command starts, and after ``import fairseq``, as JSON in ``path``."""
+    """A forked child's report for tests/test_cli_fork.py, as JSON in ``path``: which of the
+    modules ``names`` are in ``sys.modules`` and the root logger's level and handlers' streams
+    as a command starts, and after ``import fairseq``."""
+    import logging
+
+    def state():
+        root = logging.getLogger()
+        return {"modules": [n for n in names if n in sys.modules],
+                "root logger": [logging.getLevelName(root.level),
+                                [getattr(getattr(h, "stream", None), "name", type(h).__name__) for h in root.handlers]]}
+
     _hide_fairseq()
-    before = [n for n in names if n in sys.modules]
+    start = state()
     import fairseq  # noqa: F401
 
     with open(path, "w", encoding="utf-8") as f:
-        json.dump({"start": before, "after import fairseq": [n for n in names if n in sys.modules]}, f)
+        json.dump({"start": start, "after import fairseq": state()}, f)
 
 
 def completed(cmd, env, cwd=None, timeout=None):

@@ -11,6 +11,13 @@ from conftest import REPO, TINY_MODEL, venv_env
 USER_DIR = ["--user-dir", REPO / "fairseq_docctx"]
 
 
+@pytest.fixture(autouse=True)
+def runner_on(monkeypatch):
+    """The runner's own tests use it even where the session runs every command as a new
+    interpreter (``DOCCTX_TEST_FRESH_PROCESSES=1``)."""
+    monkeypatch.setitem(cli_fork._state, "enabled", True)
+
+
 def both(cmd, cwd=None):
     """``cmd`` forked and in a new interpreter: the two ``CompletedProcess``."""
     env = venv_env()
@@ -76,19 +83,19 @@ def test_what_is_not_forked(monkeypatch):
 def test_fairseq_is_imported_where_the_command_imports_it(tmp_path):
     """The server has imported fairseq, but a forked command starts without it in
     ``sys.modules`` (the plugin's ``docctx-*`` commands import it only when they need it) and
-    finds all of it there once it imports fairseq, with the root logger configured as
-    fairseq's import configures it."""
+    with the root logger as a new interpreter's (WARNING, no handler), and finds all of it
+    there once it imports fairseq, the root logger configured as fairseq's import configures
+    it (``logging.basicConfig(level=logging.DEBUG)``: DEBUG, one handler on stderr)."""
     import json
-    import multiprocessing  # noqa: F401
 
     names = ["fairseq", "fairseq.models.transformer", "fairseq.tasks", "torch"]
-    cli_fork.completed(["docctx-score", "bleu", "--help"], venv_env())  # the server started
     p = cli_fork._context().Process(target=cli_fork.imported, args=(names, str(tmp_path / "report.json")))
     p.start()
     p.join(120)
     assert p.exitcode == 0
     report = json.loads((tmp_path / "report.json").read_text())
-    assert report == {"start": ["torch"], "after import fairseq": names}
+    assert report == {"start": {"modules": ["torch"], "root logger": ["WARNING", []]},
+                      "after import fairseq": {"modules": names, "root logger": ["DEBUG", ["<stderr>"]]}}
 
 
 def test_fairseq_train_and_generate_log_what_a_new_interpreter_logs(toy_bin, sent_ckpt, tmp_path):
@@ -96,25 +103,18 @@ def test_fairseq_train_and_generate_log_what_a_new_interpreter_logs(toy_bin, sen
     fairseq, fairseq-generate after (fairseq's import configures it); times and speeds aside."""
     import re
 
-    def records(text):
-        text = re.sub(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| ", "", text, flags=re.M)
+    def records(p):
+        text = re.sub(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| ", "", p.stdout + p.stderr, flags=re.M)
         return [re.sub(r"[\d.,]+( seconds|s | sentences/s| tokens/s)|(wps|ups|train_wall|wall)[= ][\d.]+", "#", line)
                 for line in text.splitlines() if "INFO" in line or "WARNING" in line]
 
     forked, fresh = both(["fairseq-generate", toy_bin, *USER_DIR, "--task", "document_translation",
                           "--context-size", "0", "--path", sent_ckpt, "--gen-subset", "valid", "--beam", "2",
                           "--batch-size", "8"])
-    assert records(forked.stdout + forked.stderr) == records(fresh.stdout + fresh.stderr) != []
+    assert records(forked) == records(fresh) != []
     assert "INFO:fairseq_cli.generate:" in fresh.stderr  # (fairseq's configuration: the default format)
-    runs = []
-    for name in ("forked", "fresh"):
-        cmd = ["fairseq-train", toy_bin, *USER_DIR, "--task", "document_translation", "--context-size", "0",
-               "--arch", "transformer", *TINY_MODEL, "--max-tokens", "600", "--max-update", "2", "--optimizer", "adam",
-               "--lr", "1e-3", "--cpu", "--disable-validation", "--save-dir", tmp_path / name,
-               "--log-format", "simple", "--log-interval", "1"]
-        env = venv_env()
-        runs.append(cli_fork.completed(cmd, env, timeout=600) if name == "forked" else
-                    subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True, timeout=600))
-    (forked, fresh) = [[line.replace(str(tmp_path / name), "SAVE") for line in records(r.stdout + r.stderr)]
-                       for name, r in zip(("forked", "fresh"), runs)]
-    assert forked == fresh and any("| fairseq_cli.train |" in line for line in fresh)
+    forked, fresh = both(["fairseq-train", toy_bin, *USER_DIR, "--task", "document_translation", "--context-size", "0",
+                          "--arch", "transformer", *TINY_MODEL, "--max-tokens", "600", "--max-update", "2",
+                          "--optimizer", "adam", "--lr", "1e-3", "--cpu", "--disable-validation", "--no-save",
+                          "--save-dir", tmp_path / "ckpt", "--log-format", "simple", "--log-interval", "1"])
+    assert records(forked) == records(fresh) and any("| fairseq_cli.train |" in line for line in records(fresh))
